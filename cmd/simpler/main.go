@@ -1,0 +1,54 @@
+// Command simpler runs Starlark orchestration scripts over simulated (or
+// real) Ascend NPU chips.
+//
+//	simpler run [--platform P] [--devices 0-3] [--mode thread|process] script.star [ARGS...]
+//	simpler platforms
+//	simpler version
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+)
+
+// Version is the release of this build.
+const Version = "0.1.0"
+
+func main() {
+	os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// Main runs the CLI with args and returns the exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return 2
+	}
+	switch args[0] {
+	case "run":
+		return cmdRun(args[1:], stdout, stderr)
+	case "platforms":
+		return cmdPlatforms(stdout)
+	case "version", "--version":
+		fmt.Fprintf(stdout, "simpler %s\n", Version)
+		return 0
+	case "help", "-h", "--help":
+		usage(stdout)
+		return 0
+	}
+	fmt.Fprintf(stderr, "simpler: unknown command %q\n", args[0])
+	usage(stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `usage: simpler <command> [arguments]
+
+commands:
+  run [--platform P] [--devices 0-3] [--mode thread|process] script.star [ARGS...]
+            load script.star and call its main(ctx)
+  platforms print each platform's capabilities
+  version   print the version
+`)
+}

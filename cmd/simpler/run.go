@@ -1,0 +1,123 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"simpler/hal"
+	"simpler/starlib"
+)
+
+// runFlags are the flags shared by commands that start a session.
+type runFlags struct {
+	platform string
+	devices  string
+	mode     string
+}
+
+func (f *runFlags) register(fs *flag.FlagSet) {
+	def := os.Getenv("SIMPLER_PLATFORM")
+	if def == "" {
+		def = "a2a3sim"
+	}
+	fs.StringVar(&f.platform, "platform", def, "platform: a2a3sim, a5sim, a2a3 or a5 (default $SIMPLER_PLATFORM, else a2a3sim)")
+	fs.StringVar(&f.devices, "devices", "0,1", "device ids: a list such as 0,2,3 or a range such as 0-3")
+	fs.StringVar(&f.mode, "mode", "thread", "worker mode: thread or process")
+}
+
+// check validates the flags and returns the device ids.
+func (f *runFlags) check() ([]int, error) {
+	if _, err := hal.Lookup(f.platform); err != nil {
+		return nil, err
+	}
+	if f.mode != "thread" && f.mode != "process" {
+		return nil, fmt.Errorf("ValueError: --mode must be thread or process, got %q", f.mode)
+	}
+	return parseDevices(f.devices)
+}
+
+// parseDevices accepts "0-3", "0,2,5" or a mix such as "0-1,4".
+func parseDevices(s string) ([]int, error) {
+	var ids []int
+	seen := map[int]bool{}
+	for _, part := range strings.Split(s, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err1 := strconv.Atoi(strings.TrimSpace(lo))
+		b := a
+		var err2 error
+		if isRange {
+			b, err2 = strconv.Atoi(strings.TrimSpace(hi))
+		}
+		if err1 != nil || err2 != nil || a < 0 || b < a {
+			return nil, fmt.Errorf("ValueError: --devices: bad item %q (want ids such as 0-3 or 0,2)", part)
+		}
+		for id := a; id <= b; id++ {
+			if seen[id] {
+				return nil, fmt.Errorf("ValueError: --devices: device %d listed twice", id)
+			}
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
+}
+
+func cmdRun(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f runFlags
+	f.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() == 0 {
+		fmt.Fprintln(stderr, "usage: simpler run [--platform P] [--devices 0-3] [--mode thread|process] script.star [ARGS...]")
+		return 2
+	}
+	devices, err := f.check()
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	s := starlib.NewSession(f.platform, devices, f.mode, fs.Args()[1:], stdout, stderr)
+	err = s.RunFile(fs.Arg(0))
+	if cerr := s.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, starlib.Backtrace(err))
+		return 1
+	}
+	return 0
+}
+
+func cmdPlatforms(stdout io.Writer) int {
+	for _, name := range hal.Names() {
+		p, _ := hal.Lookup(name)
+		a := p.Arch()
+		kind := "simulated"
+		if !p.Simulated() {
+			kind = "onboard"
+		}
+		var dts []string
+		for _, d := range a.DTypes {
+			dts = append(dts, d.String())
+		}
+		status := "available"
+		if err := p.Check(); err != nil {
+			status = "unavailable: " + err.Error()
+		}
+		fmt.Fprintf(stdout, "%s (%s, %s architecture)\n", name, kind, a.Name)
+		fmt.Fprintf(stdout, "  max chips:     %d\n", a.MaxChips)
+		fmt.Fprintf(stdout, "  device memory: %d GiB\n", a.DeviceMemory>>30)
+		fmt.Fprintf(stdout, "  comm profiles: %s\n", strings.Join(p.CommProfiles(), ", "))
+		fmt.Fprintf(stdout, "  sdma:          %v\n", hal.SDMA(p))
+		fmt.Fprintf(stdout, "  data types:    %s\n", strings.Join(dts, ", "))
+		fmt.Fprintf(stdout, "  status:        %s\n", status)
+	}
+	return 0
+}

@@ -1,0 +1,154 @@
+package engine
+
+import (
+	"fmt"
+
+	"simpler/engine/hostmem"
+	"simpler/hal"
+)
+
+// runKernel runs a chip kernel: host tensors are staged into scratch
+// device memory (copied in unless OUTPUT), the kernel sees device tensors
+// only, and results are copied back (unless INPUT). Device tensors
+// (child_memory) are passed through untouched.
+func runKernel(chip hal.Chip, worker int, local *any, k ChipKernel, args *TaskArgs) error {
+	dev := TaskArgs{Tensors: make([]Tensor, len(args.Tensors)), Tags: args.Tags, Scalars: args.Scalars}
+	var scratch []uint64
+	defer func() {
+		for _, p := range scratch {
+			chip.Free(p)
+		}
+	}()
+	for i, t := range args.Tensors {
+		dev.Tensors[i] = t
+		if t.ChildMemory {
+			continue
+		}
+		n := t.NBytes()
+		host, err := hostmem.Resolve(t.Addr, n)
+		if err != nil {
+			return Wrap(err, fmt.Sprintf("tensor %d", i))
+		}
+		p, err := chip.Malloc(max(n, 1))
+		if err != nil {
+			return Wrap(err, fmt.Sprintf("staging tensor %d", i))
+		}
+		scratch = append(scratch, p)
+		if args.Tags[i].copiesIn() {
+			if err := chip.CopyIn(p, host); err != nil {
+				return err
+			}
+		}
+		dev.Tensors[i].Addr, dev.Tensors[i].ChildMemory = p, true
+	}
+	if err := k.RunChip(&ChipCtx{WorkerID: worker, Chip: chip, Local: local}, &dev); err != nil {
+		return err
+	}
+	for i, t := range args.Tensors {
+		if t.ChildMemory || !args.Tags[i].copiesOut() {
+			continue
+		}
+		host, err := hostmem.Resolve(t.Addr, t.NBytes())
+		if err != nil {
+			return Wrap(err, fmt.Sprintf("tensor %d", i))
+		}
+		if err := chip.CopyOut(host, dev.Tensors[i].Addr); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RunKernel runs a kernel synchronously on a level-2 worker's chip.
+func (w *Worker) RunKernel(h *Handle, args *TaskArgs) error {
+	w.mu.Lock()
+	err := w.ready("run")
+	if err == nil && w.cfg.Level != 2 {
+		err = Errorf(ValueError, "run: a level-%d worker runs orchestration functions; run(kernel, args) is for level 2", w.cfg.Level)
+	}
+	if err == nil {
+		if cur, ok := w.reg.byDigest[h.Digest()]; !ok || cur != h {
+			err = Errorf(ValueError, "run: %q is not registered on this worker; register it with w.register(fn) first", h.Name())
+		}
+	}
+	w.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	k, ok := h.Callable.(ChipKernel)
+	if !ok {
+		return Errorf(TypeError, "run: %q cannot run as a chip kernel", h.Name())
+	}
+	if args == nil {
+		args = &TaskArgs{}
+	}
+	a := args.clone()
+	for i, t := range a.Tensors {
+		if t.Addr == 0 {
+			return Errorf(ValueError, "run: tensor %d has address 0; a level-2 run has no heap, so pass allocated memory", i)
+		}
+	}
+	var local any
+	if err := runKernel(w.chips[0], 0, &local, k, &a); err != nil {
+		return &TaskError{TaskID: 1, Worker: w.workerName(NextLevel, 0), Callable: h.Name(), Err: err}
+	}
+	return nil
+}
+
+// Malloc reserves device memory on chip `worker`.
+func (w *Worker) Malloc(worker, size int) (uint64, error) { return w.malloc("malloc", worker, size) }
+
+// Free releases device memory on chip `worker`.
+func (w *Worker) Free(worker int, ptr uint64) error { return w.free("free", worker, ptr) }
+
+// CopyTo copies host bytes into chip `worker`'s memory at dst.
+func (w *Worker) CopyTo(worker int, dst uint64, src []byte) error {
+	return w.copyTo("copy_to", worker, dst, src)
+}
+
+// CopyFrom copies chip `worker`'s memory at src into dst.
+func (w *Worker) CopyFrom(worker int, dst []byte, src uint64) error {
+	return w.copyFrom("copy_from", worker, dst, src)
+}
+
+func (w *Worker) chipFor(op string, worker int) (hal.Chip, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.ready(op); err != nil {
+		return nil, err
+	}
+	return w.chip(op, worker)
+}
+
+func (w *Worker) malloc(op string, worker, size int) (uint64, error) {
+	c, err := w.chipFor(op, worker)
+	if err != nil {
+		return 0, err
+	}
+	p, err := c.Malloc(size)
+	return p, Wrap(err, op)
+}
+
+func (w *Worker) free(op string, worker int, ptr uint64) error {
+	c, err := w.chipFor(op, worker)
+	if err != nil {
+		return err
+	}
+	return Wrap(c.Free(ptr), op)
+}
+
+func (w *Worker) copyTo(op string, worker int, dst uint64, src []byte) error {
+	c, err := w.chipFor(op, worker)
+	if err != nil {
+		return err
+	}
+	return Wrap(c.CopyIn(dst, src), op)
+}
+
+func (w *Worker) copyFrom(op string, worker int, dst []byte, src uint64) error {
+	c, err := w.chipFor(op, worker)
+	if err != nil {
+		return err
+	}
+	return Wrap(c.CopyOut(dst, src), op)
+}

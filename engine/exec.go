@@ -1,0 +1,169 @@
+package engine
+
+import (
+	"fmt"
+	"runtime/debug"
+	"sync"
+)
+
+// endpoint is one NEXT_LEVEL or SUB worker in thread mode: a goroutine
+// that runs one assignment at a time. Its channel holds at most one
+// assignment, because the scheduler only assigns to idle endpoints.
+type endpoint struct {
+	pool  Pool
+	id    int
+	ch    chan Assignment
+	local any // the binding's per-endpoint state (a Starlark thread)
+	wg    *sync.WaitGroup
+}
+
+func (w *Worker) startEndpoints() {
+	wg := &sync.WaitGroup{}
+	start := func(p Pool, id int) *endpoint {
+		ep := &endpoint{pool: p, id: id, ch: make(chan Assignment, 1), wg: wg}
+		wg.Add(1)
+		go w.serve(ep)
+		return ep
+	}
+	for i := 0; i < w.nextCount(); i++ {
+		w.next = append(w.next, start(NextLevel, i))
+	}
+	for i := 0; i < w.cfg.NumSubWorkers; i++ {
+		w.subs = append(w.subs, start(Sub, i))
+	}
+}
+
+// stopEndpoints ends the endpoint goroutines; no task may be in flight.
+func (w *Worker) stopEndpoints() {
+	var wg *sync.WaitGroup
+	for _, ep := range append(w.next, w.subs...) {
+		close(ep.ch)
+		wg = ep.wg
+	}
+	if wg != nil {
+		wg.Wait()
+	}
+	w.next, w.subs = nil, nil
+}
+
+func (w *Worker) serve(ep *endpoint) {
+	defer ep.wg.Done()
+	var out []Assignment
+	for a := range ep.ch {
+		err := w.exec(ep, a)
+		w.mu.Lock()
+		out = w.complete(a, err, out[:0])
+		fenced := w.checkFence(a.Task.run)
+		w.mu.Unlock()
+		w.route(out)
+		if fenced {
+			w.finish(a.Task.run)
+		}
+	}
+}
+
+// route hands assignments to their endpoints. The scheduler marked each
+// endpoint busy, so its channel is empty and the send cannot block.
+func (w *Worker) route(out []Assignment) {
+	for _, a := range out {
+		if a.Pool == Sub {
+			w.subs[a.Target].ch <- a
+		} else {
+			w.next[a.Target].ch <- a
+		}
+	}
+}
+
+// workerName names an endpoint the way errors show it.
+func (w *Worker) workerName(p Pool, id int) string {
+	switch {
+	case p == Sub:
+		return fmt.Sprintf("sub_worker %d", id)
+	case w.cfg.Level >= 4:
+		return fmt.Sprintf("child_worker %d", id)
+	default:
+		return fmt.Sprintf("chip_worker %d (device %d)", id, w.cfg.DeviceIDs[id])
+	}
+}
+
+// exec runs one assignment, turning a panic into a task failure.
+func (w *Worker) exec(ep *endpoint, a Assignment) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = Errorf(RuntimeError, "panic: %v\n%s", p, debug.Stack())
+		}
+	}()
+	t := a.Task
+	args := &t.args[a.Member]
+	switch {
+	case a.Pool == Sub:
+		return t.handle.Callable.(SubCallable).RunSub(&SubCtx{WorkerID: ep.id, Local: &ep.local}, args)
+	case w.cfg.Level >= 4:
+		oc := t.handle.Callable.(OrchCallable)
+		cfg := t.cfg
+		_, err := w.children[a.Target].Run(func(o *Orchestrator) (any, error) {
+			return nil, oc.RunOrch(o, args, &cfg)
+		})
+		return err
+	default:
+		return runKernel(w.chips[a.Target], a.Target, &ep.local, t.handle.Callable.(ChipKernel), args)
+	}
+}
+
+// complete records one finished member; the last member retires the task.
+// Caller holds w.mu.
+func (w *Worker) complete(a Assignment, err error, out []Assignment) []Assignment {
+	t := a.Task
+	w.sched.Finish(a.Pool, a.Target)
+	if err != nil && t.err == nil {
+		t.err = &TaskError{TaskID: t.ID, Worker: w.workerName(a.Pool, a.Target), Callable: t.handle.Name(), Err: err}
+		t.root = true
+	}
+	t.remaining--
+	if t.remaining == 0 {
+		out = w.retire(t, out)
+	}
+	return w.sched.Dispatch(out)
+}
+
+// publish publishes a task whose producers have all retired: a poisoned one
+// retires at once without running. Caller holds w.mu.
+func (w *Worker) publish(t *Task, out []Assignment) []Assignment {
+	if t.poison != nil {
+		t.err = t.poison
+		return w.retire(t, out)
+	}
+	w.sched.Push(t)
+	return w.sched.Dispatch(out)
+}
+
+// retire marks t done, releases what it held and publishes consumers that
+// became ready. Caller holds w.mu.
+func (w *Worker) retire(t *Task, out []Assignment) []Assignment {
+	t.done = true
+	r := t.run
+	if t.root && (r.firstErr == nil || t.ID < r.firstErr.ID) {
+		r.firstErr = t
+	}
+	for _, b := range t.heap {
+		w.heap.unref(b)
+	}
+	t.heap = nil
+	w.inflight--
+	r.inflight--
+	if w.waiters > 0 {
+		w.cond.Broadcast()
+	}
+	consumers := t.consumers
+	t.consumers = nil
+	for _, c := range consumers {
+		if t.err != nil && c.poison == nil {
+			c.poison = t.err
+		}
+		c.pending--
+		if c.pending == 0 {
+			out = w.publish(c, out)
+		}
+	}
+	return out
+}

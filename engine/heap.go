@@ -1,0 +1,137 @@
+package engine
+
+import (
+	"simpler/engine/hostmem"
+	"simpler/hal/shm"
+)
+
+// heapRing is the run heap: host shared memory from which OUTPUT tensors
+// with no address and orch.alloc intermediates are carved. Blocks are
+// handed out in ring order and reclaimed from the oldest end once freed, so
+// a block freed early is reused only when everything older is free too.
+//
+// A block is freed when its scope has ended and no unfinished task refers
+// to it. All fields are guarded by the Worker's mutex.
+type heapRing struct {
+	size   int
+	seg    *shm.Segment
+	head   int          // next offset to hand out
+	blocks []*heapBlock // live blocks in allocation order
+	byAddr map[uint64]*heapBlock
+	used   int
+}
+
+type heapBlock struct {
+	addr  uint64
+	off   int
+	size  int
+	refs  int // the scope's hold plus one per unfinished task
+	freed bool
+}
+
+const heapAlign = 64
+
+func newHeapRing(size int) *heapRing {
+	return &heapRing{size: size, byAddr: map[uint64]*heapBlock{}}
+}
+
+// alloc returns a zeroed block of n bytes, or nil when the ring has no room
+// now (a caller may wait for tasks to free some).
+func (r *heapRing) alloc(n int) (*heapBlock, error) {
+	if n > r.size {
+		return nil, Errorf(ValueError, "heap allocation of %d bytes exceeds heap_ring_size=%d", n, r.size)
+	}
+	if r.seg == nil {
+		seg, err := shm.Create("heap", r.size)
+		if err != nil {
+			return nil, Wrap(err, "heap ring")
+		}
+		hostmem.Register(seg)
+		r.seg = seg
+	}
+	n = max(heapAlign, (n+heapAlign-1)&^(heapAlign-1))
+	off, ok := r.place(n)
+	if !ok {
+		return nil, nil
+	}
+	b := &heapBlock{addr: r.seg.Addr() + uint64(off), off: off, size: n, refs: 1}
+	clear(r.seg.Mem[off : off+n])
+	r.head = off + n
+	r.blocks = append(r.blocks, b)
+	r.byAddr[b.addr] = b
+	r.used += n
+	return b, nil
+}
+
+// place finds room for n bytes after head, wrapping to the start when the
+// oldest live block leaves room there.
+func (r *heapRing) place(n int) (int, bool) {
+	if len(r.blocks) == 0 {
+		return 0, true
+	}
+	tail := r.blocks[0].off
+	if r.head > tail { // not wrapped: live blocks are [tail, head)
+		if r.head+n <= r.size {
+			return r.head, true
+		}
+		if n <= tail {
+			return 0, true
+		}
+		return 0, false
+	}
+	if r.head+n <= tail { // wrapped: the free gap is [head, tail)
+		return r.head, true
+	}
+	return 0, false
+}
+
+// find returns the live block containing [addr, addr+n).
+func (r *heapRing) find(addr uint64, n int) *heapBlock {
+	if r.seg == nil {
+		return nil
+	}
+	base := r.seg.Addr()
+	if addr < base || addr >= base+uint64(r.size) {
+		return nil
+	}
+	if b, ok := r.byAddr[addr]; ok {
+		return b
+	}
+	for i := len(r.blocks) - 1; i >= 0; i-- {
+		b := r.blocks[i]
+		if !b.freed && addr >= b.addr && addr+uint64(n) <= b.addr+uint64(b.size) {
+			return b
+		}
+	}
+	return nil
+}
+
+// unref drops one reference and reclaims space once the oldest blocks are
+// free.
+func (r *heapRing) unref(b *heapBlock) {
+	b.refs--
+	if b.refs > 0 {
+		return
+	}
+	b.freed = true
+	r.used -= b.size
+	delete(r.byAddr, b.addr)
+	for len(r.blocks) > 0 && r.blocks[0].freed {
+		r.blocks[0] = nil
+		r.blocks = r.blocks[1:]
+	}
+	if len(r.blocks) == 0 {
+		r.blocks = nil
+		r.head = 0
+	}
+}
+
+func (r *heapRing) close() error {
+	if r.seg == nil {
+		return nil
+	}
+	hostmem.Unregister(r.seg)
+	err := r.seg.Close()
+	r.seg = nil
+	return err
+}

@@ -1,0 +1,406 @@
+package engine
+
+import (
+	"fmt"
+
+	"simpler/engine/hostmem"
+	"simpler/hal/dtype"
+)
+
+// Orchestrator is what an orchestration function builds its run with. It
+// is used from the goroutine that called Submit, while the function runs.
+type Orchestrator struct {
+	w     *Worker
+	run   *Run
+	scope *scope
+}
+
+// Worker is the worker this orchestrator submits to.
+func (o *Orchestrator) Worker() *Worker { return o.w }
+
+// Run is the run being built.
+func (o *Orchestrator) Run() *Run { return o.run }
+
+func (o *Orchestrator) depth() int {
+	n := 0
+	for s := o.scope; s != o.run.root; s = s.parent {
+		n++
+	}
+	return n
+}
+
+// building refuses use of an orchestrator whose function has returned.
+// Caller holds w.mu.
+func (o *Orchestrator) building(op string) error {
+	if err := o.w.usable(op); err != nil {
+		return err
+	}
+	if !o.run.building {
+		return Errorf(RuntimeError, "%s: run %d is no longer being built; submit only from inside its orchestration function", op, o.run.id)
+	}
+	return nil
+}
+
+// SubmitNext submits one task on NEXT_LEVEL worker `worker`.
+func (o *Orchestrator) SubmitNext(h *Handle, args *TaskArgs, cfg *CallConfig, worker int) (*Task, error) {
+	const op = "submit_next_level"
+	if err := o.checkNext(op, h, worker); err != nil {
+		return nil, err
+	}
+	return o.submit(op, h, schedJob{pool: NextLevel, worker: worker}, []*TaskArgs{args}, cfg)
+}
+
+// SubmitNextGroup submits one DAG node that runs member i with
+// argsList[i] on workers[i], all at once.
+func (o *Orchestrator) SubmitNextGroup(h *Handle, argsList []*TaskArgs, cfg *CallConfig, workers []int) (*Task, error) {
+	const op = "submit_next_level_group"
+	if len(workers) == 0 {
+		return nil, Errorf(ValueError, "%s: workers must not be empty", op)
+	}
+	if len(argsList) != len(workers) {
+		return nil, Errorf(ValueError, "%s: %d args for %d workers; give one TaskArgs per worker", op, len(argsList), len(workers))
+	}
+	seen := map[int]bool{}
+	for _, id := range workers {
+		if seen[id] {
+			return nil, Errorf(ValueError, "%s: worker %d listed twice", op, id)
+		}
+		seen[id] = true
+		if err := o.checkNext(op, h, id); err != nil {
+			return nil, err
+		}
+	}
+	return o.submit(op, h, schedJob{pool: NextLevel, worker: -1, group: append([]int(nil), workers...)}, argsList, cfg)
+}
+
+// SubmitSub submits one task to the shared SUB pool.
+func (o *Orchestrator) SubmitSub(h *Handle, args *TaskArgs) (*Task, error) {
+	const op = "submit_sub"
+	if err := o.checkSub(op, h, 1); err != nil {
+		return nil, err
+	}
+	return o.submit(op, h, schedJob{pool: Sub}, []*TaskArgs{args}, nil)
+}
+
+// SubmitSubGroup submits one DAG node run on len(argsList) SUB workers at
+// once.
+func (o *Orchestrator) SubmitSubGroup(h *Handle, argsList []*TaskArgs) (*Task, error) {
+	const op = "submit_sub_group"
+	if len(argsList) == 0 {
+		return nil, Errorf(ValueError, "%s: args_list must not be empty", op)
+	}
+	if err := o.checkSub(op, h, len(argsList)); err != nil {
+		return nil, err
+	}
+	return o.submit(op, h, schedJob{pool: Sub, subGroup: len(argsList)}, argsList, nil)
+}
+
+func (o *Orchestrator) checkHandle(op string, h *Handle) error {
+	if h == nil {
+		return Errorf(TypeError, "%s: a callable handle is required", op)
+	}
+	if cur, ok := o.w.Lookup(h.Digest()); !ok || cur != h {
+		return Errorf(ValueError, "%s: %q is not registered on this worker; register it with w.register(fn) first", op, h.Name())
+	}
+	return nil
+}
+
+func (o *Orchestrator) checkNext(op string, h *Handle, worker int) error {
+	if err := o.checkHandle(op, h); err != nil {
+		return err
+	}
+	n := o.w.nextCount()
+	if worker < 0 || worker >= n {
+		return Errorf(ValueError, "%s: worker %d out of range (NEXT_LEVEL workers are 0..%d)", op, worker, n-1)
+	}
+	if !h.allows(worker) {
+		return Errorf(ValueError, "%s: %q is registered for workers %v, not worker %d", op, h.Name(), h.Workers, worker)
+	}
+	if o.w.cfg.Level == 3 {
+		if _, ok := h.Callable.(ChipKernel); !ok {
+			return Errorf(TypeError, "%s: %q cannot run as a chip kernel", op, h.Name())
+		}
+	} else if _, ok := h.Callable.(OrchCallable); !ok {
+		return Errorf(TypeError, "%s: %q cannot run as an orchestration function", op, h.Name())
+	}
+	return nil
+}
+
+func (o *Orchestrator) checkSub(op string, h *Handle, n int) error {
+	if err := o.checkHandle(op, h); err != nil {
+		return err
+	}
+	if _, ok := h.Callable.(SubCallable); !ok {
+		return Errorf(TypeError, "%s: %q cannot run as a SUB callable", op, h.Name())
+	}
+	if pool := o.w.cfg.NumSubWorkers; n > pool {
+		if pool == 0 {
+			return Errorf(ValueError, "%s: this worker has no SUB workers (num_sub_workers=0)", op)
+		}
+		return Errorf(ValueError, "%s: group of %d is larger than the SUB pool (%d workers)", op, n, pool)
+	}
+	return nil
+}
+
+// checkTensors validates every tensor of one member before anything is
+// allocated: host tensors must be in shared memory; device tensors must
+// lie in a live region of the chip the member runs on.
+func (o *Orchestrator) checkTensors(op string, job schedJob, m int, a *TaskArgs) error {
+	for i, t := range a.Tensors {
+		if t.DType.Size() == 0 {
+			return Errorf(ValueError, "%s: tensor %d has no dtype", op, i)
+		}
+		if t.Addr == 0 {
+			if a.Tags[i] != Output || t.ChildMemory {
+				return Errorf(ValueError, "%s: tensor %d has address 0; only a host OUTPUT tensor may leave its address to the runtime", op, i)
+			}
+			continue
+		}
+		if !t.ChildMemory {
+			if _, err := hostmem.Resolve(t.Addr, t.NBytes()); err != nil {
+				return Wrap(err, fmt.Sprintf("%s: tensor %d", op, i))
+			}
+			continue
+		}
+		if job.pool == Sub {
+			return Errorf(ValueError, "%s: tensor %d is device memory (child_memory); SUB workers see host memory only", op, i)
+		}
+		if o.w.cfg.Level >= 4 {
+			return Errorf(ValueError, "%s: tensor %d is device memory; a level-%d task takes host tensors", op, i, o.w.cfg.Level)
+		}
+		worker := job.worker
+		if job.group != nil {
+			worker = job.group[m]
+		}
+		if _, err := o.w.chips[worker].Bytes(t.Addr, t.NBytes()); err != nil {
+			return Wrap(err, fmt.Sprintf("%s: tensor %d (child_memory on worker %d)", op, i, worker))
+		}
+	}
+	return nil
+}
+
+// submit is the submit path, in order: validate, take a slot (waiting
+// while the task window is full), allocate runtime OUTPUTs, wire
+// dependencies against the run's tensor map, register heap references with
+// the task, publish READY or PENDING, and route ready work to endpoints.
+func (o *Orchestrator) submit(op string, h *Handle, job schedJob, argsList []*TaskArgs, cfg *CallConfig) (*Task, error) {
+	for m, a := range argsList {
+		if a == nil {
+			argsList[m] = &TaskArgs{}
+			a = argsList[m]
+		}
+		if err := o.checkTensors(op, job, m, a); err != nil {
+			return nil, err
+		}
+	}
+	if cfg == nil {
+		cfg = &DefaultCallConfig
+	}
+	w := o.w
+	w.mu.Lock()
+	if err := o.building(op); err != nil {
+		w.mu.Unlock()
+		return nil, err
+	}
+	for w.inflight >= w.cfg.TaskWindow {
+		w.wait()
+	}
+	t := &Task{run: o.run, handle: h, job: job, cfg: *cfg, args: make([]TaskArgs, len(argsList))}
+	if err := o.allocOutputs(op, argsList); err != nil {
+		w.mu.Unlock()
+		return nil, err
+	}
+	for m, a := range argsList {
+		t.args[m] = a.clone()
+	}
+	r := o.run
+	r.tasks++
+	t.ID = r.tasks
+	t.remaining = len(argsList)
+	r.wire(t)
+	o.refHeap(t)
+	w.inflight++
+	r.inflight++
+	out := w.dispatch[:0]
+	if t.pending == 0 {
+		out = w.publish(t, out)
+	}
+	w.dispatch = out[:0]
+	w.mu.Unlock()
+	w.route(out)
+	return t, nil
+}
+
+// allocOutputs gives every host OUTPUT without an address a block of the
+// run heap and writes the address back into the caller's TaskArgs, so a
+// later submit can consume it. Caller holds w.mu.
+func (o *Orchestrator) allocOutputs(op string, argsList []*TaskArgs) error {
+	for _, a := range argsList {
+		for i := range a.Tensors {
+			t := &a.Tensors[i]
+			if t.Addr != 0 || t.ChildMemory {
+				continue
+			}
+			b, err := o.heapAlloc(op, t.NBytes())
+			if err != nil {
+				return err
+			}
+			t.Addr = b.addr
+		}
+	}
+	return nil
+}
+
+// heapAlloc takes a block from the run heap for the current scope, waiting
+// for running tasks to free space when the ring is full. Caller holds w.mu.
+func (o *Orchestrator) heapAlloc(op string, n int) (*heapBlock, error) {
+	w := o.w
+	for {
+		b, err := w.heap.alloc(n)
+		if err != nil {
+			return nil, Wrap(err, op)
+		}
+		if b != nil {
+			o.scope.blocks = append(o.scope.blocks, b)
+			return b, nil
+		}
+		if w.inflight == 0 {
+			return nil, Errorf(RuntimeError, "%s: heap ring exhausted: %d bytes wanted, %d of heap_ring_size=%d held by live scopes", op, n, w.heap.used, w.heap.size)
+		}
+		w.wait()
+	}
+}
+
+// refHeap holds every heap block t touches until t retires.
+func (o *Orchestrator) refHeap(t *Task) {
+	for m := range t.args {
+		for _, ten := range t.args[m].Tensors {
+			if ten.ChildMemory {
+				continue
+			}
+			if b := o.w.heap.find(ten.Addr, ten.NBytes()); b != nil {
+				b.refs++
+				t.heap = append(t.heap, b)
+			}
+		}
+	}
+}
+
+// Alloc returns an intermediate host tensor from the run heap, freed when
+// the current scope ends and every task using it has retired.
+func (o *Orchestrator) Alloc(shape []int, dt dtype.DType) (Tensor, error) {
+	t := Tensor{Shape: append([]int(nil), shape...), DType: dt}
+	o.w.mu.Lock()
+	defer o.w.mu.Unlock()
+	if err := o.building("alloc"); err != nil {
+		return Tensor{}, err
+	}
+	b, err := o.heapAlloc("alloc", t.NBytes())
+	if err != nil {
+		return Tensor{}, err
+	}
+	t.Addr = b.addr
+	return t, nil
+}
+
+// ScopeBegin opens a nested scope.
+func (o *Orchestrator) ScopeBegin() error {
+	o.w.mu.Lock()
+	defer o.w.mu.Unlock()
+	if err := o.building("scope_begin"); err != nil {
+		return err
+	}
+	o.scope = &scope{parent: o.scope}
+	return nil
+}
+
+// ScopeEnd closes the innermost scope: its heap blocks are freed as soon as
+// the tasks using them retire.
+func (o *Orchestrator) ScopeEnd() error {
+	o.w.mu.Lock()
+	defer o.w.mu.Unlock()
+	if err := o.building("scope_end"); err != nil {
+		return err
+	}
+	if o.scope == o.run.root {
+		return Errorf(RuntimeError, "scope_end: no open scope (scope_end without scope_begin)")
+	}
+	o.scope.end(o.w.heap)
+	o.scope = o.scope.parent
+	return nil
+}
+
+// Drain waits until every task submitted so far in this run has retired
+// and returns the first root failure.
+func (o *Orchestrator) Drain() error {
+	w := o.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := o.building("drain"); err != nil {
+		return err
+	}
+	for o.run.inflight > 0 {
+		w.wait()
+	}
+	if o.run.firstErr != nil {
+		return o.run.firstErr.err
+	}
+	return nil
+}
+
+// wait blocks on the retire condition. Caller holds w.mu.
+func (w *Worker) wait() {
+	w.waiters++
+	w.cond.Wait()
+	w.waiters--
+}
+
+// direct refuses direct control once the run has submitted a task:
+// staging must finish before any task can observe device memory.
+func (o *Orchestrator) direct(op string) error {
+	o.w.mu.Lock()
+	defer o.w.mu.Unlock()
+	if err := o.building(op); err != nil {
+		return err
+	}
+	if o.run.tasks > 0 {
+		return Errorf(RuntimeError, "%s: direct control is refused after this run's first submit; stage every rank (malloc, copy_to) before submitting tasks", op)
+	}
+	return nil
+}
+
+// Direct checks that op may do direct control now; bindings call it for
+// their own direct-control builtins (domains, say).
+func (o *Orchestrator) Direct(op string) error { return o.direct(op) }
+
+// Malloc reserves device memory on chip `worker`.
+func (o *Orchestrator) Malloc(worker, size int) (uint64, error) {
+	if err := o.direct("orch.malloc"); err != nil {
+		return 0, err
+	}
+	return o.w.malloc("orch.malloc", worker, size)
+}
+
+// Free releases device memory on chip `worker`.
+func (o *Orchestrator) Free(worker int, ptr uint64) error {
+	if err := o.direct("orch.free"); err != nil {
+		return err
+	}
+	return o.w.free("orch.free", worker, ptr)
+}
+
+// CopyTo copies host bytes into device memory of chip `worker`.
+func (o *Orchestrator) CopyTo(worker int, dst uint64, src []byte) error {
+	if err := o.direct("orch.copy_to"); err != nil {
+		return err
+	}
+	return o.w.copyTo("orch.copy_to", worker, dst, src)
+}
+
+// CopyFrom copies device memory of chip `worker` into host bytes.
+func (o *Orchestrator) CopyFrom(worker int, dst []byte, src uint64) error {
+	if err := o.direct("orch.copy_from"); err != nil {
+		return err
+	}
+	return o.w.copyFrom("orch.copy_from", worker, dst, src)
+}

@@ -1,0 +1,110 @@
+package engine
+
+import "sort"
+
+// Handle is a callable registered on a Worker. Tasks name callables by
+// handle; the digest is what crosses process and host boundaries.
+type Handle struct {
+	Callable Callable
+	Workers  []int // NEXT_LEVEL ids it may run on; nil means any
+	refs     int
+}
+
+// Digest is the callable's content digest ("sha256:...").
+func (h *Handle) Digest() string { return h.Callable.Digest() }
+
+// Name is the callable's function name.
+func (h *Handle) Name() string { return h.Callable.Name() }
+
+func (h *Handle) allows(worker int) bool {
+	if h.Workers == nil {
+		return true
+	}
+	for _, w := range h.Workers {
+		if w == worker {
+			return true
+		}
+	}
+	return false
+}
+
+type registry struct {
+	byDigest map[string]*Handle
+}
+
+// Register makes c callable by tasks of this Worker and of every
+// descendant. workers restricts the NEXT_LEVEL ids it may run on. A second
+// registration of the same callable adds a reference and returns the same
+// handle (its worker restriction must agree).
+func (w *Worker) Register(c Callable, workers []int) (*Handle, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.usable("register"); err != nil {
+		return nil, err
+	}
+	if workers != nil {
+		workers = append([]int(nil), workers...)
+		sort.Ints(workers)
+		for i, id := range workers {
+			if id < 0 || id >= w.nextCount() {
+				return nil, Errorf(ValueError, "register: worker %d out of range (this level-%d worker has NEXT_LEVEL ids 0..%d)", id, w.cfg.Level, w.nextCount()-1)
+			}
+			if i > 0 && workers[i-1] == id {
+				return nil, Errorf(ValueError, "register: worker %d listed twice", id)
+			}
+		}
+	}
+	if h, ok := w.reg.byDigest[c.Digest()]; ok {
+		if !sameInts(h.Workers, workers) {
+			return nil, Errorf(ValueError, "register: %q is already registered with workers=%v", c.Name(), h.Workers)
+		}
+		h.refs++
+		return h, nil
+	}
+	for _, child := range w.children {
+		if _, err := child.Register(c, nil); err != nil {
+			return nil, Wrap(err, "register on child")
+		}
+	}
+	h := &Handle{Callable: c, Workers: workers, refs: 1}
+	w.reg.byDigest[c.Digest()] = h
+	return h, nil
+}
+
+// Unregister drops one reference to h; the last one removes it.
+func (w *Worker) Unregister(h *Handle) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.usable("unregister"); err != nil {
+		return err
+	}
+	cur, ok := w.reg.byDigest[h.Digest()]
+	if !ok || cur != h {
+		return Errorf(ValueError, "unregister: %q is not registered on this worker", h.Name())
+	}
+	h.refs--
+	if h.refs == 0 {
+		delete(w.reg.byDigest, h.Digest())
+	}
+	return nil
+}
+
+// Lookup returns the handle registered under digest.
+func (w *Worker) Lookup(digest string) (*Handle, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	h, ok := w.reg.byDigest[digest]
+	return h, ok
+}
+
+func sameInts(a, b []int) bool {
+	if (a == nil) != (b == nil) || len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,199 @@
+package engine
+
+import (
+	"time"
+)
+
+// Run is one submission: the DAG an orchestration function built, its
+// fence, and the cleanups that follow the fence. It is also the RunHandle
+// callers wait on.
+type Run struct {
+	w        *Worker
+	id       uint64
+	tmap     map[tkey]*Task
+	tasks    int  // submitted
+	inflight int  // submitted and not retired
+	building bool // the orchestration function has not returned
+	fenced   bool
+	firstErr *Task // the root failure with the lowest task id
+	buildErr error
+	result   any
+	root     *scope
+	cleanups []Cleanup // run after the fence, last registered first
+	done     chan struct{}
+	waitErr  error // set before done is closed
+}
+
+// Cleanup is work that must happen after a run's fence (freeing a domain,
+// say). A cleanup that fails poisons the Worker.
+type Cleanup struct {
+	Name string
+	Fn   func() error
+}
+
+// Submit calls build to construct a run's DAG on the calling goroutine and
+// returns the run once build has returned. An error from build is returned
+// after the tasks it had already submitted have retired, so nothing of the
+// run is still running when the caller sees it.
+func (w *Worker) Submit(build func(o *Orchestrator) (any, error)) (*Run, error) {
+	w.mu.Lock()
+	if err := w.ready("submit"); err != nil {
+		w.mu.Unlock()
+		return nil, err
+	}
+	if w.cfg.Level < 3 {
+		w.mu.Unlock()
+		return nil, Errorf(ValueError, "submit: a level-2 worker is one chip; use run(kernel, args)")
+	}
+	w.runSeq++
+	r := &Run{w: w, id: w.runSeq, tmap: map[tkey]*Task{}, building: true, done: make(chan struct{})}
+	r.root = &scope{}
+	w.runs[r] = struct{}{}
+	w.mu.Unlock()
+
+	o := &Orchestrator{w: w, run: r, scope: r.root}
+	res, err := build(o)
+
+	w.mu.Lock()
+	r.result, r.buildErr = res, err
+	if err == nil && o.scope != r.root {
+		r.buildErr = Errorf(RuntimeError, "orchestration returned with %d open scope(s): every scope_begin() needs a scope_end()", o.depth())
+	}
+	for o.scope != r.root { // end what was left open so its blocks are freed
+		o.scope.end(w.heap)
+		o.scope = o.scope.parent
+	}
+	r.building = false
+	fenced := w.checkFence(r)
+	w.mu.Unlock()
+	if fenced {
+		w.finish(r)
+	}
+	if r.buildErr != nil {
+		<-r.done
+		return nil, r.buildErr
+	}
+	return r, nil
+}
+
+// Run is Submit then Wait.
+func (w *Worker) Run(build func(o *Orchestrator) (any, error)) (any, error) {
+	r, err := w.Submit(build)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.Wait(-1); err != nil {
+		return nil, err
+	}
+	return r.result, nil
+}
+
+// ID is the run's number within its Worker.
+func (r *Run) ID() uint64 { return r.id }
+
+// Done reports whether the run has passed its fence and cleaned up.
+func (r *Run) Done() bool {
+	select {
+	case <-r.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Wait blocks until the run is done, or for at most timeout (negative
+// means no limit), and returns the first root task failure.
+func (r *Run) Wait(timeout time.Duration) error {
+	if timeout < 0 {
+		<-r.done
+		return r.waitErr
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-r.done:
+		return r.waitErr
+	case <-t.C:
+		r.w.mu.Lock()
+		left := r.inflight
+		r.w.mu.Unlock()
+		return Errorf(TimeoutError, "run %d not done after %v (%d of %d tasks still unfinished)", r.id, timeout, left, r.tasks)
+	}
+}
+
+// Result is the orchestration function's return value once the run is
+// done; it returns Wait's error if the run failed.
+func (r *Run) Result() (any, error) {
+	if err := r.Wait(-1); err != nil {
+		return nil, err
+	}
+	return r.result, nil
+}
+
+// Tasks is the number of tasks the run submitted.
+func (r *Run) Tasks() int {
+	r.w.mu.Lock()
+	defer r.w.mu.Unlock()
+	return r.tasks
+}
+
+// checkFence reports, once, that the run's function has returned and all
+// its tasks have retired. Caller holds w.mu.
+func (w *Worker) checkFence(r *Run) bool {
+	if r.fenced || r.building || r.inflight > 0 {
+		return false
+	}
+	r.fenced = true
+	return true
+}
+
+// finish runs after the fence without w.mu: it ends the root scope, runs
+// the cleanups last-registered first (also after a failure), then releases
+// waiters.
+func (w *Worker) finish(r *Run) {
+	w.mu.Lock()
+	r.root.end(w.heap)
+	cleanups := r.cleanups
+	r.cleanups = nil
+	if r.firstErr != nil {
+		r.waitErr = r.firstErr.err
+	}
+	w.mu.Unlock()
+	for i := len(cleanups) - 1; i >= 0; i-- {
+		if err := cleanups[i].Fn(); err != nil {
+			w.Poison(Wrap(err, cleanups[i].Name))
+			if r.waitErr == nil {
+				r.waitErr = Wrap(err, cleanups[i].Name)
+			}
+		}
+	}
+	w.mu.Lock()
+	delete(w.runs, r)
+	w.mu.Unlock()
+	close(r.done)
+}
+
+// AddCleanup registers work to run after the run's fence.
+func (r *Run) AddCleanup(c Cleanup) {
+	r.w.mu.Lock()
+	defer r.w.mu.Unlock()
+	r.cleanups = append(r.cleanups, c)
+}
+
+// scope holds the heap blocks allocated while it was innermost.
+type scope struct {
+	parent *scope
+	blocks []*heapBlock
+	ended  bool
+}
+
+func (s *scope) end(h *heapRing) {
+	if s.ended {
+		return
+	}
+	s.ended = true
+	for _, b := range s.blocks {
+		h.unref(b)
+	}
+	s.blocks = nil
+}

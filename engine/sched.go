@@ -1,0 +1,192 @@
+package engine
+
+// The scheduler decides which ready task runs on which endpoint. It is a
+// plain state machine: Push a ready task, Finish an endpoint's current job,
+// and ask Dispatch for the assignments that follow. It does no I/O and
+// starts no goroutines, so tests step it directly.
+//
+// Queues: one FIFO per NEXT_LEVEL worker, one shared SUB FIFO, and one group
+// FIFO. Only the head of the group FIFO is considered; it dispatches when
+// every target is idle, all at once, and until then it reserves its targets
+// so single tasks cannot starve it.
+
+// Pool says which kind of endpoint a task runs on.
+type Pool uint8
+
+// The endpoint pools.
+const (
+	NextLevel Pool = iota // chips at L3, child workers at L4 and up
+	Sub                   // SUB workers
+)
+
+func (p Pool) String() string {
+	if p == Sub {
+		return "sub_worker"
+	}
+	return "next_level"
+}
+
+// Assignment is one member of a task placed on one endpoint.
+type Assignment struct {
+	Task   *Task
+	Member int // index into the task's args list (0 for single tasks)
+	Pool   Pool
+	Target int // worker id within the pool
+}
+
+// schedJob is the part of a task the scheduler reads.
+type schedJob struct {
+	pool     Pool
+	worker   int   // single NEXT_LEVEL task: its worker; group: -1
+	group    []int // NEXT_LEVEL group: its workers, member i on group[i]
+	subGroup int   // SUB group: number of members (0 for single tasks)
+}
+
+func (j *schedJob) isGroup() bool { return j.group != nil || j.subGroup > 0 }
+
+type fifo struct {
+	items []*Task
+	head  int
+}
+
+func (q *fifo) push(t *Task) { q.items = append(q.items, t) }
+func (q *fifo) len() int     { return len(q.items) - q.head }
+func (q *fifo) peek() *Task  { return q.items[q.head] }
+
+func (q *fifo) pop() *Task {
+	t := q.items[q.head]
+	q.items[q.head] = nil
+	q.head++
+	if q.head == len(q.items) { // empty: reuse the backing array
+		q.items, q.head = q.items[:0], 0
+	}
+	return t
+}
+
+// Sched is the scheduler state machine.
+type Sched struct {
+	next     []fifo
+	nextBusy []bool
+	subQ     fifo
+	subBusy  []bool
+	subIdle  int
+	groups   fifo
+	reserved []bool // NEXT_LEVEL workers held by the head group
+}
+
+// NewSched makes a scheduler for nNext NEXT_LEVEL and nSub SUB workers.
+func NewSched(nNext, nSub int) *Sched {
+	return &Sched{
+		next:     make([]fifo, nNext),
+		nextBusy: make([]bool, nNext),
+		subBusy:  make([]bool, nSub),
+		subIdle:  nSub,
+		reserved: make([]bool, nNext),
+	}
+}
+
+// Push queues a ready task.
+func (s *Sched) Push(t *Task) {
+	switch {
+	case t.job.isGroup():
+		s.groups.push(t)
+	case t.job.pool == Sub:
+		s.subQ.push(t)
+	default:
+		s.next[t.job.worker].push(t)
+	}
+}
+
+// Finish marks an endpoint idle again.
+func (s *Sched) Finish(p Pool, target int) {
+	if p == Sub {
+		s.subBusy[target] = false
+		s.subIdle++
+		return
+	}
+	s.nextBusy[target] = false
+}
+
+// Idle reports whether no task is queued or running.
+func (s *Sched) Idle() bool {
+	if s.subQ.len() > 0 || s.groups.len() > 0 || s.subIdle != len(s.subBusy) {
+		return false
+	}
+	for i := range s.next {
+		if s.next[i].len() > 0 || s.nextBusy[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Dispatch appends to out every assignment that can start now.
+func (s *Sched) Dispatch(out []Assignment) []Assignment {
+	out = s.dispatchGroups(out)
+	for w := range s.next {
+		if !s.nextBusy[w] && !s.reserved[w] && s.next[w].len() > 0 {
+			t := s.next[w].pop()
+			s.nextBusy[w] = true
+			out = append(out, Assignment{Task: t, Pool: NextLevel, Target: w})
+		}
+	}
+	if s.subHeld() {
+		return out
+	}
+	for s.subIdle > 0 && s.subQ.len() > 0 {
+		out = append(out, Assignment{Task: s.subQ.pop(), Pool: Sub, Target: s.takeSub()})
+	}
+	return out
+}
+
+// dispatchGroups starts head groups while their targets are idle, then
+// reserves the targets of the first one that must wait.
+func (s *Sched) dispatchGroups(out []Assignment) []Assignment {
+	for i := range s.reserved {
+		s.reserved[i] = false
+	}
+	for s.groups.len() > 0 {
+		t := s.groups.peek()
+		if t.job.subGroup > 0 {
+			if s.subIdle < t.job.subGroup {
+				return out // subHeld keeps the idle SUB workers for it
+			}
+			s.groups.pop()
+			for m := 0; m < t.job.subGroup; m++ {
+				out = append(out, Assignment{Task: t, Member: m, Pool: Sub, Target: s.takeSub()})
+			}
+			continue
+		}
+		for _, w := range t.job.group {
+			if s.nextBusy[w] {
+				for _, r := range t.job.group {
+					s.reserved[r] = true
+				}
+				return out
+			}
+		}
+		s.groups.pop()
+		for m, w := range t.job.group {
+			s.nextBusy[w] = true
+			out = append(out, Assignment{Task: t, Member: m, Pool: NextLevel, Target: w})
+		}
+	}
+	return out
+}
+
+// subHeld reports whether the head group is a SUB group waiting for
+// workers, in which case idle SUB workers are kept for it.
+func (s *Sched) subHeld() bool {
+	return s.groups.len() > 0 && s.groups.peek().job.subGroup > 0
+}
+
+func (s *Sched) takeSub() int {
+	for i, busy := range s.subBusy {
+		if !busy {
+			s.subBusy[i] = true
+			s.subIdle--
+			return i
+		}
+	}
+	panic("engine: takeSub with no idle SUB worker")
+}

@@ -1,0 +1,92 @@
+package engine
+
+import "fmt"
+
+// Task is one node of a run's DAG: a single task or a group whose members
+// run at once on several endpoints.
+type Task struct {
+	ID     int // 1-based within its run, in submit order
+	run    *Run
+	handle *Handle
+	job    schedJob
+	args   []TaskArgs // one per member
+	cfg    CallConfig
+
+	pending   int     // unfinished producers
+	consumers []*Task // tasks waiting on this one
+	remaining int     // members not yet finished
+	done      bool
+	err       error // why it failed: its own error (root) or a producer's
+	root      bool  // err came from running this task
+	poison    error // the first failed producer's error
+	heap      []*heapBlock
+}
+
+// TaskError is a task's failure as the caller sees it: which task, on which
+// worker, running which callable, and why.
+type TaskError struct {
+	TaskID   int
+	Worker   string // e.g. "chip_worker 1 (device 1)", "sub_worker 0"
+	Callable string
+	Err      error
+}
+
+func (e *TaskError) Error() string {
+	k := KindOf(e.Err)
+	_, msg, _ := SplitKind(e.Err.Error())
+	return fmt.Sprintf("%s: task %d on %s running %q failed: %s", k, e.TaskID, e.Worker, e.Callable, msg)
+}
+
+func (e *TaskError) Unwrap() error { return e.Err }
+
+// tkey identifies memory in a run's tensor map: host memory (space -1) or a
+// NEXT_LEVEL worker's device memory (space = worker id).
+type tkey struct {
+	space int
+	addr  uint64
+}
+
+// wire records t's producers and makes t the writer of what it writes. It
+// runs under the Worker's mutex, in submit order.
+func (r *Run) wire(t *Task) {
+	for m := range t.args {
+		a := &t.args[m]
+		space := -1
+		if t.job.pool == NextLevel {
+			space = t.job.worker
+			if t.job.group != nil {
+				space = t.job.group[m]
+			}
+		}
+		for i, ten := range a.Tensors {
+			k := tkey{space: -1, addr: ten.Addr}
+			if ten.ChildMemory {
+				k.space = space
+			}
+			tag := a.Tags[i]
+			if tag.reads() {
+				if p := r.tmap[k]; p != nil && p != t {
+					t.dependOn(p)
+				}
+			}
+			if tag.writes() {
+				r.tmap[k] = t
+			}
+		}
+	}
+}
+
+// dependOn adds producer p to t unless it is already there or finished.
+func (t *Task) dependOn(p *Task) {
+	if p.done {
+		if p.err != nil && t.poison == nil {
+			t.poison = p.err
+		}
+		return
+	}
+	if n := len(p.consumers); n > 0 && p.consumers[n-1] == t {
+		return // already waiting on p through another tensor
+	}
+	p.consumers = append(p.consumers, t)
+	t.pending++
+}

@@ -1,0 +1,165 @@
+package engine
+
+import (
+	"fmt"
+	"strings"
+
+	"simpler/hal"
+	"simpler/hal/dtype"
+)
+
+// Tag says how a task uses a tensor; dependencies are inferred from it.
+type Tag uint8
+
+// The tensor tags.
+const (
+	Input          Tag = iota // waits for the last writer
+	Output                    // becomes the writer
+	InOut                     // waits for the last writer, then becomes it
+	OutputExisting            // becomes the writer of memory that already exists
+	NoDep                     // neither waits nor writes for dependency purposes
+)
+
+var tagNames = [...]string{"INPUT", "OUTPUT", "INOUT", "OUTPUT_EXISTING", "NO_DEP"}
+
+func (t Tag) String() string {
+	if int(t) < len(tagNames) {
+		return tagNames[t]
+	}
+	return fmt.Sprintf("Tag(%d)", uint8(t))
+}
+
+// Tags lists every tag in order.
+var Tags = []Tag{Input, Output, InOut, OutputExisting, NoDep}
+
+func (t Tag) reads() bool  { return t == Input || t == InOut }
+func (t Tag) writes() bool { return t == Output || t == InOut || t == OutputExisting }
+
+// copiesIn reports whether a chip task needs the tensor's contents staged
+// into device memory before the kernel runs.
+func (t Tag) copiesIn() bool { return t != Output }
+
+// copiesOut reports whether a chip task's result is copied back.
+func (t Tag) copiesOut() bool { return t != Input }
+
+// Tensor names memory: a host address in shared memory, or a device
+// address of the chip a task runs on (ChildMemory).
+type Tensor struct {
+	Addr        uint64
+	Shape       []int
+	DType       dtype.DType
+	ChildMemory bool
+}
+
+// Elems is the number of elements.
+func (t Tensor) Elems() int {
+	n := 1
+	for _, d := range t.Shape {
+		n *= d
+	}
+	return n
+}
+
+// NBytes is the size of the tensor in bytes.
+func (t Tensor) NBytes() int { return t.Elems() * t.DType.Size() }
+
+func (t Tensor) String() string {
+	where := "host"
+	if t.ChildMemory {
+		where = "device"
+	}
+	dims := make([]string, len(t.Shape))
+	for i, d := range t.Shape {
+		dims[i] = fmt.Sprint(d)
+	}
+	return fmt.Sprintf("Tensor(%s 0x%x, shape=(%s), %s)", where, t.Addr, strings.Join(dims, ", "), t.DType)
+}
+
+// TaskArgs are a task's tensors (each with a tag) followed by its scalars.
+type TaskArgs struct {
+	Tensors []Tensor
+	Tags    []Tag
+	Scalars []uint64
+}
+
+// AddTensor appends a tensor; tensors must come before scalars.
+func (a *TaskArgs) AddTensor(t Tensor, tag Tag) error {
+	if len(a.Scalars) > 0 {
+		return Errorf(ValueError, "add_tensor: tensors must precede scalars (this TaskArgs already has %d scalar(s))", len(a.Scalars))
+	}
+	if int(tag) >= len(tagNames) {
+		return Errorf(ValueError, "add_tensor: unknown tag %d", tag)
+	}
+	a.Tensors = append(a.Tensors, t)
+	a.Tags = append(a.Tags, tag)
+	return nil
+}
+
+// AddScalar appends a 64-bit scalar.
+func (a *TaskArgs) AddScalar(v uint64) { a.Scalars = append(a.Scalars, v) }
+
+// clone copies a so that later changes by the caller do not reach a task.
+func (a *TaskArgs) clone() TaskArgs {
+	if a == nil {
+		return TaskArgs{}
+	}
+	return TaskArgs{
+		Tensors: append([]Tensor(nil), a.Tensors...),
+		Tags:    append([]Tag(nil), a.Tags...),
+		Scalars: append([]uint64(nil), a.Scalars...),
+	}
+}
+
+// CallConfig carries per-call settings.
+type CallConfig struct {
+	BlockDim        int  // cores a kernel is launched on
+	AicpuThreadNum  int  // AICPU scheduler threads
+	EnableProfiling bool // collect per-task timing
+}
+
+// ConfigKeys lists the CallConfig keys scripts may set.
+var ConfigKeys = []string{"block_dim", "aicpu_thread_num", "enable_profiling"}
+
+// DefaultCallConfig is what a nil config means.
+var DefaultCallConfig = CallConfig{BlockDim: 1, AicpuThreadNum: 1}
+
+// Callable is something a task runs, identified by a digest that is the
+// same in every process that loads the same code.
+type Callable interface {
+	Name() string
+	Digest() string
+}
+
+// ChipCtx is what a kernel sees of the chip it runs on.
+type ChipCtx struct {
+	WorkerID int
+	Chip     hal.Chip
+	// Local is the endpoint's own slot for the binding (a Starlark thread,
+	// say), reused across the tasks of one endpoint.
+	Local any
+}
+
+// SubCtx is what a SUB callable sees of its worker.
+type SubCtx struct {
+	WorkerID int
+	Local    any
+}
+
+// ChipKernel runs on a chip: NEXT_LEVEL tasks of an L3 worker.
+type ChipKernel interface {
+	Callable
+	RunChip(c *ChipCtx, args *TaskArgs) error
+}
+
+// SubCallable runs on a SUB worker with host tensors.
+type SubCallable interface {
+	Callable
+	RunSub(c *SubCtx, args *TaskArgs) error
+}
+
+// OrchCallable is an orchestration function a parent submits to an L3 (or
+// deeper) child worker.
+type OrchCallable interface {
+	Callable
+	RunOrch(o *Orchestrator, args *TaskArgs, cfg *CallConfig) error
+}

@@ -1,0 +1,358 @@
+// Package engine runs hierarchical task graphs. A Worker at level 2 is one
+// chip, run synchronously. A Worker at level 3 owns chips and SUB workers
+// (its NEXT_LEVEL and SUB pools); at level 4 and up its NEXT_LEVEL pool is
+// child Workers. The level is a label: every level from 3 up runs the same
+// code.
+//
+// A run is built by an orchestration function that submits tasks through an
+// Orchestrator; dependencies come from tensor tags, keyed on the tensor's
+// address within the run. The Scheduler state machine places ready tasks on
+// endpoints; a failed task poisons its consumers; the run's fence is the
+// moment its function has returned and every task has retired, after which
+// its heap blocks and domains are cleaned up in a fixed order.
+//
+// The package knows nothing of Starlark: a Go program can embed it.
+package engine
+
+import (
+	"fmt"
+	"sync"
+
+	"simpler/hal"
+)
+
+// Config describes a Worker.
+type Config struct {
+	Level         int // 2, 3, 4, 5 or 6
+	Platform      hal.Platform
+	DeviceIDs     []int // chips (level 2: exactly one; level 3: one or more; level 4+: none)
+	NumSubWorkers int
+	Mode          string // "thread" or "process"
+	EnableSDMA    bool
+	HeapRingSize  int // bytes of run heap; 0 means DefaultHeapRingSize
+	TaskWindow    int // tasks in flight before submit waits; 0 means DefaultTaskWindow
+}
+
+// Defaults for Config.
+const (
+	DefaultHeapRingSize = 64 << 20
+	DefaultTaskWindow   = 16384
+)
+
+type lifecycle uint8
+
+const (
+	stateNew lifecycle = iota
+	stateReady
+	stateClosed
+)
+
+// Worker is a node of the worker tree.
+type Worker struct {
+	cfg Config
+
+	mu       sync.Mutex
+	cond     *sync.Cond // signalled when tasks retire (back-pressure, drain)
+	waiters  int        // goroutines waiting on cond
+	state    lifecycle
+	poisoned error // a cleanup that could not complete; refuses later work
+	attached bool  // added to a parent; the parent drives its lifecycle
+
+	chips    []hal.Chip
+	children []*Worker
+	next     []*endpoint
+	subs     []*endpoint
+	sched    *Sched
+	reg      registry
+	heap     *heapRing
+	inflight int // tasks submitted and not retired, over all runs
+	runs     map[*Run]struct{}
+	runSeq   uint64
+	dispatch []Assignment // scratch for Dispatch results
+}
+
+// NewWorker validates cfg and returns a Worker in state NEW.
+func NewWorker(cfg Config) (*Worker, error) {
+	if err := validate(&cfg); err != nil {
+		return nil, err
+	}
+	w := &Worker{cfg: cfg, runs: map[*Run]struct{}{}}
+	w.cond = sync.NewCond(&w.mu)
+	w.reg.byDigest = map[string]*Handle{}
+	return w, nil
+}
+
+func validate(cfg *Config) error {
+	if cfg.Level < 2 || cfg.Level > 6 {
+		return Errorf(ValueError, "Worker: level must be 2, 3, 4, 5 or 6, got %d", cfg.Level)
+	}
+	if cfg.Platform == nil {
+		return Errorf(ValueError, "Worker: platform is required")
+	}
+	switch cfg.Mode {
+	case "":
+		cfg.Mode = "thread"
+	case "thread":
+	case "process":
+		return Errorf(ValueError, "Worker: mode=\"process\" is not available in this build yet; use mode=\"thread\"")
+	default:
+		return Errorf(ValueError, "Worker: mode must be \"thread\" or \"process\", got %q", cfg.Mode)
+	}
+	if cfg.NumSubWorkers < 0 {
+		return Errorf(ValueError, "Worker: num_sub_workers must be >= 0, got %d", cfg.NumSubWorkers)
+	}
+	switch {
+	case cfg.Level == 2 && len(cfg.DeviceIDs) != 1:
+		return Errorf(ValueError, "Worker: level 2 is one chip: give device_id (got %d device ids)", len(cfg.DeviceIDs))
+	case cfg.Level == 2 && cfg.NumSubWorkers > 0:
+		return Errorf(ValueError, "Worker: level 2 has no SUB workers (num_sub_workers=%d)", cfg.NumSubWorkers)
+	case cfg.Level == 3 && len(cfg.DeviceIDs) == 0:
+		return Errorf(ValueError, "Worker: level 3 needs at least one device id")
+	case cfg.Level >= 4 && len(cfg.DeviceIDs) > 0:
+		return Errorf(ValueError, "Worker: level %d composes child workers; device_ids belong to its level-3 children", cfg.Level)
+	}
+	max := cfg.Platform.Arch().MaxChips
+	seen := map[int]bool{}
+	for _, id := range cfg.DeviceIDs {
+		if id < 0 || id >= max {
+			return Errorf(ValueError, "Worker: device id %d out of range for %s (0..%d)", id, cfg.Platform.Name(), max-1)
+		}
+		if seen[id] {
+			return Errorf(ValueError, "Worker: device id %d listed twice", id)
+		}
+		seen[id] = true
+	}
+	if cfg.EnableSDMA && !hal.SDMA(cfg.Platform) {
+		return Errorf(ValueError, "Worker: enable_sdma is honoured only on a2a3 (platform %s has no SDMA engine)", cfg.Platform.Name())
+	}
+	if cfg.HeapRingSize < 0 {
+		return Errorf(ValueError, "Worker: heap_ring_size must be > 0, got %d", cfg.HeapRingSize)
+	}
+	if cfg.HeapRingSize == 0 {
+		cfg.HeapRingSize = DefaultHeapRingSize
+	}
+	if cfg.TaskWindow <= 0 {
+		cfg.TaskWindow = DefaultTaskWindow
+	}
+	return nil
+}
+
+// Level is the worker's level.
+func (w *Worker) Level() int { return w.cfg.Level }
+
+// Config returns the worker's configuration (with defaults filled in).
+func (w *Worker) Config() Config { return w.cfg }
+
+// Children returns the NEXT_LEVEL child workers (level 4 and up).
+func (w *Worker) Children() []*Worker { return w.children }
+
+// Chip returns the chip of NEXT_LEVEL worker id at level 3 (or the chip at
+// level 2, id 0).
+func (w *Worker) Chip(id int) (hal.Chip, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.ready("chip"); err != nil {
+		return nil, err
+	}
+	return w.chip("chip", id)
+}
+
+func (w *Worker) chip(op string, id int) (hal.Chip, error) {
+	if w.cfg.Level >= 4 {
+		return nil, Errorf(ValueError, "%s: a level-%d worker has no chips of its own; its children do", op, w.cfg.Level)
+	}
+	if id < 0 || id >= len(w.chips) {
+		return nil, Errorf(ValueError, "%s: worker_id %d out of range (this worker has chips 0..%d)", op, id, len(w.chips)-1)
+	}
+	return w.chips[id], nil
+}
+
+// nextCount is the size of the NEXT_LEVEL pool.
+func (w *Worker) nextCount() int {
+	if w.cfg.Level >= 4 {
+		return len(w.children)
+	}
+	return len(w.cfg.DeviceIDs)
+}
+
+// NextCount is the number of NEXT_LEVEL workers.
+func (w *Worker) NextCount() int { return w.nextCount() }
+
+// SubCount is the number of SUB workers.
+func (w *Worker) SubCount() int { return w.cfg.NumSubWorkers }
+
+// AddWorker attaches a child worker (level 4 and up, before Init) and
+// returns its NEXT_LEVEL id.
+func (w *Worker) AddWorker(child *Worker) (int, error) {
+	if child == w {
+		return 0, Errorf(ValueError, "add_worker: a worker cannot be its own child")
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cfg.Level < 4 {
+		return 0, Errorf(ValueError, "add_worker: only a level-4 or higher worker takes child workers (this one is level %d)", w.cfg.Level)
+	}
+	if w.state != stateNew {
+		return 0, Errorf(RuntimeError, "add_worker: children are added before init()")
+	}
+	child.mu.Lock()
+	defer child.mu.Unlock()
+	switch {
+	case child.cfg.Level != w.cfg.Level-1:
+		return 0, Errorf(ValueError, "add_worker: a level-%d worker takes level-%d children, got level %d", w.cfg.Level, w.cfg.Level-1, child.cfg.Level)
+	case child.attached:
+		return 0, Errorf(ValueError, "add_worker: this worker is already attached to a parent")
+	case child.state != stateNew:
+		return 0, Errorf(ValueError, "add_worker: the child was already init()ed; its parent brings it up")
+	}
+	child.attached = true
+	w.children = append(w.children, child)
+	return len(w.children) - 1, nil
+}
+
+// Init brings the worker and its subtree up.
+func (w *Worker) Init() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.attached {
+		return Errorf(RuntimeError, "init: this worker is a child; its parent brings it up")
+	}
+	return w.initLocked()
+}
+
+func (w *Worker) initLocked() error {
+	switch w.state {
+	case stateReady:
+		return Errorf(RuntimeError, "init: worker is already initialised")
+	case stateClosed:
+		return Errorf(RuntimeError, "init: worker is closed")
+	}
+	if w.cfg.Level >= 4 && len(w.children) == 0 {
+		return Errorf(ValueError, "init: a level-%d worker needs at least one child (add_worker)", w.cfg.Level)
+	}
+	if err := w.cfg.Platform.Check(); err != nil {
+		return err
+	}
+	if err := w.open(); err != nil {
+		w.teardown()
+		return err
+	}
+	w.sched = NewSched(w.nextCount(), w.cfg.NumSubWorkers)
+	w.heap = newHeapRing(w.cfg.HeapRingSize)
+	w.state = stateReady
+	if w.cfg.Level >= 3 {
+		w.startEndpoints()
+	}
+	return nil
+}
+
+// open opens chips and brings children up; teardown undoes a partial open.
+func (w *Worker) open() error {
+	for _, id := range w.cfg.DeviceIDs {
+		c, err := w.cfg.Platform.OpenChip(id)
+		if err != nil {
+			return err
+		}
+		w.chips = append(w.chips, c)
+	}
+	for i, child := range w.children {
+		child.mu.Lock()
+		err := child.initLocked()
+		child.mu.Unlock()
+		if err != nil {
+			return Wrap(err, fmt.Sprintf("child_worker %d", i))
+		}
+	}
+	return nil
+}
+
+func (w *Worker) teardown() error {
+	var first error
+	for _, c := range w.chips {
+		if err := c.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	w.chips = nil
+	for _, child := range w.children {
+		if err := child.closeTree(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// usable refuses work after close or once the worker is poisoned.
+func (w *Worker) usable(op string) error {
+	if w.state == stateClosed {
+		return Errorf(RuntimeError, "%s: worker is closed", op)
+	}
+	if w.poisoned != nil {
+		return &Error{Kind: RuntimeError, Msg: fmt.Sprintf("%s: worker is unusable after a failed cleanup: %v", op, w.poisoned), Cause: w.poisoned}
+	}
+	return nil
+}
+
+// ready is usable plus initialised.
+func (w *Worker) ready(op string) error {
+	if err := w.usable(op); err != nil {
+		return err
+	}
+	if w.state == stateNew {
+		return Errorf(RuntimeError, "%s: worker is not initialised; call init() first", op)
+	}
+	return nil
+}
+
+// Poison makes the worker refuse further work, with cause attached. It is
+// for cleanups that cannot complete (a domain free that failed, say).
+func (w *Worker) Poison(cause error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.poisoned == nil {
+		w.poisoned = cause
+	}
+}
+
+// Close drains every run, stops endpoints and children and frees chips and
+// the heap. It is idempotent.
+func (w *Worker) Close() error {
+	w.mu.Lock()
+	if w.attached && w.state != stateClosed {
+		w.mu.Unlock()
+		return Errorf(RuntimeError, "close: this worker is a child; its parent closes it")
+	}
+	w.mu.Unlock()
+	return w.closeTree()
+}
+
+func (w *Worker) closeTree() error {
+	w.mu.Lock()
+	if w.state == stateClosed {
+		w.mu.Unlock()
+		return nil
+	}
+	runs := make([]*Run, 0, len(w.runs))
+	for r := range w.runs {
+		if r.building {
+			w.mu.Unlock()
+			return Errorf(RuntimeError, "close: run %d is still being built; close() cannot be called from inside an orchestration function", r.id)
+		}
+		runs = append(runs, r)
+	}
+	w.state = stateClosed // refuse new work while the runs drain
+	w.mu.Unlock()
+	for _, r := range runs {
+		<-r.done
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.stopEndpoints()
+	err := w.teardown()
+	if w.heap != nil {
+		if e := w.heap.close(); e != nil && err == nil {
+			err = e
+		}
+	}
+	return err
+}

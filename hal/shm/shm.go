@@ -1,0 +1,184 @@
+// Package shm creates and maps POSIX shared-memory objects, so that memory
+// written by this process can be mapped by another (a child worker) at its
+// own address.
+//
+// Objects are files in /dev/shm named "simpler-<pid>-...", created
+// exclusively with mode 0600 and mapped shared read/write; the descriptor is
+// closed once mapped. A Segment that created its object unlinks it on
+// Close, so a clean exit leaves nothing behind; Leftovers lets tests prove
+// that.
+package shm
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// dir is where POSIX shared-memory objects live on Linux.
+const dir = "/dev/shm"
+
+const namePrefix = "simpler-"
+
+var (
+	prefix  = namePrefix + strconv.Itoa(os.Getpid()) + "-"
+	counter atomic.Uint64
+)
+
+// Prefix is the first part of every object name this process creates:
+// "simpler-<pid>-".
+func Prefix() string { return prefix }
+
+// Segment is one mapped shared-memory object.
+type Segment struct {
+	Name string
+	Mem  []byte
+
+	mu       sync.Mutex
+	owner    bool // created here: Close unlinks
+	unlinked bool
+	closed   bool
+}
+
+// Create makes a fresh object named Prefix()+tag+"-"+n, n unique in this
+// process, of size bytes, zeroed.
+func Create(tag string, size int) (*Segment, error) {
+	if tag == "" || strings.ContainsRune(tag, '/') {
+		return nil, fmt.Errorf("shm: bad tag %q", tag)
+	}
+	return create(prefix+tag+"-"+strconv.FormatUint(counter.Add(1), 10), size)
+}
+
+// CreateNamed makes an object with exactly this name; it must start with
+// "simpler-" (so Leftovers-style cleanup can find it) and must not exist.
+func CreateNamed(name string, size int) (*Segment, error) {
+	if !strings.HasPrefix(name, namePrefix) {
+		return nil, fmt.Errorf("shm: object name %q must start with %q", name, namePrefix)
+	}
+	return create(name, size)
+}
+
+func checkName(name string) error {
+	if name == "" || strings.ContainsRune(name, '/') || name == "." || name == ".." {
+		return fmt.Errorf("shm: bad object name %q", name)
+	}
+	return nil
+}
+
+func create(name string, size int) (*Segment, error) {
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	if size <= 0 {
+		return nil, fmt.Errorf("shm: create %s: size must be > 0, got %d", name, size)
+	}
+	path := dir + "/" + name
+	fd, err := unix.Open(path, unix.O_CREAT|unix.O_EXCL|unix.O_RDWR|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("shm: create %s: %w", name, err)
+	}
+	defer unix.Close(fd)
+	fail := func(what string, err error) (*Segment, error) {
+		unix.Unlink(path) // a half-made object must not leak
+		return nil, fmt.Errorf("shm: %s %s: %w", what, name, err)
+	}
+	if err := unix.Ftruncate(fd, int64(size)); err != nil {
+		return fail("truncate", err)
+	}
+	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return fail("map", err)
+	}
+	return &Segment{Name: name, Mem: mem, owner: true}, nil
+}
+
+// Open maps the first size bytes of an existing object. The Segment does
+// not own the name: Close only unmaps.
+func Open(name string, size int) (*Segment, error) {
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	if size <= 0 {
+		return nil, fmt.Errorf("shm: open %s: size must be > 0, got %d", name, size)
+	}
+	fd, err := unix.Open(dir+"/"+name, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("shm: open %s: %w", name, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("shm: stat %s: %w", name, err)
+	}
+	// Mapping past the object's end would succeed but fault on touch.
+	if int64(size) > st.Size {
+		return nil, fmt.Errorf("shm: open %s: want %d bytes but the object has %d", name, size, st.Size)
+	}
+	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("shm: map %s: %w", name, err)
+	}
+	return &Segment{Name: name, Mem: mem}, nil
+}
+
+// Addr is the address of Mem[0] in this process.
+func (s *Segment) Addr() uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(s.Mem)))) }
+
+// Close unmaps the segment and, if this Segment created the object and it
+// is still named, unlinks it. Calling Close again does nothing. Mem must
+// not be used afterwards.
+func (s *Segment) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	var first error
+	if err := unix.Munmap(s.Mem); err != nil {
+		first = fmt.Errorf("shm: unmap %s: %w", s.Name, err)
+	}
+	if s.owner && !s.unlinked {
+		s.unlinked = true
+		if err := unix.Unlink(dir + "/" + s.Name); err != nil && first == nil {
+			first = fmt.Errorf("shm: unlink %s: %w", s.Name, err)
+		}
+	}
+	return first
+}
+
+// Unlink removes the object's name now; existing mappings stay valid, and
+// no new Open can find it. A second Unlink of the same Segment is a no-op.
+func (s *Segment) Unlink() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.unlinked {
+		return nil
+	}
+	if err := unix.Unlink(dir + "/" + s.Name); err != nil {
+		return fmt.Errorf("shm: unlink %s: %w", s.Name, err)
+	}
+	s.unlinked = true
+	return nil
+}
+
+// Leftovers lists the objects in /dev/shm whose names start with prefix.
+func Leftovers(prefix string) ([]string, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("shm: %w", err)
+	}
+	var out []string
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), prefix) {
+			out = append(out, e.Name())
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,178 @@
+package shm
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	left, err := Leftovers(Prefix())
+	if err != nil || len(left) > 0 {
+		fmt.Fprintf(os.Stderr, "leaked shared memory: %v %v\n", left, err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+func listed(t *testing.T, name string) bool {
+	t.Helper()
+	left, err := Leftovers(Prefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slices.Contains(left, name)
+}
+
+func TestPrefix(t *testing.T) {
+	if want := "simpler-" + strconv.Itoa(os.Getpid()) + "-"; Prefix() != want {
+		t.Errorf("Prefix() = %q, want %q", Prefix(), want)
+	}
+}
+
+func TestRoundTrip(t *testing.T) {
+	a, err := Create("test", 10000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if !strings.HasPrefix(a.Name, Prefix()+"test-") || len(a.Mem) != 10000 {
+		t.Fatalf("segment %q of %d bytes", a.Name, len(a.Mem))
+	}
+	if slices.ContainsFunc(a.Mem, func(b byte) bool { return b != 0 }) {
+		t.Error("new segment not zeroed")
+	}
+	st, err := os.Stat("/dev/shm/" + a.Name)
+	if err != nil || st.Mode().Perm() != 0o600 || st.Size() != 10000 {
+		t.Errorf("object stat: %v, %v", st, err)
+	}
+	copy(a.Mem[9000:], "written by a")
+
+	b, err := Open(a.Name, 9500)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Addr() == a.Addr() || len(b.Mem) != 9500 {
+		t.Errorf("second mapping at %#x (%d bytes), first at %#x", b.Addr(), len(b.Mem), a.Addr())
+	}
+	if got := string(b.Mem[9000:9012]); got != "written by a" {
+		t.Errorf("second mapping sees %q", got)
+	}
+	copy(b.Mem, "and back")
+	if got := string(a.Mem[:8]); got != "and back" {
+		t.Errorf("first mapping sees %q", got)
+	}
+	// Closing a mapping that did not create the object leaves the name.
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !listed(t, a.Name) {
+		t.Error("Close of an opener unlinked the object")
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if listed(t, a.Name) {
+		t.Error("Close of the creator left the object")
+	}
+	if err := a.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
+
+func TestUnlink(t *testing.T) {
+	a, err := Create("unlink", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if err := a.Unlink(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Unlink(); err != nil {
+		t.Errorf("second Unlink: %v", err)
+	}
+	if listed(t, a.Name) {
+		t.Error("name still present after Unlink")
+	}
+	a.Mem[99] = 1 // the mapping outlives the name
+	_, err = Open(a.Name, 100)
+	if !errors.Is(err, unix.ENOENT) || !strings.Contains(err.Error(), a.Name) {
+		t.Errorf("Open after Unlink = %v", err)
+	}
+	if err := a.Close(); err != nil {
+		t.Errorf("Close after Unlink: %v", err)
+	}
+}
+
+func TestCreateNamed(t *testing.T) {
+	name := Prefix() + "named"
+	s, err := CreateNamed(name, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if s.Name != name {
+		t.Errorf("Name = %q", s.Name)
+	}
+	if _, err := CreateNamed(name, 64); !errors.Is(err, unix.EEXIST) || !strings.Contains(err.Error(), name) {
+		t.Errorf("duplicate CreateNamed = %v", err)
+	}
+	if _, err := CreateNamed("other-name", 64); err == nil || !strings.Contains(err.Error(), `must start with "simpler-"`) {
+		t.Errorf("CreateNamed without prefix = %v", err)
+	}
+	if _, err := CreateNamed("simpler-a/b", 64); err == nil || !strings.Contains(err.Error(), "bad object name") {
+		t.Errorf("CreateNamed with slash = %v", err)
+	}
+}
+
+func TestBadArguments(t *testing.T) {
+	for _, n := range []int{0, -1} {
+		if s, err := Create("bad", n); err == nil || !strings.Contains(err.Error(), "size must be > 0") {
+			t.Errorf("Create(size %d) = %v, %v", n, s, err)
+		}
+	}
+	if _, err := Create("a/b", 8); err == nil || !strings.Contains(err.Error(), "bad tag") {
+		t.Errorf("Create with slash in tag = %v", err)
+	}
+	s, err := Create("small", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := Open(s.Name, 0); err == nil || !strings.Contains(err.Error(), "size must be > 0") {
+		t.Errorf("Open(size 0) = %v", err)
+	}
+	if _, err := Open(s.Name, 101); err == nil || !strings.Contains(err.Error(), "want 101 bytes but the object has 100") {
+		t.Errorf("Open beyond the object = %v", err)
+	}
+	if _, err := Open(Prefix()+"missing", 8); !errors.Is(err, unix.ENOENT) {
+		t.Errorf("Open of a missing object = %v", err)
+	}
+}
+
+func TestNamesAreUnique(t *testing.T) {
+	seen := map[string]bool{}
+	for i := 0; i < 20; i++ {
+		s, err := Create("uniq", 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if seen[s.Name] {
+			t.Fatalf("name %q handed out twice", s.Name)
+		}
+		seen[s.Name] = true
+	}
+	left, err := Leftovers(Prefix() + "uniq-")
+	if err != nil || len(left) != 20 {
+		t.Errorf("Leftovers = %d names, %v; want 20", len(left), err)
+	}
+}

@@ -1,0 +1,32 @@
+package hal
+
+import "fmt"
+
+// simPlatform runs chips in this process: device memory is Go memory and
+// kernels run on the host. One implementation serves both architectures.
+type simPlatform struct {
+	name string
+	arch *Arch
+}
+
+func init() {
+	Register(&simPlatform{name: "a2a3sim", arch: A2A3})
+	Register(&simPlatform{name: "a5sim", arch: A5})
+}
+
+func (p *simPlatform) Name() string    { return p.name }
+func (p *simPlatform) Arch() *Arch     { return p.arch }
+func (p *simPlatform) Simulated() bool { return true }
+
+// CommProfiles: the simulator models one in-process fabric.
+func (p *simPlatform) CommProfiles() []string { return []string{"sim"} }
+
+// Check is always nil: the simulator needs nothing from the machine.
+func (p *simPlatform) Check() error { return nil }
+
+func (p *simPlatform) OpenChip(id int) (Chip, error) {
+	if id < 0 || id >= p.arch.MaxChips {
+		return nil, fmt.Errorf("ValueError: device id %d out of range for %s (0..%d)", id, p.name, p.arch.MaxChips-1)
+	}
+	return newSimChip(p, id), nil
+}

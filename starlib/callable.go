@@ -1,0 +1,143 @@
+package starlib
+
+import (
+	"go.starlark.net/starlark"
+
+	"simpler/engine"
+)
+
+// callable is a top-level Starlark function that tasks can run: as a chip
+// kernel fn(chip, args), a SUB callable fn(args), or a child's
+// orchestration function fn(orch, args, config).
+type callable struct {
+	s      *Session
+	fn     *starlark.Function
+	digest string
+}
+
+func (c *callable) Name() string   { return c.fn.Name() }
+func (c *callable) Digest() string { return c.digest }
+
+// thread returns the endpoint's Starlark thread, made on first use.
+func (c *callable) thread(local any, name string) *starlark.Thread {
+	slot, _ := local.(*any)
+	if slot != nil {
+		if th, ok := (*slot).(*starlark.Thread); ok {
+			return th
+		}
+	}
+	th := c.s.newThread(name)
+	if slot != nil {
+		*slot = th
+	}
+	return th
+}
+
+func (c *callable) RunChip(ctx *engine.ChipCtx, args *engine.TaskArgs) error {
+	th := c.thread(ctx.Local, "chip")
+	chip := &Chip{ctx: ctx}
+	_, err := starlark.Call(th, c.fn, starlark.Tuple{chip, &TaskArgs{a: args, chip: ctx.Chip}}, nil)
+	return kernelError(err)
+}
+
+func (c *callable) RunSub(ctx *engine.SubCtx, args *engine.TaskArgs) error {
+	th := c.thread(ctx.Local, "sub")
+	_, err := starlark.Call(th, c.fn, starlark.Tuple{&TaskArgs{a: args}}, nil)
+	return kernelError(err)
+}
+
+func (c *callable) RunOrch(o *engine.Orchestrator, args *engine.TaskArgs, cfg *engine.CallConfig) error {
+	th := c.s.newThread("orch")
+	_, err := starlark.Call(th, c.fn, starlark.Tuple{&Orchestrator{s: c.s, o: o}, &TaskArgs{a: args}, &CallConfig{c: *cfg}}, nil)
+	return kernelError(err)
+}
+
+// callableFor returns the callable of a top-level function, refusing
+// closures, lambdas and nested functions: only a module-level name can be
+// found again by another process loading the same module.
+func (s *Session) callableFor(op string, fn *starlark.Function) (*callable, error) {
+	s.mu.Lock()
+	c, ok := s.callables[fn]
+	s.mu.Unlock()
+	if ok {
+		return c, nil
+	}
+	if g, ok := fn.Globals()[fn.Name()]; !ok || g != starlark.Value(fn) {
+		return nil, errorf(engine.ValueError, "%s: %s (%s) is not a top-level function of its module; only module-level functions can be registered", op, fn.Name(), fn.Position())
+	}
+	c = &callable{s: s, fn: fn, digest: s.loader.digest(fn.Position().Filename(), fn.Name())}
+	s.mu.Lock()
+	s.callables[fn] = c
+	s.mu.Unlock()
+	return c, nil
+}
+
+// handleFor resolves a CallableHandle or a registered function to the
+// handle registered on w.
+func (s *Session) handleFor(op string, v starlark.Value, w *engine.Worker) (*engine.Handle, error) {
+	var digest, name string
+	switch x := v.(type) {
+	case *Handle:
+		digest, name = x.h.Digest(), x.h.Name()
+	case *starlark.Function:
+		c, err := s.callableFor(op, x)
+		if err != nil {
+			return nil, err
+		}
+		digest, name = c.digest, c.Name()
+	default:
+		return nil, errorf(engine.TypeError, "%s: want a CallableHandle or a registered function, got %s", op, v.Type())
+	}
+	h, ok := w.Lookup(digest)
+	if !ok {
+		return nil, errorf(engine.ValueError, "%s: %q is not registered on this worker; register it with w.register(%s) first", op, name, name)
+	}
+	return h, nil
+}
+
+// Handle is a CallableHandle.
+type Handle struct{ h *engine.Handle }
+
+func (h *Handle) String() string        { return "CallableHandle(" + h.h.Name() + ", " + h.h.Digest()[:19] + "...)" }
+func (h *Handle) Type() string          { return "CallableHandle" }
+func (h *Handle) Freeze()               {}
+func (h *Handle) Truth() starlark.Bool  { return true }
+func (h *Handle) Hash() (uint32, error) { return starlark.String(h.h.Digest()).Hash() }
+func (h *Handle) AttrNames() []string   { return []string{"hashid", "name", "workers"} }
+
+func (h *Handle) Attr(name string) (starlark.Value, error) {
+	switch name {
+	case "hashid":
+		return starlark.String(h.h.Digest()), nil
+	case "name":
+		return starlark.String(h.h.Name()), nil
+	case "workers":
+		if h.h.Workers == nil {
+			return starlark.None, nil
+		}
+		return starlark.NewList(intTuple(h.h.Workers)), nil
+	}
+	return nil, nil
+}
+
+// Chip is what a kernel's first parameter sees.
+type Chip struct{ ctx *engine.ChipCtx }
+
+func (c *Chip) String() string        { return "Chip(device " + starlark.MakeInt(c.ctx.Chip.DeviceID()).String() + ")" }
+func (c *Chip) Type() string          { return "Chip" }
+func (c *Chip) Freeze()               {}
+func (c *Chip) Truth() starlark.Bool  { return true }
+func (c *Chip) Hash() (uint32, error) { return 0, errorf(engine.TypeError, "unhashable type: Chip") }
+func (c *Chip) AttrNames() []string   { return []string{"device_id", "platform", "worker_id"} }
+
+func (c *Chip) Attr(name string) (starlark.Value, error) {
+	switch name {
+	case "device_id":
+		return starlark.MakeInt(c.ctx.Chip.DeviceID()), nil
+	case "worker_id":
+		return starlark.MakeInt(c.ctx.WorkerID), nil
+	case "platform":
+		return starlark.String(c.ctx.Chip.Platform().Name()), nil
+	}
+	return nil, nil
+}

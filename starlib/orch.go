@@ -1,0 +1,306 @@
+package starlib
+
+import (
+	"go.starlark.net/starlark"
+
+	"simpler/engine"
+	"simpler/hal/dtype"
+	"simpler/starlib/array"
+)
+
+// Orchestrator is the `orch` an orchestration function receives.
+type Orchestrator struct {
+	s      *Session
+	o      *engine.Orchestrator
+	worker *Worker // nil when running as a child's orchestration
+}
+
+func (o *Orchestrator) String() string        { return "Orchestrator" }
+func (o *Orchestrator) Type() string          { return "Orchestrator" }
+func (o *Orchestrator) Freeze()               {}
+func (o *Orchestrator) Truth() starlark.Bool  { return true }
+func (o *Orchestrator) Hash() (uint32, error) { return 0, errorf(engine.TypeError, "unhashable type: Orchestrator") }
+
+type orchMethod func(o *Orchestrator, th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error)
+
+var orchMethods = map[string]orchMethod{
+	"submit_next_level":       (*Orchestrator).submitNext,
+	"submit_next_level_group": (*Orchestrator).submitNextGroup,
+	"submit_sub":              (*Orchestrator).submitSub,
+	"submit_sub_group":        (*Orchestrator).submitSubGroup,
+	"scope_begin":             (*Orchestrator).scopeBegin,
+	"scope_end":               (*Orchestrator).scopeEnd,
+	"scope":                   (*Orchestrator).scope,
+	"alloc":                   (*Orchestrator).alloc,
+	"malloc":                  (*Orchestrator).malloc,
+	"free":                    (*Orchestrator).free,
+	"copy_to":                 (*Orchestrator).copyTo,
+	"copy_from":               (*Orchestrator).copyFrom,
+	"drain":                   (*Orchestrator).drain,
+}
+
+func (o *Orchestrator) Attr(name string) (starlark.Value, error) {
+	if m, ok := orchMethods[name]; ok {
+		return starlark.NewBuiltin(name, func(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+			return m(o, th, args, kw)
+		}), nil
+	}
+	return nil, nil
+}
+
+func (o *Orchestrator) AttrNames() []string { return sortedKeys(orchMethods) }
+
+func (o *Orchestrator) handle(op string, v starlark.Value) (*engine.Handle, error) {
+	return o.s.handleFor(op, v, o.o.Worker())
+}
+
+func callConfig(op string, v starlark.Value) (*engine.CallConfig, error) {
+	switch x := v.(type) {
+	case starlark.NoneType:
+		return nil, nil
+	case *CallConfig:
+		c := x.c
+		return &c, nil
+	}
+	return nil, errorf(engine.TypeError, "%s: config must be a CallConfig, got %s", op, v.Type())
+}
+
+func argsList(op string, v starlark.Value) ([]*engine.TaskArgs, error) {
+	it, ok := v.(starlark.Indexable)
+	if !ok {
+		return nil, errorf(engine.TypeError, "%s: args_list must be a list of TaskArgs, got %s", op, v.Type())
+	}
+	out := make([]*engine.TaskArgs, it.Len())
+	for i := range out {
+		a, ok := it.Index(i).(*TaskArgs)
+		if !ok {
+			return nil, errorf(engine.TypeError, "%s: args_list[%d] must be a TaskArgs, got %s", op, i, it.Index(i).Type())
+		}
+		out[i] = a.a
+	}
+	return out, nil
+}
+
+// workerArg reads the required worker= keyword.
+func workerArg(op string, v starlark.Value) (int, error) {
+	if v == nil || v == starlark.None {
+		return 0, errorf(engine.ValueError, "%s: worker= is required (a NEXT_LEVEL worker id)", op)
+	}
+	x, ok := v.(starlark.Int)
+	if !ok {
+		return 0, errorf(engine.TypeError, "%s: worker must be an int, got %s", op, v.Type())
+	}
+	n, ok := x.Int64()
+	if !ok || n < -1<<31 || n > 1<<31-1 {
+		return 0, errorf(engine.ValueError, "%s: worker %s out of range", op, x)
+	}
+	return int(n), nil
+}
+
+func (o *Orchestrator) submitNext(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	const op = "submit_next_level"
+	var hv, workerV starlark.Value
+	var av, cv starlark.Value = starlark.None, starlark.None
+	if err := starlark.UnpackArgs(op, args, kw, "h", &hv, "args?", &av, "config?", &cv, "worker?", &workerV); err != nil {
+		return nil, err
+	}
+	worker, err := workerArg(op, workerV)
+	if err != nil {
+		return nil, err
+	}
+	h, err := o.handle(op, hv)
+	if err != nil {
+		return nil, err
+	}
+	a, err := taskArgs(op, av)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := callConfig(op, cv)
+	if err != nil {
+		return nil, err
+	}
+	_, err = o.o.SubmitNext(h, a, cfg, worker)
+	return starlark.None, err
+}
+
+func (o *Orchestrator) submitNextGroup(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	const op = "submit_next_level_group"
+	var hv, lv starlark.Value
+	var cv starlark.Value = starlark.None
+	var workersV starlark.Value = starlark.None
+	if err := starlark.UnpackArgs(op, args, kw, "h", &hv, "args_list", &lv, "config?", &cv, "workers?", &workersV); err != nil {
+		return nil, err
+	}
+	if workersV == starlark.None {
+		return nil, errorf(engine.ValueError, "%s: workers= is required (a list of NEXT_LEVEL worker ids)", op)
+	}
+	workers, err := intList(op, "workers", workersV)
+	if err != nil {
+		return nil, err
+	}
+	h, err := o.handle(op, hv)
+	if err != nil {
+		return nil, err
+	}
+	list, err := argsList(op, lv)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := callConfig(op, cv)
+	if err != nil {
+		return nil, err
+	}
+	_, err = o.o.SubmitNextGroup(h, list, cfg, workers)
+	return starlark.None, err
+}
+
+func (o *Orchestrator) submitSub(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	const op = "submit_sub"
+	var hv starlark.Value
+	var av starlark.Value = starlark.None
+	if err := starlark.UnpackArgs(op, args, kw, "h", &hv, "args?", &av); err != nil {
+		return nil, err
+	}
+	h, err := o.handle(op, hv)
+	if err != nil {
+		return nil, err
+	}
+	a, err := taskArgs(op, av)
+	if err != nil {
+		return nil, err
+	}
+	_, err = o.o.SubmitSub(h, a)
+	return starlark.None, err
+}
+
+func (o *Orchestrator) submitSubGroup(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	const op = "submit_sub_group"
+	var hv, lv starlark.Value
+	if err := starlark.UnpackArgs(op, args, kw, "h", &hv, "args_list", &lv); err != nil {
+		return nil, err
+	}
+	h, err := o.handle(op, hv)
+	if err != nil {
+		return nil, err
+	}
+	list, err := argsList(op, lv)
+	if err != nil {
+		return nil, err
+	}
+	_, err = o.o.SubmitSubGroup(h, list)
+	return starlark.None, err
+}
+
+func (o *Orchestrator) scopeBegin(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	if err := noArgs("scope_begin", args, kw); err != nil {
+		return nil, err
+	}
+	return starlark.None, o.o.ScopeBegin()
+}
+
+func (o *Orchestrator) scopeEnd(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	if err := noArgs("scope_end", args, kw); err != nil {
+		return nil, err
+	}
+	return starlark.None, o.o.ScopeEnd()
+}
+
+// scope runs fn() between scope_begin and scope_end, ending the scope
+// even when fn fails.
+func (o *Orchestrator) scope(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	if len(args) == 0 {
+		return nil, errorf(engine.TypeError, "scope: want a function to call")
+	}
+	fn, ok := args[0].(starlark.Callable)
+	if !ok {
+		return nil, errorf(engine.TypeError, "scope: want a function to call, got %s", args[0].Type())
+	}
+	if err := o.o.ScopeBegin(); err != nil {
+		return nil, err
+	}
+	res, err := starlark.Call(th, fn, args[1:], kw)
+	if endErr := o.o.ScopeEnd(); err == nil && endErr != nil {
+		return nil, endErr
+	}
+	return res, err
+}
+
+func (o *Orchestrator) alloc(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	var shapeV starlark.Value
+	var dtV starlark.Value = array.DTypeConst(dtype.Float32)
+	if err := starlark.UnpackArgs("alloc", args, kw, "shape", &shapeV, "dtype?", &dtV); err != nil {
+		return nil, err
+	}
+	shape, err := toShape("alloc", shapeV)
+	if err != nil {
+		return nil, err
+	}
+	dt, err := array.ParseDType(dtV)
+	if err != nil {
+		return nil, engine.Wrap(err, "alloc")
+	}
+	t, err := o.o.Alloc(shape, dt)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(t, nil), nil
+}
+
+func (o *Orchestrator) malloc(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	var worker, size int
+	if err := starlark.UnpackArgs("orch.malloc", args, kw, "worker_id", &worker, "size", &size); err != nil {
+		return nil, err
+	}
+	p, err := o.o.Malloc(worker, size)
+	if err != nil {
+		return nil, err
+	}
+	return starlark.MakeUint64(p), nil
+}
+
+func (o *Orchestrator) free(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	var worker int
+	var ptrV starlark.Value
+	if err := starlark.UnpackArgs("orch.free", args, kw, "worker_id", &worker, "ptr", &ptrV); err != nil {
+		return nil, err
+	}
+	ptr, err := toAddr("orch.free", ptrV)
+	if err != nil {
+		return nil, err
+	}
+	return starlark.None, o.o.Free(worker, ptr)
+}
+
+func (o *Orchestrator) copyTo(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	var worker, size int
+	var dstV, srcV starlark.Value
+	if err := starlark.UnpackArgs("orch.copy_to", args, kw, "worker_id", &worker, "dst", &dstV, "src", &srcV, "size", &size); err != nil {
+		return nil, err
+	}
+	dst, src, err := deviceAndHost("orch.copy_to", dstV, srcV, size)
+	if err != nil {
+		return nil, err
+	}
+	return starlark.None, o.o.CopyTo(worker, dst, src)
+}
+
+func (o *Orchestrator) copyFrom(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	var worker, size int
+	var dstV, srcV starlark.Value
+	if err := starlark.UnpackArgs("orch.copy_from", args, kw, "worker_id", &worker, "dst", &dstV, "src", &srcV, "size", &size); err != nil {
+		return nil, err
+	}
+	src, dst, err := deviceAndHost("orch.copy_from", srcV, dstV, size)
+	if err != nil {
+		return nil, err
+	}
+	return starlark.None, o.o.CopyFrom(worker, dst, src)
+}
+
+func (o *Orchestrator) drain(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	if err := noArgs("drain", args, kw); err != nil {
+		return nil, err
+	}
+	return starlark.None, o.o.Drain()
+}

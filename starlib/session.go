@@ -1,0 +1,138 @@
+// Package starlib is the Starlark binding of simpler: the builtins of the
+// script surface (Worker, host_tensor, TaskArgs, ...), the values they
+// return, module loading (relative files and the embedded @simpler//
+// standard library), and errors that keep their kind ("ValueError: ...")
+// with file:line backtraces.
+//
+// Loading a module has no side effects: engine builtins refuse to run
+// while a module's top level executes, so any process can load a module to
+// find a registered function.
+package starlib
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"go.starlark.net/starlark"
+	"go.starlark.net/starlarkstruct"
+
+	"simpler/engine/hostmem"
+)
+
+// Session is one script's world: its loader, its host memory and the
+// workers it made. Close releases all of it.
+type Session struct {
+	Platform  string   // default platform for Worker()
+	DeviceIDs []int    // ctx.device_ids
+	Mode      string   // default mode for Worker()
+	Argv      []string // ctx.argv
+	Stdout    io.Writer
+	Stderr    io.Writer
+
+	mu        sync.Mutex
+	outMu     sync.Mutex
+	loader    *loader
+	space     *hostmem.Space
+	callables map[*starlark.Function]*callable
+	workers   []*Worker
+}
+
+// NewSession makes a session with the given defaults.
+func NewSession(platform string, devices []int, mode string, argv []string, stdout, stderr io.Writer) *Session {
+	s := &Session{Platform: platform, DeviceIDs: devices, Mode: mode, Argv: argv, Stdout: stdout, Stderr: stderr,
+		space: hostmem.NewSpace(), callables: map[*starlark.Function]*callable{}}
+	s.loader = newLoader(s.predeclared(), s.print)
+	return s
+}
+
+func (s *Session) print(_ *starlark.Thread, msg string) {
+	s.outMu.Lock()
+	defer s.outMu.Unlock()
+	fmt.Fprintln(s.Stdout, msg)
+}
+
+func (s *Session) newThread(name string) *starlark.Thread {
+	return &starlark.Thread{Name: name, Print: s.print}
+}
+
+func (s *Session) track(w *Worker) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.workers = append(s.workers, w)
+}
+
+// Close closes every worker the script left open, then frees host memory.
+func (s *Session) Close() error {
+	s.mu.Lock()
+	workers := s.workers
+	s.workers = nil
+	s.mu.Unlock()
+	var first error
+	for i := len(workers) - 1; i >= 0; i-- {
+		if err := workers[i].w.Close(); err != nil && first == nil && !isChildClose(err) {
+			first = err
+		}
+	}
+	if err := s.space.Close(); err != nil && first == nil {
+		first = err
+	}
+	return first
+}
+
+// isChildClose reports the refusal to close an attached child directly;
+// its parent closes it.
+func isChildClose(err error) bool {
+	return err != nil && err.Error() == "RuntimeError: close: this worker is a child; its parent closes it"
+}
+
+// RunFile loads path and calls its main(ctx).
+func (s *Session) RunFile(path string) error {
+	name := displayName(path)
+	m, err := s.loader.load(name)
+	if err != nil {
+		return err
+	}
+	mainFn, ok := m.globals["main"]
+	if !ok {
+		return fmt.Errorf("ValueError: %s has no main(ctx) function", name)
+	}
+	fn, ok := mainFn.(starlark.Callable)
+	if !ok {
+		return fmt.Errorf("TypeError: %s: main is a %s, not a function", name, mainFn.Type())
+	}
+	th := s.newThread("main")
+	_, err = starlark.Call(th, fn, starlark.Tuple{s.ctx()}, nil)
+	return err
+}
+
+// displayName shows a script path relative to the working directory when
+// it lies below it, as backtraces print it.
+func displayName(path string) string {
+	if !filepath.IsAbs(path) {
+		return filepath.Clean(path)
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return path
+	}
+	if rel, err := filepath.Rel(wd, path); err == nil && filepath.IsLocal(rel) {
+		return rel
+	}
+	return path
+}
+
+func (s *Session) ctx() starlark.Value {
+	argv := make([]starlark.Value, len(s.Argv))
+	for i, a := range s.Argv {
+		argv[i] = starlark.String(a)
+	}
+	return starlarkstruct.FromStringDict(starlark.String("ctx"), starlark.StringDict{
+		"platform":   starlark.String(s.Platform),
+		"device_ids": starlark.NewList(intTuple(s.DeviceIDs)),
+		"mode":       starlark.String(s.Mode),
+		"argv":       starlark.NewList(argv),
+	})
+}

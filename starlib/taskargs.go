@@ -1,0 +1,274 @@
+package starlib
+
+import (
+	"fmt"
+	"math"
+	"sort"
+
+	"go.starlark.net/starlark"
+
+	"simpler/engine"
+	"simpler/hal"
+)
+
+// TaskArgs is the Starlark value of engine.TaskArgs. Inside a kernel it
+// also knows the chip, so its tensors are readable there.
+type TaskArgs struct {
+	a    *engine.TaskArgs
+	chip hal.Chip
+}
+
+func (t *TaskArgs) String() string {
+	return fmt.Sprintf("TaskArgs(%d tensors, %d scalars)", len(t.a.Tensors), len(t.a.Scalars))
+}
+func (t *TaskArgs) Type() string          { return "TaskArgs" }
+func (t *TaskArgs) Freeze()               {}
+func (t *TaskArgs) Truth() starlark.Bool  { return true }
+func (t *TaskArgs) Hash() (uint32, error) { return 0, fmt.Errorf("TypeError: unhashable type: TaskArgs") }
+
+var taskArgsMethods = map[string]*starlark.Builtin{
+	"add_tensor":   starlark.NewBuiltin("add_tensor", argsAddTensor),
+	"add_scalar":   starlark.NewBuiltin("add_scalar", argsAddScalar),
+	"tensor":       starlark.NewBuiltin("tensor", argsTensor),
+	"scalar":       starlark.NewBuiltin("scalar", argsScalar),
+	"scalar_f32":   starlark.NewBuiltin("scalar_f32", argsScalarF32),
+	"tag":          starlark.NewBuiltin("tag", argsTag),
+	"tensor_count": starlark.NewBuiltin("tensor_count", argsTensorCount),
+	"scalar_count": starlark.NewBuiltin("scalar_count", argsScalarCount),
+}
+
+func (t *TaskArgs) Attr(name string) (starlark.Value, error) {
+	if m, ok := taskArgsMethods[name]; ok {
+		return m.BindReceiver(t), nil
+	}
+	return nil, nil
+}
+
+func (t *TaskArgs) AttrNames() []string { return sortedKeys(taskArgsMethods) }
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// newTaskArgs implements TaskArgs(tensors=[(t, TAG), ...], scalars=[...]).
+func newTaskArgs(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	var tensors, scalars *starlark.List
+	if err := starlark.UnpackArgs("TaskArgs", args, kw, "tensors?", &tensors, "scalars?", &scalars); err != nil {
+		return nil, err
+	}
+	t := &TaskArgs{a: &engine.TaskArgs{}}
+	if tensors != nil {
+		for i := 0; i < tensors.Len(); i++ {
+			pair, ok := tensors.Index(i).(starlark.Tuple)
+			if !ok || len(pair) != 2 {
+				return nil, errorf(engine.TypeError, "TaskArgs: tensors[%d] must be a (tensor, tag) pair, got %s", i, tensors.Index(i))
+			}
+			if err := t.addTensor(pair[0], pair[1]); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if scalars != nil {
+		for i := 0; i < scalars.Len(); i++ {
+			if err := t.addScalar(scalars.Index(i)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return t, nil
+}
+
+func (t *TaskArgs) addTensor(tv, tagV starlark.Value) error {
+	ten, ok := tv.(*Tensor)
+	if !ok {
+		return errorf(engine.TypeError, "add_tensor: want a Tensor, got %s", tv.Type())
+	}
+	tag, ok := tagV.(TagValue)
+	if !ok {
+		return errorf(engine.TypeError, "add_tensor: tag must be one of INPUT, OUTPUT, INOUT, OUTPUT_EXISTING, NO_DEP, got %s", tagV.Type())
+	}
+	return t.a.AddTensor(ten.t, engine.Tag(tag))
+}
+
+func (t *TaskArgs) addScalar(v starlark.Value) error {
+	switch x := v.(type) {
+	case starlark.Int:
+		if u, ok := x.Uint64(); ok {
+			t.a.AddScalar(u)
+			return nil
+		}
+		if i, ok := x.Int64(); ok {
+			t.a.AddScalar(uint64(i))
+			return nil
+		}
+		return errorf(engine.ValueError, "add_scalar: %s does not fit in 64 bits", x)
+	case starlark.Float:
+		t.a.AddScalar(uint64(math.Float32bits(float32(x))))
+		return nil
+	case starlark.Bool:
+		if x {
+			t.a.AddScalar(1)
+		} else {
+			t.a.AddScalar(0)
+		}
+		return nil
+	}
+	return errorf(engine.TypeError, "add_scalar: want an int or float, got %s", v.Type())
+}
+
+func argsAddTensor(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	var tv starlark.Value
+	var tag starlark.Value = TagValue(engine.Input)
+	if err := starlark.UnpackArgs("add_tensor", args, kw, "t", &tv, "tag?", &tag); err != nil {
+		return nil, err
+	}
+	return starlark.None, b.Receiver().(*TaskArgs).addTensor(tv, tag)
+}
+
+func argsAddScalar(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	var v starlark.Value
+	if err := starlark.UnpackPositionalArgs("add_scalar", args, kw, 1, &v); err != nil {
+		return nil, err
+	}
+	return starlark.None, b.Receiver().(*TaskArgs).addScalar(v)
+}
+
+func (t *TaskArgs) index(op string, args starlark.Tuple, kw []starlark.Tuple, n int) (int, error) {
+	var i int
+	if err := starlark.UnpackPositionalArgs(op, args, kw, 1, &i); err != nil {
+		return 0, err
+	}
+	if i < 0 || i >= n {
+		return 0, errorf(engine.IndexError, "%s: index %d out of range (%d present)", op, i, n)
+	}
+	return i, nil
+}
+
+func argsTensor(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	t := b.Receiver().(*TaskArgs)
+	i, err := t.index("tensor", args, kw, len(t.a.Tensors))
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(t.a.Tensors[i], t.chip), nil
+}
+
+func argsTag(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	t := b.Receiver().(*TaskArgs)
+	i, err := t.index("tag", args, kw, len(t.a.Tags))
+	if err != nil {
+		return nil, err
+	}
+	return TagValue(t.a.Tags[i]), nil
+}
+
+func argsScalar(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	t := b.Receiver().(*TaskArgs)
+	i, err := t.index("scalar", args, kw, len(t.a.Scalars))
+	if err != nil {
+		return nil, err
+	}
+	return starlark.MakeUint64(t.a.Scalars[i]), nil
+}
+
+func argsScalarF32(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	t := b.Receiver().(*TaskArgs)
+	i, err := t.index("scalar_f32", args, kw, len(t.a.Scalars))
+	if err != nil {
+		return nil, err
+	}
+	return starlark.Float(math.Float32frombits(uint32(t.a.Scalars[i]))), nil
+}
+
+func argsTensorCount(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	if err := starlark.UnpackPositionalArgs("tensor_count", args, kw, 0); err != nil {
+		return nil, err
+	}
+	return starlark.MakeInt(len(b.Receiver().(*TaskArgs).a.Tensors)), nil
+}
+
+func argsScalarCount(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	if err := starlark.UnpackPositionalArgs("scalar_count", args, kw, 0); err != nil {
+		return nil, err
+	}
+	return starlark.MakeInt(len(b.Receiver().(*TaskArgs).a.Scalars)), nil
+}
+
+// TagValue is a tensor tag as a Starlark value.
+type TagValue engine.Tag
+
+func (t TagValue) String() string        { return engine.Tag(t).String() }
+func (t TagValue) Type() string          { return "TensorArgType" }
+func (t TagValue) Freeze()               {}
+func (t TagValue) Truth() starlark.Bool  { return true }
+func (t TagValue) Hash() (uint32, error) { return uint32(t) + 1, nil }
+
+// CallConfig is per-call settings as a Starlark value.
+type CallConfig struct{ c engine.CallConfig }
+
+func (c *CallConfig) String() string {
+	return fmt.Sprintf("CallConfig(block_dim=%d, aicpu_thread_num=%d, enable_profiling=%s)", c.c.BlockDim, c.c.AicpuThreadNum, starlark.Bool(c.c.EnableProfiling))
+}
+func (c *CallConfig) Type() string          { return "CallConfig" }
+func (c *CallConfig) Freeze()               {}
+func (c *CallConfig) Truth() starlark.Bool  { return true }
+func (c *CallConfig) Hash() (uint32, error) { return 0, fmt.Errorf("TypeError: unhashable type: CallConfig") }
+
+func (c *CallConfig) Attr(name string) (starlark.Value, error) {
+	switch name {
+	case "block_dim":
+		return starlark.MakeInt(c.c.BlockDim), nil
+	case "aicpu_thread_num":
+		return starlark.MakeInt(c.c.AicpuThreadNum), nil
+	case "enable_profiling":
+		return starlark.Bool(c.c.EnableProfiling), nil
+	}
+	return nil, nil
+}
+
+func (c *CallConfig) AttrNames() []string { return engine.ConfigKeys }
+
+func newCallConfig(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	if len(args) > 0 {
+		return nil, errorf(engine.TypeError, "CallConfig: takes keyword arguments only (%v)", engine.ConfigKeys)
+	}
+	c := &CallConfig{c: engine.DefaultCallConfig}
+	for _, pair := range kw {
+		key := string(pair[0].(starlark.String))
+		var err error
+		switch key {
+		case "block_dim":
+			c.c.BlockDim, err = positive(key, pair[1])
+		case "aicpu_thread_num":
+			c.c.AicpuThreadNum, err = positive(key, pair[1])
+		case "enable_profiling":
+			b, ok := pair[1].(starlark.Bool)
+			if !ok {
+				err = errorf(engine.TypeError, "CallConfig: enable_profiling must be a bool, got %s", pair[1].Type())
+			}
+			c.c.EnableProfiling = bool(b)
+		default:
+			err = errorf(engine.TypeError, "CallConfig: unknown key %q (known: %v)", key, engine.ConfigKeys)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+func positive(key string, v starlark.Value) (int, error) {
+	n, err := starlark.AsInt32(v)
+	if err != nil {
+		return 0, errorf(engine.TypeError, "CallConfig: %s must be an int, got %s", key, v.Type())
+	}
+	if n <= 0 {
+		return 0, errorf(engine.ValueError, "CallConfig: %s must be > 0, got %d", key, n)
+	}
+	return n, nil
+}

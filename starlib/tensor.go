@@ -1,0 +1,344 @@
+package starlib
+
+import (
+	"fmt"
+
+	"go.starlark.net/starlark"
+
+	"simpler/engine"
+	"simpler/engine/hostmem"
+	"simpler/hal"
+	"simpler/hal/dtype"
+	"simpler/starlib/array"
+)
+
+// Tensor is the Starlark view of an engine.Tensor: memory named by address,
+// shape and dtype. Host tensors resolve through shared memory; a device
+// tensor is readable only where its chip is known (inside a kernel).
+type Tensor struct {
+	t    engine.Tensor
+	base uint64   // start of the backing memory
+	size int      // bytes of backing memory from base
+	chip hal.Chip // set for device tensors inside a kernel
+}
+
+var (
+	_ starlark.HasAttrs = (*Tensor)(nil)
+	_ array.Reader      = (*Tensor)(nil)
+)
+
+func newTensor(t engine.Tensor, chip hal.Chip) *Tensor {
+	return &Tensor{t: t, base: t.Addr, size: t.NBytes(), chip: chip}
+}
+
+func (t *Tensor) String() string        { return t.t.String() }
+func (t *Tensor) Type() string          { return "Tensor" }
+func (t *Tensor) Freeze()               {}
+func (t *Tensor) Truth() starlark.Bool  { return true }
+func (t *Tensor) Hash() (uint32, error) { return 0, fmt.Errorf("TypeError: unhashable type: Tensor") }
+
+// Engine returns the engine tensor.
+func (t *Tensor) Engine() engine.Tensor { return t.t }
+
+var tensorMethods = map[string]*starlark.Builtin{
+	"read":   starlark.NewBuiltin("read", tensorRead),
+	"write":  starlark.NewBuiltin("write", tensorWrite),
+	"fill":   starlark.NewBuiltin("fill", tensorFill),
+	"tolist": starlark.NewBuiltin("tolist", tensorToList),
+	"view":   starlark.NewBuiltin("view", tensorView),
+}
+
+func (t *Tensor) Attr(name string) (starlark.Value, error) {
+	switch name {
+	case "data":
+		return starlark.MakeUint64(t.t.Addr), nil
+	case "shape":
+		return intTuple(t.t.Shape), nil
+	case "dtype":
+		return array.DTypeConst(t.t.DType), nil
+	case "nbytes":
+		return starlark.MakeInt(t.t.NBytes()), nil
+	case "ndims":
+		return starlark.MakeInt(len(t.t.Shape)), nil
+	case "child_memory":
+		return starlark.Bool(t.t.ChildMemory), nil
+	}
+	if m, ok := tensorMethods[name]; ok {
+		return m.BindReceiver(t), nil
+	}
+	return nil, nil
+}
+
+func (t *Tensor) AttrNames() []string {
+	names := []string{"data", "shape", "dtype", "nbytes", "ndims", "child_memory"}
+	for n := range tensorMethods {
+		names = append(names, n)
+	}
+	return names
+}
+
+// bytes returns the tensor's memory for reading and writing in place.
+func (t *Tensor) bytes(op string) ([]byte, error) {
+	n := t.t.NBytes()
+	if t.t.Addr == 0 {
+		return nil, errorf(engine.ValueError, "%s: tensor has no memory yet (address 0)", op)
+	}
+	if t.t.ChildMemory {
+		if t.chip == nil {
+			return nil, errorf(engine.ValueError, "%s: device tensor at 0x%x is not readable from here; use copy_from to bring it to the host", op, t.t.Addr)
+		}
+		b, err := t.chip.Bytes(t.t.Addr, n)
+		return b, engine.Wrap(err, op)
+	}
+	b, err := hostmem.Resolve(t.t.Addr, n)
+	return b, engine.Wrap(err, op)
+}
+
+// ReadArray copies the tensor's contents into an Array.
+func (t *Tensor) ReadArray() (*array.Array, error) {
+	b, err := t.bytes("read")
+	if err != nil {
+		return nil, err
+	}
+	return array.FromBytes(t.t.DType, t.t.Shape, b)
+}
+
+func tensorRead(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	if err := starlark.UnpackPositionalArgs("read", args, kw, 0); err != nil {
+		return nil, err
+	}
+	return b.Receiver().(*Tensor).ReadArray()
+}
+
+func tensorToList(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	if err := starlark.UnpackPositionalArgs("tolist", args, kw, 0); err != nil {
+		return nil, err
+	}
+	a, err := b.Receiver().(*Tensor).ReadArray()
+	if err != nil {
+		return nil, err
+	}
+	return starlark.Call(th, mustAttr(a, "tolist"), nil, nil)
+}
+
+func mustAttr(v starlark.HasAttrs, name string) starlark.Value {
+	x, err := v.Attr(name)
+	if err != nil || x == nil {
+		panic(fmt.Sprintf("starlib: %s has no attribute %s", v.Type(), name))
+	}
+	return x
+}
+
+func tensorWrite(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	var x starlark.Value
+	if err := starlark.UnpackPositionalArgs("write", args, kw, 1, &x); err != nil {
+		return nil, err
+	}
+	t := b.Receiver().(*Tensor)
+	return starlark.None, t.store("write", x)
+}
+
+func tensorFill(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	var x starlark.Value
+	if err := starlark.UnpackPositionalArgs("fill", args, kw, 1, &x); err != nil {
+		return nil, err
+	}
+	t := b.Receiver().(*Tensor)
+	switch x.(type) {
+	case starlark.Int, starlark.Float, starlark.Bool:
+	default:
+		return nil, errorf(engine.TypeError, "fill: want a number, got %s", x.Type())
+	}
+	return starlark.None, t.store("fill", x)
+}
+
+// store writes an Array, list or number (filling) into the tensor.
+func (t *Tensor) store(op string, x starlark.Value) error {
+	mem, err := t.bytes(op)
+	if err != nil {
+		return err
+	}
+	a, err := array.FromValue(x, t.t.DType, t.t.Shape)
+	if err != nil {
+		return engine.Wrap(err, op)
+	}
+	if a.Len() != t.t.Elems() {
+		return errorf(engine.ValueError, "%s: %d elements into a tensor of %d", op, a.Len(), t.t.Elems())
+	}
+	copy(mem, a.Bytes())
+	return nil
+}
+
+func tensorView(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	t := b.Receiver().(*Tensor)
+	var shapeV, dtV starlark.Value = starlark.None, starlark.None
+	offset := 0
+	if err := starlark.UnpackArgs("view", args, kw, "shape?", &shapeV, "dtype?", &dtV, "offset?", &offset); err != nil {
+		return nil, err
+	}
+	dt := t.t.DType
+	if dtV != starlark.None {
+		d, err := array.ParseDType(dtV)
+		if err != nil {
+			return nil, engine.Wrap(err, "view")
+		}
+		dt = d
+	}
+	start := t.t.Addr - t.base + uint64(offset)
+	if offset < 0 || int(start) > t.size {
+		return nil, errorf(engine.ValueError, "view: offset %d is outside the tensor's %d-byte backing", offset, t.size)
+	}
+	var shape []int
+	if shapeV == starlark.None {
+		shape = []int{(t.size - int(start)) / dt.Size()}
+	} else {
+		s, err := toShape("view", shapeV)
+		if err != nil {
+			return nil, err
+		}
+		shape = s
+	}
+	v := &Tensor{t: engine.Tensor{Addr: t.t.Addr + uint64(offset), Shape: shape, DType: dt, ChildMemory: t.t.ChildMemory}, base: t.base, size: t.size, chip: t.chip}
+	if end := int(start) + v.t.NBytes(); end > t.size {
+		return nil, errorf(engine.ValueError, "view: %d bytes at offset %d overrun the tensor's %d-byte backing", v.t.NBytes(), offset, t.size)
+	}
+	return v, nil
+}
+
+// toShape accepts an int or a list/tuple of non-negative ints.
+func toShape(op string, v starlark.Value) ([]int, error) {
+	if _, ok := v.(starlark.Int); ok {
+		n, err := starlark.AsInt32(v)
+		if err != nil || n < 0 {
+			return nil, errorf(engine.ValueError, "%s: bad shape %s", op, v)
+		}
+		return []int{n}, nil
+	}
+	it, ok := v.(starlark.Indexable)
+	if !ok {
+		return nil, errorf(engine.TypeError, "%s: shape must be an int or a list of ints, got %s", op, v.Type())
+	}
+	shape := make([]int, it.Len())
+	for i := range shape {
+		n, err := starlark.AsInt32(it.Index(i))
+		if err != nil || n < 0 {
+			return nil, errorf(engine.ValueError, "%s: bad shape %s: dimension %d must be a non-negative int", op, v, i)
+		}
+		shape[i] = n
+	}
+	return shape, nil
+}
+
+func intTuple(xs []int) starlark.Tuple {
+	t := make(starlark.Tuple, len(xs))
+	for i, x := range xs {
+		t[i] = starlark.MakeInt(x)
+	}
+	return t
+}
+
+// hostTensor allocates a zeroed host tensor in shared memory, optionally
+// filled from data.
+func (s *Session) hostTensor(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	if err := atRunTime(th, "host_tensor()"); err != nil {
+		return nil, err
+	}
+	var shapeV, dtV, data starlark.Value = starlark.None, starlark.None, starlark.None
+	if err := starlark.UnpackArgs("host_tensor", args, kw, "shape?", &shapeV, "dtype?", &dtV, "data?", &data); err != nil {
+		return nil, err
+	}
+	dt := dtype.Invalid
+	if dtV != starlark.None {
+		d, err := array.ParseDType(dtV)
+		if err != nil {
+			return nil, engine.Wrap(err, "host_tensor")
+		}
+		dt = d
+	}
+	var shape []int
+	if shapeV != starlark.None {
+		sh, err := toShape("host_tensor", shapeV)
+		if err != nil {
+			return nil, err
+		}
+		shape = sh
+	}
+	var init *array.Array
+	if data != starlark.None {
+		a, err := array.FromValue(data, dt, nil)
+		if err != nil {
+			return nil, engine.Wrap(err, "host_tensor: data")
+		}
+		init = a
+		if dt == dtype.Invalid {
+			dt = a.DType()
+		}
+		if shape == nil {
+			shape = a.Shape()
+		} else if n := product(shape); n != a.Len() {
+			return nil, errorf(engine.ValueError, "host_tensor: data has %d elements, shape %v needs %d", a.Len(), shape, n)
+		}
+	}
+	if dt == dtype.Invalid {
+		dt = dtype.Float32
+	}
+	if shape == nil {
+		return nil, errorf(engine.ValueError, "host_tensor: give shape or data")
+	}
+	et := engine.Tensor{Shape: shape, DType: dt}
+	addr, mem, err := s.space.Alloc(max(et.NBytes(), 1))
+	if err != nil {
+		return nil, engine.Wrap(err, "host_tensor")
+	}
+	et.Addr = addr
+	if init != nil {
+		copy(mem, init.Bytes())
+	}
+	return newTensor(et, nil), nil
+}
+
+func product(shape []int) int {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	return n
+}
+
+// makeTensor names memory by address: a device pointer, a window buffer,
+// or 0 for an OUTPUT the runtime allocates.
+func makeTensor(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	var data, shapeV, dtV starlark.Value
+	child := false
+	if err := starlark.UnpackArgs("make_tensor", args, kw, "data", &data, "shape", &shapeV, "dtype", &dtV, "child_memory?", &child); err != nil {
+		return nil, err
+	}
+	addr, err := toAddr("make_tensor", data)
+	if err != nil {
+		return nil, err
+	}
+	shape, err := toShape("make_tensor", shapeV)
+	if err != nil {
+		return nil, err
+	}
+	dt, err := array.ParseDType(dtV)
+	if err != nil {
+		return nil, engine.Wrap(err, "make_tensor")
+	}
+	return newTensor(engine.Tensor{Addr: addr, Shape: shape, DType: dt, ChildMemory: child}, nil), nil
+}
+
+// toAddr accepts a non-negative int address or a Tensor (its address).
+func toAddr(op string, v starlark.Value) (uint64, error) {
+	switch x := v.(type) {
+	case *Tensor:
+		return x.t.Addr, nil
+	case starlark.Int:
+		u, ok := x.Uint64()
+		if !ok {
+			return 0, errorf(engine.ValueError, "%s: address %s is not a valid pointer", op, x)
+		}
+		return u, nil
+	}
+	return 0, errorf(engine.TypeError, "%s: want an int address or a Tensor, got %s", op, v.Type())
+}

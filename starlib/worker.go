@@ -1,0 +1,474 @@
+package starlib
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"go.starlark.net/starlark"
+
+	"simpler/engine"
+	"simpler/engine/hostmem"
+	"simpler/hal"
+)
+
+// Worker is the Starlark value of an engine.Worker.
+type Worker struct {
+	s        *Session
+	w        *engine.Worker
+	platform string
+	mode     string
+	devices  []int
+}
+
+func (w *Worker) String() string {
+	return fmt.Sprintf("Worker(level=%d, platform=%s, device_ids=%v)", w.w.Level(), w.platform, w.devices)
+}
+func (w *Worker) Type() string          { return "Worker" }
+func (w *Worker) Freeze()               {}
+func (w *Worker) Truth() starlark.Bool  { return true }
+func (w *Worker) Hash() (uint32, error) { return 0, errorf(engine.TypeError, "unhashable type: Worker") }
+
+// Engine returns the engine worker.
+func (w *Worker) Engine() *engine.Worker { return w.w }
+
+type workerMethod func(w *Worker, th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error)
+
+var workerMethods = map[string]workerMethod{
+	"register":   (*Worker).register,
+	"unregister": (*Worker).unregister,
+	"add_worker": (*Worker).addWorker,
+	"init":       (*Worker).init,
+	"run":        (*Worker).run,
+	"submit":     (*Worker).submit,
+	"close":      (*Worker).close,
+	"malloc":     (*Worker).malloc,
+	"free":       (*Worker).free,
+	"copy_to":    (*Worker).copyTo,
+	"copy_from":  (*Worker).copyFrom,
+}
+
+func (w *Worker) Attr(name string) (starlark.Value, error) {
+	switch name {
+	case "level":
+		return starlark.MakeInt(w.w.Level()), nil
+	case "platform":
+		return starlark.String(w.platform), nil
+	case "mode":
+		return starlark.String(w.mode), nil
+	case "device_ids":
+		return starlark.NewList(intTuple(w.devices)), nil
+	case "num_sub_workers":
+		return starlark.MakeInt(w.w.SubCount()), nil
+	}
+	if m, ok := workerMethods[name]; ok {
+		return starlark.NewBuiltin(name, func(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+			return m(w, th, args, kw)
+		}), nil
+	}
+	return nil, nil
+}
+
+func (w *Worker) AttrNames() []string {
+	return append(sortedKeys(workerMethods), "device_ids", "level", "mode", "num_sub_workers", "platform")
+}
+
+// atRunTime refuses engine builtins while a module is being loaded, so
+// that loading a module never has side effects.
+func atRunTime(th *starlark.Thread, what string) error {
+	if th.Local(loadingKey) != nil {
+		return errorf(engine.RuntimeError, "%s may only be called at run time, from main() or a function it calls", what)
+	}
+	return nil
+}
+
+// newWorker implements Worker(...).
+func (s *Session) newWorker(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	if err := atRunTime(th, "Worker()"); err != nil {
+		return nil, err
+	}
+	level := 3
+	platform := s.Platform
+	mode := s.Mode
+	var deviceID starlark.Value = starlark.None
+	var deviceIDs starlark.Value = starlark.None
+	numSub, heapRing := 0, 0
+	enableSDMA := false
+	var controlT, startupT, sessionT starlark.Value = starlark.None, starlark.None, starlark.None
+	commProfile := "sim"
+	var globalRanks starlark.Value = starlark.None
+	if err := starlark.UnpackArgs("Worker", args, kw,
+		"level?", &level, "platform?", &platform, "device_id?", &deviceID, "device_ids?", &deviceIDs,
+		"num_sub_workers?", &numSub, "mode?", &mode, "enable_sdma?", &enableSDMA,
+		"heap_ring_size?", &heapRing, "control_timeout_s?", &controlT, "startup_timeout_s?", &startupT,
+		"remote_session_timeout_s?", &sessionT, "comm_profile?", &commProfile,
+		"global_device_ranks?", &globalRanks); err != nil {
+		return nil, err
+	}
+	for name, v := range map[string]starlark.Value{"control_timeout_s": controlT, "startup_timeout_s": startupT, "remote_session_timeout_s": sessionT} {
+		if _, err := seconds("Worker", name, v); err != nil {
+			return nil, err
+		}
+	}
+	p, err := hal.Lookup(platform)
+	if err != nil {
+		return nil, engine.Wrap(err, "Worker")
+	}
+	devices, err := workerDevices(level, deviceID, deviceIDs)
+	if err != nil {
+		return nil, err
+	}
+	if !contains(p.CommProfiles(), commProfile) && !(commProfile == "sim" && p.Simulated()) {
+		return nil, errorf(engine.ValueError, "Worker: comm_profile %q is not supported on %s (supported: %v)", commProfile, p.Name(), p.CommProfiles())
+	}
+	ew, err := engine.NewWorker(engine.Config{
+		Level: level, Platform: p, DeviceIDs: devices, NumSubWorkers: numSub,
+		Mode: mode, EnableSDMA: enableSDMA, HeapRingSize: heapRing,
+	})
+	if err != nil {
+		return nil, err
+	}
+	w := &Worker{s: s, w: ew, platform: p.Name(), mode: mode, devices: devices}
+	s.track(w)
+	return w, nil
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+// seconds checks an optional timeout argument.
+func seconds(op, name string, v starlark.Value) (time.Duration, error) {
+	if v == starlark.None {
+		return 0, nil
+	}
+	f, ok := starlark.AsFloat(v)
+	if !ok {
+		return 0, errorf(engine.TypeError, "%s: %s must be a number of seconds, got %s", op, name, v.Type())
+	}
+	if f <= 0 || math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, errorf(engine.ValueError, "%s: %s must be > 0, got %v", op, name, f)
+	}
+	return time.Duration(f * float64(time.Second)), nil
+}
+
+func workerDevices(level int, deviceID, deviceIDs starlark.Value) ([]int, error) {
+	if deviceID != starlark.None && deviceIDs != starlark.None {
+		return nil, errorf(engine.ValueError, "Worker: give device_id or device_ids, not both")
+	}
+	if deviceID != starlark.None {
+		id, err := starlark.AsInt32(deviceID)
+		if err != nil {
+			return nil, errorf(engine.TypeError, "Worker: device_id must be an int, got %s", deviceID.Type())
+		}
+		return []int{id}, nil
+	}
+	if deviceIDs == starlark.None {
+		if level <= 3 {
+			return []int{0}, nil
+		}
+		return nil, nil
+	}
+	it, ok := deviceIDs.(starlark.Indexable)
+	if !ok {
+		return nil, errorf(engine.TypeError, "Worker: device_ids must be a list of ints, got %s", deviceIDs.Type())
+	}
+	ids := make([]int, it.Len())
+	for i := range ids {
+		id, err := starlark.AsInt32(it.Index(i))
+		if err != nil {
+			return nil, errorf(engine.TypeError, "Worker: device_ids[%d] must be an int, got %s", i, it.Index(i).Type())
+		}
+		ids[i] = id
+	}
+	return ids, nil
+}
+
+func noArgs(op string, args starlark.Tuple, kw []starlark.Tuple) error {
+	return starlark.UnpackPositionalArgs(op, args, kw, 0)
+}
+
+func (w *Worker) register(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	var fnV starlark.Value
+	var workersV starlark.Value = starlark.None
+	if err := starlark.UnpackArgs("register", args, kw, "fn", &fnV, "workers?", &workersV); err != nil {
+		return nil, err
+	}
+	fn, ok := fnV.(*starlark.Function)
+	if !ok {
+		return nil, errorf(engine.TypeError, "register: want a Starlark function, got %s", fnV.Type())
+	}
+	c, err := w.s.callableFor("register", fn)
+	if err != nil {
+		return nil, err
+	}
+	var workers []int
+	if workersV != starlark.None {
+		ids, err := intList("register", "workers", workersV)
+		if err != nil {
+			return nil, err
+		}
+		workers = ids
+	}
+	h, err := w.w.Register(c, workers)
+	if err != nil {
+		return nil, err
+	}
+	return &Handle{h: h}, nil
+}
+
+func (w *Worker) unregister(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	var hv starlark.Value
+	if err := starlark.UnpackPositionalArgs("unregister", args, kw, 1, &hv); err != nil {
+		return nil, err
+	}
+	h, err := w.s.handleFor("unregister", hv, w.w)
+	if err != nil {
+		return nil, err
+	}
+	return starlark.None, w.w.Unregister(h)
+}
+
+func intList(op, name string, v starlark.Value) ([]int, error) {
+	it, ok := v.(starlark.Indexable)
+	if !ok {
+		return nil, errorf(engine.TypeError, "%s: %s must be a list of ints, got %s", op, name, v.Type())
+	}
+	ids := make([]int, it.Len())
+	for i := range ids {
+		x, ok := it.Index(i).(starlark.Int)
+		if !ok {
+			return nil, errorf(engine.TypeError, "%s: %s[%d] must be an int, got %s", op, name, i, it.Index(i).Type())
+		}
+		n, ok := x.Int64()
+		if !ok || n < math.MinInt32 || n > math.MaxInt32 {
+			return nil, errorf(engine.ValueError, "%s: %s[%d] = %s is out of range", op, name, i, x)
+		}
+		ids[i] = int(n)
+	}
+	return ids, nil
+}
+
+func (w *Worker) addWorker(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	var cv starlark.Value
+	if err := starlark.UnpackPositionalArgs("add_worker", args, kw, 1, &cv); err != nil {
+		return nil, err
+	}
+	child, ok := cv.(*Worker)
+	if !ok {
+		return nil, errorf(engine.TypeError, "add_worker: want a Worker, got %s", cv.Type())
+	}
+	id, err := w.w.AddWorker(child.w)
+	if err != nil {
+		return nil, err
+	}
+	return starlark.MakeInt(id), nil
+}
+
+func (w *Worker) init(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	if err := noArgs("init", args, kw); err != nil {
+		return nil, err
+	}
+	return starlark.None, w.w.Init()
+}
+
+func (w *Worker) close(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	if err := noArgs("close", args, kw); err != nil {
+		return nil, err
+	}
+	return starlark.None, w.w.Close()
+}
+
+// submit calls orch_fn(orch, args, config) on this thread to build a run.
+func (w *Worker) submit(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	var fn starlark.Callable
+	var av, cv starlark.Value = starlark.None, starlark.None
+	if err := starlark.UnpackArgs("submit", args, kw, "orch_fn", &fn, "args?", &av, "config?", &cv); err != nil {
+		return nil, err
+	}
+	if w.w.Level() == 2 {
+		return nil, errorf(engine.ValueError, "submit: a level-2 worker is one chip; use run(kernel, args)")
+	}
+	r, err := w.w.Submit(func(o *engine.Orchestrator) (any, error) {
+		return starlark.Call(th, fn, starlark.Tuple{&Orchestrator{s: w.s, o: o, worker: w}, av, cv}, nil)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &RunHandle{r: r}, nil
+}
+
+func (w *Worker) run(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	if w.w.Level() == 2 {
+		var hv starlark.Value
+		var av starlark.Value = starlark.None
+		var cv starlark.Value = starlark.None
+		if err := starlark.UnpackArgs("run", args, kw, "kernel", &hv, "args?", &av, "config?", &cv); err != nil {
+			return nil, err
+		}
+		h, err := w.s.handleFor("run", hv, w.w)
+		if err != nil {
+			return nil, err
+		}
+		ta, err := taskArgs("run", av)
+		if err != nil {
+			return nil, err
+		}
+		return starlark.None, w.w.RunKernel(h, ta)
+	}
+	rv, err := w.submit(th, args, kw)
+	if err != nil {
+		return nil, err
+	}
+	r := rv.(*RunHandle).r
+	if err := r.Wait(-1); err != nil {
+		return nil, err
+	}
+	res, _ := r.Result()
+	return res.(starlark.Value), nil
+}
+
+// taskArgs accepts None or a TaskArgs value.
+func taskArgs(op string, v starlark.Value) (*engine.TaskArgs, error) {
+	switch x := v.(type) {
+	case starlark.NoneType:
+		return nil, nil
+	case *TaskArgs:
+		return x.a, nil
+	}
+	return nil, errorf(engine.TypeError, "%s: args must be a TaskArgs, got %s", op, v.Type())
+}
+
+func (w *Worker) malloc(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	var size, worker int
+	if err := starlark.UnpackArgs("malloc", args, kw, "size", &size, "worker_id?", &worker); err != nil {
+		return nil, err
+	}
+	p, err := w.w.Malloc(worker, size)
+	if err != nil {
+		return nil, err
+	}
+	return starlark.MakeUint64(p), nil
+}
+
+func (w *Worker) free(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	var ptrV starlark.Value
+	var worker int
+	if err := starlark.UnpackArgs("free", args, kw, "ptr", &ptrV, "worker_id?", &worker); err != nil {
+		return nil, err
+	}
+	ptr, err := toAddr("free", ptrV)
+	if err != nil {
+		return nil, err
+	}
+	return starlark.None, w.w.Free(worker, ptr)
+}
+
+func (w *Worker) copyTo(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	var dstV, srcV starlark.Value
+	var size, worker int
+	if err := starlark.UnpackArgs("copy_to", args, kw, "dst", &dstV, "src", &srcV, "size", &size, "worker_id?", &worker); err != nil {
+		return nil, err
+	}
+	dst, src, err := deviceAndHost("copy_to", dstV, srcV, size)
+	if err != nil {
+		return nil, err
+	}
+	return starlark.None, w.w.CopyTo(worker, dst, src)
+}
+
+func (w *Worker) copyFrom(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	var dstV, srcV starlark.Value
+	var size, worker int
+	if err := starlark.UnpackArgs("copy_from", args, kw, "dst", &dstV, "src", &srcV, "size", &size, "worker_id?", &worker); err != nil {
+		return nil, err
+	}
+	src, dst, err := deviceAndHost("copy_from", srcV, dstV, size)
+	if err != nil {
+		return nil, err
+	}
+	return starlark.None, w.w.CopyFrom(worker, dst, src)
+}
+
+// deviceAndHost resolves a copy's device address and host bytes. The host
+// side is a host Tensor (bounded by its size) or an address in shared
+// memory.
+func deviceAndHost(op string, devV, hostV starlark.Value, size int) (uint64, []byte, error) {
+	if size <= 0 {
+		return 0, nil, errorf(engine.ValueError, "%s: size must be > 0, got %d", op, size)
+	}
+	dev, err := toAddr(op, devV)
+	if err != nil {
+		return 0, nil, err
+	}
+	if t, ok := devV.(*Tensor); ok && !t.t.ChildMemory {
+		return 0, nil, errorf(engine.ValueError, "%s: the device side is a host tensor; pass a device pointer", op)
+	}
+	if t, ok := hostV.(*Tensor); ok {
+		if t.t.ChildMemory {
+			return 0, nil, errorf(engine.ValueError, "%s: the host side is a device tensor; pass a host tensor", op)
+		}
+		if size > t.t.NBytes() {
+			return 0, nil, errorf(engine.ValueError, "%s: size %d exceeds the host tensor's %d bytes", op, size, t.t.NBytes())
+		}
+	}
+	addr, err := toAddr(op, hostV)
+	if err != nil {
+		return 0, nil, err
+	}
+	host, err := hostmem.Resolve(addr, size)
+	if err != nil {
+		return 0, nil, engine.Wrap(err, op)
+	}
+	return dev, host, nil
+}
+
+// RunHandle is the Starlark value of a submitted run.
+type RunHandle struct{ r *engine.Run }
+
+func (h *RunHandle) String() string        { return fmt.Sprintf("RunHandle(run %d)", h.r.ID()) }
+func (h *RunHandle) Type() string          { return "RunHandle" }
+func (h *RunHandle) Freeze()               {}
+func (h *RunHandle) Truth() starlark.Bool  { return true }
+func (h *RunHandle) Hash() (uint32, error) { return 0, errorf(engine.TypeError, "unhashable type: RunHandle") }
+func (h *RunHandle) AttrNames() []string   { return []string{"done", "result", "wait"} }
+
+func (h *RunHandle) Attr(name string) (starlark.Value, error) {
+	switch name {
+	case "done":
+		return starlark.Bool(h.r.Done()), nil
+	case "wait":
+		return starlark.NewBuiltin("wait", func(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+			var tv starlark.Value = starlark.None
+			if err := starlark.UnpackArgs("wait", args, kw, "timeout?", &tv); err != nil {
+				return nil, err
+			}
+			d := time.Duration(-1)
+			if tv != starlark.None {
+				s, err := seconds("wait", "timeout", tv)
+				if err != nil {
+					return nil, err
+				}
+				d = s
+			}
+			return starlark.None, h.r.Wait(d)
+		}), nil
+	case "result":
+		return starlark.NewBuiltin("result", func(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+			if err := noArgs("result", args, kw); err != nil {
+				return nil, err
+			}
+			res, err := h.r.Result()
+			if err != nil {
+				return nil, err
+			}
+			return res.(starlark.Value), nil
+		}), nil
+	}
+	return nil, nil
+}
