@@ -134,7 +134,7 @@ func (w *Worker) free(op string, worker int, ptr uint64) error {
 	if err != nil {
 		return err
 	}
-	return Wrap(c.Free(ptr), op)
+	return c.Free(ptr) // hal names the operation and the pointer
 }
 
 func (w *Worker) copyTo(op string, worker int, dst uint64, src []byte) error {

@@ -141,3 +141,34 @@ func (c *Chip) Attr(name string) (starlark.Value, error) {
 	}
 	return nil, nil
 }
+
+// checkArity refuses, at submit, a function that cannot take the n
+// arguments its role passes (chip kernel 2, SUB callable 1, child
+// orchestration 3), rather than failing later on a worker.
+func checkArity(op string, h *engine.Handle, n int, role string) error {
+	c, ok := h.Callable.(*callable)
+	if !ok {
+		return nil
+	}
+	fn := c.fn
+	required := 0
+	for i := 0; i < fn.NumParams()-fn.NumKwonlyParams(); i++ {
+		if fn.ParamDefault(i) == nil {
+			required++
+		}
+	}
+	max := fn.NumParams() - fn.NumKwonlyParams()
+	if fn.HasVarargs() {
+		max = n
+	}
+	if n < required || n > max {
+		return errorf(engine.TypeError, "%s: %s takes %d parameter(s); %s", op, fn.Name(), fn.NumParams(), role)
+	}
+	return nil
+}
+
+const (
+	roleKernel = "a chip kernel is fn(chip, args)"
+	roleSub    = "a SUB callable is fn(args)"
+	roleOrch   = "a child orchestration is fn(orch, args, config)"
+)

@@ -76,7 +76,7 @@ func kernelError(err error) error {
 	if err == nil {
 		return nil
 	}
-	msg := Message(err)
+	msg := strings.TrimPrefix(Message(err), "fail: ")
 	k, rest, ok := engine.SplitKind(msg)
 	if !ok {
 		k = engine.RuntimeError

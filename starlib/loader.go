@@ -36,6 +36,7 @@ type module struct {
 type loader struct {
 	mu      sync.Mutex
 	modules map[string]*module
+	stack   []string // modules being loaded, outermost first
 	predecl starlark.StringDict
 	print   func(*starlark.Thread, string)
 }
@@ -72,7 +73,7 @@ func (l *loader) source(name string) ([]byte, error) {
 	}
 	b, err := os.ReadFile(name)
 	if err != nil {
-		return nil, fmt.Errorf("ValueError: cannot load %s: %v", name, unwrapPathError(err))
+		return nil, fmt.Errorf("ValueError: %v", unwrapPathError(err))
 	}
 	return b, nil
 }
@@ -91,12 +92,16 @@ func (l *loader) load(name string) (*module, error) {
 	if ok {
 		l.mu.Unlock()
 		if m.loading {
-			return nil, fmt.Errorf("ValueError: load cycle: %s loads itself", name)
+			l.mu.Lock()
+			path := strings.Join(append(l.cycleFrom(name), name), " -> ")
+			l.mu.Unlock()
+			return nil, fmt.Errorf("ValueError: load cycle: %s", path)
 		}
 		return m, m.err
 	}
 	m = &module{name: name, loading: true}
 	l.modules[name] = m
+	l.stack = append(l.stack, name)
 	l.mu.Unlock()
 
 	src, err := l.source(name)
@@ -107,8 +112,19 @@ func (l *loader) load(name string) (*module, error) {
 	}
 	l.mu.Lock()
 	m.err, m.loading = err, false
+	l.stack = l.stack[:len(l.stack)-1]
 	l.mu.Unlock()
 	return m, err
+}
+
+// cycleFrom returns the part of the load stack that starts at name.
+func (l *loader) cycleFrom(name string) []string {
+	for i, n := range l.stack {
+		if n == name {
+			return append([]string(nil), l.stack[i:]...)
+		}
+	}
+	return nil
 }
 
 func (l *loader) exec(m *module, src []byte) (starlark.StringDict, error) {

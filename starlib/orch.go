@@ -50,8 +50,22 @@ func (o *Orchestrator) Attr(name string) (starlark.Value, error) {
 
 func (o *Orchestrator) AttrNames() []string { return sortedKeys(orchMethods) }
 
-func (o *Orchestrator) handle(op string, v starlark.Value) (*engine.Handle, error) {
-	return o.s.handleFor(op, v, o.o.Worker())
+// handle resolves v on the orchestrator's worker and checks that it can
+// take the arguments of the pool it is submitted to.
+func (o *Orchestrator) handle(op string, v starlark.Value, pool engine.Pool) (*engine.Handle, error) {
+	h, err := o.s.handleFor(op, v, o.o.Worker())
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case pool == engine.Sub:
+		err = checkArity(op, h, 1, roleSub)
+	case o.o.Worker().Level() == 3:
+		err = checkArity(op, h, 2, roleKernel)
+	default:
+		err = checkArity(op, h, 3, roleOrch)
+	}
+	return h, err
 }
 
 func callConfig(op string, v starlark.Value) (*engine.CallConfig, error) {
@@ -108,7 +122,7 @@ func (o *Orchestrator) submitNext(th *starlark.Thread, args starlark.Tuple, kw [
 	if err != nil {
 		return nil, err
 	}
-	h, err := o.handle(op, hv)
+	h, err := o.handle(op, hv, engine.NextLevel)
 	if err != nil {
 		return nil, err
 	}
@@ -139,7 +153,7 @@ func (o *Orchestrator) submitNextGroup(th *starlark.Thread, args starlark.Tuple,
 	if err != nil {
 		return nil, err
 	}
-	h, err := o.handle(op, hv)
+	h, err := o.handle(op, hv, engine.NextLevel)
 	if err != nil {
 		return nil, err
 	}
@@ -162,7 +176,7 @@ func (o *Orchestrator) submitSub(th *starlark.Thread, args starlark.Tuple, kw []
 	if err := starlark.UnpackArgs(op, args, kw, "h", &hv, "args?", &av); err != nil {
 		return nil, err
 	}
-	h, err := o.handle(op, hv)
+	h, err := o.handle(op, hv, engine.Sub)
 	if err != nil {
 		return nil, err
 	}
@@ -180,7 +194,7 @@ func (o *Orchestrator) submitSubGroup(th *starlark.Thread, args starlark.Tuple, 
 	if err := starlark.UnpackArgs(op, args, kw, "h", &hv, "args_list", &lv); err != nil {
 		return nil, err
 	}
-	h, err := o.handle(op, hv)
+	h, err := o.handle(op, hv, engine.Sub)
 	if err != nil {
 		return nil, err
 	}

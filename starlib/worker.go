@@ -315,6 +315,9 @@ func (w *Worker) run(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tup
 		if err != nil {
 			return nil, err
 		}
+		if err := checkArity("run", h, 2, roleKernel); err != nil {
+			return nil, err
+		}
 		ta, err := taskArgs("run", av)
 		if err != nil {
 			return nil, err

@@ -12,9 +12,11 @@
 // Starlark. Errors start with their kind: "ValueError: ", "TypeError: ",
 // "IndexError: ".
 //
-// Len, in Go and as Starlark's len(), is the element count. Indexing,
-// iteration and slicing work on the first dimension, so len(a) equals the
-// first dimension only for 1-D arrays (use .shape for N-D arrays).
+// Len, in Go and as Starlark's len(), is the element count (one Go method
+// serves both). Indexing, iteration and slicing work on the first
+// dimension, so for an N-D array len(a) is not the first dimension (use
+// .shape), and a slice mixing a negative and a non-negative bound comes out
+// empty (see Slice).
 package array
 
 import (

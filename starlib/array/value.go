@@ -152,8 +152,14 @@ func (a *Array) Get(k starlark.Value) (starlark.Value, bool, error) {
 }
 
 // Slice implements a[start:end:step] on the first dimension. Starlark
-// resolves the indices against Len, the element count; for an N-D array
-// firstDim maps them back to first-dimension indices.
+// resolves the indices against Len, the element count, before the call;
+// for an N-D array firstDim maps them back to the first dimension. That is
+// exact for 1-D arrays, and for N-D arrays whenever start and end (if
+// given) are both non-negative or both negative and within [-d, d] or
+// beyond the element count, where d is the first dimension. A slice that
+// mixes a negative and a non-negative bound, such as m[-2:3], comes out
+// empty, because Starlark has already clamped it to an empty range of
+// elements.
 func (a *Array) Slice(start, end, step int) starlark.Value {
 	if a.ndim() == 0 {
 		return a.copy()
@@ -180,9 +186,8 @@ func (a *Array) Slice(start, end, step int) starlark.Value {
 
 // firstDim maps an index v that Starlark resolved against the element count
 // n back to the first dimension d (v == -1 is the "before the start" end of
-// a negative stride). The mapping is exact for indices written in
-// [-d, d] and beyond n; an index that was outside [-d, d] but inside
-// (-n, n) may clamp to the other end.
+// a negative stride): indices up to d stay, those in [n-d, n) were
+// negative, the rest clamp to d.
 func firstDim(v, d, n int) int {
 	switch {
 	case n == d || v <= d:
