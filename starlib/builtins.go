@@ -51,4 +51,3 @@ func catch(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []s
 	}
 	return starlark.None, nil
 }
-

@@ -98,7 +98,9 @@ func (s *Session) handleFor(op string, v starlark.Value, w *engine.Worker) (*eng
 // Handle is a CallableHandle.
 type Handle struct{ h *engine.Handle }
 
-func (h *Handle) String() string        { return "CallableHandle(" + h.h.Name() + ", " + h.h.Digest()[:19] + "...)" }
+func (h *Handle) String() string {
+	return "CallableHandle(" + h.h.Name() + ", " + h.h.Digest()[:19] + "...)"
+}
 func (h *Handle) Type() string          { return "CallableHandle" }
 func (h *Handle) Freeze()               {}
 func (h *Handle) Truth() starlark.Bool  { return true }
@@ -123,7 +125,9 @@ func (h *Handle) Attr(name string) (starlark.Value, error) {
 // Chip is what a kernel's first parameter sees.
 type Chip struct{ ctx *engine.ChipCtx }
 
-func (c *Chip) String() string        { return "Chip(device " + starlark.MakeInt(c.ctx.Chip.DeviceID()).String() + ")" }
+func (c *Chip) String() string {
+	return "Chip(device " + starlark.MakeInt(c.ctx.Chip.DeviceID()).String() + ")"
+}
 func (c *Chip) Type() string          { return "Chip" }
 func (c *Chip) Freeze()               {}
 func (c *Chip) Truth() starlark.Bool  { return true }

@@ -15,11 +15,13 @@ type Orchestrator struct {
 	worker *Worker // nil when running as a child's orchestration
 }
 
-func (o *Orchestrator) String() string        { return "Orchestrator" }
-func (o *Orchestrator) Type() string          { return "Orchestrator" }
-func (o *Orchestrator) Freeze()               {}
-func (o *Orchestrator) Truth() starlark.Bool  { return true }
-func (o *Orchestrator) Hash() (uint32, error) { return 0, errorf(engine.TypeError, "unhashable type: Orchestrator") }
+func (o *Orchestrator) String() string       { return "Orchestrator" }
+func (o *Orchestrator) Type() string         { return "Orchestrator" }
+func (o *Orchestrator) Freeze()              {}
+func (o *Orchestrator) Truth() starlark.Bool { return true }
+func (o *Orchestrator) Hash() (uint32, error) {
+	return 0, errorf(engine.TypeError, "unhashable type: Orchestrator")
+}
 
 type orchMethod func(o *Orchestrator, th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error)
 

@@ -21,10 +21,12 @@ type TaskArgs struct {
 func (t *TaskArgs) String() string {
 	return fmt.Sprintf("TaskArgs(%d tensors, %d scalars)", len(t.a.Tensors), len(t.a.Scalars))
 }
-func (t *TaskArgs) Type() string          { return "TaskArgs" }
-func (t *TaskArgs) Freeze()               {}
-func (t *TaskArgs) Truth() starlark.Bool  { return true }
-func (t *TaskArgs) Hash() (uint32, error) { return 0, fmt.Errorf("TypeError: unhashable type: TaskArgs") }
+func (t *TaskArgs) Type() string         { return "TaskArgs" }
+func (t *TaskArgs) Freeze()              {}
+func (t *TaskArgs) Truth() starlark.Bool { return true }
+func (t *TaskArgs) Hash() (uint32, error) {
+	return 0, fmt.Errorf("TypeError: unhashable type: TaskArgs")
+}
 
 var taskArgsMethods = map[string]*starlark.Builtin{
 	"add_tensor":   starlark.NewBuiltin("add_tensor", argsAddTensor),
@@ -214,10 +216,12 @@ type CallConfig struct{ c engine.CallConfig }
 func (c *CallConfig) String() string {
 	return fmt.Sprintf("CallConfig(block_dim=%d, aicpu_thread_num=%d, enable_profiling=%s)", c.c.BlockDim, c.c.AicpuThreadNum, starlark.Bool(c.c.EnableProfiling))
 }
-func (c *CallConfig) Type() string          { return "CallConfig" }
-func (c *CallConfig) Freeze()               {}
-func (c *CallConfig) Truth() starlark.Bool  { return true }
-func (c *CallConfig) Hash() (uint32, error) { return 0, fmt.Errorf("TypeError: unhashable type: CallConfig") }
+func (c *CallConfig) Type() string         { return "CallConfig" }
+func (c *CallConfig) Freeze()              {}
+func (c *CallConfig) Truth() starlark.Bool { return true }
+func (c *CallConfig) Hash() (uint32, error) {
+	return 0, fmt.Errorf("TypeError: unhashable type: CallConfig")
+}
 
 func (c *CallConfig) Attr(name string) (starlark.Value, error) {
 	switch name {

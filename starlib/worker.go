@@ -24,10 +24,12 @@ type Worker struct {
 func (w *Worker) String() string {
 	return fmt.Sprintf("Worker(level=%d, platform=%s, device_ids=%v)", w.w.Level(), w.platform, w.devices)
 }
-func (w *Worker) Type() string          { return "Worker" }
-func (w *Worker) Freeze()               {}
-func (w *Worker) Truth() starlark.Bool  { return true }
-func (w *Worker) Hash() (uint32, error) { return 0, errorf(engine.TypeError, "unhashable type: Worker") }
+func (w *Worker) Type() string         { return "Worker" }
+func (w *Worker) Freeze()              {}
+func (w *Worker) Truth() starlark.Bool { return true }
+func (w *Worker) Hash() (uint32, error) {
+	return 0, errorf(engine.TypeError, "unhashable type: Worker")
+}
 
 // Engine returns the engine worker.
 func (w *Worker) Engine() *engine.Worker { return w.w }
@@ -434,12 +436,14 @@ func deviceAndHost(op string, devV, hostV starlark.Value, size int) (uint64, []b
 // RunHandle is the Starlark value of a submitted run.
 type RunHandle struct{ r *engine.Run }
 
-func (h *RunHandle) String() string        { return fmt.Sprintf("RunHandle(run %d)", h.r.ID()) }
-func (h *RunHandle) Type() string          { return "RunHandle" }
-func (h *RunHandle) Freeze()               {}
-func (h *RunHandle) Truth() starlark.Bool  { return true }
-func (h *RunHandle) Hash() (uint32, error) { return 0, errorf(engine.TypeError, "unhashable type: RunHandle") }
-func (h *RunHandle) AttrNames() []string   { return []string{"done", "result", "wait"} }
+func (h *RunHandle) String() string       { return fmt.Sprintf("RunHandle(run %d)", h.r.ID()) }
+func (h *RunHandle) Type() string         { return "RunHandle" }
+func (h *RunHandle) Freeze()              {}
+func (h *RunHandle) Truth() starlark.Bool { return true }
+func (h *RunHandle) Hash() (uint32, error) {
+	return 0, errorf(engine.TypeError, "unhashable type: RunHandle")
+}
+func (h *RunHandle) AttrNames() []string { return []string{"done", "result", "wait"} }
 
 func (h *RunHandle) Attr(name string) (starlark.Value, error) {
 	switch name {
