@@ -11,7 +11,11 @@ import (
 // device memory (copied in unless OUTPUT), the kernel sees device tensors
 // only, and results are copied back (unless INPUT). Device tensors
 // (child_memory) are passed through untouched.
-func runKernel(chip hal.Chip, worker int, local *any, k ChipKernel, args *TaskArgs) error {
+func runKernel(ctx *ChipCtx, k ChipKernel, args *TaskArgs) error {
+	if len(args.Tensors) == 0 {
+		return k.RunChip(ctx, args)
+	}
+	chip := ctx.Chip
 	dev := TaskArgs{Tensors: make([]Tensor, len(args.Tensors)), Tags: args.Tags, Scalars: args.Scalars}
 	var scratch []uint64
 	defer func() {
@@ -41,7 +45,7 @@ func runKernel(chip hal.Chip, worker int, local *any, k ChipKernel, args *TaskAr
 		}
 		dev.Tensors[i].Addr, dev.Tensors[i].ChildMemory = p, true
 	}
-	if err := k.RunChip(&ChipCtx{WorkerID: worker, Chip: chip, Local: local}, &dev); err != nil {
+	if err := k.RunChip(ctx, &dev); err != nil {
 		return err
 	}
 	for i, t := range args.Tensors {
@@ -67,9 +71,7 @@ func (w *Worker) RunKernel(h *Handle, args *TaskArgs) error {
 		err = Errorf(ValueError, "run: a level-%d worker runs orchestration functions; run(kernel, args) is for level 2", w.cfg.Level)
 	}
 	if err == nil {
-		if cur, ok := w.reg.byDigest[h.Digest()]; !ok || cur != h {
-			err = Errorf(ValueError, "run: %q is not registered on this worker; register it with w.register(fn) first", h.Name())
-		}
+		err = w.registered("run", h)
 	}
 	w.mu.Unlock()
 	if err != nil {
@@ -89,7 +91,7 @@ func (w *Worker) RunKernel(h *Handle, args *TaskArgs) error {
 		}
 	}
 	var local any
-	if err := runKernel(w.chips[0], 0, &local, k, &a); err != nil {
+	if err := runKernel(&ChipCtx{Chip: w.chips[0], Local: &local}, k, &a); err != nil {
 		return &TaskError{TaskID: 1, Worker: w.workerName(NextLevel, 0), Callable: h.Name(), Err: err}
 	}
 	return nil

@@ -15,6 +15,7 @@ type endpoint struct {
 	ch    chan Assignment
 	local any // the binding's per-endpoint state (a Starlark thread)
 	wg    *sync.WaitGroup
+	chip  ChipCtx // reused by every kernel this endpoint runs
 }
 
 func (w *Worker) startEndpoints() {
@@ -106,7 +107,8 @@ func (w *Worker) exec(ep *endpoint, a Assignment) (err error) {
 		})
 		return err
 	default:
-		return runKernel(w.chips[a.Target], a.Target, &ep.local, t.handle.Callable.(ChipKernel), args)
+		ep.chip = ChipCtx{WorkerID: a.Target, Chip: w.chips[a.Target], Local: &ep.local}
+		return runKernel(&ep.chip, t.handle.Callable.(ChipKernel), args)
 	}
 }
 

@@ -38,8 +38,9 @@ func newHeapRing(size int) *heapRing {
 // alloc returns a zeroed block of n bytes, or nil when the ring has no room
 // now (a caller may wait for tasks to free some).
 func (r *heapRing) alloc(n int) (*heapBlock, error) {
-	if n > r.size {
-		return nil, Errorf(ValueError, "heap allocation of %d bytes exceeds heap_ring_size=%d", n, r.size)
+	need := max(heapAlign, (n+heapAlign-1)&^(heapAlign-1))
+	if need > r.size { // compare the aligned size: it is what place must fit
+		return nil, Errorf(ValueError, "heap allocation of %d bytes (%d aligned) exceeds heap_ring_size=%d", n, need, r.size)
 	}
 	if r.seg == nil {
 		seg, err := shm.Create("heap", r.size)
@@ -49,7 +50,7 @@ func (r *heapRing) alloc(n int) (*heapBlock, error) {
 		hostmem.Register(seg)
 		r.seg = seg
 	}
-	n = max(heapAlign, (n+heapAlign-1)&^(heapAlign-1))
+	n = need
 	off, ok := r.place(n)
 	if !ok {
 		return nil, nil

@@ -99,7 +99,12 @@ func (o *Orchestrator) checkHandle(op string, h *Handle) error {
 	if h == nil {
 		return Errorf(TypeError, "%s: a callable handle is required", op)
 	}
-	if cur, ok := o.w.Lookup(h.Digest()); !ok || cur != h {
+	return nil
+}
+
+// registered checks, under w.mu, that h is still registered here.
+func (w *Worker) registered(op string, h *Handle) error {
+	if cur, ok := w.reg.byDigest[h.Digest()]; !ok || cur != h {
 		return Errorf(ValueError, "%s: %q is not registered on this worker; register it with w.register(fn) first", op, h.Name())
 	}
 	return nil
@@ -202,10 +207,19 @@ func (o *Orchestrator) submit(op string, h *Handle, job schedJob, argsList []*Ta
 		w.mu.Unlock()
 		return nil, err
 	}
+	if err := w.registered(op, h); err != nil {
+		w.mu.Unlock()
+		return nil, err
+	}
 	for w.inflight >= w.cfg.TaskWindow {
 		w.wait()
 	}
-	t := &Task{run: o.run, handle: h, job: job, cfg: *cfg, args: make([]TaskArgs, len(argsList))}
+	t := &Task{run: o.run, handle: h, job: job, cfg: *cfg}
+	if len(argsList) == 1 {
+		t.args = t.one[:]
+	} else {
+		t.args = make([]TaskArgs, len(argsList))
+	}
 	if err := o.allocOutputs(op, argsList); err != nil {
 		w.mu.Unlock()
 		return nil, err

@@ -10,6 +10,7 @@ type Task struct {
 	handle *Handle
 	job    schedJob
 	args   []TaskArgs // one per member
+	one    [1]TaskArgs // backing of args for single tasks: one allocation less
 	cfg    CallConfig
 
 	pending   int     // unfinished producers

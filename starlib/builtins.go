@@ -1,6 +1,7 @@
 package starlib
 
 import (
+	starlarktime "go.starlark.net/lib/time"
 	"go.starlark.net/starlark"
 	"go.starlark.net/starlarkstruct"
 
@@ -20,6 +21,7 @@ func (s *Session) predeclared() starlark.StringDict {
 		"catch":       starlark.NewBuiltin("catch", catch),
 		"assert":      assertModule,
 		"array":       array.Module,
+		"time":        starlarktime.Module,
 	}
 	dtypes := starlark.StringDict{}
 	for _, dt := range dtype.All {

@@ -18,31 +18,40 @@ type callable struct {
 func (c *callable) Name() string   { return c.fn.Name() }
 func (c *callable) Digest() string { return c.digest }
 
-// thread returns the endpoint's Starlark thread, made on first use.
-func (c *callable) thread(local any, name string) *starlark.Thread {
+// endpointState is what a thread-mode endpoint keeps between tasks: its
+// Starlark thread and the chip value kernels receive.
+type endpointState struct {
+	th   *starlark.Thread
+	chip *Chip
+}
+
+// state returns the endpoint's state, made on first use.
+func (c *callable) state(local any, name string) *endpointState {
 	slot, _ := local.(*any)
 	if slot != nil {
-		if th, ok := (*slot).(*starlark.Thread); ok {
-			return th
+		if st, ok := (*slot).(*endpointState); ok {
+			return st
 		}
 	}
-	th := c.s.newThread(name)
+	st := &endpointState{th: c.s.newThread(name)}
 	if slot != nil {
-		*slot = th
+		*slot = st
 	}
-	return th
+	return st
 }
 
 func (c *callable) RunChip(ctx *engine.ChipCtx, args *engine.TaskArgs) error {
-	th := c.thread(ctx.Local, "chip")
-	chip := &Chip{ctx: ctx}
-	_, err := starlark.Call(th, c.fn, starlark.Tuple{chip, &TaskArgs{a: args, chip: ctx.Chip}}, nil)
+	st := c.state(ctx.Local, "chip")
+	if st.chip == nil || st.chip.ctx.Chip != ctx.Chip || st.chip.ctx.WorkerID != ctx.WorkerID {
+		st.chip = &Chip{ctx: &engine.ChipCtx{WorkerID: ctx.WorkerID, Chip: ctx.Chip}}
+	}
+	_, err := starlark.Call(st.th, c.fn, starlark.Tuple{st.chip, &TaskArgs{a: args, chip: ctx.Chip}}, nil)
 	return kernelError(err)
 }
 
 func (c *callable) RunSub(ctx *engine.SubCtx, args *engine.TaskArgs) error {
-	th := c.thread(ctx.Local, "sub")
-	_, err := starlark.Call(th, c.fn, starlark.Tuple{&TaskArgs{a: args}}, nil)
+	st := c.state(ctx.Local, "sub")
+	_, err := starlark.Call(st.th, c.fn, starlark.Tuple{&TaskArgs{a: args}}, nil)
 	return kernelError(err)
 }
 

@@ -10,9 +10,18 @@ import (
 
 // Orchestrator is the `orch` an orchestration function receives.
 type Orchestrator struct {
-	s      *Session
-	o      *engine.Orchestrator
-	worker *Worker // nil when running as a child's orchestration
+	s       *Session
+	o       *engine.Orchestrator
+	worker  *Worker // nil when running as a child's orchestration
+	methods map[string]*starlark.Builtin
+	handles map[handleKey]*engine.Handle // resolved for this run
+}
+
+// handleKey is a function or handle value as submitted, with the pool it
+// was checked for.
+type handleKey struct {
+	v    starlark.Value
+	pool engine.Pool
 }
 
 func (o *Orchestrator) String() string       { return "Orchestrator" }
@@ -41,13 +50,25 @@ var orchMethods = map[string]orchMethod{
 	"drain":                   (*Orchestrator).drain,
 }
 
+// Attr returns a method bound to o; methods are made once per
+// orchestrator, since a loop that submits thousands of tasks looks them
+// up each time.
 func (o *Orchestrator) Attr(name string) (starlark.Value, error) {
-	if m, ok := orchMethods[name]; ok {
-		return starlark.NewBuiltin(name, func(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
-			return m(o, th, args, kw)
-		}), nil
+	if b, ok := o.methods[name]; ok {
+		return b, nil
 	}
-	return nil, nil
+	m, ok := orchMethods[name]
+	if !ok {
+		return nil, nil
+	}
+	b := starlark.NewBuiltin(name, func(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+		return m(o, th, args, kw)
+	})
+	if o.methods == nil {
+		o.methods = map[string]*starlark.Builtin{}
+	}
+	o.methods[name] = b
+	return b, nil
 }
 
 func (o *Orchestrator) AttrNames() []string { return sortedKeys(orchMethods) }
@@ -55,6 +76,30 @@ func (o *Orchestrator) AttrNames() []string { return sortedKeys(orchMethods) }
 // handle resolves v on the orchestrator's worker and checks that it can
 // take the arguments of the pool it is submitted to.
 func (o *Orchestrator) handle(op string, v starlark.Value, pool engine.Pool) (*engine.Handle, error) {
+	key := handleKey{v, pool}
+	if _, hashable := v.(*starlark.Function); hashable || isHandle(v) {
+		if h, ok := o.handles[key]; ok {
+			return h, nil
+		}
+	} else {
+		key.v = nil
+	}
+	h, err := o.resolve(op, v, pool)
+	if err == nil && key.v != nil {
+		if o.handles == nil {
+			o.handles = map[handleKey]*engine.Handle{}
+		}
+		o.handles[key] = h
+	}
+	return h, err
+}
+
+func isHandle(v starlark.Value) bool {
+	_, ok := v.(*Handle)
+	return ok
+}
+
+func (o *Orchestrator) resolve(op string, v starlark.Value, pool engine.Pool) (*engine.Handle, error) {
 	h, err := o.s.handleFor(op, v, o.o.Worker())
 	if err != nil {
 		return nil, err
@@ -113,28 +158,57 @@ func workerArg(op string, v starlark.Value) (int, error) {
 	return int(n), nil
 }
 
+// submitNext is the hot path of every orchestration loop, so it reads its
+// arguments by hand rather than through UnpackArgs.
 func (o *Orchestrator) submitNext(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
 	const op = "submit_next_level"
-	var hv, workerV starlark.Value
-	var av, cv starlark.Value = starlark.None, starlark.None
-	if err := starlark.UnpackArgs(op, args, kw, "h", &hv, "args?", &av, "config?", &cv, "worker?", &workerV); err != nil {
-		return nil, err
+	var p [4]starlark.Value // h, args, config, worker
+	if len(args) > len(p) {
+		return nil, errorf(engine.TypeError, "%s: got %d positional arguments, want at most 4 (h, args, config, worker)", op, len(args))
 	}
-	worker, err := workerArg(op, workerV)
+	copy(p[:], args)
+	for _, pair := range kw {
+		i := -1
+		switch pair[0].(starlark.String) {
+		case "h":
+			i = 0
+		case "args":
+			i = 1
+		case "config":
+			i = 2
+		case "worker":
+			i = 3
+		}
+		if i < 0 {
+			return nil, errorf(engine.TypeError, "%s: unexpected keyword argument %s", op, pair[0])
+		}
+		if p[i] != nil {
+			return nil, errorf(engine.TypeError, "%s: got multiple values for %s", op, pair[0])
+		}
+		p[i] = pair[1]
+	}
+	if p[0] == nil {
+		return nil, errorf(engine.TypeError, "%s: missing argument h (a CallableHandle or registered function)", op)
+	}
+	worker, err := workerArg(op, p[3])
 	if err != nil {
 		return nil, err
 	}
-	h, err := o.handle(op, hv, engine.NextLevel)
+	h, err := o.handle(op, p[0], engine.NextLevel)
 	if err != nil {
 		return nil, err
 	}
-	a, err := taskArgs(op, av)
-	if err != nil {
-		return nil, err
+	var a *engine.TaskArgs
+	if p[1] != nil {
+		if a, err = taskArgs(op, p[1]); err != nil {
+			return nil, err
+		}
 	}
-	cfg, err := callConfig(op, cv)
-	if err != nil {
-		return nil, err
+	var cfg *engine.CallConfig
+	if p[2] != nil {
+		if cfg, err = callConfig(op, p[2]); err != nil {
+			return nil, err
+		}
 	}
 	_, err = o.o.SubmitNext(h, a, cfg, worker)
 	return starlark.None, err

@@ -19,6 +19,7 @@ import (
 	"go.starlark.net/starlark"
 	"go.starlark.net/starlarkstruct"
 
+	"simpler/engine"
 	"simpler/engine/hostmem"
 )
 
@@ -135,4 +136,19 @@ func (s *Session) ctx() starlark.Value {
 		"mode":       starlark.String(s.Mode),
 		"argv":       starlark.NewList(argv),
 	})
+}
+
+// Predeclare adds a global visible to every module loaded afterwards (a
+// benchmark's or a test's own builtins).
+func (s *Session) Predeclare(name string, v starlark.Value) { s.loader.predecl[name] = v }
+
+// Resolve returns the engine worker behind a Worker value and the handle
+// a function or CallableHandle value has on it.
+func (s *Session) Resolve(worker, fn starlark.Value) (*engine.Worker, *engine.Handle, error) {
+	w, ok := worker.(*Worker)
+	if !ok {
+		return nil, nil, errorf(engine.TypeError, "want a Worker, got %s", worker.Type())
+	}
+	h, err := s.handleFor("resolve", fn, w.w)
+	return w.w, h, err
 }

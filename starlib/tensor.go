@@ -162,8 +162,8 @@ func (t *Tensor) store(op string, x starlark.Value) error {
 	if err != nil {
 		return engine.Wrap(err, op)
 	}
-	if a.Len() != t.t.Elems() {
-		return errorf(engine.ValueError, "%s: %d elements into a tensor of %d", op, a.Len(), t.t.Elems())
+	if a.Size() != t.t.Elems() {
+		return errorf(engine.ValueError, "%s: %d elements into a tensor of %d", op, a.Size(), t.t.Elems())
 	}
 	copy(mem, a.Bytes())
 	return nil
@@ -275,8 +275,8 @@ func (s *Session) hostTensor(th *starlark.Thread, b *starlark.Builtin, args star
 		}
 		if shape == nil {
 			shape = a.Shape()
-		} else if n := product(shape); n != a.Len() {
-			return nil, errorf(engine.ValueError, "host_tensor: data has %d elements, shape %v needs %d", a.Len(), shape, n)
+		} else if n := product(shape); n != a.Size() {
+			return nil, errorf(engine.ValueError, "host_tensor: data has %d elements, shape %v needs %d", a.Size(), shape, n)
 		}
 	}
 	if dt == dtype.Invalid {

@@ -12,11 +12,8 @@
 // Starlark. Errors start with their kind: "ValueError: ", "TypeError: ",
 // "IndexError: ".
 //
-// Len, in Go and as Starlark's len(), is the element count (one Go method
-// serves both). Indexing, iteration and slicing work on the first
-// dimension, so for an N-D array len(a) is not the first dimension (use
-// .shape), and a slice mixing a negative and a non-negative bound comes out
-// empty (see Slice).
+// As in numpy, len(a), indexing, iteration and slicing work on the first
+// dimension; Size is the element count.
 package array
 
 import (
@@ -27,9 +24,10 @@ import (
 	"simpler/hal/dtype"
 )
 
-// maxElems bounds the element count of one array, so that a shape from a
-// script cannot overflow int arithmetic.
-const maxElems = 1 << 31
+// maxElems bounds the element count of one array (2 GiB of int64
+// elements), so that a shape typed in a script fails cleanly instead of
+// exhausting memory or overflowing int arithmetic.
+const maxElems = 1 << 28
 
 // Array is a dense row-major array of one element type. Exactly one of f
 // (float kinds) and n (integer and bool kinds) is in use.
@@ -84,7 +82,7 @@ func FromBytes(dt dtype.DType, shape []int, b []byte) (*Array, error) {
 
 // Bytes returns the little-endian encoding of the elements.
 func (a *Array) Bytes() []byte {
-	b := make([]byte, a.Len()*a.dt.Size())
+	b := make([]byte, a.Size()*a.dt.Size())
 	a.encode(b)
 	return b
 }
@@ -95,8 +93,17 @@ func (a *Array) DType() dtype.DType { return a.dt }
 // Shape returns a copy of the dimensions.
 func (a *Array) Shape() []int { return append([]int{}, a.shape...) }
 
-// Len returns the element count.
+// Len is the length of the first dimension, as Starlark's len() and
+// indexing see it (1 for a 0-d array).
 func (a *Array) Len() int {
+	if len(a.shape) == 0 {
+		return 1
+	}
+	return a.shape[0]
+}
+
+// Size returns the element count.
+func (a *Array) Size() int {
 	if a.f != nil {
 		return len(a.f)
 	}
@@ -285,14 +292,6 @@ func floatToInt(dt dtype.DType, v float64) int64 {
 		return math.MinInt64
 	}
 	return wrapInt(dt, int64(v))
-}
-
-// intToFloat converts a stored integer of kind src to float32 before rounding.
-func intToFloat(src dtype.DType, v int64) float32 {
-	if src == dtype.UInt64 {
-		return float32(uint64(v))
-	}
-	return float32(v)
 }
 
 var le = binary.LittleEndian

@@ -154,8 +154,8 @@ func TestBytesRoundTripEveryDType(t *testing.T) {
 				t.Errorf("%s: Float(%d) = %v, want %v", dt, i, got, want)
 			}
 		}
-		if got := a.Shape(); len(got) != 2 || got[0] != 2 || got[1] != 4 || a.Len() != 8 || a.DType() != dt {
-			t.Errorf("%s: shape %v len %d dtype %s", dt, got, a.Len(), a.DType())
+		if got := a.Shape(); len(got) != 2 || got[0] != 2 || got[1] != 4 || a.Size() != 8 || a.DType() != dt {
+			t.Errorf("%s: shape %v len %d dtype %s", dt, got, a.Size(), a.DType())
 		}
 	}
 }

@@ -81,9 +81,9 @@ func FromValue(v starlark.Value, dt dtype.DType, shape []int) (*Array, error) {
 // conform returns a copy of a converted to dt (unless Invalid) and reshaped
 // to shape (unless nil).
 func conform(a *Array, dt dtype.DType, shape []int) (*Array, error) {
-	if shape != nil && numel(shape) != a.Len() {
+	if shape != nil && numel(shape) != a.Size() {
 		return nil, fmt.Errorf("ValueError: cannot reshape an array of shape %s (%d elements) into shape %s (%d elements)",
-			shapeString(a.shape), a.Len(), shapeString(shape), numel(shape))
+			shapeString(a.shape), a.Size(), shapeString(shape), numel(shape))
 	}
 	var c *Array
 	if dt != dtype.Invalid && dt != a.dt {
@@ -238,7 +238,7 @@ func (a *Array) set(i int, v starlark.Value) error {
 
 // fill stores the number v into every element.
 func (a *Array) fill(v starlark.Value) error {
-	if a.Len() == 0 {
+	if a.Size() == 0 {
 		return nil
 	}
 	if err := a.set(0, v); err != nil {

@@ -238,6 +238,17 @@ func TestAllClose(t *testing.T) {
 	if ok, _, _ = AllClose(f(100), f(110), 0.05, 0); ok {
 		t.Errorf("|100-110| > 0.05*110 accepted")
 	}
+	if ok, _, _ = AllClose(f(1e30), f(math.Inf(1)), 1, 1); ok {
+		t.Errorf("a finite value is close to inf")
+	}
+	// A number compares against every element.
+	if ok, msg, _ = AllClose(f(0, 0.5), starlark.Float(0), 0, 0.1); ok || msg !=
+		"1 of 2 elements not close (rtol=0, atol=0.1): first at index [1]: actual 0.5 vs expected 0.0; max abs diff 0.5" {
+		t.Errorf("list vs number: ok=%v msg=%q", ok, msg)
+	}
+	if ok, _, _ = AllClose(starlark.MakeInt(2), f(2, 2), 0, 0); !ok {
+		t.Errorf("2 is not close to [2.0, 2.0]")
+	}
 	_, _, err = AllClose(starlark.String("x"), f(1), 0, 0)
 	wantErr(t, err, "TypeError: cannot make an array from string")
 }

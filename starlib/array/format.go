@@ -23,7 +23,7 @@ func (a *Array) String() string {
 	if a.ndim() == 0 {
 		b.WriteString(a.elemString(0))
 	} else {
-		a.writeDim(&b, 0, 0, a.Len() > elideOver)
+		a.writeDim(&b, 0, 0, a.Size() > elideOver)
 	}
 	b.WriteString(", dtype=")
 	b.WriteString(a.dt.String())

@@ -68,7 +68,7 @@ func (a *Array) sum() starlark.Value {
 // extreme returns the largest (sign 1) or smallest (sign -1) element; NaN
 // wins, as in numpy.
 func (a *Array) extreme(name string, sign int) (starlark.Value, error) {
-	if a.Len() == 0 {
+	if a.Size() == 0 {
 		return nil, fmt.Errorf("ValueError: %s() of an empty array (shape %s)", name, shapeString(a.shape))
 	}
 	best := 0
@@ -122,14 +122,14 @@ func (a *Array) abs() *Array {
 
 // mean is the float64 average, rounded to the dtype for float kinds.
 func (a *Array) mean() (starlark.Value, error) {
-	if a.Len() == 0 {
+	if a.Size() == 0 {
 		return nil, fmt.Errorf("ValueError: mean() of an empty array (shape %s)", shapeString(a.shape))
 	}
 	var s float64
-	for i := 0; i < a.Len(); i++ {
+	for i := 0; i < a.Size(); i++ {
 		s += a.Float(i)
 	}
-	m := s / float64(a.Len())
+	m := s / float64(a.Size())
 	if a.f != nil {
 		return starlark.Float(roundF32(a.dt, float32(m))), nil
 	}
@@ -181,11 +181,11 @@ func (a *Array) reshape(shape []int) (*Array, error) {
 	if err := checkShape(known); err != nil {
 		return nil, err
 	}
-	if infer >= 0 && numel(known) != 0 && a.Len()%numel(known) == 0 {
-		shape[infer] = a.Len() / numel(known)
+	if infer >= 0 && numel(known) != 0 && a.Size()%numel(known) == 0 {
+		shape[infer] = a.Size() / numel(known)
 	}
-	if infer >= 0 && shape[infer] == -1 || numel(shape) != a.Len() {
-		return nil, fmt.Errorf("ValueError: cannot reshape an array of size %d into shape %s", a.Len(), desc)
+	if infer >= 0 && shape[infer] == -1 || numel(shape) != a.Size() {
+		return nil, fmt.Errorf("ValueError: cannot reshape an array of size %d into shape %s", a.Size(), desc)
 	}
 	c := a.copy()
 	c.shape = shape

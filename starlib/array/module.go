@@ -116,12 +116,7 @@ func arange(_ *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs
 	if err != nil {
 		return nil, err
 	}
-	var count int64
-	if step > 0 && stop > start {
-		count = (stop - start + step - 1) / step
-	} else if step < 0 && stop < start {
-		count = (start - stop - step - 1) / -step
-	}
+	count := rangeLen(start, stop, step)
 	if count > maxElems {
 		return nil, fmt.Errorf("ValueError: arange(%d, %d, %d) has %d elements, more than %d", start, stop, step, count, maxElems)
 	}
@@ -140,6 +135,24 @@ func arange(_ *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs
 		wrapSlice(dt, a.n)
 	}
 	return a, nil
+}
+
+// rangeLen counts start, start+step, ... before stop without overflowing.
+func rangeLen(start, stop, step int64) uint64 {
+	var span, st uint64
+	switch {
+	case step > 0 && stop > start:
+		span, st = uint64(stop)-uint64(start), uint64(step)
+	case step < 0 && stop < start:
+		span, st = uint64(start)-uint64(stop), uint64(-(step+1))+1
+	default:
+		return 0
+	}
+	n := span / st
+	if span%st != 0 {
+		n++
+	}
+	return n
 }
 
 // from_list(list, dtype=None)
@@ -226,7 +239,9 @@ func matmul(x, y *Array) (*Array, error) {
 	return z, nil
 }
 
-// max_abs_diff(a, b)
+// max_abs_diff(a, b): the largest |a[i] - b[i]| as a float (NaN if any
+// difference is NaN); a and b may differ in dtype, and either may be a
+// number, which compares against every element.
 func maxAbsDiffBuiltin(_ *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 	var x, y starlark.Value
 	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "a", &x, "b", &y); err != nil {
@@ -236,12 +251,13 @@ func maxAbsDiffBuiltin(_ *starlark.Thread, b *starlark.Builtin, args starlark.Tu
 	if err != nil {
 		return nil, err
 	}
-	if !sameShape(xa.shape, ya.shape) {
+	sx, sy, ok := strides(xa, ya)
+	if !ok {
 		return nil, fmt.Errorf("ValueError: array shape mismatch: %s vs %s", shapeString(xa.shape), shapeString(ya.shape))
 	}
 	d := 0.0
-	for i := range xa.Len() {
-		diff := math.Abs(xa.Float(i) - ya.Float(i))
+	for i := range max(xa.Size(), ya.Size()) {
+		diff := math.Abs(xa.Float(i*sx) - ya.Float(i*sy))
 		if diff != diff {
 			return starlark.Float(math.NaN()), nil
 		}
@@ -250,40 +266,70 @@ func maxAbsDiffBuiltin(_ *starlark.Thread, b *starlark.Builtin, args starlark.Tu
 	return starlark.Float(d), nil
 }
 
-// pair converts both values with FromValue(v, dtype.Invalid, nil).
+// pair converts both values with FromValue(v, dtype.Invalid, nil), except
+// that a bare number becomes a 0-d array.
 func pair(x, y starlark.Value) (*Array, *Array, error) {
-	xa, err := FromValue(x, dtype.Invalid, nil)
+	conv := func(v starlark.Value) (*Array, error) {
+		var shape []int
+		if _, isNum := numberOperand(v); isNum {
+			shape = []int{}
+		}
+		return FromValue(v, dtype.Invalid, shape)
+	}
+	xa, err := conv(x)
 	if err != nil {
 		return nil, nil, err
 	}
-	ya, err := FromValue(y, dtype.Invalid, nil)
+	ya, err := conv(y)
 	if err != nil {
 		return nil, nil, err
 	}
 	return xa, ya, nil
 }
 
-// AllClose compares actual and expected (arrays, lists or anything
+// strides returns the flat strides for comparing x and y elementwise: 1 and
+// 1 for equal shapes, 0 for a 0-d side against any shape; ok is false for
+// other shape pairs.
+func strides(x, y *Array) (sx, sy int, ok bool) {
+	switch {
+	case sameShape(x.shape, y.shape):
+		return 1, 1, true
+	case x.ndim() == 0:
+		return 0, 1, true
+	case y.ndim() == 0:
+		return 1, 0, true
+	}
+	return 0, 0, false
+}
+
+// AllClose compares actual and expected (arrays, lists, numbers or anything
 // FromValue accepts) elementwise with numpy's rule
-// |a - e| <= atol + rtol*|e|; NaN is close to nothing, equal infinities are
-// close. ok is false with a message when the shapes differ or any element
-// is not close; err reports values that are not arrays.
+// |a - e| <= atol + rtol*|e|: NaN is close to nothing, an infinity only to
+// itself, and a number compares against every element. ok is false with a
+// message when the shapes differ or an element is not close; err reports
+// values that are not arrays.
 func AllClose(actual, expected starlark.Value, rtol, atol float64) (ok bool, msg string, err error) {
 	a, e, err := pair(actual, expected)
 	if err != nil {
 		return false, "", err
 	}
-	if !sameShape(a.shape, e.shape) {
+	sa, se, ok := strides(a, e)
+	if !ok {
 		return false, fmt.Sprintf("shape mismatch: actual %s vs expected %s", shapeString(a.shape), shapeString(e.shape)), nil
 	}
+	shape := a.shape
+	if sa == 0 {
+		shape = e.shape
+	}
+	n := numel(shape)
 	bad, first, maxDiff := 0, -1, 0.0
-	for i := range a.Len() {
-		av, ev := a.Float(i), e.Float(i)
+	for i := range n {
+		av, ev := a.Float(i*sa), e.Float(i*se)
 		if av == ev {
 			continue
 		}
 		diff := math.Abs(av - ev)
-		if diff <= atol+rtol*math.Abs(ev) {
+		if !math.IsInf(ev, 0) && diff <= atol+rtol*math.Abs(ev) {
 			continue
 		}
 		bad++
@@ -298,5 +344,5 @@ func AllClose(actual, expected starlark.Value, rtol, atol float64) (ok bool, msg
 		return true, "", nil
 	}
 	return false, fmt.Sprintf("%d of %d elements not close (rtol=%g, atol=%g): first at index %s: actual %s vs expected %s; max abs diff %g",
-		bad, a.Len(), rtol, atol, indexString(unflatten(a.shape, first)), a.elemString(first), e.elemString(first), maxDiff), nil
+		bad, n, rtol, atol, indexString(unflatten(shape, first)), a.elemString(first*sa), e.elemString(first*se), maxDiff), nil
 }

@@ -38,14 +38,14 @@ func TestFloatOpsMatchReference(t *testing.T) {
 	}
 	for _, dt := range []dtype.DType{dtype.Float32, dtype.Float16, dtype.BFloat16, dtype.Float8E4M3} {
 		x, y := New(dt, []int{4, 8}), New(dt, []int{4, 8})
-		for i := range x.Len() {
+		for i := range x.Size() {
 			x.SetFloat(i, r.NormFloat64()*10)
 			y.SetFloat(i, r.NormFloat64()*10+0.5)
 		}
 		s := starlark.Float(dt.RoundFloat(1.7))
 		for _, op := range ops {
 			vv, vs, sv := apply(t, op, x, y), apply(t, op, x, s), apply(t, op, s, y)
-			for i := range x.Len() {
+			for i := range x.Size() {
 				want := dt.RoundFloat(float64(float32(ref(op, x.Float(i), y.Float(i)))))
 				if got := vv.Float(i); got != want && !(math.IsNaN(got) && math.IsNaN(want)) {
 					t.Errorf("%s: %v %s %v = %v, want %v", dt, x.Float(i), op, y.Float(i), got, want)
@@ -86,7 +86,7 @@ func TestIntOpsMatchReference(t *testing.T) {
 	}
 	for _, dt := range []dtype.DType{dtype.Int8, dtype.Int32, dtype.Int64, dtype.UInt8} {
 		x, y := New(dt, []int{40}), New(dt, []int{40})
-		for i := range x.Len() {
+		for i := range x.Size() {
 			x.SetFloat(i, float64(r.IntN(200)-100))
 			d := r.IntN(30) - 15
 			if d == 0 {
@@ -97,7 +97,7 @@ func TestIntOpsMatchReference(t *testing.T) {
 		s := starlark.MakeInt(-3)
 		for _, op := range ops {
 			vv, vs, sv := apply(t, op, x, y), apply(t, op, x, s), apply(t, op, s, y)
-			for i := range x.Len() {
+			for i := range x.Size() {
 				a, b := int64(x.Float(i)), int64(y.Float(i))
 				if got, want := vv.n[i], wrapInt(dt, ref(op, a, b)); got != want {
 					t.Errorf("%s: %d %s %d = %d, want %d", dt, a, op, b, got, want)
@@ -153,10 +153,10 @@ func TestMatmulFloat32(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	m, k, n := 3, 5, 4
 	x, y := New(dtype.Float32, []int{m, k}), New(dtype.Float32, []int{k, n})
-	for i := range x.Len() {
+	for i := range x.Size() {
 		x.SetFloat(i, r.Float64())
 	}
-	for i := range y.Len() {
+	for i := range y.Size() {
 		y.SetFloat(i, r.Float64())
 	}
 	z, err := matmul(x, y)
@@ -196,8 +196,8 @@ func TestUnaryAndIteration(t *testing.T) {
 	m := New(dtype.Int32, []int{3, 0})
 	count := 0
 	for v := range starlark.Elements(m) {
-		if v.(*Array).Len() != 0 {
-			t.Errorf("row of a (3, 0) array has %d elements", v.(*Array).Len())
+		if v.(*Array).Size() != 0 {
+			t.Errorf("row of a (3, 0) array has %d elements", v.(*Array).Size())
 		}
 		count++
 	}

@@ -55,14 +55,14 @@ g = str(array.zeros([2, 0]))
 	{"attributes", `
 a = array.zeros([2, 3], dtype=FLOAT16)
 shape, dt, size, ndim, n = a.shape, a.dtype, a.size, a.ndim, len(array.zeros(5))
-n2 = len(a)  # the element count, not the first dimension
+n2 = len(a)  # the first dimension, as in numpy
 names = dir(a)
 name, itemsize, same = a.dtype.name, a.dtype.itemsize, a.dtype == FLOAT16
 t = type(a) + " " + type(FLOAT32)
 d = {FLOAT32: 1, "float32": 2}[FLOAT32]
 ne = FLOAT32 != INT8
 `, map[string]string{
-		"shape": "(2, 3)", "dt": "FLOAT16", "n2": "6",
+		"shape": "(2, 3)", "dt": "FLOAT16", "n2": "2",
 		"names": `["abs", "astype", "copy", "dtype", "max", "mean", "min", "ndim", "reshape", "shape", "size", "sum", "tobytes", "tolist"]`, "size": "6", "ndim": "2", "n": "5",
 		"name": "float16", "itemsize": "2", "same": "True", "t": "array DataType",
 		"d": "1", "ne": "True",
@@ -77,12 +77,14 @@ r3 = array.arange(5, 0, -2).tolist()
 r4 = array.arange(3, FLOAT32).tolist()
 r5 = array.arange(3, dtype="int8").dtype
 r6 = array.arange(5, 2).tolist()
+r7 = array.arange(9223372036854775806, 9223372036854775807, 2, INT64).tolist()
+r8 = array.arange(0, -7, -3).tolist()
 b = array.frombytes(b"\x01\x00\x00\x00\xff\xff\xff\xff", INT32).tolist()
 l = array.from_list([[1, 2]], dtype=FLOAT32).tolist()
 `, map[string]string{
 		"z": "[0.0, 0.0, 0.0]", "f": "[[7, 7], [7, 7]]", "f2": "FLOAT32",
 		"r1": "[0, 1, 2, 3]", "r2": "[2, 5, 8]", "r3": "[5, 3, 1]", "r4": "[0.0, 1.0, 2.0]",
-		"r5": "INT8", "r6": "[]", "b": "[1, -1]", "l": "[[1.0, 2.0]]",
+		"r5": "INT8", "r6": "[]", "r7": "[9223372036854775806]", "r8": "[0, -3, -6]", "b": "[1, -1]", "l": "[[1.0, 2.0]]",
 	}},
 	{"indexing", `
 a = array.arange(4)
@@ -199,8 +201,10 @@ m = array.matmul(a, b).tolist()
 h = array.matmul(array.from_list([[2048, 1, 1]], FLOAT16), array.from_list([[1], [1], [1]], FLOAT16))
 d = array.max_abs_diff(array.from_list([1.0, 2.0]), [1.5, 2.0])
 d2 = array.max_abs_diff(array.full(2, 1, INT8), array.full(2, 1.25, FLOAT16))
+d3 = array.max_abs_diff(array.from_list([1, 4]), 2)
+d4 = array.max_abs_diff([1.0, float("nan")], [1.0, 1.0])
 `, map[string]string{
-		"m": "[[19, 22], [43, 50]]", "h": "array([[2050.0]], dtype=float16)", "d": "0.5", "d2": "0.25",
+		"m": "[[19, 22], [43, 50]]", "h": "array([[2050.0]], dtype=float16)", "d": "0.5", "d2": "0.25", "d3": "2.0", "d4": "nan",
 	}},
 }
 
@@ -257,6 +261,8 @@ var errorCases = []struct{ src, want string }{
 	{`array.zeros()`, "TypeError: zeros: missing argument for shape"},
 	{`array.full(2, "x")`, `TypeError: full: fill value must be a number (int, float or bool), got string "x"`},
 	{`array.arange(1, 2, 0)`, "ValueError: arange: step must not be zero"},
+	{`array.arange(-9223372036854775808, 9223372036854775807)`, "ValueError: arange(-9223372036854775808, 9223372036854775807, 1) has 18446744073709551615 elements, more than 268435456"},
+	{`array.zeros([65536, 65536])`, "ValueError: shape (65536, 65536) has more than 268435456 elements"},
 	{`array.arange(2.5)`, "TypeError: arange: bounds must be ints, got float 2.5"},
 	{`array.arange(1, 2, 3, 4)`, "TypeError: arange: want 1 to 3 int bounds"},
 	{`array.from_list([[1, 2], [3]])`, "ValueError: ragged nested list: element [1] has length 1, want 2"},

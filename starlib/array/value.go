@@ -28,7 +28,7 @@ func (a *Array) Type() string { return "array" }
 func (a *Array) Freeze() {}
 
 // Truth reports whether the array has elements.
-func (a *Array) Truth() starlark.Bool { return a.Len() > 0 }
+func (a *Array) Truth() starlark.Bool { return a.Size() > 0 }
 
 // Hash fails: arrays are not hashable.
 func (a *Array) Hash() (uint32, error) { return 0, fmt.Errorf("TypeError: unhashable type: array") }
@@ -45,7 +45,7 @@ func (a *Array) Attr(name string) (starlark.Value, error) {
 	case "dtype":
 		return DTypeConst(a.dt), nil
 	case "size":
-		return starlark.MakeInt(a.Len()), nil
+		return starlark.MakeInt(a.Size()), nil
 	case "ndim":
 		return starlark.MakeInt(a.ndim()), nil
 	}
@@ -151,28 +151,18 @@ func (a *Array) Get(k starlark.Value) (starlark.Value, bool, error) {
 	return c, true, nil
 }
 
-// Slice implements a[start:end:step] on the first dimension. Starlark
-// resolves the indices against Len, the element count, before the call;
-// for an N-D array firstDim maps them back to the first dimension. That is
-// exact for 1-D arrays, and for N-D arrays whenever start and end (if
-// given) are both non-negative or both negative and within [-d, d] or
-// beyond the element count, where d is the first dimension. A slice that
-// mixes a negative and a non-negative bound, such as m[-2:3], comes out
-// empty, because Starlark has already clamped it to an empty range of
-// elements.
+// Slice implements a[start:end:step] on the first dimension; Starlark
+// has already resolved the bounds against Len.
 func (a *Array) Slice(start, end, step int) starlark.Value {
 	if a.ndim() == 0 {
 		return a.copy()
 	}
-	d, n := a.shape[0], a.Len()
-	start, end = firstDim(start, d, n), firstDim(end, d, n)
 	var idx []int
 	if step > 0 {
 		for i := start; i < end; i += step {
 			idx = append(idx, i)
 		}
 	} else {
-		start = min(start, d-1)
 		for i := start; i > end; i += step {
 			idx = append(idx, i)
 		}
@@ -182,20 +172,6 @@ func (a *Array) Slice(start, end, step int) starlark.Value {
 		c.shape = append([]int{1}, c.shape...)
 	}
 	return c
-}
-
-// firstDim maps an index v that Starlark resolved against the element count
-// n back to the first dimension d (v == -1 is the "before the start" end of
-// a negative stride): indices up to d stay, those in [n-d, n) were
-// negative, the rest clamp to d.
-func firstDim(v, d, n int) int {
-	switch {
-	case n == d || v <= d:
-		return v
-	case v >= n-d && v < n:
-		return v - (n - d) // a negative index counted from the end
-	}
-	return d
 }
 
 // Iterate yields the items of the first dimension (a 0-d array yields its
@@ -231,7 +207,7 @@ func (a *Array) Has(x starlark.Value) (bool, error) {
 	default:
 		return false, nil
 	}
-	for i := 0; i < a.Len(); i++ {
+	for i := 0; i < a.Size(); i++ {
 		if a.Float(i) == f {
 			return true, nil
 		}
