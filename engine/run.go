@@ -52,7 +52,7 @@ func (w *Worker) Submit(build func(o *Orchestrator) (any, error)) (*Run, error) 
 	w.mu.Unlock()
 
 	o := &Orchestrator{w: w, run: r, scope: r.root}
-	res, err := build(o)
+	res, err, pv, panicked := callBuild(build, o)
 
 	w.mu.Lock()
 	r.result, r.buildErr = res, err
@@ -71,9 +71,28 @@ func (w *Worker) Submit(build func(o *Orchestrator) (any, error)) (*Run, error) 
 	}
 	if r.buildErr != nil {
 		<-r.done
+		if panicked { // re-raised only now that the run is fenced and cleaned up
+			panic(pv)
+		}
 		return nil, r.buildErr
 	}
 	return r, nil
+}
+
+// callBuild runs build, catching a panic so that Submit can still end the
+// run (otherwise it stays "being built" forever and Close refuses); Submit
+// re-raises the panic once the run is done.
+func callBuild(build func(o *Orchestrator) (any, error), o *Orchestrator) (res any, err error, pv any, panicked bool) {
+	panicked = true
+	defer func() {
+		if panicked {
+			pv = recover()
+			err = Errorf(RuntimeError, "orchestration function panicked: %v", pv)
+		}
+	}()
+	res, err = build(o)
+	panicked = false
+	return res, err, nil, false
 }
 
 // Run is Submit then Wait.

@@ -37,6 +37,7 @@ type loader struct {
 	mu      sync.Mutex
 	modules map[string]*module
 	stack   []string // modules being loaded, outermost first
+	root    string   // directory of the main script: digests name modules relative to it
 	predecl starlark.StringDict
 	print   func(*starlark.Thread, string)
 }
@@ -177,12 +178,24 @@ func (l *loader) closure(name string) []string {
 // reach: the same code gives the same digest in every process.
 func (l *loader) digest(name, fn string) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "simpler-callable-v1\x00%s\x00%s\x00", name, fn)
+	fmt.Fprintf(h, "simpler-callable-v1\x00%s\x00%s\x00", l.rel(name), fn)
 	for _, n := range l.closure(name) {
 		l.mu.Lock()
 		sum := l.modules[n].sum
 		l.mu.Unlock()
-		fmt.Fprintf(h, "%s\x00%s\x00", n, sum)
+		fmt.Fprintf(h, "%s\x00%s\x00", l.rel(n), sum)
 	}
 	return "sha256:" + hex.EncodeToString(h.Sum(nil))
+}
+
+// rel names a module relative to the main script's directory, so that a
+// bundle has the same digests wherever it is unpacked.
+func (l *loader) rel(name string) string {
+	if strings.HasPrefix(name, stdPrefix) {
+		return name
+	}
+	if r, err := filepath.Rel(l.root, name); err == nil {
+		return filepath.ToSlash(r)
+	}
+	return name
 }

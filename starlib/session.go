@@ -92,6 +92,7 @@ func isChildClose(err error) bool {
 // RunFile loads path and calls its main(ctx).
 func (s *Session) RunFile(path string) error {
 	name := displayName(path)
+	s.loader.root = filepath.Dir(name)
 	m, err := s.loader.load(name)
 	if err != nil {
 		return err

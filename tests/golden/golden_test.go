@@ -21,6 +21,7 @@ import (
 	"testing"
 
 	"simpler/hal/shm"
+	"simpler/internal/leakcheck"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -41,13 +42,9 @@ func TestMain(m *testing.M) {
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building simpler:", err)
 	} else {
-		code = m.Run()
+		code = leakcheck.Run(m)
 	}
 	os.RemoveAll(dir)
-	if left, _ := shm.Leftovers("simpler-"); len(left) > 0 {
-		fmt.Fprintf(os.Stderr, "shared-memory objects left behind by scripts: %v\n", left)
-		code = 1
-	}
 	os.Exit(code)
 }
 
@@ -118,6 +115,15 @@ func run(t *testing.T, dir string, args []string) result {
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
+	if cmd.Process != nil {
+		prefix := fmt.Sprintf("simpler-%d-", cmd.Process.Pid)
+		if left, _ := shm.Leftovers(prefix); len(left) > 0 {
+			t.Errorf("%v left shared-memory objects behind: %v", args, left)
+			for _, name := range left {
+				os.Remove("/dev/shm/" + name)
+			}
+		}
+	}
 	r := result{stdout: normalize(stdout.String()), stderr: normalize(stderr.String())}
 	var exit *exec.ExitError
 	switch {

@@ -1,0 +1,89 @@
+// Package leakcheck makes a test binary fail when its tests leave
+// something behind: shared-memory objects this process created, goroutines
+// beyond those running when the tests started, or files in the private
+// temporary directory the tests run with.
+//
+// Use it from TestMain:
+//
+//	func TestMain(m *testing.M) { leakcheck.Main(m) }
+package leakcheck
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"testing"
+	"time"
+
+	"simpler/hal/shm"
+)
+
+// settle is how long goroutines get to finish after the tests return.
+const settle = 5 * time.Second
+
+// Main runs the tests, then the leak checks, and exits.
+func Main(m *testing.M) { os.Exit(Run(m)) }
+
+// Run runs the tests with a private temporary directory, checks for
+// leftovers and returns the exit code.
+func Run(m *testing.M) int {
+	tmp, err := os.MkdirTemp("", "simpler-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "leakcheck:", err)
+		return 1
+	}
+	outer := os.Getenv("TMPDIR")
+	os.Setenv("TMPDIR", tmp)
+	before := runtime.NumGoroutine()
+	code := m.Run()
+	problems := Check(before)
+	os.Setenv("TMPDIR", outer)
+	os.RemoveAll(tmp)
+	if len(problems) > 0 {
+		for _, p := range problems {
+			fmt.Fprintln(os.Stderr, "leakcheck:", p)
+		}
+		code = 1
+	}
+	return code
+}
+
+// Check returns a description of each kind of leftover: this process's
+// shared-memory objects, goroutines beyond goroutinesBefore, and entries
+// in the (private) temporary directory.
+func Check(goroutinesBefore int) []string {
+	var problems []string
+	if left, err := shm.Leftovers(shm.Prefix()); err != nil {
+		problems = append(problems, fmt.Sprintf("listing shared memory: %v", err))
+	} else if len(left) > 0 {
+		problems = append(problems, fmt.Sprintf("shared-memory objects left behind: %v", left))
+	}
+	if n, stacks := goroutines(goroutinesBefore); n > 0 {
+		problems = append(problems, fmt.Sprintf("%d goroutine(s) left behind:\n%s", n, stacks))
+	}
+	if entries, _ := os.ReadDir(os.TempDir()); len(entries) > 0 {
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		problems = append(problems, fmt.Sprintf("temporary files left behind: %v", names))
+	}
+	return problems
+}
+
+// goroutines waits for the count to fall back to before and returns the
+// excess with every stack if it does not.
+func goroutines(before int) (int, string) {
+	deadline := time.Now().Add(settle)
+	for {
+		n := runtime.NumGoroutine() - before
+		if n <= 0 {
+			return 0, ""
+		}
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			return n, string(buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(10 * time.Millisecond) // polling a count, not waiting for work
+	}
+}
