@@ -7,20 +7,21 @@ import (
 	"simpler/hal"
 )
 
-// runKernel runs a chip kernel: host tensors are staged into scratch
-// device memory (copied in unless OUTPUT), the kernel sees device tensors
-// only, and results are copied back (unless INPUT). Device tensors
-// (child_memory) are passed through untouched.
+// runKernel runs a chip kernel. The kernel sees device tensors only: a
+// host tensor argument is mapped into the chip's address space for the
+// task (the simulator's unified memory: no copy, and the kernel's stores
+// land in the host tensor), and device tensors (child_memory) pass through
+// untouched.
 func runKernel(ctx *ChipCtx, k ChipKernel, args *TaskArgs) error {
 	if len(args.Tensors) == 0 {
 		return k.RunChip(ctx, args)
 	}
 	chip := ctx.Chip
 	dev := TaskArgs{Tensors: make([]Tensor, len(args.Tensors)), Tags: args.Tags, Scalars: args.Scalars}
-	var scratch []uint64
+	var mapped []uint64
 	defer func() {
-		for _, p := range scratch {
-			chip.Free(p)
+		for _, p := range mapped {
+			chip.UnmapWindow(p)
 		}
 	}()
 	for i, t := range args.Tensors {
@@ -28,39 +29,21 @@ func runKernel(ctx *ChipCtx, k ChipKernel, args *TaskArgs) error {
 		if t.ChildMemory {
 			continue
 		}
-		n := t.NBytes()
-		host, err := hostmem.Resolve(t.Addr, n)
-		if err != nil {
-			return Wrap(err, fmt.Sprintf("tensor %d", i))
-		}
-		p, err := chip.Malloc(max(n, 1))
-		if err != nil {
-			return Wrap(err, fmt.Sprintf("staging tensor %d", i))
-		}
-		scratch = append(scratch, p)
-		if args.Tags[i].copiesIn() {
-			if err := chip.CopyIn(p, host); err != nil {
-				return err
-			}
-		}
-		dev.Tensors[i].Addr, dev.Tensors[i].ChildMemory = p, true
-	}
-	if err := k.RunChip(ctx, &dev); err != nil {
-		return err
-	}
-	for i, t := range args.Tensors {
-		if t.ChildMemory || !args.Tags[i].copiesOut() {
-			continue
-		}
 		host, err := hostmem.Resolve(t.Addr, t.NBytes())
 		if err != nil {
 			return Wrap(err, fmt.Sprintf("tensor %d", i))
 		}
-		if err := chip.CopyOut(host, dev.Tensors[i].Addr); err != nil {
-			return err
+		if len(host) == 0 {
+			continue // an empty tensor has nothing to map
 		}
+		p, err := chip.MapWindow(host, "host tensor")
+		if err != nil {
+			return Wrap(err, fmt.Sprintf("mapping tensor %d", i))
+		}
+		mapped = append(mapped, p)
+		dev.Tensors[i].Addr, dev.Tensors[i].ChildMemory = p, true
 	}
-	return nil
+	return k.RunChip(ctx, &dev)
 }
 
 // RunKernel runs a kernel synchronously on a level-2 worker's chip.

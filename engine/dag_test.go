@@ -2,6 +2,7 @@ package engine
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -260,27 +261,33 @@ func TestFailurePoisonsConsumersOnly(t *testing.T) {
 	}
 }
 
-// The failure reported is the root failure with the lowest task id, even
-// when a later task failed first.
+// The failure reported is the root failure with the lowest task id,
+// whichever of two failing tasks retires first.
 func TestFirstRootErrorByTaskID(t *testing.T) {
 	w := newWorker(t, Config{})
-	var run atomic.Pointer[Run]
-	h1 := register(t, w, chipK("first", func(*ChipCtx, *TaskArgs) error {
-		if err := until("task 2's failure", func() bool {
-			return locked(w, func() bool { return run.Load().firstErr != nil })
-		}); err != nil {
-			return err
+	for _, later := range []int{1, 2} { // the task that fails second
+		var run atomic.Pointer[Run]
+		fail := func(id int) *chipFn {
+			return chipK(fmt.Sprint("fail", id), func(*ChipCtx, *TaskArgs) error {
+				if id == later {
+					if err := until("the other failure", func() bool {
+						return locked(w, func() bool { return run.Load().firstErr != nil })
+					}); err != nil {
+						return err
+					}
+				}
+				return fmt.Errorf("failure %d", id)
+			})
 		}
-		return errors.New("one")
-	}))
-	h2 := register(t, w, chipK("second", func(*ChipCtx, *TaskArgs) error { return errors.New("two") }))
-	err := submitRun(t, w, buildErr(func(o *Orchestrator) {
-		run.Store(o.Run())
-		must(o.SubmitNext(h1, nil, nil, 0))
-		must(o.SubmitNext(h2, nil, nil, 1))
-	}))
-	if te := taskErr(t, err); te.TaskID != 1 || te.Callable != "first" || te.Worker != "chip_worker 0 (device 0)" {
-		t.Fatalf("got %v", err)
+		h1, h2 := register(t, w, fail(1)), register(t, w, fail(2))
+		err := submitRun(t, w, buildErr(func(o *Orchestrator) {
+			run.Store(o.Run())
+			must(o.SubmitNext(h1, nil, nil, 0))
+			must(o.SubmitNext(h2, nil, nil, 1))
+		}))
+		if te := taskErr(t, err); te.TaskID != 1 || te.Callable != "fail1" || te.Worker != "chip_worker 0 (device 0)" {
+			t.Fatalf("task %d failing second: got %v", later, err)
+		}
 	}
 }
 
@@ -288,19 +295,14 @@ func TestPanicBecomesTaskFailure(t *testing.T) {
 	w := newWorker(t, Config{NumSubWorkers: 1})
 	hc := register(t, w, chipK("chip_panics", func(*ChipCtx, *TaskArgs) error { panic("kaboom") }))
 	hs := register(t, w, subK("sub_panics", func(*SubCtx, *TaskArgs) error { panic("kaboom") }))
-	for _, sub := range []bool{false, true} {
-		err := submitRun(t, w, func(o *Orchestrator) error {
-			var err error
-			if sub {
-				_, err = o.SubmitSub(hs, nil)
-			} else {
-				_, err = o.SubmitNext(hc, nil, nil, 1)
-			}
-			return err
-		})
+	cases := map[string]func(o *Orchestrator) (*Task, error){
+		"chip_worker 1 (device 1)": func(o *Orchestrator) (*Task, error) { return o.SubmitNext(hc, nil, nil, 1) },
+		"sub_worker 0":             func(o *Orchestrator) (*Task, error) { return o.SubmitSub(hs, nil) },
+	}
+	for where, submit := range cases {
+		err := submitRun(t, w, func(o *Orchestrator) error { _, err := submit(o); return err })
 		te := taskErr(t, err)
-		want := map[bool]string{false: "chip_worker 1 (device 1)", true: "sub_worker 0"}[sub]
-		if te.Worker != want || KindOf(err) != RuntimeError || !strings.Contains(err.Error(), "panic: kaboom") {
+		if te.Worker != where || KindOf(err) != RuntimeError || !strings.Contains(err.Error(), "panic: kaboom") {
 			t.Errorf("got %v", err)
 		}
 	}

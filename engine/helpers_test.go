@@ -163,7 +163,7 @@ func devBytes(c *ChipCtx, a *TaskArgs, i int) []byte {
 // submitRun submits build and waits for the run with a deadline.
 func submitRun(t *testing.T, w *Worker, build func(o *Orchestrator) error) error {
 	t.Helper()
-	r, err := w.Submit(func(o *Orchestrator) (any, error) { return nil, build(o) })
+	r, err := w.Submit(asBuild(build))
 	if err != nil {
 		return err
 	}
@@ -172,6 +172,11 @@ func submitRun(t *testing.T, w *Worker, build func(o *Orchestrator) error) error
 		t.Fatalf("run hung: %v", err)
 	}
 	return err
+}
+
+// asBuild adapts a test build to Worker.Submit's signature.
+func asBuild(b func(o *Orchestrator) error) func(o *Orchestrator) (any, error) {
+	return func(o *Orchestrator) (any, error) { return nil, b(o) }
 }
 
 func mustRun(t *testing.T, w *Worker, build func(o *Orchestrator) error) {

@@ -13,6 +13,10 @@ type Orchestrator struct {
 	w     *Worker
 	run   *Run
 	scope *scope
+	// dispatch is scratch for submit's Dispatch results. It is per
+	// Orchestrator, not per Worker: submit routes them after unlocking, when
+	// a concurrent run's submit could otherwise reuse the same array.
+	dispatch []Assignment
 }
 
 // Worker is the worker this orchestrator submits to.
@@ -235,11 +239,11 @@ func (o *Orchestrator) submit(op string, h *Handle, job schedJob, argsList []*Ta
 	o.refHeap(t)
 	w.inflight++
 	r.inflight++
-	out := w.dispatch[:0]
+	out := o.dispatch[:0]
 	if t.pending == 0 {
 		out = w.publish(t, out)
 	}
-	w.dispatch = out[:0]
+	o.dispatch = out[:0]
 	w.mu.Unlock()
 	w.route(out)
 	return t, nil

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"simpler/hal/dtype"
 )
@@ -68,11 +69,6 @@ func TestScopeErrors(t *testing.T) {
 		t.Fatalf("heap used %d after an unbalanced run", n)
 	}
 	mustRun(t, w, func(o *Orchestrator) error { return nil })
-}
-
-// asBuild adapts a test build to Worker.Submit's signature.
-func asBuild(b func(o *Orchestrator) error) func(o *Orchestrator) (any, error) {
-	return func(o *Orchestrator) (any, error) { return nil, b(o) }
 }
 
 func TestBuildErrorWaitsForSubmittedTasks(t *testing.T) {
@@ -151,5 +147,112 @@ func TestDirectControlOnlyBeforeFirstSubmit(t *testing.T) {
 	}
 	if err := w.Free(1, p); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A panicking orchestration function still ends its run (tasks retired,
+// heap freed, worker closable) before the panic reaches the caller.
+func TestBuildPanicReraisedAfterCleanup(t *testing.T) {
+	w := newWorker(t, Config{})
+	var ran atomic.Bool
+	h := register(t, w, chipK("k", func(*ChipCtx, *TaskArgs) error { ran.Store(true); return nil }))
+	p := func() (p any) {
+		defer func() { p = recover() }()
+		w.Submit(func(o *Orchestrator) (any, error) {
+			o.SubmitNext(h, mkArgs(must(o.Alloc([]int{2}, dtype.Int64)), Output), nil, 0)
+			panic("build blew up")
+		})
+		return nil
+	}()
+	if p != "build blew up" || !ran.Load() {
+		t.Fatalf("recovered %v, task ran %v", p, ran.Load())
+	}
+	if n, runs := heapUsed(w), locked(w, func() int { return len(w.runs) }); n != 0 || runs != 0 {
+		t.Fatalf("after the panic: heap used %d, %d live runs", n, runs)
+	}
+	stillWorks(t, w, h)
+}
+
+// A small heap: allocations wait for tasks to free space, and fail only
+// when nothing in flight could free any.
+func TestHeapRingThroughOrchestrator(t *testing.T) {
+	w := newWorker(t, Config{HeapRingSize: 128})
+	var sum atomic.Int64
+	h := register(t, w, chipK("fill", func(c *ChipCtx, a *TaskArgs) error {
+		put64(devBytes(c, a, 0), int64(a.Scalars[0]))
+		sum.Add(get64(devBytes(c, a, 0)))
+		return nil
+	}))
+	mustRun(t, w, buildErr(func(o *Orchestrator) {
+		for i := range 10 { // each needs the whole ring: it waits for the last
+			must(0, o.ScopeBegin())
+			tmp := must(o.Alloc([]int{16}, dtype.Int64))
+			must(o.SubmitNext(h, mkArgs(tmp, Output, uint64(i)), nil, i%2))
+			must(0, o.ScopeEnd())
+		}
+		must(0, o.Drain())
+		must(o.Alloc([]int{16}, dtype.Int64))
+		_, err := o.Alloc([]int{1}, dtype.Int64)
+		wantKind(t, "alloc with the ring held by a live scope", err, RuntimeError)
+		_, err = o.Alloc([]int{17}, dtype.Int64)
+		wantKind(t, "alloc larger than the ring", err, ValueError)
+	}))
+	if sum.Load() != 45 || heapUsed(w) != 0 {
+		t.Fatalf("sum %d, heap used %d", sum.Load(), heapUsed(w))
+	}
+	odd := newWorker(t, Config{HeapRingSize: 100})
+	mustRun(t, odd, func(o *Orchestrator) error {
+		_, err := o.Alloc([]int{90}, dtype.UInt8) // 128 once aligned
+		wantKind(t, "alloc that fits only unaligned", err, ValueError)
+		return nil
+	})
+}
+
+func TestWaitTimeoutAndResult(t *testing.T) {
+	w := newWorker(t, Config{})
+	gate := make(chan struct{})
+	h := register(t, w, chipK("gated", func(*ChipCtx, *TaskArgs) error { return await(gate, "gate") }))
+	r, err := w.Submit(func(o *Orchestrator) (any, error) {
+		_, err := o.SubmitNext(h, nil, nil, 0)
+		return "result", err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = r.Wait(time.Millisecond)
+	wantKind(t, "wait on a blocked run", err, TimeoutError)
+	if r.Done() || err == nil || !strings.Contains(err.Error(), "1 of 1 tasks still unfinished") {
+		t.Fatalf("done %v, %v", r.Done(), err)
+	}
+	close(gate)
+	if res, err := r.Result(); res != "result" || err != nil || r.Tasks() != 1 {
+		t.Fatalf("result %v, %v", res, err)
+	}
+}
+
+// Cleanups run after the fence, last registered first; one that fails
+// fails the run and makes the worker refuse further work.
+func TestCleanupsRunAfterFence(t *testing.T) {
+	w := newWorker(t, Config{})
+	var rec recorder
+	h := register(t, w, chipK("k", func(*ChipCtx, *TaskArgs) error { rec.add("task"); return nil }))
+	cleanup := func(name string, err error) Cleanup {
+		return Cleanup{Name: name, Fn: func() error { rec.add("%s", name); return err }}
+	}
+	err := submitRun(t, w, buildErr(func(o *Orchestrator) {
+		o.Run().AddCleanup(cleanup("first", nil))
+		o.Run().AddCleanup(cleanup("second", errors.New("cannot free")))
+		must(o.SubmitNext(h, nil, nil, 0))
+	}))
+	if got := strings.Join(rec.get(), " "); got != "task second first" {
+		t.Errorf("order %q", got)
+	}
+	if err == nil || !strings.Contains(err.Error(), "second: cannot free") {
+		t.Errorf("run: %v", err)
+	}
+	_, err = w.Submit(func(*Orchestrator) (any, error) { return nil, nil })
+	wantKind(t, "submit on a poisoned worker", err, RuntimeError)
+	if err == nil || !strings.Contains(err.Error(), "failed cleanup") {
+		t.Errorf("got %v", err)
 	}
 }

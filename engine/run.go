@@ -20,6 +20,8 @@ type Run struct {
 	result   any
 	root     *scope
 	cleanups []Cleanup // run after the fence, last registered first
+	domains  []*Domain // allocated by this run, in allocation order
+	retired  bool      // past the fence: a release frees at once
 	done     chan struct{}
 	waitErr  error // set before done is closed
 }
@@ -185,6 +187,9 @@ func (w *Worker) finish(r *Run) {
 				r.waitErr = Wrap(err, cleanups[i].Name)
 			}
 		}
+	}
+	if err := w.freeDomains(r); err != nil && r.waitErr == nil {
+		r.waitErr = err
 	}
 	w.mu.Lock()
 	delete(w.runs, r)

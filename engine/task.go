@@ -9,7 +9,7 @@ type Task struct {
 	run    *Run
 	handle *Handle
 	job    schedJob
-	args   []TaskArgs // one per member
+	args   []TaskArgs  // one per member
 	one    [1]TaskArgs // backing of args for single tasks: one allocation less
 	cfg    CallConfig
 

@@ -35,13 +35,6 @@ var Tags = []Tag{Input, Output, InOut, OutputExisting, NoDep}
 func (t Tag) reads() bool  { return t == Input || t == InOut }
 func (t Tag) writes() bool { return t == Output || t == InOut || t == OutputExisting }
 
-// copiesIn reports whether a chip task needs the tensor's contents staged
-// into device memory before the kernel runs.
-func (t Tag) copiesIn() bool { return t != Output }
-
-// copiesOut reports whether a chip task's result is copied back.
-func (t Tag) copiesOut() bool { return t != Input }
-
 // Tensor names memory: a host address in shared memory, or a device
 // address of the chip a task runs on (ChildMemory).
 type Tensor struct {

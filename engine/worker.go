@@ -17,8 +17,10 @@ package engine
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"simpler/hal"
+	"simpler/hal/comm"
 )
 
 // Config describes a Worker.
@@ -69,6 +71,16 @@ type Worker struct {
 	runs     map[*Run]struct{}
 	runSeq   uint64
 	dispatch []Assignment // scratch for Dispatch results
+
+	namespace string             // unique per Worker in this process; scopes comm names
+	domains   map[string]*Domain // live (unreleased) domains by name
+	allocSeq  uint64             // last allocation id
+	commOnce  sync.Once          // the base communicator, made at the first allocation
+	commErr   error
+	commInits atomic.Int32
+
+	hostBufs map[uint64]*HostBuffer // by token
+	bufSeq   uint64
 }
 
 // NewWorker validates cfg and returns a Worker in state NEW.
@@ -76,7 +88,9 @@ func NewWorker(cfg Config) (*Worker, error) {
 	if err := validate(&cfg); err != nil {
 		return nil, err
 	}
-	w := &Worker{cfg: cfg, runs: map[*Run]struct{}{}}
+	w := &Worker{cfg: cfg, runs: map[*Run]struct{}{}, domains: map[string]*Domain{},
+		hostBufs:  map[uint64]*HostBuffer{},
+		namespace: fmt.Sprintf("w%d", workerSeq.Add(1))}
 	w.cond = sync.NewCond(&w.mu)
 	w.reg.byDigest = map[string]*Handle{}
 	return w, nil
@@ -349,6 +363,14 @@ func (w *Worker) closeTree() error {
 	defer w.mu.Unlock()
 	w.stopEndpoints()
 	err := w.teardown()
+	if e := w.closeHostBuffers(); e != nil && err == nil {
+		err = e
+	}
+	if w.commInits.Load() > 0 {
+		if e := comm.DrainPool(); e != nil && err == nil {
+			err = e
+		}
+	}
 	if w.heap != nil {
 		if e := w.heap.close(); e != nil && err == nil {
 			err = e

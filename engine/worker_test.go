@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"simpler/engine/hostmem"
 	"simpler/hal/dtype"
 )
 
@@ -160,23 +161,23 @@ func TestLevel2RunKernel(t *testing.T) {
 	in, inMem := hostI64(t, sp, 2)
 	out, outMem := hostI64(t, sp, 2)
 	put64(inMem, 20)
-	put64(outMem, -1) // OUTPUT is not copied in: the kernel sees zeros
-	var sawOut int64 = -2
+	var calls int // RunKernel is synchronous: the kernel runs on this goroutine
 	h := register(t, w, chipK("double", func(c *ChipCtx, a *TaskArgs) error {
+		calls++
 		if !a.Tensors[0].ChildMemory || !a.Tensors[1].ChildMemory || c.Chip.DeviceID() != 3 {
 			return errors.New("kernel was given host tensors or the wrong chip")
 		}
-		src, dst := devBytes(c, a, 0), devBytes(c, a, 1)
-		sawOut = get64(dst)
-		put64(dst, 2*get64(src)+int64(a.Scalars[0]))
-		put64(src, 0) // INPUT is not copied back
+		put64(devBytes(c, a, 1), 2*get64(devBytes(c, a, 0))+int64(a.Scalars[0]))
 		return nil
 	}))
 	if err := w.RunKernel(h, mkArgs(in, Input, out, Output, uint64(2))); err != nil {
 		t.Fatal(err)
 	}
-	if get64(outMem) != 42 || get64(inMem) != 20 || sawOut != 0 {
-		t.Fatalf("out %d in %d, kernel saw output %d; want 42, 20, 0", get64(outMem), get64(inMem), sawOut)
+	if calls != 1 || get64(outMem) != 42 || get64(inMem) != 20 {
+		t.Fatalf("calls %d, out %d, in %d; want 1, 42, 20", calls, get64(outMem), get64(inMem))
+	}
+	if allocs, windows := must(w.Chip(0)).Live(); allocs != 0 || windows != 0 {
+		t.Fatalf("chip holds %d allocations and %d windows after the kernel", allocs, windows)
 	}
 	_, err := w.Submit(func(*Orchestrator) (any, error) { return nil, nil })
 	wantKind(t, "submit on level 2", err, ValueError)
@@ -324,4 +325,75 @@ func TestLevel4OrchestrationPanic(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 	mustRun(t, l4, build)
+}
+
+func TestRegisterRefcount(t *testing.T) {
+	w := newWorker(t, Config{})
+	k := nop("k")
+	h1, h2 := register(t, w, k), register(t, w, k)
+	if h1 != h2 {
+		t.Fatal("registering a callable twice gave two handles")
+	}
+	must(0, w.Unregister(h1))
+	stillWorks(t, w, h1) // one reference left
+	must(0, w.Unregister(h1))
+	wantKind(t, "unregister past zero", w.Unregister(h1), ValueError)
+	mustRun(t, w, func(o *Orchestrator) error {
+		_, err := o.SubmitNext(h1, nil, nil, 0)
+		wantKind(t, "submit of an unregistered handle", err, ValueError)
+		return nil
+	})
+}
+
+// Several goroutines submit runs to one worker at once; each run's tasks
+// form a chain through its own tensor, and every run gets its own result.
+func TestConcurrentRuns(t *testing.T) {
+	sp := newSpace(t)
+	w := newWorker(t, Config{NumSubWorkers: 2, TaskWindow: 4})
+	inc := func(b []byte) { put64(b, get64(b)+1) }
+	hc := register(t, w, chipK("inc", func(c *ChipCtx, a *TaskArgs) error { inc(devBytes(c, a, 0)); return nil }))
+	hs := register(t, w, subK("sub_inc", func(c *SubCtx, a *TaskArgs) error {
+		b, err := hostmem.Resolve(a.Tensors[0].Addr, 8)
+		if err == nil {
+			inc(b)
+		}
+		return err
+	}))
+	const runs, steps = 4, 30
+	mems := make([][]byte, runs)
+	errs := make(chan error, runs)
+	for i := range runs {
+		var x Tensor
+		x, mems[i] = hostI64(t, sp, 1)
+		go func() {
+			r, err := w.Submit(func(o *Orchestrator) (any, error) {
+				for s := range steps {
+					var err error
+					if s%3 == 2 {
+						_, err = o.SubmitSub(hs, mkArgs(x, InOut))
+					} else {
+						_, err = o.SubmitNext(hc, mkArgs(x, InOut), nil, s%2)
+					}
+					if err != nil {
+						return nil, err
+					}
+				}
+				return nil, nil
+			})
+			if err == nil {
+				err = r.Wait(deadline)
+			}
+			errs <- err
+		}()
+	}
+	for range runs {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, m := range mems {
+		if get64(m) != steps {
+			t.Errorf("run %d counted %d, want %d", i, get64(m), steps)
+		}
+	}
 }

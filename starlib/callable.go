@@ -141,7 +141,7 @@ func (c *Chip) Type() string          { return "Chip" }
 func (c *Chip) Freeze()               {}
 func (c *Chip) Truth() starlark.Bool  { return true }
 func (c *Chip) Hash() (uint32, error) { return 0, errorf(engine.TypeError, "unhashable type: Chip") }
-func (c *Chip) AttrNames() []string   { return []string{"device_id", "platform", "worker_id"} }
+func (c *Chip) AttrNames() []string   { return []string{"comm", "device_id", "platform", "worker_id"} }
 
 func (c *Chip) Attr(name string) (starlark.Value, error) {
 	switch name {
@@ -151,6 +151,8 @@ func (c *Chip) Attr(name string) (starlark.Value, error) {
 		return starlark.MakeInt(c.ctx.WorkerID), nil
 	case "platform":
 		return starlark.String(c.ctx.Chip.Platform().Name()), nil
+	case "comm":
+		return starlark.NewBuiltin("chip.comm", c.openComm), nil
 	}
 	return nil, nil
 }

@@ -48,6 +48,8 @@ var orchMethods = map[string]orchMethod{
 	"copy_to":                 (*Orchestrator).copyTo,
 	"copy_from":               (*Orchestrator).copyFrom,
 	"drain":                   (*Orchestrator).drain,
+	"allocate_domain":         (*Orchestrator).allocateDomain,
+	"release_domain":          (*Orchestrator).releaseDomain,
 }
 
 // Attr returns a method bound to o; methods are made once per

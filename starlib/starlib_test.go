@@ -93,7 +93,7 @@ def main(ctx):
 
 func TestBacktraceNamesEveryFrame(t *testing.T) {
 	_, err := runScript(t, map[string]string{
-		"main.star": "load(\"lib/x.star\", \"f\")\n\ndef main(ctx):\n    f(0)\n",
+		"main.star":  "load(\"lib/x.star\", \"f\")\n\ndef main(ctx):\n    f(0)\n",
 		"lib/x.star": "def f(n):\n    g(n)\n\ndef g(n):\n    host_tensor(shape = [2], dtype = \"nope\")\n",
 	})
 	if err == nil {

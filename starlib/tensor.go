@@ -46,6 +46,8 @@ var tensorMethods = map[string]*starlark.Builtin{
 	"fill":   starlark.NewBuiltin("fill", tensorFill),
 	"tolist": starlark.NewBuiltin("tolist", tensorToList),
 	"view":   starlark.NewBuiltin("view", tensorView),
+
+	"accumulate": starlark.NewBuiltin("accumulate", tensorAccumulate),
 }
 
 func (t *Tensor) Attr(name string) (starlark.Value, error) {
@@ -152,8 +154,12 @@ func tensorFill(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 	return starlark.None, t.store("fill", x)
 }
 
-// store writes an Array, list or number (filling) into the tensor.
+// store writes a Tensor (a memory copy), an Array, a list or a number
+// (filling) into the tensor.
 func (t *Tensor) store(op string, x starlark.Value) error {
+	if src, ok := x.(*Tensor); ok && src.t.DType == t.t.DType {
+		return copyTensor(op, t, src)
+	}
 	mem, err := t.bytes(op)
 	if err != nil {
 		return err

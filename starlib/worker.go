@@ -48,6 +48,9 @@ var workerMethods = map[string]workerMethod{
 	"free":       (*Worker).free,
 	"copy_to":    (*Worker).copyTo,
 	"copy_from":  (*Worker).copyFrom,
+
+	"create_host_buffer": (*Worker).createHostBuffer,
+	"free_host_buffer":   (*Worker).freeHostBuffer,
 }
 
 func (w *Worker) Attr(name string) (starlark.Value, error) {
@@ -62,6 +65,8 @@ func (w *Worker) Attr(name string) (starlark.Value, error) {
 		return starlark.NewList(intTuple(w.devices)), nil
 	case "num_sub_workers":
 		return starlark.MakeInt(w.w.SubCount()), nil
+	case "live_domains":
+		return w.liveDomains(), nil
 	}
 	if m, ok := workerMethods[name]; ok {
 		return starlark.NewBuiltin(name, func(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
@@ -72,7 +77,7 @@ func (w *Worker) Attr(name string) (starlark.Value, error) {
 }
 
 func (w *Worker) AttrNames() []string {
-	return append(sortedKeys(workerMethods), "device_ids", "level", "mode", "num_sub_workers", "platform")
+	return append(sortedKeys(workerMethods), "device_ids", "level", "live_domains", "mode", "num_sub_workers", "platform")
 }
 
 // atRunTime refuses engine builtins while a module is being loaded, so

@@ -1,0 +1,379 @@
+package engine
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"simpler/hal"
+	"simpler/hal/comm"
+	"simpler/hal/dtype"
+	"simpler/internal/fault"
+)
+
+// BufferSpec names a slice of a domain window, carved in declaration order
+// from the window base.
+type BufferSpec struct {
+	Name   string
+	DType  dtype.DType
+	Count  int
+	NBytes int
+}
+
+// DomainSpec is what allocate_domain asks for.
+type DomainSpec struct {
+	Name       string
+	Workers    []int // NEXT_LEVEL (chip) ids; rank r is Workers[r]
+	WindowSize int
+	Buffers    []BufferSpec
+}
+
+// domainState is a domain's lifetime: live → released (no new use) →
+// freed (the backend windows are gone). Freeing happens once, after the
+// owning run's fence.
+type domainState uint8
+
+const (
+	domainLive domainState = iota
+	domainReleased
+	domainFreeing
+	domainFreed
+)
+
+// Domain is a communication domain over some chips of a level-3 Worker.
+type Domain struct {
+	w            *Worker
+	run          *Run
+	spec         DomainSpec
+	allocationID uint64
+	offsets      []int        // buffer offsets from the window base
+	ranks        []*comm.Rank // one per member, in rank order
+
+	state   domainState // guarded by w.mu
+	freed   chan struct{}
+	freeErr error
+}
+
+// CommTimeout bounds the subset barrier of a domain allocation.
+var CommTimeout = 30 * time.Second
+
+var workerSeq atomic.Uint64
+
+// Name is the domain's label.
+func (d *Domain) Name() string { return d.spec.Name }
+
+// Workers are the member chips in rank order.
+func (d *Domain) Workers() []int { return append([]int(nil), d.spec.Workers...) }
+
+// AllocationID is unique within the Worker; it scopes shm names and
+// barriers.
+func (d *Domain) AllocationID() uint64 { return d.allocationID }
+
+// Buffers returns the buffer specs with their offsets.
+func (d *Domain) Buffers() ([]BufferSpec, []int) { return d.spec.Buffers, d.offsets }
+
+// Released reports whether Release was called (or the domain was swept).
+func (d *Domain) Released() bool {
+	d.w.mu.Lock()
+	defer d.w.mu.Unlock()
+	return d.state != domainLive
+}
+
+// Freed reports whether the backend windows are gone.
+func (d *Domain) Freed() bool {
+	d.w.mu.Lock()
+	defer d.w.mu.Unlock()
+	return d.state == domainFreed
+}
+
+// RankView is one member's view of a domain: ChipDomainContext.
+type RankView struct {
+	Name        string
+	Rank, Size  int
+	DeviceCtx   uint64
+	WindowBase  uint64
+	WindowSize  int
+	BufferPtrs  map[string]uint64
+	BufferSpecs []BufferSpec
+	Worker      int
+}
+
+// Rank returns the view of member chip `worker`: a RuntimeError after
+// release, a KeyError for a non-member.
+func (d *Domain) Rank(worker int) (*RankView, error) {
+	if d.Released() {
+		return nil, Errorf(RuntimeError, "domain %q was released; it cannot be indexed", d.spec.Name)
+	}
+	for r, id := range d.spec.Workers {
+		if id != worker {
+			continue
+		}
+		cr := d.ranks[r]
+		v := &RankView{Name: d.spec.Name, Rank: r, Size: len(d.ranks), DeviceCtx: cr.DeviceCtx,
+			WindowBase: cr.WindowBase, WindowSize: cr.WindowSize, BufferPtrs: map[string]uint64{},
+			BufferSpecs: d.spec.Buffers, Worker: worker}
+		for i, b := range d.spec.Buffers {
+			v.BufferPtrs[b.Name] = cr.WindowBase + uint64(d.offsets[i])
+		}
+		return v, nil
+	}
+	return nil, Errorf(KeyError, "worker %d is not a member of domain %q (members: %v)", worker, d.spec.Name, d.spec.Workers)
+}
+
+// validateDomain checks a spec before any backend work.
+func (w *Worker) validateDomain(spec *DomainSpec) ([]int, error) {
+	const op = "allocate_domain"
+	if spec.Name == "" {
+		return nil, Errorf(ValueError, "%s: name must not be empty", op)
+	}
+	if len(spec.Workers) == 0 {
+		return nil, Errorf(ValueError, "%s: workers must not be empty", op)
+	}
+	seen := map[int]bool{}
+	for _, id := range spec.Workers {
+		if id < 0 || id >= len(w.cfg.DeviceIDs) {
+			return nil, Errorf(ValueError, "%s: worker %d is not one of this worker's chips (0..%d)", op, id, len(w.cfg.DeviceIDs)-1)
+		}
+		if seen[id] {
+			return nil, Errorf(ValueError, "%s: worker %d listed twice", op, id)
+		}
+		seen[id] = true
+	}
+	if spec.WindowSize <= 0 {
+		return nil, Errorf(ValueError, "%s: window_size must be > 0, got %d", op, spec.WindowSize)
+	}
+	names := map[string]bool{}
+	offsets := make([]int, len(spec.Buffers))
+	sum := 0
+	for i, b := range spec.Buffers {
+		if b.Name == "" {
+			return nil, Errorf(ValueError, "%s: buffer %d has no name", op, i)
+		}
+		if names[b.Name] {
+			return nil, Errorf(ValueError, "%s: buffer name %q used twice", op, b.Name)
+		}
+		names[b.Name] = true
+		if b.NBytes <= 0 {
+			return nil, Errorf(ValueError, "%s: buffer %q has nbytes=%d; it must be > 0", op, b.Name, b.NBytes)
+		}
+		offsets[i] = sum
+		sum += b.NBytes
+	}
+	if sum > spec.WindowSize {
+		return nil, Errorf(ValueError, "%s: buffers sum to %d bytes, exceeds window_size=%d", op, sum, spec.WindowSize)
+	}
+	return offsets, nil
+}
+
+// AllocateDomain allocates a communication domain for this run. All
+// validation happens before any backend work; the first allocation of a
+// Worker initialises the base communicator of every chip.
+func (o *Orchestrator) AllocateDomain(spec DomainSpec) (*Domain, error) {
+	w := o.w
+	if w.cfg.Level != 3 {
+		return nil, Errorf(ValueError, "allocate_domain: domains are over a level-3 worker's chips (this worker is level %d)", w.cfg.Level)
+	}
+	spec.Workers = append([]int(nil), spec.Workers...)
+	offsets, err := w.validateDomain(&spec)
+	if err != nil {
+		return nil, err
+	}
+	if err := o.direct("allocate_domain"); err != nil {
+		return nil, err
+	}
+	w.mu.Lock()
+	if w.domains[spec.Name] != nil {
+		w.mu.Unlock()
+		return nil, Errorf(ValueError, "allocate_domain: a domain named %q is already live; release it first", spec.Name)
+	}
+	w.allocSeq++
+	d := &Domain{w: w, run: o.run, spec: spec, allocationID: w.allocSeq, offsets: offsets, freed: make(chan struct{})}
+	w.domains[spec.Name] = d // reserve the name while the backend works
+	w.mu.Unlock()
+
+	if err := w.allocateRanks(d); err != nil {
+		w.mu.Lock()
+		delete(w.domains, spec.Name)
+		w.mu.Unlock()
+		return nil, err
+	}
+	w.mu.Lock()
+	o.run.domains = append(o.run.domains, d)
+	w.mu.Unlock()
+	return d, nil
+}
+
+// allocateRanks runs each rank's part in parallel, as each chip would,
+// and undoes the ranks that succeeded if any failed.
+func (w *Worker) allocateRanks(d *Domain) error {
+	if err := w.initComm(); err != nil {
+		return err
+	}
+	if err := fault.Hit("domain.alloc", -1); err != nil {
+		return Wrap(err, "allocate_domain")
+	}
+	n := len(d.spec.Workers)
+	req := comm.Request{Namespace: w.namespace, AllocationID: d.allocationID, Name: d.spec.Name,
+		Ranks: n, WindowSize: d.spec.WindowSize, Timeout: CommTimeout}
+	d.ranks = make([]*comm.Rank, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r, id := range d.spec.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d.ranks[r], errs[r] = comm.Allocate(req, r, w.chips[id])
+		}()
+	}
+	wg.Wait()
+	var first error
+	for r, err := range errs {
+		if err != nil && first == nil {
+			first = Wrap(err, fmt.Sprintf("allocate_domain %q: rank %d (worker %d)", d.spec.Name, r, d.spec.Workers[r]))
+		}
+	}
+	if first != nil {
+		for _, cr := range d.ranks {
+			if cr != nil {
+				cr.Release()
+			}
+		}
+		d.ranks = nil
+	}
+	return first
+}
+
+// initComm initialises every chip's base communicator once per Worker, in
+// parallel. A failure is kept and returned to later callers.
+func (w *Worker) initComm() error {
+	w.commOnce.Do(func() {
+		errs := make([]error, len(w.chips))
+		var wg sync.WaitGroup
+		for i, c := range w.chips {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = initBaseComm(c)
+			}()
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				w.commErr = Wrap(err, fmt.Sprintf("base communicator of chip_worker %d", i))
+				return
+			}
+		}
+		w.commInits.Add(1)
+	})
+	return w.commErr
+}
+
+// CommInits counts base communicator initialisations (for tests: exactly
+// one per Worker).
+func (w *Worker) CommInits() int { return int(w.commInits.Load()) }
+
+// Release marks the domain released at once. The backend free runs after
+// the owning run's fence, or now if that run has already retired. A
+// second caller waits for the first and gets the same result.
+func (d *Domain) Release() error {
+	w := d.w
+	w.mu.Lock()
+	if d.state == domainLive {
+		d.state = domainReleased
+		delete(w.domains, d.spec.Name)
+	}
+	retired := d.run.retired
+	w.mu.Unlock()
+	if !retired {
+		return nil
+	}
+	return d.free()
+}
+
+// free runs the backend free exactly once; concurrent and later callers
+// wait for it and get its error replayed. A failed free poisons the
+// Worker.
+func (d *Domain) free() error {
+	w := d.w
+	w.mu.Lock()
+	if d.state == domainLive {
+		d.state = domainReleased
+		delete(w.domains, d.spec.Name)
+	}
+	if d.state != domainReleased {
+		w.mu.Unlock()
+		<-d.freed
+		return d.freeErr
+	}
+	d.state = domainFreeing
+	w.mu.Unlock()
+
+	err := fault.Hit("domain.release", -1)
+	for _, cr := range d.ranks {
+		if e := cr.Release(); e != nil && err == nil {
+			err = e
+		}
+	}
+	if err != nil {
+		err = Wrap(err, fmt.Sprintf("freeing domain %q", d.spec.Name))
+		w.Poison(err)
+	}
+	w.mu.Lock()
+	d.freeErr = err
+	d.state = domainFreed
+	w.mu.Unlock()
+	close(d.freed)
+	return err
+}
+
+// freeDomains runs at a run's fence: domains released during the run are
+// freed in release order, then those never released are swept, last
+// allocated first.
+func (w *Worker) freeDomains(r *Run) error {
+	w.mu.Lock()
+	r.retired = true
+	var released, live []*Domain
+	for _, d := range r.domains {
+		if d.state == domainLive {
+			live = append(live, d)
+		} else {
+			released = append(released, d)
+		}
+	}
+	w.mu.Unlock()
+	var first error
+	keep := func(err error) {
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	for _, d := range released {
+		keep(d.free())
+	}
+	for i := len(live) - 1; i >= 0; i-- {
+		keep(live[i].free())
+	}
+	return first
+}
+
+// LiveDomains returns the domains not yet released, by name.
+func (w *Worker) LiveDomains() map[string]*Domain {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	m := make(map[string]*Domain, len(w.domains))
+	for k, v := range w.domains {
+		m[k] = v
+	}
+	return m
+}
+
+// initBaseComm is a chip's part of the base communicator: in simulation,
+// a check that the chip's platform has a communication profile. It runs
+// once per chip per Worker, before the first domain.
+func initBaseComm(c hal.Chip) error {
+	if len(c.Platform().CommProfiles()) == 0 {
+		return Errorf(RuntimeError, "platform %s has no communication profile", c.Platform().Name())
+	}
+	return nil
+}

@@ -1,0 +1,333 @@
+package comm
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+	"unsafe"
+
+	"simpler/hal/shm"
+)
+
+func TestAllocate(t *testing.T) {
+	for _, n := range []int{1, 2, 4, 8} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			clean(t)
+			const size = 3 * 4096
+			chips := openChips(t, n)
+			req := newReq(n, size)
+			ranks := mustAllocate(t, req, chips)
+			for r, rk := range ranks {
+				if rk.Rank != r || rk.Size != n || rk.WindowSize != size || len(rk.Bases) != n || rk.Bases[r] != rk.WindowBase {
+					t.Fatalf("rank %d: %+v", r, rk)
+				}
+				if allocs, windows := chips[r].Live(); allocs != 1 || windows != n+1 {
+					t.Errorf("rank %d: chip holds %d allocations, %d windows; want 1 and %d", r, allocs, windows, n+1)
+				}
+				for j, base := range rk.Bases {
+					if !bytes.Equal(mustBytes(t, chips[r], base, size), make([]byte, size)) {
+						t.Errorf("rank %d's view of rank %d's window is not zero", r, j)
+					}
+				}
+				v := mustOpen(t, rk, chips[r])
+				if v.Rank() != r || v.Size() != n || v.WindowSize() != size || v.Name() != "test" || v.AllocationID() != req.AllocationID {
+					t.Errorf("view of rank %d: rank %d size %d window %d name %q id %d", r, v.Rank(), v.Size(), v.WindowSize(), v.Name(), v.AllocationID())
+				}
+				for j := range n {
+					if b, err := v.Base(j); err != nil || b != rk.Bases[j] {
+						t.Errorf("rank %d: Base(%d) = %#x, %v; want %#x", r, j, b, err, rk.Bases[j])
+					}
+				}
+			}
+			// Rank i writes its mark into every window j through its own
+			// mapping; each rank then finds all marks through its own base.
+			for i, rk := range ranks {
+				for j, base := range rk.Bases {
+					mark := fmt.Sprintf("from %d to %d.", i, j)
+					copy(mustBytes(t, chips[i], base+uint64(16*i), 16), mark)
+				}
+			}
+			for j, rk := range ranks {
+				own := mustBytes(t, chips[j], rk.WindowBase, size)
+				for i := range n {
+					want := fmt.Sprintf("from %d to %d.", i, j)
+					if got := string(own[16*i : 16*i+len(want)]); got != want {
+						t.Errorf("rank %d's window at %d holds %q, want %q", j, 16*i, got, want)
+					}
+				}
+			}
+			// The window objects are named; the header's name is gone as
+			// soon as everyone has it mapped.
+			left, err := shm.Leftovers(shm.Prefix() + fmt.Sprintf("dom-t-%d-", req.AllocationID))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want []string
+			for r := range n {
+				want = append(want, req.windowName(r))
+			}
+			slices.Sort(left)
+			slices.Sort(want)
+			if !slices.Equal(left, want) {
+				t.Errorf("objects of the live domain: %v, want %v", left, want)
+			}
+			releaseAll(t, ranks)
+			for r, c := range chips {
+				if allocs, windows := c.Live(); allocs != 0 || windows != 0 {
+					t.Errorf("chip %d after release: %d allocations, %d windows", r, allocs, windows)
+				}
+			}
+			if left, _ := shm.Leftovers(shm.Prefix() + "dom-"); len(left) != 0 {
+				t.Errorf("names left after release: %v", left)
+			}
+		})
+	}
+}
+
+// hostAddr is where a window lives in this process, to tell mappings apart.
+func hostAddr(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
+
+func TestPoolReuseIsZeroed(t *testing.T) {
+	clean(t)
+	const size = 64 << 10
+	chips := openChips(t, 2)
+	first := mustAllocate(t, newReq(2, size), chips)
+	mapped := map[uintptr]bool{}
+	for r, rk := range first {
+		b := mustBytes(t, chips[r], rk.WindowBase, size)
+		mapped[hostAddr(b)] = true
+		for i := range b {
+			b[i] = 0xa5
+		}
+	}
+	releaseAll(t, first)
+	if n := poolLen(); n != 2 {
+		t.Fatalf("%d windows pooled after release, want 2", n)
+	}
+	if left, _ := shm.Leftovers(shm.Prefix() + "dompool-"); len(left) != 2 {
+		t.Errorf("pooled objects: %v", left)
+	}
+	second := mustAllocate(t, newReq(2, size), chips)
+	if n := poolLen(); n != 0 {
+		t.Errorf("%d windows still pooled after reallocating", n)
+	}
+	for r, rk := range second {
+		b := mustBytes(t, chips[r], rk.WindowBase, size)
+		if !mapped[hostAddr(b)] {
+			t.Errorf("rank %d got a fresh mapping, not a pooled one", r)
+		}
+		if i := slices.IndexFunc(b, func(x byte) bool { return x != 0 }); i >= 0 {
+			t.Errorf("reused window of rank %d is dirty at %d", r, i)
+		}
+	}
+	// Another size is not served from the pool.
+	releaseAll(t, second)
+	third := mustAllocate(t, newReq(2, size+4096), chips)
+	for r, rk := range third {
+		if mapped[hostAddr(mustBytes(t, chips[r], rk.WindowBase, size))] {
+			t.Errorf("rank %d reused a window of another size", r)
+		}
+	}
+	if n := poolLen(); n != 2 {
+		t.Errorf("%d windows pooled, want the 2 of the other size", n)
+	}
+}
+
+func TestPoolBounds(t *testing.T) {
+	clean(t)
+	chips := openChips(t, 1)
+	for i := range poolMaxObjects + 3 {
+		ranks := mustAllocate(t, newReq(1, 4096*(i+1)), chips)
+		releaseAll(t, ranks)
+	}
+	if n := poolLen(); n != poolMaxObjects {
+		t.Errorf("pool holds %d objects, want the bound %d", n, poolMaxObjects)
+	}
+	if left, _ := shm.Leftovers(shm.Prefix()); len(left) != poolMaxObjects {
+		t.Errorf("objects: %v", left)
+	}
+}
+
+// A fast rank that stores into a slow peer's window right after the
+// barrier must not lose the store: the peer zeroed its (dirty, pooled)
+// window before it joined.
+func TestZeroBeforeBarrier(t *testing.T) {
+	clean(t)
+	const size = 4096
+	chips := openChips(t, 2)
+	dirty := mustAllocate(t, newReq(2, size), chips)
+	for r, rk := range dirty {
+		copy(mustBytes(t, chips[r], rk.WindowBase, size), bytes.Repeat([]byte{0xff}, size))
+	}
+	releaseAll(t, dirty)
+	if poolLen() != 2 {
+		t.Fatalf("want both dirty windows pooled, have %d", poolLen())
+	}
+
+	req := newReq(2, size)
+	hold := make(chan struct{})
+	testHookJoined = func(q Request, rank int) {
+		if q.AllocationID == req.AllocationID && rank == 1 {
+			<-hold
+		}
+	}
+	t.Cleanup(func() { testHookJoined = nil })
+	var slow *Rank
+	var slowErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		slow, slowErr = Allocate(req, 1, chips[1])
+	}()
+	fast, err := Allocate(req, 0, chips[0])
+	if err != nil {
+		close(hold)
+		<-done
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fast.Release() })
+	// Rank 1 is past the barrier but has not returned from Allocate.
+	v0 := mustOpen(t, fast, chips[0])
+	if err := v0.Notify(1, fast.Bases[1]+64, 8, 42, "set"); err != nil {
+		t.Fatal(err)
+	}
+	close(hold)
+	<-done
+	if slowErr != nil {
+		t.Fatal(slowErr)
+	}
+	t.Cleanup(func() { slow.Release() })
+	v1 := mustOpen(t, slow, chips[1])
+	got, err := v1.Wait(slow.WindowBase+64, 8, 42, "==", time.Second)
+	if err != nil || got != 42 {
+		t.Fatalf("slow rank sees %d, %v; the signal was lost", got, err)
+	}
+	b := mustBytes(t, chips[1], slow.WindowBase, size)
+	if binary.LittleEndian.Uint64(b[64:]) != 42 || !bytes.Equal(b[:64], make([]byte, 64)) || !bytes.Equal(b[72:], make([]byte, size-72)) {
+		t.Error("slow rank's window is not zero apart from the signal")
+	}
+}
+
+func TestReleaseIdempotent(t *testing.T) {
+	clean(t)
+	chips := openChips(t, 2)
+	ranks := mustAllocate(t, newReq(2, 4096), chips)
+	for round := range 2 {
+		for _, rk := range ranks {
+			if err := rk.Release(); err != nil {
+				t.Errorf("release %d of rank %d: %v", round+1, rk.Rank, err)
+			}
+		}
+	}
+	for i, c := range chips {
+		if a, w := c.Live(); a != 0 || w != 0 {
+			t.Errorf("chip %d: %d allocations, %d windows after release", i, a, w)
+		}
+	}
+}
+
+func TestAllocateTimeout(t *testing.T) {
+	clean(t)
+	chips := openChips(t, 1)
+	req := newReq(2, 4096)
+	req.Timeout = 50 * time.Millisecond
+	r, err := Allocate(req, 0, chips[0])
+	if r != nil {
+		r.Release()
+	}
+	wantErr(t, err, fmt.Sprintf(`TimeoutError: comm: allocating domain "test" (allocation %d) rank 0: waited 50ms at the subset barrier; 1 of 2 ranks arrived; missing rank 1`, req.AllocationID))
+	if a, w := chips[0].Live(); a != 0 || w != 0 {
+		t.Errorf("chip holds %d allocations, %d windows after a failed allocation", a, w)
+	}
+}
+
+// A rank that gives up marks the allocation abandoned: a peer still
+// waiting fails at once rather than at its own, much later, timeout.
+func TestAllocateAbandoned(t *testing.T) {
+	clean(t)
+	chips := openChips(t, 3)
+	req := newReq(3, 4096)
+	var err1 error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var r *Rank
+		if r, err1 = Allocate(req, 1, chips[1]); r != nil {
+			r.Release()
+		}
+	}()
+	eventually(t, "rank 1 to arrive", func() bool {
+		v, ok := headerWord(req, hdrAlloc)
+		return ok && v == 1
+	})
+	quick := req
+	quick.Timeout = 20 * time.Millisecond
+	r0, err0 := Allocate(quick, 0, chips[0])
+	if r0 != nil {
+		r0.Release()
+	}
+	<-done
+	wantErr(t, err0, fmt.Sprintf(`TimeoutError: comm: allocating domain "test" (allocation %d) rank 0: waited 20ms at the subset barrier; 2 of 3 ranks arrived; missing rank 2`, req.AllocationID))
+	wantErr(t, err1, fmt.Sprintf(`RuntimeError: comm: allocating domain "test" (allocation %d) rank 1: a peer gave up on the allocation; 2 of 3 ranks had arrived; missing rank 2`, req.AllocationID))
+	// A latecomer finds no header (its name is gone), makes a new one
+	// and times out alone; nothing leaks either way.
+	late := req
+	late.Timeout = 10 * time.Millisecond
+	if r, err := Allocate(late, 2, chips[2]); err == nil || !strings.Contains(err.Error(), "1 of 3 ranks arrived; missing ranks 0, 1") {
+		t.Errorf("latecomer: %v", err)
+		if r != nil {
+			r.Release()
+		}
+	}
+}
+
+// A rank whose chip fails after the barrier undoes its part; the others'
+// parts are released by the caller and nothing is left behind.
+func TestAllocateFailsOnClosedChip(t *testing.T) {
+	clean(t)
+	chips := openChips(t, 3)
+	chips[2].Close()
+	req := newReq(3, 4096)
+	ranks, errs := allocate(req, chips)
+	wantErr(t, errs[2], fmt.Sprintf(`RuntimeError: comm: allocating domain "test" (allocation %d) rank 2: device 2 is closed`, req.AllocationID))
+	if ranks[2] != nil {
+		t.Error("a failed Allocate returned a Rank")
+	}
+	releaseAll(t, ranks)
+	for i, c := range chips[:2] {
+		if a, w := c.Live(); a != 0 || w != 0 {
+			t.Errorf("chip %d: %d allocations, %d windows", i, a, w)
+		}
+	}
+}
+
+func TestAllocateBadRequest(t *testing.T) {
+	clean(t)
+	chips := openChips(t, 1)
+	ok := newReq(1, 4096)
+	dom := fmt.Sprintf(`"test" (allocation %d)`, ok.AllocationID)
+	for _, tc := range []struct {
+		edit func(*Request)
+		rank int
+		want string
+	}{
+		{func(q *Request) { q.Ranks = 0 }, 0, "ValueError: comm: allocating domain " + dom + ": 0 ranks; want 1..1024"},
+		{func(q *Request) {}, 1, "IndexError: comm: allocating domain " + dom + ": rank 1 out of range for 1 ranks"},
+		{func(q *Request) { q.WindowSize = 0 }, 0, "ValueError: comm: allocating domain " + dom + ": window size must be > 0, got 0"},
+		{func(q *Request) { q.Timeout = 0 }, 0, "ValueError: comm: allocating domain " + dom + ": timeout must be > 0, got 0s"},
+		{func(q *Request) { q.Namespace = "a/b" }, 0, "ValueError: comm: allocating domain " + dom + `: bad namespace "a/b"`},
+		{func(q *Request) { q.Prefix = "other-" }, 0, "ValueError: comm: allocating domain " + dom + `: name prefix "other-" must start with "simpler-" and contain no "/"`},
+	} {
+		q := ok
+		tc.edit(&q)
+		r, err := Allocate(q, tc.rank, chips[0])
+		if r != nil {
+			r.Release()
+		}
+		wantErr(t, err, tc.want)
+	}
+}

@@ -1,0 +1,303 @@
+package comm
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"simpler/hal"
+)
+
+// View is a kernel's handle on one rank of a domain, made by Open from the
+// CommContext in device memory. Its methods may be called from many
+// goroutines at once. A View must not outlive its rank's Release: each
+// call refuses a released domain, but a call already running when the
+// domain is released may touch unmapped memory.
+type View struct {
+	chip    hal.Chip
+	live    *uint32 // the CommContext's live flag
+	rank    int
+	size    int
+	winSize int
+	allocID uint64
+	name    string
+	bases   []uint64
+	wins    [][]byte // every rank's window as mapped in this chip
+	hdr     []byte
+}
+
+// Open reads and validates the CommContext at deviceCtx on chip: it must
+// lie in live device memory, carry the magic, version and live flag, and
+// every window and the header it names must be mapped in chip.
+func Open(chip hal.Chip, deviceCtx uint64) (*View, error) {
+	bad := func(why string) (*View, error) {
+		return nil, fmt.Errorf("ValueError: chip.comm: %#x is not a live communication domain on device %d: %s",
+			deviceCtx, chip.DeviceID(), why)
+	}
+	if deviceCtx%8 != 0 {
+		return bad("not 8-byte aligned")
+	}
+	head, err := chip.Bytes(deviceCtx, offBases)
+	if err != nil {
+		return bad(stripKind(err))
+	}
+	le := binary.LittleEndian
+	if le.Uint64(head[offMagic:]) != ctxMagic {
+		return bad("no CommContext there")
+	}
+	if ver := le.Uint32(head[offVersion:]); ver != ctxVersion {
+		return bad(fmt.Sprintf("CommContext version %d, want %d", ver, ctxVersion))
+	}
+	live := word32(head, offLive)
+	if atomic.LoadUint32(live) != 1 {
+		return bad("the domain was released")
+	}
+	rank, size := int(le.Uint32(head[offRank:])), int(le.Uint32(head[offSize:]))
+	winSize, hdrSize := le.Uint64(head[offWindowSize:]), le.Uint64(head[offHeaderSize:])
+	nameLen := int(le.Uint32(head[offNameLen:]))
+	if size < 1 || size > maxRanks || rank >= size || nameLen > maxNameLen ||
+		winSize == 0 || winSize > 1<<40 || hdrSize < uint64(headerSize(size)) || hdrSize > 1<<30 {
+		return bad("corrupt CommContext")
+	}
+	full, err := chip.Bytes(deviceCtx, ctxLen(size, nameLen))
+	if err != nil {
+		return bad(stripKind(err))
+	}
+	v := &View{
+		chip: chip, live: live, rank: rank, size: size, winSize: int(winSize),
+		allocID: le.Uint64(head[offAllocID:]),
+		name:    string(full[offBases+8*size:]),
+		bases:   make([]uint64, size),
+		wins:    make([][]byte, size),
+	}
+	for j := range size {
+		v.bases[j] = le.Uint64(full[offBases+8*j:])
+		if v.wins[j], err = chip.Bytes(v.bases[j], v.winSize); err != nil {
+			return bad(fmt.Sprintf("the window of rank %d is not mapped: %s", j, stripKind(err)))
+		}
+	}
+	if v.hdr, err = chip.Bytes(le.Uint64(head[offHeaderBase:]), int(hdrSize)); err != nil {
+		return bad("the header is not mapped: " + stripKind(err))
+	}
+	if uintptr(unsafe.Pointer(unsafe.SliceData(v.hdr)))%8 != 0 {
+		return bad("the header is misaligned")
+	}
+	return v, nil
+}
+
+// stripKind drops the "ValueError: " an underlying error starts with, to
+// quote it inside another error of its own kind.
+func stripKind(err error) string {
+	s := err.Error()
+	if k, rest, ok := strings.Cut(s, ": "); ok && strings.HasSuffix(k, "Error") && !strings.Contains(k, " ") {
+		return rest
+	}
+	return s
+}
+
+func (v *View) Rank() int            { return v.rank }
+func (v *View) Size() int            { return v.size }
+func (v *View) WindowSize() int      { return v.winSize }
+func (v *View) Name() string         { return v.name }
+func (v *View) AllocationID() uint64 { return v.allocID }
+
+// domain names the domain in messages: its quoted name, or its
+// allocation id if it has none.
+func (v *View) domain() string {
+	if v.name != "" {
+		return strconv.Quote(v.name)
+	}
+	return "#" + strconv.FormatUint(v.allocID, 10)
+}
+
+// alive refuses a released domain (its CommContext was marked dead).
+func (v *View) alive(op string) error {
+	if atomic.LoadUint32(v.live) != 1 {
+		return fmt.Errorf("RuntimeError: %s: domain %s rank %d was released", op, v.domain(), v.rank)
+	}
+	return nil
+}
+
+func (v *View) checkRank(op string, rank int) error {
+	if rank < 0 || rank >= v.size {
+		return fmt.Errorf("IndexError: %s: rank %d out of range for domain %s of %d ranks", op, rank, v.domain(), v.size)
+	}
+	return nil
+}
+
+// Base is rank's window base in this chip's address space.
+func (v *View) Base(rank int) (uint64, error) {
+	if err := v.checkRank("comm.base", rank); err != nil {
+		return 0, err
+	}
+	return v.bases[rank], nil
+}
+
+// word validates a width-byte word at device address addr inside rank's
+// window and returns its host address.
+func (v *View) word(op string, rank int, addr uint64, width int) (unsafe.Pointer, error) {
+	if width != 4 && width != 8 {
+		return nil, fmt.Errorf("ValueError: %s: width must be 4 or 8 bytes, got %d", op, width)
+	}
+	base := v.bases[rank]
+	if off := addr - base; addr < base || off >= uint64(v.winSize) || uint64(v.winSize)-off < uint64(width) {
+		return nil, fmt.Errorf("ValueError: %s: %d-byte word at %#x is not inside rank %d's window [%#x, %#x) of domain %s",
+			op, width, addr, rank, base, base+uint64(v.winSize), v.domain())
+	}
+	if addr%uint64(width) != 0 {
+		return nil, fmt.Errorf("ValueError: %s: %d-byte word at %#x is not %d-byte aligned", op, width, addr, width)
+	}
+	p := unsafe.Pointer(&v.wins[rank][addr-base])
+	if uintptr(p)%uintptr(width) != 0 { // windows are page aligned; a failure is a bug
+		panic(fmt.Sprintf("comm: window of rank %d mapped misaligned at %p", rank, p))
+	}
+	return p, nil
+}
+
+// Notify stores (op "set") or atomically adds (op "add") value into the
+// width-byte word at addr, a device address in this chip's space inside
+// rank's window, then wakes whoever waits on that window, in any process.
+// A 4-byte word takes values that fit int32; "add" wraps as int32.
+func (v *View) Notify(rank int, addr uint64, width int, value int64, op string) error {
+	const name = "comm.notify"
+	if err := v.alive(name); err != nil {
+		return err
+	}
+	if err := v.checkRank(name, rank); err != nil {
+		return err
+	}
+	if op != "set" && op != "add" {
+		return fmt.Errorf("ValueError: %s: op must be \"set\" or \"add\", got %q", name, op)
+	}
+	p, err := v.word(name, rank, addr, width)
+	if err != nil {
+		return err
+	}
+	if width == 4 {
+		if value < math.MinInt32 || value > math.MaxInt32 {
+			return fmt.Errorf("ValueError: %s: value %d does not fit a 4-byte word", name, value)
+		}
+		if op == "set" {
+			atomic.StoreInt32((*int32)(p), int32(value))
+		} else {
+			atomic.AddInt32((*int32)(p), int32(value))
+		}
+	} else if op == "set" {
+		atomic.StoreInt64((*int64)(p), value)
+	} else {
+		atomic.AddInt64((*int64)(p), value)
+	}
+	// Waiters sleep on the target's sequence word, not on the value:
+	// that covers 8-byte words (futex compares 32 bits) and values that
+	// change back and forth.
+	seq := word32(v.hdr, rankWord(rank, rankSeq))
+	atomic.AddUint32(seq, 1)
+	if atomic.LoadUint32(word32(v.hdr, rankWord(rank, rankSleepers))) != 0 {
+		futexWake(seq)
+	}
+	return nil
+}
+
+var compares = map[string]func(a, b int64) bool{
+	">=": func(a, b int64) bool { return a >= b },
+	"==": func(a, b int64) bool { return a == b },
+	"!=": func(a, b int64) bool { return a != b },
+	">":  func(a, b int64) bool { return a > b },
+	"<":  func(a, b int64) bool { return a < b },
+	"<=": func(a, b int64) bool { return a <= b },
+}
+
+// Wait blocks until the width-byte word at addr, inside this rank's own
+// window, compares true against value (observed <cmp> value), and returns
+// the observed value. It gives up with a TimeoutError after timeout.
+// Stores made by Notify wake it at once; other stores are noticed within
+// a few milliseconds.
+func (v *View) Wait(addr uint64, width int, value int64, cmp string, timeout time.Duration) (int64, error) {
+	const name = "comm.wait"
+	if err := v.alive(name); err != nil {
+		return 0, err
+	}
+	holds, ok := compares[cmp]
+	if !ok {
+		return 0, fmt.Errorf("ValueError: %s: cmp must be one of >=, ==, !=, >, <, <=; got %q", name, cmp)
+	}
+	if timeout <= 0 {
+		return 0, fmt.Errorf("ValueError: %s: timeout must be > 0, got %v", name, timeout)
+	}
+	p, err := v.word(name, v.rank, addr, width)
+	if err != nil {
+		return 0, err
+	}
+	load := func() int64 { return atomic.LoadInt64((*int64)(p)) }
+	if width == 4 {
+		load = func() int64 { return int64(atomic.LoadInt32((*int32)(p))) }
+	}
+	var seen int64
+	ready := func() bool {
+		seen = load()
+		return holds(seen, value)
+	}
+	seq := word32(v.hdr, rankWord(v.rank, rankSeq))
+	sleepers := word32(v.hdr, rankWord(v.rank, rankSleepers))
+	if sleepUntil(seq, sleepers, time.Now().Add(timeout), ready) {
+		return seen, nil
+	}
+	return seen, fmt.Errorf("TimeoutError: %s on domain %s rank %d: waited %v for value %s %d, observed %d",
+		name, v.domain(), v.rank, timeout, cmp, value, seen)
+}
+
+// Barrier returns once every rank of the domain has called it, and may be
+// used any number of times. Its state is a generation counter in the
+// header, never in the windows. A rank that times out withdraws its
+// arrival, so the barrier stays usable for later rounds.
+func (v *View) Barrier(timeout time.Duration) error {
+	const name = "comm.barrier"
+	if err := v.alive(name); err != nil {
+		return err
+	}
+	if timeout <= 0 {
+		return fmt.Errorf("ValueError: %s: timeout must be > 0, got %v", name, timeout)
+	}
+	deadline := time.Now().Add(timeout)
+	// The word packs generation<<16 | arrived, so that arriving, the last
+	// arrival's reset-and-advance, and a withdrawal are each one CAS and
+	// cannot mix rounds.
+	w := word32(v.hdr, hdrBarrier)
+	slot := word32(v.hdr, rankWord(v.rank, rankBarrier))
+	n := uint32(v.size)
+	var gen uint32
+	for {
+		x := atomic.LoadUint32(w)
+		gen = x >> 16
+		atomic.StoreUint32(slot, gen+1) // for messages only: who arrived in this round
+		if x&0xffff+1 == n {
+			if atomic.CompareAndSwapUint32(w, x, (gen+1)&0xffff<<16) {
+				futexWake(w)
+				return nil
+			}
+		} else if atomic.CompareAndSwapUint32(w, x, x+1) {
+			break
+		}
+	}
+	if sleepUntil(w, nil, deadline, func() bool { return atomic.LoadUint32(w)>>16 != gen }) {
+		return nil
+	}
+	for {
+		x := atomic.LoadUint32(w)
+		if x>>16 != gen {
+			return nil // the round completed as we gave up
+		}
+		if atomic.CompareAndSwapUint32(w, x, x-1) {
+			break
+		}
+	}
+	arrived, miss := missingRanks(v.hdr, v.size, rankBarrier, gen+1)
+	atomic.StoreUint32(slot, (gen+1)|gaveUp)
+	return fmt.Errorf("TimeoutError: %s on domain %s rank %d: waited %v; %d of %d ranks arrived%s",
+		name, v.domain(), v.rank, timeout, arrived, v.size, miss)
+}
