@@ -27,6 +27,10 @@ type DomainSpec struct {
 	Workers    []int // NEXT_LEVEL (chip) ids; rank r is Workers[r]
 	WindowSize int
 	Buffers    []BufferSpec
+	// TaskOnly marks a domain that no host staging will touch: only tasks
+	// submitted after it use its windows. It may be allocated after the
+	// run's first submit (collectives allocate one per call).
+	TaskOnly bool
 }
 
 // domainState is a domain's lifetime: live → released (no new use) →
@@ -179,10 +183,16 @@ func (o *Orchestrator) AllocateDomain(spec DomainSpec) (*Domain, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := o.direct("allocate_domain"); err != nil {
-		return nil, err
+	if !spec.TaskOnly {
+		if err := o.direct("allocate_domain"); err != nil {
+			return nil, err
+		}
 	}
 	w.mu.Lock()
+	if err := o.building("allocate_domain"); err != nil {
+		w.mu.Unlock()
+		return nil, err
+	}
 	if w.domains[spec.Name] != nil {
 		w.mu.Unlock()
 		return nil, Errorf(ValueError, "allocate_domain: a domain named %q is already live; release it first", spec.Name)
@@ -200,6 +210,7 @@ func (o *Orchestrator) AllocateDomain(spec DomainSpec) (*Domain, error) {
 	}
 	w.mu.Lock()
 	o.run.domains = append(o.run.domains, d)
+	w.emit(Event{Kind: DomainAllocated, Run: o.run.id, Domain: d.spec.Name, AllocID: d.allocationID})
 	w.mu.Unlock()
 	return d, nil
 }
@@ -282,6 +293,7 @@ func (d *Domain) Release() error {
 	if d.state == domainLive {
 		d.state = domainReleased
 		delete(w.domains, d.spec.Name)
+		w.emit(Event{Kind: DomainReleased, Run: d.run.id, Domain: d.spec.Name, AllocID: d.allocationID})
 	}
 	retired := d.run.retired
 	w.mu.Unlock()
@@ -297,9 +309,10 @@ func (d *Domain) Release() error {
 func (d *Domain) free() error {
 	w := d.w
 	w.mu.Lock()
-	if d.state == domainLive {
+	if d.state == domainLive { // swept at the fence
 		d.state = domainReleased
 		delete(w.domains, d.spec.Name)
+		w.emit(Event{Kind: DomainReleased, Run: d.run.id, Domain: d.spec.Name, AllocID: d.allocationID})
 	}
 	if d.state != domainReleased {
 		w.mu.Unlock()
@@ -322,6 +335,7 @@ func (d *Domain) free() error {
 	w.mu.Lock()
 	d.freeErr = err
 	d.state = domainFreed
+	w.emit(Event{Kind: DomainFreed, Run: d.run.id, Domain: d.spec.Name, AllocID: d.allocationID, Err: err})
 	w.mu.Unlock()
 	close(d.freed)
 	return err

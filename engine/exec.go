@@ -51,7 +51,14 @@ func (w *Worker) serve(ep *endpoint) {
 	defer ep.wg.Done()
 	var out []Assignment
 	for a := range ep.ch {
+		observed := w.observer != nil
+		if observed {
+			w.emit(Event{Kind: TaskStarted, Run: a.Task.run.id, Task: a.Task.ID, Member: a.Member, Worker: w.workerName(a.Pool, a.Target), Callable: a.Task.handle.Name()})
+		}
 		err := w.exec(ep, a)
+		if observed {
+			w.emit(Event{Kind: TaskFinished, Run: a.Task.run.id, Task: a.Task.ID, Member: a.Member, Worker: w.workerName(a.Pool, a.Target), Callable: a.Task.handle.Name(), Err: err})
+		}
 		w.mu.Lock()
 		out = w.complete(a, err, out[:0])
 		fenced := w.checkFence(a.Task.run)

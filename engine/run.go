@@ -193,6 +193,7 @@ func (w *Worker) finish(r *Run) {
 	}
 	w.mu.Lock()
 	delete(w.runs, r)
+	w.emit(Event{Kind: RunFenced, Run: r.id, Err: r.waitErr})
 	w.mu.Unlock()
 	close(r.done)
 }

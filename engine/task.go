@@ -21,6 +21,7 @@ type Task struct {
 	root      bool  // err came from running this task
 	poison    error // the first failed producer's error
 	heap      []*heapBlock
+	deps      []int // producers' ids, kept only while observed
 }
 
 // TaskError is a task's failure as the caller sees it: which task, on which
@@ -90,4 +91,7 @@ func (t *Task) dependOn(p *Task) {
 	}
 	p.consumers = append(p.consumers, t)
 	t.pending++
+	if t.run.w.observer != nil {
+		t.deps = append(t.deps, p.ID)
+	}
 }

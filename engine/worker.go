@@ -81,6 +81,8 @@ type Worker struct {
 
 	hostBufs map[uint64]*HostBuffer // by token
 	bufSeq   uint64
+
+	observer Observer // nil: no events
 }
 
 // NewWorker validates cfg and returns a Worker in state NEW.

@@ -23,6 +23,7 @@ func (s *Session) predeclared() starlark.StringDict {
 		"assert":         assertModule,
 		"array":          array.Module,
 		"time":           starlarktime.Module,
+		"struct":         starlark.NewBuiltin("struct", starlarkstruct.Make),
 	}
 	dtypes := starlark.StringDict{}
 	for _, dt := range dtype.All {

@@ -204,10 +204,11 @@ func (o *Orchestrator) allocateDomain(th *starlark.Thread, args starlark.Tuple, 
 	var workersV starlark.Value = starlark.None
 	var windowSize int
 	var buffersV starlark.Value = starlark.None
-	if err := starlark.UnpackArgs(op, args, kw, "name", &name, "workers?", &workersV, "window_size", &windowSize, "buffers?", &buffersV); err != nil {
+	taskOnly := false
+	if err := starlark.UnpackArgs(op, args, kw, "name", &name, "workers?", &workersV, "window_size", &windowSize, "buffers?", &buffersV, "task_only?", &taskOnly); err != nil {
 		return nil, err
 	}
-	spec := engine.DomainSpec{Name: name, WindowSize: windowSize}
+	spec := engine.DomainSpec{Name: name, WindowSize: windowSize, TaskOnly: taskOnly}
 	if workersV == starlark.None {
 		for i := 0; i < o.o.Worker().NextCount(); i++ {
 			spec.Workers = append(spec.Workers, i)

@@ -25,6 +25,7 @@ package comm
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -56,11 +57,13 @@ func (q *Request) prefix() string {
 	return shm.Prefix()
 }
 
+// objectName is <prefix>dom-<namespace>-<allocation id>-<suffix>. (Plain
+// concatenation: names are made on every allocation, fmt is slower.)
 func (q *Request) objectName(suffix string) string {
-	return fmt.Sprintf("%sdom-%s-%d-%s", q.prefix(), q.Namespace, q.AllocationID, suffix)
+	return q.prefix() + "dom-" + q.Namespace + "-" + strconv.FormatUint(q.AllocationID, 10) + "-" + suffix
 }
 
-func (q *Request) windowName(rank int) string { return q.objectName(fmt.Sprintf("r%d", rank)) }
+func (q *Request) windowName(rank int) string { return q.objectName("r" + strconv.Itoa(rank)) }
 func (q *Request) headerName() string         { return q.objectName("hdr") }
 
 // domain names the domain in messages.

@@ -1,0 +1,52 @@
+package engine
+
+import "time"
+
+// EventKind says what an Event records.
+type EventKind uint8
+
+// The event kinds.
+const (
+	TaskSubmitted EventKind = iota
+	TaskStarted
+	TaskFinished
+	DomainAllocated
+	DomainReleased
+	DomainFreed
+	RunFenced
+)
+
+// Event is one thing that happened in a Worker, for traces and progress
+// lines. Fields not meaningful for a kind are zero.
+type Event struct {
+	Kind     EventKind
+	At       time.Time
+	Run      uint64
+	Task     int    // task id within the run
+	Member   int    // group member
+	Worker   string // endpoint name, e.g. "chip_worker 1 (device 1)"
+	Callable string
+	Deps     []int // producers' task ids (TaskSubmitted)
+	Err      error // TaskFinished with a failure
+	Domain   string
+	AllocID  uint64
+}
+
+// Observer receives events synchronously, from whichever goroutine caused
+// them; it must be quick and safe for concurrent use.
+type Observer func(Event)
+
+// Observe sets the worker's observer (nil turns events off). Set it before
+// Init: events are then reported for everything the worker does.
+func (w *Worker) Observe(fn Observer) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.observer = fn
+}
+
+func (w *Worker) emit(e Event) {
+	if w.observer != nil {
+		e.At = time.Now()
+		w.observer(e)
+	}
+}
