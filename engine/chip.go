@@ -73,8 +73,13 @@ func (w *Worker) RunKernel(h *Handle, args *TaskArgs) error {
 			return Errorf(ValueError, "run: tensor %d has address 0; a level-2 run has no heap, so pass allocated memory", i)
 		}
 	}
-	var local any
-	if err := runKernel(&ChipCtx{Chip: w.chips[0], Local: &local}, k, &a); err != nil {
+	if w.chipProcs != nil {
+		err = w.chipProcs[0].run(opRunChip, h, &a)
+	} else {
+		var local any
+		err = runKernel(&ChipCtx{Chip: w.chips[0], Local: &local}, k, &a)
+	}
+	if err != nil {
 		return &TaskError{TaskID: 1, Worker: w.workerName(NextLevel, 0), Callable: h.Name(), Err: err}
 	}
 	return nil

@@ -52,11 +52,35 @@ type Domain struct {
 	spec         DomainSpec
 	allocationID uint64
 	offsets      []int        // buffer offsets from the window base
-	ranks        []*comm.Rank // one per member, in rank order
+	ranks        []domainRank // one per member, in rank order
 
 	state   domainState // guarded by w.mu
 	freed   chan struct{}
 	freeErr error
+}
+
+// commRequest is what every rank of an allocation is given.
+type commRequest = comm.Request
+
+// domainRank is one member's part of a domain, wherever its chip lives.
+type domainRank struct {
+	DeviceCtx  uint64
+	WindowBase uint64
+	WindowSize int
+	release    func() error
+}
+
+// allocateRank runs rank's part of an allocation on chip: in this process,
+// or in the chip's own process.
+func allocateRank(req commRequest, rank int, chip hal.Chip) (domainRank, error) {
+	if pc, ok := chip.(*procChip); ok {
+		return pc.commAlloc(req, rank)
+	}
+	r, err := comm.Allocate(req, rank, chip)
+	if err != nil {
+		return domainRank{}, err
+	}
+	return domainRank{DeviceCtx: r.DeviceCtx, WindowBase: r.WindowBase, WindowSize: r.WindowSize, release: r.Release}, nil
 }
 
 // CommTimeout bounds the subset barrier of a domain allocation.
@@ -227,14 +251,14 @@ func (w *Worker) allocateRanks(d *Domain) error {
 	n := len(d.spec.Workers)
 	req := comm.Request{Namespace: w.namespace, AllocationID: d.allocationID, Name: d.spec.Name,
 		Ranks: n, WindowSize: d.spec.WindowSize, Timeout: CommTimeout}
-	d.ranks = make([]*comm.Rank, n)
+	d.ranks = make([]domainRank, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for r, id := range d.spec.Workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			d.ranks[r], errs[r] = comm.Allocate(req, r, w.chips[id])
+			d.ranks[r], errs[r] = allocateRank(req, r, w.chips[id])
 		}()
 	}
 	wg.Wait()
@@ -246,8 +270,8 @@ func (w *Worker) allocateRanks(d *Domain) error {
 	}
 	if first != nil {
 		for _, cr := range d.ranks {
-			if cr != nil {
-				cr.Release()
+			if cr.release != nil {
+				cr.release()
 			}
 		}
 		d.ranks = nil
@@ -324,7 +348,7 @@ func (d *Domain) free() error {
 
 	err := fault.Hit("domain.release", -1)
 	for _, cr := range d.ranks {
-		if e := cr.Release(); e != nil && err == nil {
+		if e := cr.release(); e != nil && err == nil {
 			err = e
 		}
 	}

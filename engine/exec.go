@@ -104,8 +104,12 @@ func (w *Worker) exec(ep *endpoint, a Assignment) (err error) {
 	t := a.Task
 	args := &t.args[a.Member]
 	switch {
+	case a.Pool == Sub && w.subProcs != nil:
+		return w.subProcs[a.Target].run(opRunSub, t.handle, args)
 	case a.Pool == Sub:
 		return t.handle.Callable.(SubCallable).RunSub(&SubCtx{WorkerID: ep.id, Local: &ep.local}, args)
+	case w.chipProcs != nil:
+		return w.chipProcs[a.Target].run(opRunChip, t.handle, args)
 	case w.cfg.Level >= 4:
 		oc := t.handle.Callable.(OrchCallable)
 		cfg := t.cfg

@@ -66,6 +66,11 @@ func (w *Worker) Register(c Callable, workers []int) (*Handle, error) {
 			return nil, Wrap(err, "register on child")
 		}
 	}
+	for _, p := range append(w.chipProcs, w.subProcs...) {
+		if err := p.register(c); err != nil {
+			return nil, err
+		}
+	}
 	h := &Handle{Callable: c, Workers: workers, refs: 1}
 	w.reg.byDigest[c.Digest()] = h
 	return h, nil

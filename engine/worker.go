@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"simpler/hal"
 	"simpler/hal/comm"
@@ -33,6 +34,11 @@ type Config struct {
 	EnableSDMA    bool
 	HeapRingSize  int // bytes of run heap; 0 means DefaultHeapRingSize
 	TaskWindow    int // tasks in flight before submit waits; 0 means DefaultTaskWindow
+	// Launcher starts child processes in process mode.
+	Launcher *Launcher
+	// StartupTimeout bounds bringing the whole tree up; 0 means
+	// DefaultStartupTimeout.
+	StartupTimeout time.Duration
 }
 
 // Defaults for Config.
@@ -62,15 +68,18 @@ type Worker struct {
 
 	chips    []hal.Chip
 	children []*Worker
-	next     []*endpoint
-	subs     []*endpoint
-	sched    *Sched
-	reg      registry
-	heap     *heapRing
-	inflight int // tasks submitted and not retired, over all runs
-	runs     map[*Run]struct{}
-	runSeq   uint64
-	dispatch []Assignment // scratch for Dispatch results
+	// Process mode: the child process behind each chip and SUB worker.
+	chipProcs []*proc
+	subProcs  []*proc
+	next      []*endpoint
+	subs      []*endpoint
+	sched     *Sched
+	reg       registry
+	heap      *heapRing
+	inflight  int // tasks submitted and not retired, over all runs
+	runs      map[*Run]struct{}
+	runSeq    uint64
+	dispatch  []Assignment // scratch for Dispatch results
 
 	namespace string             // unique per Worker in this process; scopes comm names
 	domains   map[string]*Domain // live (unreleased) domains by name
@@ -110,7 +119,10 @@ func validate(cfg *Config) error {
 		cfg.Mode = "thread"
 	case "thread":
 	case "process":
-		return Errorf(ValueError, "Worker: mode=\"process\" is not available in this build yet; use mode=\"thread\"")
+		if cfg.Launcher == nil {
+			return Errorf(ValueError, "Worker: mode=\"process\" needs a launcher to start child processes (run the script with the simpler binary)")
+		}
+
 	default:
 		return Errorf(ValueError, "Worker: mode must be \"thread\" or \"process\", got %q", cfg.Mode)
 	}
@@ -126,6 +138,9 @@ func validate(cfg *Config) error {
 		return Errorf(ValueError, "Worker: level 3 needs at least one device id")
 	case cfg.Level >= 4 && len(cfg.DeviceIDs) > 0:
 		return Errorf(ValueError, "Worker: level %d composes child workers; device_ids belong to its level-3 children", cfg.Level)
+	}
+	if cfg.Mode == "process" && cfg.Level >= 4 {
+		return Errorf(ValueError, "Worker: mode=\"process\" at level %d is not available yet: set it on the level-3 children, whose chips and SUB workers then run as processes", cfg.Level)
 	}
 	max := cfg.Platform.Arch().MaxChips
 	seen := map[int]bool{}
@@ -149,6 +164,9 @@ func validate(cfg *Config) error {
 	}
 	if cfg.TaskWindow <= 0 {
 		cfg.TaskWindow = DefaultTaskWindow
+	}
+	if cfg.StartupTimeout <= 0 {
+		cfg.StartupTimeout = DefaultStartupTimeout
 	}
 	return nil
 }
@@ -264,6 +282,9 @@ func (w *Worker) initLocked() error {
 
 // open opens chips and brings children up; teardown undoes a partial open.
 func (w *Worker) open() error {
+	if w.cfg.Mode == "process" {
+		return w.startProcs()
+	}
 	for _, id := range w.cfg.DeviceIDs {
 		c, err := w.cfg.Platform.OpenChip(id)
 		if err != nil {
@@ -284,6 +305,15 @@ func (w *Worker) open() error {
 
 func (w *Worker) teardown() error {
 	var first error
+	for _, p := range append(w.chipProcs, w.subProcs...) {
+		if p == nil {
+			continue
+		}
+		if err := p.close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	w.chipProcs, w.subProcs = nil, nil
 	for _, c := range w.chips {
 		if err := c.Close(); err != nil && first == nil {
 			first = err

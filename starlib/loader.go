@@ -36,8 +36,9 @@ type module struct {
 type loader struct {
 	mu      sync.Mutex
 	modules map[string]*module
-	stack   []string // modules being loaded, outermost first
-	root    string   // directory of the main script: digests name modules relative to it
+	stack   []string          // modules being loaded, outermost first
+	root    string            // directory of the main script: digests name modules relative to it
+	expect  map[string]string // in a child: each module's sha256 in the parent
 	predecl starlark.StringDict
 	print   func(*starlark.Thread, string)
 }
@@ -49,9 +50,9 @@ func newLoader(predecl starlark.StringDict, print func(*starlark.Thread, string)
 // loadingKey marks a thread that is executing module top-level code.
 const loadingKey = "simpler.loading"
 
-// resolve maps a load() argument, relative to the loading module, to a
+// resolveLoad maps a load() argument, relative to the loading module, to a
 // module name.
-func resolve(from, path string) (string, error) {
+func resolveLoad(from, path string) (string, error) {
 	if strings.HasPrefix(path, stdPrefix) {
 		return path, nil
 	}
@@ -109,6 +110,11 @@ func (l *loader) load(name string) (*module, error) {
 	if err == nil {
 		sum := sha256.Sum256(src)
 		m.sum = hex.EncodeToString(sum[:])
+		if want, ok := l.expect[name]; l.expect != nil && (!ok || want != m.sum) {
+			err = fmt.Errorf("RuntimeError: module %s changed on disk since simpler started (sha256 %.12s..., was %.12s...); restart to run the new code", name, m.sum, want)
+		}
+	}
+	if err == nil {
 		m.globals, err = l.exec(m, src)
 	}
 	l.mu.Lock()
@@ -132,7 +138,7 @@ func (l *loader) exec(m *module, src []byte) (starlark.StringDict, error) {
 	th := &starlark.Thread{Name: "load " + m.name, Print: l.print}
 	th.SetLocal(loadingKey, true)
 	th.Load = func(th *starlark.Thread, path string) (starlark.StringDict, error) {
-		target, err := resolve(m.name, path)
+		target, err := resolveLoad(m.name, path)
 		if err != nil {
 			return nil, err
 		}

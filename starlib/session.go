@@ -32,6 +32,13 @@ type Session struct {
 	Argv      []string // ctx.argv
 	Stdout    io.Writer
 	Stderr    io.Writer
+	// OnWorker, if set, is called with every engine Worker a script
+	// makes, before Worker() returns and so before its init(): the CLI
+	// attaches its observers (traces, progress, the REPL) here.
+	OnWorker func(*engine.Worker)
+	// Launcher starts child processes for process mode: the path of the
+	// simpler binary and the hidden subcommand that serves a child.
+	Launcher *engine.Launcher
 
 	mu        sync.Mutex
 	outMu     sync.Mutex

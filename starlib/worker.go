@@ -128,15 +128,27 @@ func (s *Session) newWorker(th *starlark.Thread, b *starlark.Builtin, args starl
 	if !contains(p.CommProfiles(), commProfile) && !(commProfile == "sim" && p.Simulated()) {
 		return nil, errorf(engine.ValueError, "Worker: comm_profile %q is not supported on %s (supported: %v)", commProfile, p.Name(), p.CommProfiles())
 	}
-	ew, err := engine.NewWorker(engine.Config{
+	cfg := engine.Config{
 		Level: level, Platform: p, DeviceIDs: devices, NumSubWorkers: numSub,
 		Mode: mode, EnableSDMA: enableSDMA, HeapRingSize: heapRing,
-	})
+	}
+	if startup, _ := seconds("Worker", "startup_timeout_s", startupT); startup > 0 {
+		cfg.StartupTimeout = startup
+	}
+	if mode == "process" && s.Launcher != nil {
+		l := *s.Launcher
+		l.Bundle = s.bundle()
+		cfg.Launcher = &l
+	}
+	ew, err := engine.NewWorker(cfg)
 	if err != nil {
 		return nil, err
 	}
 	w := &Worker{s: s, w: ew, platform: p.Name(), mode: mode, devices: devices}
 	s.track(w)
+	if s.OnWorker != nil {
+		s.OnWorker(ew)
+	}
 	return w, nil
 }
 

@@ -28,6 +28,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "run":
 		return cmdRun(args[1:], stdout, stderr)
+	case childCommand:
+		return cmdChild(args[1:], stderr)
 	case "bench":
 		return cmdBench(args[1:], stdout, stderr)
 	case "platforms":

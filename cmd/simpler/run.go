@@ -84,6 +84,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	s := starlib.NewSession(f.platform, devices, f.mode, fs.Args()[1:], stdout, stderr)
+	s.Launcher = launcher()
 	err = s.RunFile(fs.Arg(0))
 	if cerr := s.Close(); err == nil && cerr != nil {
 		err = cerr

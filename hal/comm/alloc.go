@@ -1,25 +1,3 @@
-// Package comm implements communication domains on simulated chips: a
-// window of device memory per rank that every rank of the domain can load
-// from and store to, plus the kernel-side calls to signal (Notify), wait
-// (Wait) and synchronise (Barrier) through it.
-//
-// The contract:
-//
-//   - Allocate is called once per rank, concurrently, each call on behalf of
-//     one chip; Release once per rank. Nothing else is shared between the
-//     calls: all cross-rank state is in POSIX shared memory, found by names
-//     derived from the Request, so the ranks may be goroutines of one
-//     process or separate processes that each call for their own rank.
-//   - A rank's window is zero when Allocate returns, and was zeroed before
-//     the rank joined the allocation barrier: once a peer has passed that
-//     barrier, what it stores into the window stays there.
-//   - A kernel reaches the domain only through the CommContext in device
-//     memory (Rank.DeviceCtx); Open validates it and returns a View.
-//   - Every call is bounded in time; a timeout names the domain, the rank
-//     and which ranks were missing.
-//   - Once every rank has released, no shm object of the domain remains
-//     under its names; released windows may sit in a process-wide pool
-//     under pool names until DrainPool.
 package comm
 
 import (
@@ -193,7 +171,7 @@ func (r *Rank) setup(deadline time.Time) error {
 			continue
 		}
 		// Every rank made its window before joining, so it exists now.
-		o, _, err := openObject(q.windowName(j), winSize, false)
+		o, _, err := openObject(q.prefix(), q.windowName(j), winSize, false)
 		if errors.Is(err, errNotReady) {
 			return r.errorf("RuntimeError", "the window of rank %d is gone (did rank %d fail?)", j, j)
 		} else if err != nil {
@@ -224,151 +202,6 @@ func (r *Rank) setup(deadline time.Time) error {
 		return r.chipError(err)
 	}
 	return nil
-}
-
-// openHeader opens the allocation's header, creating it if no rank has.
-// Retrying covers a creator in another process between creating and
-// sizing the object; polling is the only portable way to wait for a name
-// to appear, and the back-off keeps it cheap.
-func (r *Rank) openHeader(size int, deadline time.Time) error {
-	name := r.req.headerName()
-	pause := 20 * time.Microsecond
-	for {
-		o, created, err := openObject(name, size, true)
-		if err == nil {
-			r.hdr, r.hdrCreated = o, created
-			return nil
-		}
-		if !errors.Is(err, errNotReady) {
-			return r.errorf("RuntimeError", "header: %v", err)
-		}
-		if time.Now().After(deadline) {
-			return r.errorf("TimeoutError", "waited %v for the header %s to be created", r.req.Timeout, name)
-		}
-		time.Sleep(pause)
-		pause = min(2*pause, 2*time.Millisecond)
-	}
-}
-
-// join is the allocation barrier: count this rank in and wait for all n.
-func (r *Rank) join(deadline time.Time) error {
-	n := uint32(r.Size)
-	hdr := r.hdr.seg.Mem
-	w := word32(hdr, hdrAlloc)
-	// The per-rank flag only feeds messages: which ranks never came.
-	atomic.StoreUint32(word32(hdr, rankWord(r.Rank, rankAlloc)), 1)
-	for {
-		v := atomic.LoadUint32(w)
-		if v&allocAbandoned != 0 {
-			return r.abandonedError()
-		}
-		if atomic.CompareAndSwapUint32(w, v, v+1) {
-			if v+1 == n {
-				futexWake(w)
-			}
-			break
-		}
-	}
-	var v uint32
-	done := sleepUntil(w, nil, deadline, func() bool {
-		v = atomic.LoadUint32(w)
-		return v&allocAbandoned != 0 || v&allocCount >= n
-	})
-	if done && v&allocAbandoned == 0 {
-		r.joined = true
-		r.unlinkHeader()
-		return nil
-	}
-	if done {
-		return r.abandonedError()
-	}
-	if r.abandon() {
-		r.joined = true // it completed after all, just as we gave up
-		r.unlinkHeader()
-		return nil
-	}
-	arrived, miss := r.missing(rankAlloc, 1)
-	return r.errorf("TimeoutError", "waited %v at the subset barrier; %d of %d ranks arrived%s",
-		r.req.Timeout, arrived, n, miss)
-}
-
-func (r *Rank) abandonedError() error {
-	arrived, miss := r.missing(rankAlloc, 1)
-	return r.errorf("RuntimeError", "a peer gave up on the allocation; %d of %d ranks had arrived%s",
-		arrived, r.Size, miss)
-}
-
-// abandon marks the allocation abandoned unless all ranks have arrived,
-// and wakes the waiters so that they fail now. It reports whether the
-// barrier had completed instead.
-func (r *Rank) abandon() (completed bool) {
-	w := word32(r.hdr.seg.Mem, hdrAlloc)
-	for {
-		v := atomic.LoadUint32(w)
-		if v&allocCount >= uint32(r.Size) {
-			return true
-		}
-		if v&allocAbandoned != 0 || atomic.CompareAndSwapUint32(w, v, v|allocAbandoned) {
-			futexWake(w)
-			return false
-		}
-	}
-}
-
-// unlinkHeader removes the header's name once nobody needs to find it:
-// when all ranks have arrived (each has it mapped) or the allocation was
-// abandoned. Only the creator does it, through the Segment that created
-// the object, so the name is removed exactly once.
-func (r *Rank) unlinkHeader() error {
-	if !r.hdrCreated {
-		return nil
-	}
-	return r.hdr.seg.Unlink()
-}
-
-// missing describes the ranks whose header word field is not want, for
-// messages: "; missing ranks 2, 3".
-func (r *Rank) missing(field int, want uint32) (arrived int, text string) {
-	return missingRanks(r.hdr.seg.Mem, r.Size, field, want)
-}
-
-// missingRanks counts the ranks whose per-rank header word field holds
-// want (they arrived, possibly flagged gaveUp since) and lists the
-// others, then those that gave up.
-func missingRanks(hdr []byte, n, field int, want uint32) (arrived int, text string) {
-	var miss, quit []string
-	list := func(l []string, j int) []string {
-		if len(l) < 16 {
-			return append(l, fmt.Sprint(j))
-		} else if len(l) == 16 {
-			return append(l, "...")
-		}
-		return l
-	}
-	for j := range n {
-		switch atomic.LoadUint32(word32(hdr, rankWord(j, field))) {
-		case want:
-			arrived++
-		case want | gaveUp:
-			arrived++
-			quit = list(quit, j)
-		default:
-			miss = list(miss, j)
-		}
-	}
-	plural := func(l []string) string {
-		if len(l) == 1 {
-			return "rank " + l[0]
-		}
-		return "ranks " + strings.Join(l, ", ")
-	}
-	if len(miss) > 0 {
-		text = "; missing " + plural(miss)
-	}
-	if len(quit) > 0 {
-		text += "; " + plural(quit) + " gave up waiting"
-	}
-	return arrived, text
 }
 
 // Release undoes Allocate for this rank: it marks the CommContext dead (a

@@ -105,15 +105,15 @@ func TestPoolReuseIsZeroed(t *testing.T) {
 		}
 	}
 	releaseAll(t, first)
-	if n := poolLen(); n != 2 {
-		t.Fatalf("%d windows pooled after release, want 2", n)
+	if n := poolLen(); n != 3 {
+		t.Fatalf("%d objects pooled after release, want 2 windows and the header", n)
 	}
-	if left, _ := shm.Leftovers(shm.Prefix() + "dompool-"); len(left) != 2 {
-		t.Errorf("pooled objects: %v", left)
+	if left, _ := shm.Leftovers(shm.Prefix()); len(left) != 3 || !strings.Contains(left[0], "-dompool-") {
+		t.Errorf("objects after release: %v, want 3 pooled", left)
 	}
 	second := mustAllocate(t, newReq(2, size), chips)
 	if n := poolLen(); n != 0 {
-		t.Errorf("%d windows still pooled after reallocating", n)
+		t.Errorf("%d objects still pooled after reallocating", n)
 	}
 	for r, rk := range second {
 		b := mustBytes(t, chips[r], rk.WindowBase, size)
@@ -133,15 +133,27 @@ func TestPoolReuseIsZeroed(t *testing.T) {
 		}
 	}
 	if n := poolLen(); n != 2 {
-		t.Errorf("%d windows pooled, want the 2 of the other size", n)
+		t.Errorf("%d objects pooled, want the 2 windows of the other size", n)
 	}
+}
+
+// pooledSizes lists the sizes of the idle pooled objects, oldest first.
+func pooledSizes() []int {
+	poolMu.Lock()
+	defer poolMu.Unlock()
+	var sizes []int
+	for _, s := range pool {
+		sizes = append(sizes, len(s.Mem))
+	}
+	return sizes
 }
 
 func TestPoolBounds(t *testing.T) {
 	clean(t)
 	chips := openChips(t, 1)
+	// Windows of ever new sizes; the header is reused every time.
 	for i := range poolMaxObjects + 3 {
-		ranks := mustAllocate(t, newReq(1, 4096*(i+1)), chips)
+		ranks := mustAllocate(t, newReq(1, 4096*(i+2)), chips)
 		releaseAll(t, ranks)
 	}
 	if n := poolLen(); n != poolMaxObjects {
@@ -149,6 +161,22 @@ func TestPoolBounds(t *testing.T) {
 	}
 	if left, _ := shm.Leftovers(shm.Prefix()); len(left) != poolMaxObjects {
 		t.Errorf("objects: %v", left)
+	}
+	if sizes := pooledSizes(); slices.Contains(sizes, 4096*2) || !slices.Contains(sizes, 4096*(poolMaxObjects+4)) {
+		t.Errorf("pooled sizes %v: want the oldest evicted, the newest kept", sizes)
+	}
+	if err := DrainPool(); err != nil {
+		t.Fatal(err)
+	}
+	// The byte bound: two big windows (never touched, so cheap) exceed
+	// it together; the older one goes.
+	const big = 300 << 20
+	for _, size := range []int{big, big + 4096} {
+		ranks := mustAllocate(t, newReq(1, size), chips)
+		releaseAll(t, ranks)
+	}
+	if sizes := pooledSizes(); slices.Contains(sizes, big) || !slices.Contains(sizes, big+4096) {
+		t.Errorf("pooled sizes %v: want the older big window evicted", sizes)
 	}
 }
 
@@ -164,8 +192,16 @@ func TestZeroBeforeBarrier(t *testing.T) {
 		copy(mustBytes(t, chips[r], rk.WindowBase, size), bytes.Repeat([]byte{0xff}, size))
 	}
 	releaseAll(t, dirty)
-	if poolLen() != 2 {
-		t.Fatalf("want both dirty windows pooled, have %d", poolLen())
+	// Make every idle object dirty, the header included (it has the
+	// windows' size here, so either may serve as the other).
+	poolMu.Lock()
+	for _, seg := range pool {
+		copy(seg.Mem, bytes.Repeat([]byte{0xff}, len(seg.Mem)))
+	}
+	n := len(pool)
+	poolMu.Unlock()
+	if n != 3 {
+		t.Fatalf("want both windows and the header pooled, have %d", n)
 	}
 
 	req := newReq(2, size)

@@ -1,25 +1,32 @@
 package comm
 
 // Shared-memory objects behind the domains: a process-wide cache of
-// mappings by name, and a pool of released windows.
+// mappings by name, and a pool of released objects.
 //
 // The cache lets the ranks that run in this process share one mapping of
 // each object (a peer's window, the header) instead of mapping it once per
-// rank: mmap is cheap, but every mapping pays its own page faults on first
-// touch. Ranks in other processes map the same names themselves.
+// rank: every mapping pays its own page faults on first touch. Ranks in
+// other processes map the same names themselves.
 //
-// The pool exists because fresh shared memory is expensive to touch (a
-// page fault and a zero-fill per page), while clearing memory that is
-// already resident is fast. A window whose last user in this process
-// releases it is renamed to a pool name and kept mapped; the next window
-// of the same object size is renamed to its new name and cleared instead
-// of being created. Renaming keeps the rule that an allocation's objects
-// are found by name only, and that nothing outlives DrainPool.
+// The pool exists because fresh shared memory is expensive (create, size,
+// map, then a page fault and zero-fill per page on first touch; unmap
+// later), while clearing memory that is already resident is fast. An
+// object created here (a rank's window, or a header this process created)
+// is renamed to a pool name when its last user in this process releases
+// it, and kept mapped; the next object of the same size is renamed to its
+// new name and cleared instead of being created. Renaming keeps the rules
+// that an allocation's objects are found by name only and that nothing is
+// left under an allocation's names once it is released.
+//
+// An object is only recycled once no rank of this process uses it. Ranks
+// in other processes may still have it mapped; that is safe because a
+// domain is released as a whole, after its kernels have finished.
 
 import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -31,18 +38,22 @@ import (
 // shmDir is where hal/shm keeps its objects; renames go through it.
 const shmDir = "/dev/shm/"
 
+// Pool bounds. The count allows a domain over every chip of a node (16
+// windows and a header) to recycle entirely; the bytes bound is what
+// keeps idle memory in check.
 const (
-	poolMaxObjects = 8
+	poolMaxObjects = 32
 	poolMaxBytes   = 512 << 20
 )
 
 // object is one mapped shm object, shared by the ranks of this process.
 type object struct {
-	seg    *shm.Segment
-	key    string // the name it is cached under
-	refs   int    // guarded by cacheMu
-	window bool   // this rank's own window, created here: pooled when done
-	prefix string // the request's name prefix, reused for its pool name
+	seg     *shm.Segment
+	key     string // the name it is cached under
+	refs    int    // guarded by cacheMu
+	recycle bool   // created here: the last release pools it
+	parked  bool   // already renamed to a pool name while in use
+	prefix  string // the request's name prefix, reused for its pool name
 }
 
 var (
@@ -50,7 +61,7 @@ var (
 	cache   = map[string]*object{}
 
 	poolMu    sync.Mutex
-	pool      []*shm.Segment // oldest first
+	pool      []*shm.Segment // idle, oldest first
 	poolBytes int
 	poolSeq   atomic.Uint64
 	// poolOff disables pooling (benchmarks compare both ways).
@@ -61,19 +72,19 @@ var (
 var errNotReady = errors.New("not created yet")
 
 // createWindow makes the object for this rank's window under name, of
-// size bytes, with its first clear bytes zero: a pooled object if one of
-// that size is idle, a fresh one otherwise.
+// size bytes, with its first clearLen bytes zero: a pooled object if one
+// of that size is idle, a fresh one otherwise.
 func createWindow(prefix, name string, size, clearLen int) (*object, error) {
-	seg, err := poolTake(name, size)
+	seg, err := poolTake(name, size, clearLen)
 	if err != nil {
 		return nil, err
 	}
-	if seg != nil {
-		clear(seg.Mem[:clearLen])
-	} else if seg, err = shm.CreateNamed(name, size); err != nil {
-		return nil, err // fresh objects are zero-filled by the kernel
+	if seg == nil {
+		if seg, err = shm.CreateNamed(name, size); err != nil {
+			return nil, err // fresh objects are zero-filled by the kernel
+		}
 	}
-	o := &object{seg: seg, key: name, refs: 1, window: true, prefix: prefix}
+	o := &object{seg: seg, key: name, refs: 1, recycle: true, prefix: prefix}
 	cacheMu.Lock()
 	defer cacheMu.Unlock()
 	if cache[name] != nil {
@@ -87,10 +98,10 @@ func createWindow(prefix, name string, size, clearLen int) (*object, error) {
 
 // openObject maps the existing object name (size bytes), sharing this
 // process's mapping if there is one. With create set it first tries to
-// create the object exclusively and reports whether it did; a creator that
-// has not yet sized it, or that has already unlinked it, gives
-// errNotReady.
-func openObject(name string, size int, create bool) (o *object, created bool, err error) {
+// create the object (zero-filled) exclusively, from the pool or fresh, and
+// reports whether it did; a creator elsewhere that has not yet sized the
+// object, or that has already removed its name, gives errNotReady.
+func openObject(prefix, name string, size int, create bool) (o *object, created bool, err error) {
 	cacheMu.Lock()
 	defer cacheMu.Unlock()
 	if o := cache[name]; o != nil {
@@ -102,7 +113,10 @@ func openObject(name string, size int, create bool) (o *object, created bool, er
 	}
 	var seg *shm.Segment
 	if create {
-		seg, err = shm.CreateNamed(name, size)
+		seg, err = poolTake(name, size, size)
+		if seg == nil && err == nil {
+			seg, err = shm.CreateNamed(name, size)
+		}
 		if err == nil {
 			created = true
 		} else if !errors.Is(err, unix.EEXIST) {
@@ -123,14 +137,36 @@ func openObject(name string, size int, create bool) (o *object, created bool, er
 			return nil, false, err
 		}
 	}
-	o = &object{seg: seg, key: name, refs: 1}
+	o = &object{seg: seg, key: name, refs: 1, recycle: created, prefix: prefix}
 	cache[name] = o
 	return o, created, nil
 }
 
-// release drops one reference; the last one unmaps the object or, for a
-// window created here, returns it to the pool. An object that was created
-// here and not pooled is unlinked by its Segment's Close.
+// retireName removes the name of an object created here while it stays in
+// use: renamed to a pool name if it will be recycled, unlinked otherwise.
+// Only the creator calls it, once nobody needs to find the object by name.
+func (o *object) retireName() error {
+	cacheMu.Lock() // release reads the flags
+	defer cacheMu.Unlock()
+	if o.parked {
+		return nil
+	}
+	if !o.recycle || poolOff.Load() {
+		o.recycle = false
+		return o.seg.Unlink()
+	}
+	name := poolName(o.prefix)
+	if err := rename(o.seg.Name, name); err != nil {
+		o.recycle = false
+		return errors.Join(err, o.seg.Unlink())
+	}
+	o.seg.Name, o.parked = name, true
+	return nil
+}
+
+// release drops one reference; the last one unmaps the object or, for one
+// created here, returns it to the pool. An object created here and not
+// pooled is unlinked by its Segment's Close.
 func (o *object) release() error {
 	cacheMu.Lock()
 	o.refs--
@@ -138,14 +174,19 @@ func (o *object) release() error {
 	if last && cache[o.key] == o {
 		delete(cache, o.key)
 	}
+	recycle, parked := o.recycle, o.parked
 	cacheMu.Unlock()
 	if !last {
 		return nil
 	}
-	if o.window {
-		return poolPut(o.seg, o.prefix)
+	if recycle {
+		return poolPut(o.seg, o.prefix, parked)
 	}
 	return o.seg.Close()
+}
+
+func poolName(prefix string) string {
+	return prefix + "dompool-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatUint(poolSeq.Add(1), 10)
 }
 
 // rename moves an object to a new name, failing if the new name exists
@@ -154,8 +195,7 @@ func rename(from, to string) error {
 	err := unix.Renameat2(unix.AT_FDCWD, shmDir+from, unix.AT_FDCWD, shmDir+to, unix.RENAME_NOREPLACE)
 	if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EINVAL) {
 		// A kernel or file system without RENAME_NOREPLACE: check, then
-		// rename. Names are unique per allocation, so the window between
-		// the two is not contended.
+		// rename. Losing a race here needs two creators of one name.
 		if _, serr := os.Lstat(shmDir + to); serr == nil {
 			err = unix.EEXIST
 		} else {
@@ -168,9 +208,11 @@ func rename(from, to string) error {
 	return nil
 }
 
-// poolTake takes an idle object of exactly size bytes and renames it to
-// name; nil if there is none.
-func poolTake(name string, size int) (*shm.Segment, error) {
+// poolTake takes an idle object of exactly size bytes, renames it to name
+// (exclusively: an existing name gives an error wrapping EEXIST and leaves
+// the object in the pool) and clears its first clearLen bytes. It returns
+// nil if no object of that size is idle.
+func poolTake(name string, size, clearLen int) (*shm.Segment, error) {
 	poolMu.Lock()
 	var seg *shm.Segment
 	for i := len(pool) - 1; i >= 0; i-- { // newest first: most likely resident
@@ -185,27 +227,36 @@ func poolTake(name string, size int) (*shm.Segment, error) {
 	if seg == nil {
 		return nil, nil
 	}
+	// Clear before the object gets its name: a header is used as soon as
+	// another process can open it, and a clear after that could erase an
+	// arrival.
+	clear(seg.Mem[:clearLen])
 	if err := rename(seg.Name, name); err != nil {
+		if errors.Is(err, unix.EEXIST) {
+			return nil, errors.Join(err, poolPut(seg, "", true))
+		}
 		return nil, errors.Join(err, seg.Close())
 	}
 	// The Segment unlinks by its Name on Close, so it must follow the
-	// object. The pool handed it over exclusively, so nobody else reads it.
+	// object. The pool handed it over exclusively: nobody else reads it.
 	seg.Name = name
 	return seg, nil
 }
 
-// poolPut keeps seg mapped under a pool name for reuse, evicting the
-// oldest idle objects beyond the bounds; with the pool off, or for an
-// object larger than the whole pool, it closes (unmaps and unlinks) seg.
-func poolPut(seg *shm.Segment, prefix string) error {
+// poolPut keeps seg mapped for reuse, renamed to a pool name unless
+// parked says it has one already, and evicts the oldest idle objects
+// beyond the bounds. With the pool off it closes (unmaps and unlinks) seg.
+func poolPut(seg *shm.Segment, prefix string, parked bool) error {
 	if poolOff.Load() || len(seg.Mem) > poolMaxBytes {
 		return seg.Close()
 	}
-	name := fmt.Sprintf("%sdompool-%d-%d", prefix, os.Getpid(), poolSeq.Add(1))
-	if err := rename(seg.Name, name); err != nil {
-		return errors.Join(err, seg.Close())
+	if !parked {
+		name := poolName(prefix)
+		if err := rename(seg.Name, name); err != nil {
+			return errors.Join(err, seg.Close())
+		}
+		seg.Name = name
 	}
-	seg.Name = name
 	poolMu.Lock()
 	pool = append(pool, seg)
 	poolBytes += len(seg.Mem)
@@ -223,7 +274,7 @@ func poolPut(seg *shm.Segment, prefix string) error {
 	return errors.Join(errs...)
 }
 
-// DrainPool unmaps and unlinks every idle pooled window. Windows of live
+// DrainPool unmaps and unlinks every idle pooled object. Objects of live
 // domains are untouched. Tests call it before checking for leftover
 // objects, and a Worker calls it when it closes.
 func DrainPool() error {

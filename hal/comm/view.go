@@ -252,9 +252,10 @@ func (v *View) Wait(addr uint64, width int, value int64, cmp string, timeout tim
 }
 
 // Barrier returns once every rank of the domain has called it, and may be
-// used any number of times. Its state is a generation counter in the
-// header, never in the windows. A rank that times out withdraws its
-// arrival, so the barrier stays usable for later rounds.
+// used any number of times; each rank calls it once per round. Its state
+// is a generation counter in the header, never in the windows. A rank
+// that times out withdraws its arrival, so the round can still complete
+// when it calls again.
 func (v *View) Barrier(timeout time.Duration) error {
 	const name = "comm.barrier"
 	if err := v.alive(name); err != nil {

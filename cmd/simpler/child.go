@@ -1,0 +1,34 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+
+	"simpler/engine"
+	"simpler/starlib"
+)
+
+// childCommand is the hidden subcommand a chip or SUB worker process runs.
+const childCommand = "__child"
+
+func cmdChild(args []string, stderr io.Writer) int {
+	if len(args) != 1 {
+		fmt.Fprintf(stderr, "simpler %s: internal: want a mailbox name\n", childCommand)
+		return 2
+	}
+	if err := engine.RunChild(args[0], starlib.NewResolver); err != nil {
+		fmt.Fprintf(stderr, "simpler child: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// launcher says how this binary starts its child processes.
+func launcher() *engine.Launcher {
+	path, err := os.Executable()
+	if err != nil {
+		return nil
+	}
+	return &engine.Launcher{Path: path, Args: []string{childCommand}}
+}

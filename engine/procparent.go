@@ -1,0 +1,239 @@
+package engine
+
+import (
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"sync"
+	"time"
+
+	"simpler/hal"
+	"simpler/hal/shm"
+	"simpler/wire"
+)
+
+// Launcher says how to start a child process: the same binary, with a
+// hidden subcommand that calls RunChild. Bundle is handed to the child's
+// resolver (the binding's module bundle).
+type Launcher struct {
+	Path   string
+	Args   []string // before the mailbox name
+	Bundle []byte
+	Stdout io.Writer // nil: this process's
+	Stderr io.Writer
+}
+
+// DefaultStartupTimeout bounds bringing a worker's children up.
+const DefaultStartupTimeout = 30 * time.Second
+
+// proc is the parent's side of one child process.
+type proc struct {
+	name   string // e.g. "chip_worker 1 (device 1)"
+	cmd    *exec.Cmd
+	mb     *mailbox
+	exited chan struct{} // closed when the process has been reaped
+	exit   error         // why it exited; valid after exited
+	lanes  [mboxLanes]sync.Mutex
+}
+
+// startProc starts a child and sends it its role. The wait for its reply
+// is bounded by deadline.
+func startProc(l *Launcher, name string, role uint8, platform string, device, worker int, deadline time.Time) (*proc, error) {
+	mb, err := newMailbox()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(l.Path, append(append([]string(nil), l.Args...), mb.seg.Name)...)
+	cmd.Stdout, cmd.Stderr = orStd(l.Stdout, os.Stdout), orStd(l.Stderr, os.Stderr)
+	if err := cmd.Start(); err != nil {
+		mb.seg.Close()
+		return nil, Errorf(RuntimeError, "%s: cannot start a child process: %v", name, err)
+	}
+	p := &proc{name: name, cmd: cmd, mb: mb, exited: make(chan struct{})}
+	go func() {
+		p.exit = cmd.Wait()
+		close(p.exited)
+	}()
+	var e wire.Encoder
+	e.U8(opInit)
+	e.U8(role)
+	e.String(platform)
+	e.I64(int64(device))
+	e.Int(worker)
+	e.String(shm.Prefix())
+	e.Blob(l.Bundle)
+	if _, err := p.call(laneControl, e.Bytes(), deadline); err != nil {
+		p.close()
+		return nil, Wrap(err, name+": starting")
+	}
+	return p, nil
+}
+
+func orStd(w io.Writer, def *os.File) io.Writer {
+	if w != nil {
+		return w
+	}
+	return def
+}
+
+// alive reports why the child can no longer answer.
+func (p *proc) alive() error {
+	select {
+	case <-p.exited:
+		why := "exited"
+		if p.exit != nil {
+			why = "exited: " + p.exit.Error()
+		}
+		return Errorf(RuntimeError, "%s: child process %d %s", p.name, p.cmd.Process.Pid, why)
+	default:
+		return nil
+	}
+}
+
+// call sends one request on a lane and decodes the reply's status.
+func (p *proc) call(laneID int, req []byte, deadline time.Time) (*wire.Decoder, error) {
+	p.lanes[laneID].Lock()
+	defer p.lanes[laneID].Unlock()
+	if err := p.alive(); err != nil {
+		return nil, err
+	}
+	resp, err := p.mb.lanes[laneID].call(req, deadline, p.alive)
+	if err != nil {
+		if KindOf(err) == TimeoutError {
+			err = Errorf(TimeoutError, "%s: child process %d did not answer in time", p.name, p.cmd.Process.Pid)
+		}
+		return nil, err
+	}
+	return decodeReply(resp)
+}
+
+// control is call on the control lane with the default deadline.
+func (p *proc) control(build func(e *wire.Encoder)) (*wire.Decoder, error) {
+	var e wire.Encoder
+	build(&e)
+	return p.call(laneControl, e.Bytes(), time.Now().Add(DefaultStartupTimeout))
+}
+
+// close asks the child to shut down, reaps it (killing it if it does not
+// go), and removes the mailbox.
+func (p *proc) close() error {
+	select {
+	case <-p.exited:
+	default:
+		p.call(laneControl, []byte{opShutdown}, time.Now().Add(2*time.Second))
+		select {
+		case <-p.exited:
+		case <-time.After(5 * time.Second):
+			p.cmd.Process.Kill()
+			<-p.exited
+		}
+	}
+	return p.mb.seg.Close()
+}
+
+// kill ends the child at once (for tests of endpoint failure).
+func (p *proc) kill() { p.cmd.Process.Kill() }
+
+// register ships a callable to the child by module and name.
+func (p *proc) register(c Callable) error {
+	loc, ok := c.(Locatable)
+	if !ok {
+		return Errorf(ValueError, "%q cannot be sent to a child process: it has no module to load it from", c.Name())
+	}
+	_, err := p.control(func(e *wire.Encoder) {
+		e.U8(opRegister)
+		e.String(c.Digest())
+		e.String(loc.Module())
+		e.String(c.Name())
+	})
+	return Wrap(err, p.name)
+}
+
+// run executes one task member in the child.
+func (p *proc) run(op uint8, h *Handle, args *TaskArgs) error {
+	var e wire.Encoder
+	e.U8(op)
+	e.String(h.Digest())
+	if err := encodeArgs(&e, args); err != nil {
+		return err
+	}
+	_, err := p.call(laneTask, e.Bytes(), time.Time{})
+	return err
+}
+
+// procChip is a chip that lives in a child process: every operation is a
+// control request.
+type procChip struct {
+	p        *proc
+	id       int
+	platform hal.Platform
+}
+
+var _ hal.Chip = (*procChip)(nil)
+
+func (c *procChip) DeviceID() int          { return c.id }
+func (c *procChip) Platform() hal.Platform { return c.platform }
+func (c *procChip) Live() (int, int)       { return 0, 0 }
+func (c *procChip) Close() error           { return nil } // the child closes its chip
+
+func (c *procChip) Malloc(size int) (uint64, error) {
+	d, err := c.p.control(func(e *wire.Encoder) { e.U8(opMalloc); e.Int(size) })
+	if err != nil {
+		return 0, err
+	}
+	return d.U64(), d.Finish()
+}
+
+func (c *procChip) Free(ptr uint64) error {
+	_, err := c.p.control(func(e *wire.Encoder) { e.U8(opFree); e.U64(ptr) })
+	return err
+}
+
+// Bytes checks the range in the child; the memory itself is not
+// reachable from the parent, so it returns no bytes.
+func (c *procChip) Bytes(ptr uint64, size int) ([]byte, error) {
+	_, err := c.p.control(func(e *wire.Encoder) { e.U8(opCheck); e.U64(ptr); e.Int(size) })
+	return nil, err
+}
+
+func (c *procChip) copy(op uint8, dev uint64, host []byte) error {
+	ref, err := hostRefOf(host)
+	if err != nil {
+		return err
+	}
+	_, err = c.p.control(func(e *wire.Encoder) { e.U8(op); e.U64(dev); encodeRef(e, ref); e.Int(len(host)) })
+	return err
+}
+
+func (c *procChip) CopyIn(dst uint64, src []byte) error  { return c.copy(opCopyIn, dst, src) }
+func (c *procChip) CopyOut(dst []byte, src uint64) error { return c.copy(opCopyOut, src, dst) }
+
+var errParentSide = errors.New("RuntimeError: windows are mapped by the chip's own process in process mode")
+
+func (c *procChip) MapWindow(mem []byte, label string) (uint64, error) { return 0, errParentSide }
+func (c *procChip) UnmapWindow(ptr uint64) error                       { return errParentSide }
+
+// commAlloc runs one rank's part of a domain allocation in the child.
+func (c *procChip) commAlloc(req commRequest, rank int) (domainRank, error) {
+	d, err := c.p.control(func(e *wire.Encoder) {
+		e.U8(opCommAlloc)
+		e.String(req.Namespace)
+		e.U64(req.AllocationID)
+		e.String(req.Name)
+		e.Int(req.Ranks)
+		e.Int(req.WindowSize)
+		e.I64(int64(req.Timeout))
+		e.Int(rank)
+	})
+	if err != nil {
+		return domainRank{}, err
+	}
+	r := domainRank{DeviceCtx: d.U64(), WindowBase: d.U64(), WindowSize: d.Int(1 << 40)}
+	id := req.AllocationID
+	r.release = func() error {
+		_, err := c.p.control(func(e *wire.Encoder) { e.U8(opCommRelease); e.U64(id) })
+		return err
+	}
+	return r, d.Finish()
+}

@@ -1,0 +1,157 @@
+package comm
+
+// The allocation barrier: how the ranks of one allocation find each other
+// through the header object, and how they give up together.
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// openHeader opens the allocation's header, creating it if no rank has.
+// Retrying covers a creator in another process between creating and
+// sizing the object; polling is the only portable way to wait for a name
+// to appear, and the back-off keeps it cheap.
+func (r *Rank) openHeader(size int, deadline time.Time) error {
+	name := r.req.headerName()
+	pause := 20 * time.Microsecond
+	for {
+		o, created, err := openObject(r.req.prefix(), name, size, true)
+		if err == nil {
+			r.hdr, r.hdrCreated = o, created
+			return nil
+		}
+		if !errors.Is(err, errNotReady) {
+			return r.errorf("RuntimeError", "header: %v", err)
+		}
+		if time.Now().After(deadline) {
+			return r.errorf("TimeoutError", "waited %v for the header %s to be created", r.req.Timeout, name)
+		}
+		time.Sleep(pause)
+		pause = min(2*pause, 2*time.Millisecond)
+	}
+}
+
+// join is the allocation barrier: count this rank in and wait for all n.
+func (r *Rank) join(deadline time.Time) error {
+	n := uint32(r.Size)
+	hdr := r.hdr.seg.Mem
+	w := word32(hdr, hdrAlloc)
+	// The per-rank flag only feeds messages: which ranks never came.
+	atomic.StoreUint32(word32(hdr, rankWord(r.Rank, rankAlloc)), 1)
+	for {
+		v := atomic.LoadUint32(w)
+		if v&allocAbandoned != 0 {
+			return r.abandonedError()
+		}
+		if atomic.CompareAndSwapUint32(w, v, v+1) {
+			if v+1 == n {
+				futexWake(w)
+			}
+			break
+		}
+	}
+	var v uint32
+	done := sleepUntil(w, nil, deadline, func() bool {
+		v = atomic.LoadUint32(w)
+		return v&allocAbandoned != 0 || v&allocCount >= n
+	})
+	if !done && r.abandon() {
+		done, v = true, atomic.LoadUint32(w) // it completed just as we gave up
+	}
+	if done && v&allocAbandoned == 0 {
+		r.joined = true
+		if err := r.unlinkHeader(); err != nil {
+			return r.errorf("RuntimeError", "header: %v", err)
+		}
+		return nil
+	}
+	if done {
+		return r.abandonedError()
+	}
+	arrived, miss := r.missing(rankAlloc, 1)
+	return r.errorf("TimeoutError", "waited %v at the subset barrier; %d of %d ranks arrived%s",
+		r.req.Timeout, arrived, n, miss)
+}
+
+func (r *Rank) abandonedError() error {
+	arrived, miss := r.missing(rankAlloc, 1)
+	return r.errorf("RuntimeError", "a peer gave up on the allocation; %d of %d ranks had arrived%s",
+		arrived, r.Size, miss)
+}
+
+// abandon marks the allocation abandoned unless all ranks have arrived,
+// and wakes the waiters so that they fail now. It reports whether the
+// barrier had completed instead.
+func (r *Rank) abandon() (completed bool) {
+	w := word32(r.hdr.seg.Mem, hdrAlloc)
+	for {
+		v := atomic.LoadUint32(w)
+		if v&allocCount >= uint32(r.Size) {
+			return true
+		}
+		if v&allocAbandoned != 0 || atomic.CompareAndSwapUint32(w, v, v|allocAbandoned) {
+			futexWake(w)
+			return false
+		}
+	}
+}
+
+// unlinkHeader removes the header's name once nobody needs to find it:
+// when all ranks have arrived (each has it mapped) or the allocation was
+// abandoned. Only the creator does it, so the name is removed exactly
+// once; the object itself lives on under a pool name until released.
+func (r *Rank) unlinkHeader() error {
+	if !r.hdrCreated {
+		return nil
+	}
+	return r.hdr.retireName()
+}
+
+// missing describes the ranks whose header word field is not want, for
+// messages: "; missing ranks 2, 3".
+func (r *Rank) missing(field int, want uint32) (arrived int, text string) {
+	return missingRanks(r.hdr.seg.Mem, r.Size, field, want)
+}
+
+// missingRanks counts the ranks whose per-rank header word field holds
+// want (they arrived, possibly flagged gaveUp since) and lists the
+// others, then those that gave up.
+func missingRanks(hdr []byte, n, field int, want uint32) (arrived int, text string) {
+	var miss, quit []string
+	list := func(l []string, j int) []string {
+		if len(l) < 16 {
+			return append(l, fmt.Sprint(j))
+		} else if len(l) == 16 {
+			return append(l, "...")
+		}
+		return l
+	}
+	for j := range n {
+		switch atomic.LoadUint32(word32(hdr, rankWord(j, field))) {
+		case want:
+			arrived++
+		case want | gaveUp:
+			arrived++
+			quit = list(quit, j)
+		default:
+			miss = list(miss, j)
+		}
+	}
+	plural := func(l []string) string {
+		if len(l) == 1 {
+			return "rank " + l[0]
+		}
+		return "ranks " + strings.Join(l, ", ")
+	}
+	if len(miss) > 0 {
+		text = "; missing " + plural(miss)
+	}
+	if len(quit) > 0 {
+		text += "; " + plural(quit) + " gave up waiting"
+	}
+	return arrived, text
+}

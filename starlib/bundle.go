@@ -1,0 +1,84 @@
+package starlib
+
+import (
+	"fmt"
+	"os"
+	"sort"
+
+	"go.starlark.net/starlark"
+
+	"simpler/engine"
+	"simpler/wire"
+)
+
+// A bundle tells a child process which code its parent runs: the loader's
+// root, and the sha256 of every module the parent loaded, so that the child
+// loads the same files and refuses any that changed on disk since.
+
+func (s *Session) bundle() []byte {
+	l := s.loader
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	names := make([]string, 0, len(l.modules))
+	for n := range l.modules {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var e wire.Encoder
+	e.String(l.root)
+	e.U32(uint32(len(names)))
+	for _, n := range names {
+		e.String(n)
+		e.String(l.modules[n].sum)
+	}
+	return e.Bytes()
+}
+
+// Module is where a child process finds the callable: its module's name
+// as the loader knows it.
+func (c *callable) Module() string { return c.fn.Position().Filename() }
+
+// resolver finds callables for a child process.
+type resolver struct{ s *Session }
+
+// NewResolver makes a child's resolver from its parent's bundle.
+func NewResolver(bundle []byte) (engine.Resolver, error) {
+	d := wire.NewDecoder(bundle)
+	root := d.String()
+	n := int(d.U32())
+	expect := map[string]string{}
+	for i := 0; i < n && d.Err() == nil; i++ {
+		name := d.String()
+		expect[name] = d.String()
+	}
+	if err := d.Finish(); err != nil {
+		return nil, fmt.Errorf("RuntimeError: bad module bundle: %v", err)
+	}
+	s := NewSession("", nil, "thread", nil, os.Stdout, os.Stderr)
+	s.loader.root = root
+	s.loader.expect = expect
+	return &resolver{s: s}, nil
+}
+
+func (r *resolver) Resolve(digest, module, name string) (engine.Callable, error) {
+	m, err := r.s.loader.load(module)
+	if err != nil {
+		return nil, err
+	}
+	v, ok := m.globals[name]
+	if !ok {
+		return nil, fmt.Errorf("RuntimeError: %s has no function %s", module, name)
+	}
+	fn, ok := v.(*starlark.Function)
+	if !ok {
+		return nil, fmt.Errorf("RuntimeError: %s.%s is a %s, not a function", module, name, v.Type())
+	}
+	c, err := r.s.callableFor("register", fn)
+	if err != nil {
+		return nil, err
+	}
+	if c.digest != digest {
+		return nil, fmt.Errorf("RuntimeError: %s.%s here has digest %s, the parent's is %s: the code differs", module, name, c.digest, digest)
+	}
+	return c, nil
+}

@@ -1,0 +1,344 @@
+package starlib
+
+import (
+	"sort"
+	"strings"
+)
+
+// DocKind says what a Doc entry describes.
+type DocKind uint8
+
+// The kinds of Doc entries.
+const (
+	DocGlobal DocKind = iota // a predeclared global: "Worker", "host_tensor"
+	DocType                  // a value type that is not a global: "Tensor"
+	DocMember                // an attribute or method: "Worker.register"
+)
+
+// Doc is one entry of the script surface's reference, as `simpler doc`
+// prints it. Members are named "Type.member".
+type Doc struct {
+	Name      string
+	Kind      DocKind
+	Signature string
+	Summary   string // one line
+}
+
+// Owner is the type or module a member belongs to ("" for globals and
+// types).
+func (d Doc) Owner() string {
+	if d.Kind != DocMember {
+		return ""
+	}
+	owner, _, _ := strings.Cut(d.Name, ".")
+	return owner
+}
+
+// Member is the entry's last name component: "register" for
+// "Worker.register".
+func (d Doc) Member() string {
+	if i := strings.LastIndexByte(d.Name, '.'); i >= 0 {
+		return d.Name[i+1:]
+	}
+	return d.Name
+}
+
+// DocSections are the headings of the reference in print order: the
+// globals, then each type or module whose members are listed. A test
+// checks that every section lists every attribute the binding has.
+var DocSections = []string{
+	"", // globals
+	"ctx", "Worker", "CallableHandle", "RunHandle", "Orchestrator",
+	"TaskArgs", "CallConfig", "Tensor", "HostBuffer",
+	"CommBufferSpec", "CommDomainHandle", "ChipDomainContext",
+	"Chip", "Comm", "array", "Array", "DataType", "assert",
+}
+
+// Docs returns every entry once: the globals first, then the sections in
+// DocSections order, each headed by its type entry unless that is a
+// global already listed.
+func Docs() []Doc {
+	out := make([]Doc, 0, len(docTable))
+	for _, sec := range DocSections {
+		for _, d := range Section(sec) {
+			if sec != "" && d.Kind == DocGlobal {
+				continue
+			}
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// Section returns the entries of one section: "" for the globals (in
+// table order), else the type's heading entry and its members, sorted by
+// name.
+func Section(sec string) []Doc {
+	var head, members []Doc
+	for _, d := range docTable {
+		switch {
+		case sec == "" && d.Kind == DocGlobal:
+			head = append(head, d)
+		case sec != "" && d.Kind != DocMember && d.Name == sec:
+			head = append(head, d)
+		case sec != "" && d.Kind == DocMember && d.Owner() == sec:
+			members = append(members, d)
+		}
+	}
+	sort.Slice(members, func(i, j int) bool { return members[i].Name < members[j].Name })
+	if sec != "" && len(head) > 1 {
+		head = head[:1]
+	}
+	return append(head, members...)
+}
+
+// LookupDoc finds entries by name: an exact entry ("Worker.register",
+// "host_tensor"), a section ("Worker": the constructor and every method),
+// or a bare member name ("register": every type's member of that name).
+func LookupDoc(name string) []Doc {
+	for _, sec := range DocSections[1:] {
+		if sec == name {
+			return Section(sec)
+		}
+	}
+	var out []Doc
+	for _, d := range docTable {
+		if d.Name == name {
+			out = append(out, d)
+		}
+	}
+	if len(out) > 0 {
+		return out
+	}
+	for _, d := range Docs() {
+		if d.Kind == DocMember && d.Member() == name {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// docTable is the reference itself. Keep one line per summary.
+var docTable = []Doc{
+	// Globals.
+	{"Worker", DocGlobal, "Worker(level=3, platform=ctx.platform, device_id=None, device_ids=None, num_sub_workers=0, mode=ctx.mode, enable_sdma=False, heap_ring_size=None, control_timeout_s=None, startup_timeout_s=None, remote_session_timeout_s=None, comm_profile=\"sim\", global_device_ranks=None) -> Worker",
+		"A node of the worker tree: level 2 is one chip, level 3 owns chips and SUB workers, level 4+ owns child Workers; call only at run time."},
+	{"host_tensor", DocGlobal, "host_tensor(shape=None, dtype=FLOAT32, data=None) -> Tensor",
+		"A zero-filled (or data-filled) tensor in shared host memory, visible to every local child; the shape is inferred from data when omitted."},
+	{"make_tensor", DocGlobal, "make_tensor(data, shape, dtype, child_memory=False) -> Tensor",
+		"A tensor over an explicit address: a device pointer, a window buffer_ptrs entry, or 0 for an OUTPUT the runtime allocates at submit."},
+	{"TaskArgs", DocGlobal, "TaskArgs(tensors=[(t, TAG), ...], scalars=[...]) -> TaskArgs",
+		"The arguments of one task: tagged tensors, then scalars."},
+	{"CallConfig", DocGlobal, "CallConfig(block_dim=1, aicpu_thread_num=1, enable_profiling=False) -> CallConfig",
+		"Per-call settings passed with a submit; an unknown key is a TypeError."},
+	{"CommBufferSpec", DocGlobal, "CommBufferSpec(name, dtype=UINT8, count=None, nbytes=None) -> CommBufferSpec",
+		"A named buffer carved from a domain window; give count or nbytes (or both, if they agree)."},
+	{"catch", DocGlobal, "catch(fn, *args, **kwargs) -> None | string",
+		"Calls fn and returns None if it succeeded, else the error message."},
+	{"assert", DocGlobal, "assert", "The assertion module: eq, ne, true, fails, allclose (also load(\"@simpler//testing.star\", \"assert\"))."},
+	{"array", DocGlobal, "array", "The array module: typed arrays for computing and checking values (zeros, full, arange, from_list, ...)."},
+	{"time", DocGlobal, "time", "Starlark's time module (time.now(), time.parse_duration(...), ...), from go.starlark.net/lib/time."},
+	{"struct", DocGlobal, "struct(**kwargs) -> struct", "An immutable record with the given fields."},
+	{"DataType", DocGlobal, "DataType.FLOAT32, DataType.INT32, ...", "The data types as a namespace; each is also a global."},
+	{"TensorArgType", DocGlobal, "TensorArgType.INPUT, TensorArgType.OUTPUT, ...", "The tensor tags as a namespace; each is also a global."},
+	{"FLOAT32", DocGlobal, "FLOAT32", "32-bit IEEE float data type."},
+	{"FLOAT16", DocGlobal, "FLOAT16", "16-bit IEEE float data type (rounded on store)."},
+	{"BFLOAT16", DocGlobal, "BFLOAT16", "bfloat16 data type (rounded on store)."},
+	{"INT8", DocGlobal, "INT8", "8-bit signed integer data type."},
+	{"INT16", DocGlobal, "INT16", "16-bit signed integer data type."},
+	{"INT32", DocGlobal, "INT32", "32-bit signed integer data type."},
+	{"INT64", DocGlobal, "INT64", "64-bit signed integer data type."},
+	{"UINT8", DocGlobal, "UINT8", "8-bit unsigned integer data type."},
+	{"UINT16", DocGlobal, "UINT16", "16-bit unsigned integer data type."},
+	{"UINT32", DocGlobal, "UINT32", "32-bit unsigned integer data type."},
+	{"UINT64", DocGlobal, "UINT64", "64-bit unsigned integer data type."},
+	{"BOOL", DocGlobal, "BOOL", "Boolean data type, one byte per element."},
+	{"FLOAT8_E4M3", DocGlobal, "FLOAT8_E4M3", "FP8 (e4m3) data type of the a5 architecture."},
+	{"FLOAT8_E5M2", DocGlobal, "FLOAT8_E5M2", "FP8 (e5m2) data type of the a5 architecture."},
+	{"FLOAT4_E2M1", DocGlobal, "FLOAT4_E2M1", "FP4 (e2m1) data type of the a5 architecture."},
+	{"INPUT", DocGlobal, "INPUT", "Tag: the task reads the tensor; it waits for the tensor's last writer."},
+	{"OUTPUT", DocGlobal, "OUTPUT", "Tag: the task writes the tensor and becomes its writer; data == 0 is allocated at submit."},
+	{"INOUT", DocGlobal, "INOUT", "Tag: the task reads and writes; it waits for the last writer and becomes the writer."},
+	{"OUTPUT_EXISTING", DocGlobal, "OUTPUT_EXISTING", "Tag: the task writes memory that already exists and becomes its writer."},
+	{"NO_DEP", DocGlobal, "NO_DEP", "Tag: the tensor is passed without creating or waiting on any dependency."},
+
+	// ctx, what main(ctx) receives.
+	{"ctx", DocType, "main(ctx)", "What simpler run passes to a script's main: the command-line choices."},
+	{"ctx.platform", DocMember, "ctx.platform -> string", "--platform, else $SIMPLER_PLATFORM, else \"a2a3sim\"."},
+	{"ctx.device_ids", DocMember, "ctx.device_ids -> list of int", "--devices (default [0, 1])."},
+	{"ctx.mode", DocMember, "ctx.mode -> string", "--mode: \"thread\" (default) or \"process\"."},
+	{"ctx.argv", DocMember, "ctx.argv -> list of string", "The arguments after the script name."},
+
+	// Worker.
+	{"Worker.register", DocMember, "w.register(fn, workers=None) -> CallableHandle",
+		"Registers a top-level function as a chip kernel fn(chip, args), SUB callable fn(args) or child orchestration fn(orch, args, config)."},
+	{"Worker.unregister", DocMember, "w.unregister(handle)", "Drops one registration reference."},
+	{"Worker.add_worker", DocMember, "w.add_worker(child) -> int", "Level 4+: adds a local Worker as a NEXT_LEVEL child before init(); returns its worker id."},
+	{"Worker.init", DocMember, "w.init()", "Brings the whole tree up (chips, SUB workers, children)."},
+	{"Worker.run", DocMember, "w.run(orch_fn, args=None, config=None) -> value",
+		"submit(...).wait(), returning orch_fn's result; at level 2, run(kernel, args) runs a kernel on the chip."},
+	{"Worker.submit", DocMember, "w.submit(orch_fn, args=None, config=None) -> RunHandle",
+		"Calls orch_fn(orch, args, config) now to build a run's task graph and returns without waiting for the tasks."},
+	{"Worker.close", DocMember, "w.close()", "Drains runs, releases every domain and buffer, stops children."},
+	{"Worker.malloc", DocMember, "w.malloc(size, worker_id=0) -> int", "Allocates device memory on a chip; returns the device address."},
+	{"Worker.free", DocMember, "w.free(ptr, worker_id=0)", "Frees device memory from malloc."},
+	{"Worker.copy_to", DocMember, "w.copy_to(dst, src, size, worker_id=0)", "Copies size bytes from a host tensor or address to a device address."},
+	{"Worker.copy_from", DocMember, "w.copy_from(dst, src, size, worker_id=0)", "Copies size bytes from a device address to a host tensor or address."},
+	{"Worker.create_host_buffer", DocMember, "w.create_host_buffer(nbytes) -> HostBuffer", "A shared host buffer mapped into every local child."},
+	{"Worker.free_host_buffer", DocMember, "w.free_host_buffer(buf)", "Frees a HostBuffer; idempotent."},
+	{"Worker.live_domains", DocMember, "w.live_domains -> dict", "Live (unreleased) communication domains by name."},
+	{"Worker.level", DocMember, "w.level -> int", "The worker's level (2 to 6)."},
+	{"Worker.platform", DocMember, "w.platform -> string", "The platform name, e.g. \"a2a3sim\"."},
+	{"Worker.mode", DocMember, "w.mode -> string", "\"thread\" or \"process\"."},
+	{"Worker.device_ids", DocMember, "w.device_ids -> list of int", "The chips' device ids; NEXT_LEVEL worker i is device_ids[i]."},
+	{"Worker.num_sub_workers", DocMember, "w.num_sub_workers -> int", "The size of the SUB pool."},
+
+	// CallableHandle.
+	{"CallableHandle", DocType, "CallableHandle", "What register returns; accepted wherever a registered function is."},
+	{"CallableHandle.hashid", DocMember, "h.hashid -> string", "\"sha256:...\" over the function's module sources: the same in every process."},
+	{"CallableHandle.name", DocMember, "h.name -> string", "The function's name."},
+	{"CallableHandle.workers", DocMember, "h.workers -> list of int | None", "The NEXT_LEVEL ids it may run on (None: any)."},
+
+	// RunHandle.
+	{"RunHandle", DocType, "RunHandle", "A submitted run, returned by w.submit."},
+	{"RunHandle.done", DocMember, "r.done -> bool", "Whether the run has passed its fence and cleaned up."},
+	{"RunHandle.wait", DocMember, "r.wait(timeout=None)", "Waits for the run; raises the first task failure, or TimeoutError after timeout seconds."},
+	{"RunHandle.result", DocMember, "r.result() -> value", "Waits, then returns what the orchestration function returned."},
+
+	// Orchestrator.
+	{"Orchestrator", DocType, "def orch(o, args, config)", "The orchestrator an orchestration function receives: it submits tasks and manages a run's memory."},
+	{"Orchestrator.submit_next_level", DocMember, "o.submit_next_level(h, args=None, config=None, worker=)", "One task on NEXT_LEVEL worker `worker` (a chip at level 3, a child at level 4+)."},
+	{"Orchestrator.submit_next_level_group", DocMember, "o.submit_next_level_group(h, args_list, config=None, workers=)", "One DAG node run on all `workers` at once, member i with args_list[i] (all-or-nothing dispatch)."},
+	{"Orchestrator.submit_sub", DocMember, "o.submit_sub(h, args=None)", "One task on the SUB pool: fn(args) on the host."},
+	{"Orchestrator.submit_sub_group", DocMember, "o.submit_sub_group(h, args_list)", "One DAG node on several SUB workers at once."},
+	{"Orchestrator.scope_begin", DocMember, "o.scope_begin()", "Opens a nested scope: intermediates allocated inside are freed at its end."},
+	{"Orchestrator.scope_end", DocMember, "o.scope_end()", "Closes the innermost scope."},
+	{"Orchestrator.scope", DocMember, "o.scope(fn, *args, **kwargs) -> value", "Calls fn inside scope_begin()/scope_end(), ending the scope even if fn fails."},
+	{"Orchestrator.alloc", DocMember, "o.alloc(shape, dtype=FLOAT32) -> Tensor", "A runtime-managed intermediate host tensor from the run heap."},
+	{"Orchestrator.malloc", DocMember, "o.malloc(worker_id, size) -> int", "Direct control: device memory on a chip (before the run's first submit)."},
+	{"Orchestrator.free", DocMember, "o.free(worker_id, ptr)", "Direct control: frees device memory."},
+	{"Orchestrator.copy_to", DocMember, "o.copy_to(worker_id, dst=, src=, size=)", "Direct control: host to device copy."},
+	{"Orchestrator.copy_from", DocMember, "o.copy_from(worker_id, dst=, src=, size=)", "Direct control: device to host copy."},
+	{"Orchestrator.drain", DocMember, "o.drain()", "Waits for every task submitted so far in this run; raises the first failure."},
+	{"Orchestrator.allocate_domain", DocMember, "o.allocate_domain(name=, workers=None, window_size=, buffers=[CommBufferSpec(...)], task_only=False) -> CommDomainHandle",
+		"A communication domain over some chips, freed after the run's fence if not released before."},
+	{"Orchestrator.release_domain", DocMember, "o.release_domain(h)", "Same as h.release()."},
+
+	// TaskArgs.
+	{"TaskArgs.add_tensor", DocMember, "a.add_tensor(t, tag=INPUT)", "Appends a tagged tensor (tensors must precede scalars)."},
+	{"TaskArgs.add_scalar", DocMember, "a.add_scalar(v)", "Appends a scalar: an int as u64, a float as float32 bits."},
+	{"TaskArgs.tensor", DocMember, "a.tensor(i) -> Tensor", "Tensor i (inside a kernel: over device memory)."},
+	{"TaskArgs.scalar", DocMember, "a.scalar(i) -> int", "Scalar i as an unsigned integer."},
+	{"TaskArgs.scalar_f32", DocMember, "a.scalar_f32(i) -> float", "Scalar i read as float32 bits."},
+	{"TaskArgs.tag", DocMember, "a.tag(i) -> TensorArgType", "The tag of tensor i."},
+	{"TaskArgs.tensor_count", DocMember, "a.tensor_count() -> int", "The number of tensors."},
+	{"TaskArgs.scalar_count", DocMember, "a.scalar_count() -> int", "The number of scalars."},
+
+	// CallConfig.
+	{"CallConfig.block_dim", DocMember, "c.block_dim -> int", "Cores per task on the device."},
+	{"CallConfig.aicpu_thread_num", DocMember, "c.aicpu_thread_num -> int", "AICPU scheduler threads per task."},
+	{"CallConfig.enable_profiling", DocMember, "c.enable_profiling -> bool", "Ask the device runtime for a profile."},
+
+	// Tensor.
+	{"Tensor", DocType, "Tensor", "A view over memory (host, or a chip's device memory when child_memory)."},
+	{"Tensor.data", DocMember, "t.data -> int", "The start address."},
+	{"Tensor.shape", DocMember, "t.shape -> tuple of int", "The shape."},
+	{"Tensor.dtype", DocMember, "t.dtype -> DataType", "The element type."},
+	{"Tensor.nbytes", DocMember, "t.nbytes -> int", "The size in bytes."},
+	{"Tensor.ndims", DocMember, "t.ndims -> int", "The number of dimensions."},
+	{"Tensor.child_memory", DocMember, "t.child_memory -> bool", "Whether the address is a chip's device address."},
+	{"Tensor.read", DocMember, "t.read() -> Array", "A copy of the contents."},
+	{"Tensor.write", DocMember, "t.write(x)", "Writes an Array, list or number into the tensor."},
+	{"Tensor.fill", DocMember, "t.fill(v)", "Sets every element to v."},
+	{"Tensor.tolist", DocMember, "t.tolist() -> list", "The contents as (nested) lists."},
+	{"Tensor.view", DocMember, "t.view(shape=None, dtype=None, offset=0) -> Tensor", "Another view of the same memory at a byte offset; must stay inside the backing."},
+	{"Tensor.accumulate", DocMember, "t.accumulate(src, op=\"sum\")", "Elementwise t = op(t, src) for a tensor src of the same dtype and size (op: sum, max, min)."},
+
+	// HostBuffer.
+	{"HostBuffer", DocType, "HostBuffer", "A born-shared host buffer from w.create_host_buffer."},
+	{"HostBuffer.token", DocMember, "b.token -> int", "The buffer's identity within its Worker."},
+	{"HostBuffer.data_ptr", DocMember, "b.data_ptr -> int", "The host address of its first byte."},
+	{"HostBuffer.nbytes", DocMember, "b.nbytes -> int", "Its size."},
+	{"HostBuffer.tensor", DocMember, "b.tensor(shape, dtype=FLOAT32, offset=0) -> Tensor", "A view of the buffer; one that overruns it is a ValueError."},
+
+	// CommBufferSpec.
+	{"CommBufferSpec.name", DocMember, "s.name -> string", "The buffer's name."},
+	{"CommBufferSpec.dtype", DocMember, "s.dtype -> DataType", "The element type."},
+	{"CommBufferSpec.count", DocMember, "s.count -> int", "Elements."},
+	{"CommBufferSpec.nbytes", DocMember, "s.nbytes -> int", "Bytes."},
+
+	// CommDomainHandle.
+	{"CommDomainHandle", DocType, "CommDomainHandle", "A domain from allocate_domain; h[worker_id] is that member's ChipDomainContext."},
+	{"CommDomainHandle.name", DocMember, "h.name -> string", "The domain's name (unique among live domains)."},
+	{"CommDomainHandle.workers", DocMember, "h.workers -> list of int", "Member chips in rank order."},
+	{"CommDomainHandle.allocation_id", DocMember, "h.allocation_id -> int", "Fresh for every allocation."},
+	{"CommDomainHandle.released", DocMember, "h.released -> bool", "Whether release() was called (or the domain was swept at its run's fence)."},
+	{"CommDomainHandle.freed", DocMember, "h.freed -> bool", "Whether the backend windows are gone (after the run's fence)."},
+	{"CommDomainHandle.release", DocMember, "h.release()", "Marks the domain released now; it is freed after its run's fence (idempotent)."},
+
+	// ChipDomainContext.
+	{"ChipDomainContext", DocType, "ChipDomainContext", "One member's view of a domain: h[worker_id]."},
+	{"ChipDomainContext.name", DocMember, "c.name -> string", "The domain's name."},
+	{"ChipDomainContext.domain_rank", DocMember, "c.domain_rank -> int", "This member's rank."},
+	{"ChipDomainContext.domain_size", DocMember, "c.domain_size -> int", "The number of ranks."},
+	{"ChipDomainContext.device_ctx", DocMember, "c.device_ctx -> int", "The handle a kernel passes to chip.comm() (send it as a scalar)."},
+	{"ChipDomainContext.local_window_base", DocMember, "c.local_window_base -> int", "This rank's window base (a device address)."},
+	{"ChipDomainContext.actual_window_size", DocMember, "c.actual_window_size -> int", "The window size in bytes."},
+	{"ChipDomainContext.buffer_ptrs", DocMember, "c.buffer_ptrs -> dict", "Buffer name to device address."},
+	{"ChipDomainContext.buffer", DocMember, "c.buffer(name, shape=None, dtype=None) -> Tensor", "A child_memory tensor over a named buffer."},
+
+	// Chip.
+	{"Chip", DocType, "def kernel(chip, args)", "What a chip kernel's first parameter is."},
+	{"Chip.device_id", DocMember, "chip.device_id -> int", "The device id."},
+	{"Chip.worker_id", DocMember, "chip.worker_id -> int", "The NEXT_LEVEL worker id of this chip."},
+	{"Chip.platform", DocMember, "chip.platform -> string", "The platform name."},
+	{"Chip.comm", DocMember, "chip.comm(device_ctx) -> Comm", "Opens the domain whose device_ctx the kernel received."},
+
+	// Comm.
+	{"Comm", DocType, "Comm", "A kernel's view of a domain, from chip.comm(device_ctx)."},
+	{"Comm.rank", DocMember, "comm.rank -> int", "This kernel's rank."},
+	{"Comm.size", DocMember, "comm.size -> int", "The number of ranks."},
+	{"Comm.window_size", DocMember, "comm.window_size -> int", "Bytes per window."},
+	{"Comm.window", DocMember, "comm.window(rank) -> Tensor", "A UINT8 tensor over rank's whole window."},
+	{"Comm.peer", DocMember, "comm.peer(t, rank) -> Tensor", "The tensor at t's window offset in rank's window (remote load/store)."},
+	{"Comm.notify", DocMember, "comm.notify(rank, t, value, op=\"set\")", "Stores (or adds) a signal into rank's window at t's offset; t is INT32 or INT64."},
+	{"Comm.wait", DocMember, "comm.wait(t, value, cmp=\">=\", timeout_s=30) -> int", "Waits until the local signal t compares true with value; returns the value seen."},
+	{"Comm.barrier", DocMember, "comm.barrier(timeout_s=30)", "Waits for every rank of the domain."},
+
+	// array module.
+	{"array.zeros", DocMember, "array.zeros(shape, dtype=FLOAT32) -> Array", "An array of zeros."},
+	{"array.full", DocMember, "array.full(shape, v, dtype=FLOAT32) -> Array", "An array filled with v."},
+	{"array.arange", DocMember, "array.arange(n, dtype=FLOAT32) -> Array", "0, 1, ..., n-1."},
+	{"array.from_list", DocMember, "array.from_list(list, dtype=FLOAT32) -> Array", "An array from (nested) lists."},
+	{"array.frombytes", DocMember, "array.frombytes(b, dtype) -> Array", "An array over the bytes b."},
+	{"array.matmul", DocMember, "array.matmul(a, b) -> Array", "Matrix product of two 2-d arrays."},
+	{"array.max_abs_diff", DocMember, "array.max_abs_diff(a, b) -> float", "The largest elementwise |a - b|."},
+
+	// Array.
+	{"Array", DocType, "Array", "A typed n-d array: indexing, slicing, + - * / elementwise (with arrays of the same shape or numbers)."},
+	{"Array.shape", DocMember, "a.shape -> tuple of int", "The shape."},
+	{"Array.dtype", DocMember, "a.dtype -> DataType", "The element type."},
+	{"Array.ndim", DocMember, "a.ndim -> int", "The number of dimensions."},
+	{"Array.size", DocMember, "a.size -> int", "The number of elements."},
+	{"Array.sum", DocMember, "a.sum() -> number", "The sum of the elements."},
+	{"Array.max", DocMember, "a.max() -> number", "The largest element."},
+	{"Array.min", DocMember, "a.min() -> number", "The smallest element."},
+	{"Array.mean", DocMember, "a.mean() -> float", "The mean of the elements."},
+	{"Array.abs", DocMember, "a.abs() -> Array", "Elementwise absolute value."},
+	{"Array.reshape", DocMember, "a.reshape(shape) -> Array", "The same elements in another shape."},
+	{"Array.astype", DocMember, "a.astype(dtype) -> Array", "Converted to another data type."},
+	{"Array.copy", DocMember, "a.copy() -> Array", "An independent copy."},
+	{"Array.tolist", DocMember, "a.tolist() -> list", "The elements as (nested) lists."},
+	{"Array.tobytes", DocMember, "a.tobytes() -> bytes", "The raw little-endian encoding."},
+
+	// DataType values.
+	{"DataType.name", DocMember, "dt.name -> string", "The lower-case name, e.g. \"float32\"."},
+	{"DataType.itemsize", DocMember, "dt.itemsize -> int", "Bytes per element."},
+
+	// assert module.
+	{"assert.eq", DocMember, "assert.eq(a, b, msg=\"\")", "Fails unless a == b."},
+	{"assert.ne", DocMember, "assert.ne(a, b, msg=\"\")", "Fails if a == b."},
+	{"assert.true", DocMember, "assert.true(x, msg=\"\")", "Fails unless x is true."},
+	{"assert.fails", DocMember, "assert.fails(fn, regex, *args)", "Calls fn(*args) and requires an error whose message matches regex."},
+	{"assert.allclose", DocMember, "assert.allclose(actual, expected, rtol=1e-5, atol=1e-8)", "Elementwise |actual - expected| <= atol + rtol*|expected| for arrays, tensors or lists."},
+}
