@@ -3,6 +3,7 @@ package comm
 import (
 	"errors"
 	"fmt"
+	"simpler/internal/futex"
 	"strconv"
 	"strings"
 	"sync"
@@ -239,7 +240,7 @@ func (r *Rank) teardown() error {
 		// Dead first: a kernel that looks at the context from now on is
 		// refused even before the memory is freed.
 		if b, err := r.chip.Bytes(r.DeviceCtx+offLive, 4); err == nil {
-			atomic.StoreUint32(word32(b, 0), 0)
+			atomic.StoreUint32(futex.Word32(b, 0), 0)
 		} else {
 			add(err)
 		}

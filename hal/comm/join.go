@@ -6,6 +6,7 @@ package comm
 import (
 	"errors"
 	"fmt"
+	"simpler/internal/futex"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -39,9 +40,9 @@ func (r *Rank) openHeader(size int, deadline time.Time) error {
 func (r *Rank) join(deadline time.Time) error {
 	n := uint32(r.Size)
 	hdr := r.hdr.seg.Mem
-	w := word32(hdr, hdrAlloc)
+	w := futex.Word32(hdr, hdrAlloc)
 	// The per-rank flag only feeds messages: which ranks never came.
-	atomic.StoreUint32(word32(hdr, rankWord(r.Rank, rankAlloc)), 1)
+	atomic.StoreUint32(futex.Word32(hdr, rankWord(r.Rank, rankAlloc)), 1)
 	for {
 		v := atomic.LoadUint32(w)
 		if v&allocAbandoned != 0 {
@@ -49,13 +50,13 @@ func (r *Rank) join(deadline time.Time) error {
 		}
 		if atomic.CompareAndSwapUint32(w, v, v+1) {
 			if v+1 == n {
-				futexWake(w)
+				futex.Wake(w)
 			}
 			break
 		}
 	}
 	var v uint32
-	done := sleepUntil(w, nil, deadline, func() bool {
+	done := futex.SleepUntil(w, nil, deadline, func() bool {
 		v = atomic.LoadUint32(w)
 		return v&allocAbandoned != 0 || v&allocCount >= n
 	})
@@ -87,14 +88,14 @@ func (r *Rank) abandonedError() error {
 // and wakes the waiters so that they fail now. It reports whether the
 // barrier had completed instead.
 func (r *Rank) abandon() (completed bool) {
-	w := word32(r.hdr.seg.Mem, hdrAlloc)
+	w := futex.Word32(r.hdr.seg.Mem, hdrAlloc)
 	for {
 		v := atomic.LoadUint32(w)
 		if v&allocCount >= uint32(r.Size) {
 			return true
 		}
 		if v&allocAbandoned != 0 || atomic.CompareAndSwapUint32(w, v, v|allocAbandoned) {
-			futexWake(w)
+			futex.Wake(w)
 			return false
 		}
 	}
@@ -131,7 +132,7 @@ func missingRanks(hdr []byte, n, field int, want uint32) (arrived int, text stri
 		return l
 	}
 	for j := range n {
-		switch atomic.LoadUint32(word32(hdr, rankWord(j, field))) {
+		switch atomic.LoadUint32(futex.Word32(hdr, rankWord(j, field))) {
 		case want:
 			arrived++
 		case want | gaveUp:

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"simpler/internal/futex"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -169,7 +170,7 @@ func headerWord(req Request, off int) (v uint32, ok bool) {
 	if o == nil {
 		return 0, false
 	}
-	return atomic.LoadUint32(word32(o.seg.Mem, off)), true
+	return atomic.LoadUint32(futex.Word32(o.seg.Mem, off)), true
 }
 
 // eventually polls cond, yielding in between, until it holds or a generous

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"simpler/internal/futex"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -53,7 +54,7 @@ func Open(chip hal.Chip, deviceCtx uint64) (*View, error) {
 	if ver := le.Uint32(head[offVersion:]); ver != ctxVersion {
 		return bad(fmt.Sprintf("CommContext version %d, want %d", ver, ctxVersion))
 	}
-	live := word32(head, offLive)
+	live := futex.Word32(head, offLive)
 	if atomic.LoadUint32(live) != 1 {
 		return bad("the domain was released")
 	}
@@ -195,10 +196,10 @@ func (v *View) Notify(rank int, addr uint64, width int, value int64, op string) 
 	// Waiters sleep on the target's sequence word, not on the value:
 	// that covers 8-byte words (futex compares 32 bits) and values that
 	// change back and forth.
-	seq := word32(v.hdr, rankWord(rank, rankSeq))
+	seq := futex.Word32(v.hdr, rankWord(rank, rankSeq))
 	atomic.AddUint32(seq, 1)
-	if atomic.LoadUint32(word32(v.hdr, rankWord(rank, rankSleepers))) != 0 {
-		futexWake(seq)
+	if atomic.LoadUint32(futex.Word32(v.hdr, rankWord(rank, rankSleepers))) != 0 {
+		futex.Wake(seq)
 	}
 	return nil
 }
@@ -242,9 +243,9 @@ func (v *View) Wait(addr uint64, width int, value int64, cmp string, timeout tim
 		seen = load()
 		return holds(seen, value)
 	}
-	seq := word32(v.hdr, rankWord(v.rank, rankSeq))
-	sleepers := word32(v.hdr, rankWord(v.rank, rankSleepers))
-	if sleepUntil(seq, sleepers, time.Now().Add(timeout), ready) {
+	seq := futex.Word32(v.hdr, rankWord(v.rank, rankSeq))
+	sleepers := futex.Word32(v.hdr, rankWord(v.rank, rankSleepers))
+	if futex.SleepUntil(seq, sleepers, time.Now().Add(timeout), ready) {
 		return seen, nil
 	}
 	return seen, fmt.Errorf("TimeoutError: %s on domain %s rank %d: waited %v for value %s %d, observed %d",
@@ -268,8 +269,8 @@ func (v *View) Barrier(timeout time.Duration) error {
 	// The word packs generation<<16 | arrived, so that arriving, the last
 	// arrival's reset-and-advance, and a withdrawal are each one CAS and
 	// cannot mix rounds.
-	w := word32(v.hdr, hdrBarrier)
-	slot := word32(v.hdr, rankWord(v.rank, rankBarrier))
+	w := futex.Word32(v.hdr, hdrBarrier)
+	slot := futex.Word32(v.hdr, rankWord(v.rank, rankBarrier))
 	n := uint32(v.size)
 	var gen uint32
 	for {
@@ -278,14 +279,14 @@ func (v *View) Barrier(timeout time.Duration) error {
 		atomic.StoreUint32(slot, gen+1) // for messages only: who arrived in this round
 		if x&0xffff+1 == n {
 			if atomic.CompareAndSwapUint32(w, x, (gen+1)&0xffff<<16) {
-				futexWake(w)
+				futex.Wake(w)
 				return nil
 			}
 		} else if atomic.CompareAndSwapUint32(w, x, x+1) {
 			break
 		}
 	}
-	if sleepUntil(w, nil, deadline, func() bool { return atomic.LoadUint32(w)>>16 != gen }) {
+	if futex.SleepUntil(w, nil, deadline, func() bool { return atomic.LoadUint32(w)>>16 != gen }) {
 		return nil
 	}
 	for {

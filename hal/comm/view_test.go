@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"simpler/internal/futex"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -174,7 +175,7 @@ func TestWaitTimeoutMessage(t *testing.T) {
 // next Notify has to wake it.
 func sleeping(t *testing.T, v *View, rank int) {
 	eventually(t, "the waiter to sleep", func() bool {
-		return atomic.LoadUint32(word32(v.hdr, rankWord(rank, rankSleepers))) > 0
+		return atomic.LoadUint32(futex.Word32(v.hdr, rankWord(rank, rankSleepers))) > 0
 	})
 }
 
@@ -283,7 +284,7 @@ func TestBarrierTimeout(t *testing.T) {
 		go func() { defer wg.Done(); errs[r] = views[r].Barrier(20 * time.Second) }()
 	}
 	eventually(t, "ranks 0 and 1 to arrive", func() bool {
-		return atomic.LoadUint32(word32(views[0].hdr, hdrBarrier))&0xffff == 2
+		return atomic.LoadUint32(futex.Word32(views[0].hdr, hdrBarrier))&0xffff == 2
 	})
 	wantErr(t, views[2].Barrier(30*time.Millisecond),
 		`TimeoutError: comm.barrier on domain "test" rank 2: waited 30ms; 3 of 4 ranks arrived; missing rank 3`)
@@ -300,7 +301,7 @@ func TestBarrierTimeout(t *testing.T) {
 			t.Errorf("rank %d: %v", r, err)
 		}
 	}
-	if w := atomic.LoadUint32(word32(views[0].hdr, hdrBarrier)); w != 1<<16 {
+	if w := atomic.LoadUint32(futex.Word32(views[0].hdr, hdrBarrier)); w != 1<<16 {
 		t.Errorf("barrier word %#x after one round, want generation 1 with none arrived", w)
 	}
 	// A single-rank domain never waits.
@@ -362,7 +363,7 @@ func TestOpenDeadFlag(t *testing.T) {
 	chips := openChips(t, 1)
 	ranks := mustAllocate(t, newReq(1, 4096), chips)
 	b := mustBytes(t, chips[0], ranks[0].DeviceCtx+offLive, 4)
-	atomic.StoreUint32(word32(b, 0), 0)
+	atomic.StoreUint32(futex.Word32(b, 0), 0)
 	_, err := Open(chips[0], ranks[0].DeviceCtx)
 	wantErr(t, err, fmt.Sprintf("ValueError: chip.comm: %#x is not a live communication domain on device 0: the domain was released", ranks[0].DeviceCtx))
 }
