@@ -79,7 +79,6 @@ type Worker struct {
 	inflight  int // tasks submitted and not retired, over all runs
 	runs      map[*Run]struct{}
 	runSeq    uint64
-	dispatch  []Assignment // scratch for Dispatch results
 
 	namespace string             // unique per Worker in this process; scopes comm names
 	domains   map[string]*Domain // live (unreleased) domains by name
