@@ -13,6 +13,9 @@ import (
 // TestMain fails the run when the tests leave shared-memory objects or
 // goroutines (endpoints, timers, kernels) behind.
 func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(runTestChild())
+	}
 	start := runtime.NumGoroutine()
 	code := m.Run()
 

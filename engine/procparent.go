@@ -20,6 +20,7 @@ type Launcher struct {
 	Path   string
 	Args   []string // before the mailbox name
 	Bundle []byte
+	Env    []string  // added to this process's environment
 	Stdout io.Writer // nil: this process's
 	Stderr io.Writer
 }
@@ -46,6 +47,9 @@ func startProc(l *Launcher, name string, role uint8, platform string, device, wo
 	}
 	cmd := exec.Command(l.Path, append(append([]string(nil), l.Args...), mb.seg.Name)...)
 	cmd.Stdout, cmd.Stderr = orStd(l.Stdout, os.Stdout), orStd(l.Stderr, os.Stderr)
+	if l.Env != nil {
+		cmd.Env = append(os.Environ(), l.Env...)
+	}
 	if err := cmd.Start(); err != nil {
 		mb.seg.Close()
 		return nil, Errorf(RuntimeError, "%s: cannot start a child process: %v", name, err)
