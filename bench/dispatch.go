@@ -72,7 +72,9 @@ func goDispatch(mode string, chips int) (Line, error) {
 // Starlark, and beside each size the same DAG submitted by the Go API
 // (go_dispatch) with the same Starlark kernel, so that the ratio isolates
 // the submit path. It prints "starlark N ns" and "go N ns" lines.
-const dispatchScript = `
+// The kernels live in a module of their own: a child process loads it to
+// find noop, and must not meet go_dispatch, which only this process has.
+const dispatchKernels = `
 def noop(chip, args):
     pass
 
@@ -81,6 +83,10 @@ def orch(o, args, cfg):
     chips = args.scalar(1)
     for i in range(n):
         o.submit_next_level(noop, worker = i % chips)
+`
+
+const dispatchScript = `
+load("kernels.star", "noop", "orch")
 
 def main(ctx):
     chips = int(ctx.argv[0])
@@ -131,7 +137,7 @@ func goDispatchBuiltin(s *starlib.Session) *starlark.Builtin {
 
 // scriptDispatch runs dispatchScript in this process and fits a line to
 // each of its two series.
-func scriptDispatch(mode string, chips int) (star, goAPI Line, err error) {
+func scriptDispatch(mode string, chips int, l *engine.Launcher) (star, goAPI Line, err error) {
 	dir, err := os.MkdirTemp("", "simpler-bench-")
 	if err != nil {
 		return
@@ -141,12 +147,16 @@ func scriptDispatch(mode string, chips int) (star, goAPI Line, err error) {
 	if err = os.WriteFile(path, []byte(dispatchScript), 0o600); err != nil {
 		return
 	}
+	if err = os.WriteFile(filepath.Join(dir, "kernels.star"), []byte(dispatchKernels), 0o600); err != nil {
+		return
+	}
 	argv := []string{fmt.Sprint(chips)}
 	for _, n := range Sizes {
 		argv = append(argv, fmt.Sprint(n))
 	}
 	var out bytes.Buffer
 	s := starlib.NewSession("a2a3sim", nil, mode, argv, &out, &out)
+	s.Launcher = l
 	s.Predeclare("go_dispatch", goDispatchBuiltin(s))
 	err = s.RunFile(path)
 	if cerr := s.Close(); err == nil {
@@ -177,7 +187,7 @@ func scriptDispatch(mode string, chips int) (star, goAPI Line, err error) {
 // were met.
 func Dispatch(w io.Writer, mode string) (bool, error) {
 	const chips = 2
-	star, goAPI, err := scriptDispatch(mode, chips)
+	star, goAPI, err := scriptDispatch(mode, chips, nil)
 	if err != nil {
 		return false, err
 	}

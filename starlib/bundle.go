@@ -43,6 +43,9 @@ type resolver struct{ s *Session }
 
 // NewResolver makes a child's resolver from its parent's bundle.
 func NewResolver(bundle []byte) (engine.Resolver, error) {
+	if len(bundle) == 0 {
+		return noCode{}, nil
+	}
 	d := wire.NewDecoder(bundle)
 	root := d.String()
 	n := int(d.U32())
@@ -81,4 +84,12 @@ func (r *resolver) Resolve(digest, module, name string) (engine.Callable, error)
 		return nil, fmt.Errorf("RuntimeError: %s.%s here has digest %s, the parent's is %s: the code differs", module, name, c.digest, digest)
 	}
 	return c, nil
+}
+
+// noCode resolves nothing: a worker started without a module bundle (from
+// Go, say) has no Starlark callables.
+type noCode struct{}
+
+func (noCode) Resolve(digest, module, name string) (engine.Callable, error) {
+	return nil, fmt.Errorf("RuntimeError: %s.%s: this worker was started without a module bundle", module, name)
 }

@@ -19,6 +19,12 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "bench:", err)
 		return 1
 	}
+	okProc, err := bench.Process(stdout, launcher())
+	if err != nil {
+		fmt.Fprintln(stderr, "bench:", err)
+		return 1
+	}
+	ok = ok && okProc
 	if !ok {
 		return 1
 	}
