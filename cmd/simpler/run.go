@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"simpler/hal"
+	"simpler/hal/shm"
 	"simpler/starlib"
 )
 
@@ -71,11 +72,12 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var f runFlags
 	f.register(fs)
+	tracePath := fs.String("trace", "", "write a Chrome/Perfetto trace (JSON) of every task to this file")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if fs.NArg() == 0 {
-		fmt.Fprintln(stderr, "usage: simpler run [--platform P] [--devices 0-3] [--mode thread|process] script.star [ARGS...]")
+		fmt.Fprintln(stderr, "usage: simpler run [--platform P] [--devices 0-3] [--mode thread|process] [--trace trace.json] script.star [ARGS...]")
 		return 2
 	}
 	devices, err := f.check()
@@ -83,11 +85,20 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 2
 	}
+	shm.SweepDead() // objects of simpler processes that died without cleaning up
 	s := starlib.NewSession(f.platform, devices, f.mode, fs.Args()[1:], stdout, stderr)
 	s.Launcher = launcher()
+	obs := newRunObservers(*tracePath, stderr)
+	obs.attach(s)
 	err = s.RunFile(fs.Arg(0))
 	if cerr := s.Close(); err == nil && cerr != nil {
 		err = cerr
+	}
+	if terr := obs.finish(); terr != nil {
+		fmt.Fprintln(stderr, terr)
+		if err == nil {
+			return 1
+		}
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, starlib.Backtrace(err))

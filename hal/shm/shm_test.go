@@ -176,3 +176,26 @@ func TestNamesAreUnique(t *testing.T) {
 		t.Errorf("Leftovers = %d names, %v; want 20", len(left), err)
 	}
 }
+
+func TestSweepDeadRemovesOnlyOrphans(t *testing.T) {
+	// A pid that cannot exist (above the kernel's pid_max ceiling).
+	orphan := "simpler-2147483646-sweeptest-1"
+	if err := os.WriteFile(dir+"/"+orphan, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	mine, err := Create("sweeptest", 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mine.Close()
+	removed, err := SweepDead()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(removed, orphan) {
+		t.Errorf("orphan not removed: %v", removed)
+	}
+	if _, err := os.Stat(dir + "/" + mine.Name); err != nil {
+		t.Errorf("a live process's object was removed: %v", err)
+	}
+}
