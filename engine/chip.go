@@ -74,13 +74,13 @@ func (w *Worker) RunKernel(h *Handle, args *TaskArgs) error {
 		}
 	}
 	if w.chipProcs != nil {
-		err = w.chipProcs[0].run(opRunChip, h, &a)
+		err = w.chipProcs[0].run(opRunChip, h, &a, nil)
 	} else {
 		var local any
 		err = runKernel(&ChipCtx{Chip: w.chips[0], Local: &local}, k, &a)
 	}
 	if err != nil {
-		return &TaskError{TaskID: 1, Worker: w.workerName(NextLevel, 0), Callable: h.Name(), Err: err}
+		return taskError(1, w.workerName(NextLevel, 0), h.Name(), err)
 	}
 	return nil
 }

@@ -105,11 +105,13 @@ func (w *Worker) exec(ep *endpoint, a Assignment) (err error) {
 	args := &t.args[a.Member]
 	switch {
 	case a.Pool == Sub && w.subProcs != nil:
-		return w.subProcs[a.Target].run(opRunSub, t.handle, args)
+		return w.subProcs[a.Target].run(opRunSub, t.handle, args, nil)
 	case a.Pool == Sub:
 		return t.handle.Callable.(SubCallable).RunSub(&SubCtx{WorkerID: ep.id, Local: &ep.local}, args)
 	case w.chipProcs != nil:
-		return w.chipProcs[a.Target].run(opRunChip, t.handle, args)
+		return w.chipProcs[a.Target].run(opRunChip, t.handle, args, nil)
+	case w.nodeProcs != nil:
+		return w.nodeProcs[a.Target].run(opRunOrch, t.handle, args, &t.cfg)
 	case w.cfg.Level >= 4:
 		oc := t.handle.Callable.(OrchCallable)
 		cfg := t.cfg
@@ -129,7 +131,7 @@ func (w *Worker) complete(a Assignment, err error, out []Assignment) []Assignmen
 	t := a.Task
 	w.sched.Finish(a.Pool, a.Target)
 	if err != nil && t.err == nil {
-		t.err = &TaskError{TaskID: t.ID, Worker: w.workerName(a.Pool, a.Target), Callable: t.handle.Name(), Err: err}
+		t.err = taskError(t.ID, w.workerName(a.Pool, a.Target), t.handle.Name(), err)
 		t.root = true
 	}
 	t.remaining--

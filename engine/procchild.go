@@ -32,6 +32,7 @@ type Locatable interface {
 const (
 	roleChip uint8 = 1
 	roleSub  uint8 = 2
+	roleNode uint8 = 3 // a level-3 worker with its own chips and SUB workers
 )
 
 // child is the state of a chip or SUB worker process.
@@ -40,6 +41,7 @@ type child struct {
 	role     uint8
 	workerID int
 	chip     hal.Chip
+	node     *Worker // roleNode
 	resolver Resolver
 	prefix   string // the parent's shm prefix, for domain names
 	ppid     int
@@ -117,29 +119,53 @@ func (c *child) init(req []byte, newResolver func([]byte) (Resolver, error)) err
 		return Errorf(RuntimeError, "child: first message is op %d, want init", op)
 	}
 	c.role = d.U8()
-	platform := d.String()
-	deviceID := int(d.I64())
 	c.workerID = d.Int(1 << 20)
 	c.prefix = d.String()
-	bundle := d.Blob(wire.MaxString * 64)
-	if err := d.Finish(); err != nil {
-		return err
+	l := &Launcher{Path: d.String()}
+	nargs := int(d.U32())
+	for i := 0; i < nargs && i < 64 && d.Err() == nil; i++ {
+		l.Args = append(l.Args, d.String())
 	}
-	if c.role == roleChip {
-		p, err := hal.Lookup(platform)
-		if err != nil {
+	l.Bundle = d.Blob(wire.MaxString * 64)
+	var err error
+	switch c.role {
+	case roleChip, roleSub:
+		platform, device := d.String(), int(d.I64())
+		if err := d.Finish(); err != nil {
 			return err
 		}
-		if c.chip, err = p.OpenChip(deviceID); err != nil {
+		if c.role == roleChip {
+			if c.chip, err = openChip(platform, device); err != nil {
+				return err
+			}
+		}
+	case roleNode:
+		cfg := decodeConfig(d)
+		if err := d.Finish(); err != nil {
 			return err
 		}
+		cfg.Launcher = l
+		if c.node, err = NewWorker(cfg); err != nil {
+			return err
+		}
+		if err := c.node.Init(); err != nil { // the whole subtree is up before the reply
+			c.node.Close()
+			c.node = nil
+			return err
+		}
+	default:
+		return Errorf(RuntimeError, "child: unknown role %d", c.role)
 	}
-	r, err := newResolver(bundle)
+	c.resolver, err = newResolver(l.Bundle)
+	return err
+}
+
+func openChip(platform string, device int) (hal.Chip, error) {
+	p, err := hal.Lookup(platform)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	c.resolver = r
-	return nil
+	return p.OpenChip(device)
 }
 
 // serve answers requests on one lane until shutdown or the parent goes.
@@ -184,6 +210,7 @@ func (c *child) task(op uint8, d *wire.Decoder) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	cfg := decodeCallConfig(d)
 	if err := d.Finish(); err != nil {
 		return nil, err
 	}
@@ -201,6 +228,12 @@ func (c *child) task(op uint8, d *wire.Decoder) ([]byte, error) {
 		}
 		c.chipCtx = ChipCtx{WorkerID: c.workerID, Chip: c.chip, Local: &c.local}
 		err = runKernel(&c.chipCtx, k, args)
+	case op == opRunOrch && c.role == roleNode:
+		oc, isOrch := fn.(OrchCallable)
+		if !isOrch {
+			return nil, Errorf(TypeError, "%q cannot run as an orchestration function", fn.Name())
+		}
+		_, err = c.node.Run(func(o *Orchestrator) (any, error) { return nil, oc.RunOrch(o, args, &cfg) })
 	case op == opRunSub && c.role == roleSub:
 		s, isSub := fn.(SubCallable)
 		if !isSub {
@@ -227,6 +260,11 @@ func (c *child) control(op uint8, d *wire.Decoder) ([]byte, error) {
 		c.mu.Lock()
 		c.callables[digest] = fn
 		c.mu.Unlock()
+		if c.node != nil { // registration flows down the node's own tree
+			if _, err := c.node.Register(fn, nil); err != nil {
+				return nil, err
+			}
+		}
 		return ok(nil), nil
 	}
 	if op == opShutdown {
@@ -326,6 +364,9 @@ func (c *child) shutdown() {
 	}
 	if c.chip != nil {
 		c.chip.Close()
+	}
+	if c.node != nil {
+		c.node.Close()
 	}
 	comm.DrainPool()
 	for name, seg := range c.attached {

@@ -1,7 +1,10 @@
 package engine
 
 import (
+	"time"
+
 	"simpler/engine/hostmem"
+	"simpler/hal"
 	"simpler/hal/dtype"
 	"simpler/wire"
 )
@@ -20,18 +23,28 @@ const (
 	opCommAlloc
 	opCommRelease
 	opShutdown
+	opRunOrch
 )
 
 // A reply starts with a status byte: 0 and the result, or 1 and an error
 // (its kind and message).
 const (
-	statusOK  = 0
-	statusErr = 1
+	statusOK      = 0
+	statusErr     = 1
+	statusTaskErr = 2 // a TaskError: its path, task and callable, then kind and message
 )
 
 func encodeError(err error) []byte {
 	var e wire.Encoder
-	e.U8(statusErr)
+	if te, ok := err.(*TaskError); ok {
+		e.U8(statusTaskErr)
+		e.String(te.Worker)
+		e.Int(te.TaskID)
+		e.String(te.Callable)
+		err = te.Err
+	} else {
+		e.U8(statusErr)
+	}
 	k := KindOf(err)
 	_, msg, _ := SplitKind(err.Error())
 	e.String(string(k))
@@ -51,6 +64,14 @@ func decodeReply(b []byte) (*wire.Decoder, error) {
 			return nil, err
 		}
 		return nil, &Error{Kind: k, Msg: msg}
+	case statusTaskErr:
+		te := &TaskError{Worker: d.String(), TaskID: d.Int(1 << 40), Callable: d.String()}
+		k, msg := Kind(d.String()), d.String()
+		if err := d.Finish(); err != nil {
+			return nil, err
+		}
+		te.Err = &Error{Kind: k, Msg: msg}
+		return nil, te
 	}
 	d.Fail("bad reply status")
 	return nil, d.Err()
@@ -167,4 +188,57 @@ func encodeRef(e *wire.Encoder, r hostRef) {
 
 func decodeRef(d *wire.Decoder) hostRef {
 	return hostRef{name: d.String(), size: d.Int(1 << 40), off: d.Int(1 << 40)}
+}
+
+func encodeCallConfig(e *wire.Encoder, c *CallConfig) {
+	if c == nil {
+		c = &DefaultCallConfig
+	}
+	e.Int(c.BlockDim)
+	e.Int(c.AicpuThreadNum)
+	e.Bool(c.EnableProfiling)
+}
+
+func decodeCallConfig(d *wire.Decoder) CallConfig {
+	return CallConfig{BlockDim: d.Int(1 << 20), AicpuThreadNum: d.Int(1 << 20), EnableProfiling: d.Bool()}
+}
+
+// encodeConfig describes a level-3 worker for a node process to build.
+func encodeConfig(e *wire.Encoder, c Config) {
+	e.Int(c.Level)
+	e.String(c.Platform.Name())
+	e.U32(uint32(len(c.DeviceIDs)))
+	for _, id := range c.DeviceIDs {
+		e.Int(id)
+	}
+	e.Int(c.NumSubWorkers)
+	e.String(c.Mode)
+	e.Bool(c.EnableSDMA)
+	e.Int(c.HeapRingSize)
+	e.Int(c.TaskWindow)
+	e.I64(int64(c.StartupTimeout))
+}
+
+func decodeConfig(d *wire.Decoder) Config {
+	c := Config{Level: d.Int(6)}
+	name := d.String()
+	n := int(d.U32())
+	if n > 4096 {
+		d.Fail("%d device ids exceed the bound", n)
+	}
+	for i := 0; i < n && d.Err() == nil; i++ {
+		c.DeviceIDs = append(c.DeviceIDs, d.Int(1<<20))
+	}
+	c.NumSubWorkers = d.Int(1 << 16)
+	c.Mode = d.String()
+	c.EnableSDMA = d.Bool()
+	c.HeapRingSize = d.Int(1 << 40)
+	c.TaskWindow = d.Int(1 << 30)
+	c.StartupTimeout = time.Duration(d.I64())
+	if p, err := hal.Lookup(name); err == nil {
+		c.Platform = p
+	} else if d.Err() == nil {
+		d.Fail("%v", err)
+	}
+	return c
 }

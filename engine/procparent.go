@@ -38,9 +38,10 @@ type proc struct {
 	lanes  [mboxLanes]sync.Mutex
 }
 
-// startProc starts a child and sends it its role. The wait for its reply
-// is bounded by deadline.
-func startProc(l *Launcher, name string, role uint8, platform string, device, worker int, deadline time.Time) (*proc, error) {
+// startProc starts a child and sends it its role (the init message: the
+// common fields, then what role adds). The wait for its reply is bounded
+// by deadline.
+func startProc(l *Launcher, name string, role uint8, worker int, deadline time.Time, body func(e *wire.Encoder)) (*proc, error) {
 	mb, err := newMailbox()
 	if err != nil {
 		return nil, err
@@ -62,11 +63,15 @@ func startProc(l *Launcher, name string, role uint8, platform string, device, wo
 	var e wire.Encoder
 	e.U8(opInit)
 	e.U8(role)
-	e.String(platform)
-	e.I64(int64(device))
 	e.Int(worker)
 	e.String(shm.Prefix())
+	e.String(l.Path)
+	e.U32(uint32(len(l.Args)))
+	for _, a := range l.Args {
+		e.String(a)
+	}
 	e.Blob(l.Bundle)
+	body(&e)
 	if _, err := p.call(laneControl, e.Bytes(), deadline); err != nil {
 		p.close()
 		return nil, Wrap(err, name+": starting")
@@ -155,13 +160,14 @@ func (p *proc) register(c Callable) error {
 }
 
 // run executes one task member in the child.
-func (p *proc) run(op uint8, h *Handle, args *TaskArgs) error {
+func (p *proc) run(op uint8, h *Handle, args *TaskArgs, cfg *CallConfig) error {
 	var e wire.Encoder
 	e.U8(op)
 	e.String(h.Digest())
 	if err := encodeArgs(&e, args); err != nil {
 		return err
 	}
+	encodeCallConfig(&e, cfg)
 	_, err := p.call(laneTask, e.Bytes(), time.Time{})
 	return err
 }

@@ -3,6 +3,8 @@ package engine
 import (
 	"sync"
 	"time"
+
+	"simpler/wire"
 )
 
 // startProcs brings up a child process per chip and per SUB worker, all
@@ -18,11 +20,16 @@ func (w *Worker) startProcs() error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			role, id, device := roleChip, i, -1
 			if i < n {
-				procs[i], errs[i] = startProc(w.cfg.Launcher, w.workerName(NextLevel, i), roleChip, w.cfg.Platform.Name(), w.cfg.DeviceIDs[i], i, deadline)
+				device = w.cfg.DeviceIDs[i]
 			} else {
-				procs[i], errs[i] = startProc(w.cfg.Launcher, w.workerName(Sub, i-n), roleSub, w.cfg.Platform.Name(), -1, i-n, deadline)
+				role, id = roleSub, i-n
 			}
+			procs[i], errs[i] = startProc(w.cfg.Launcher, w.workerName(poolOf(role), id), role, id, deadline, func(e *wire.Encoder) {
+				e.String(w.cfg.Platform.Name())
+				e.I64(int64(device))
+			})
 		}()
 	}
 	wg.Wait()
@@ -35,12 +42,58 @@ func (w *Worker) startProcs() error {
 	for i, p := range w.chipProcs {
 		w.chips = append(w.chips, &procChip{p: p, id: w.cfg.DeviceIDs[i], platform: w.cfg.Platform})
 	}
+	return w.shipRegistry()
+}
+
+// shipRegistry sends every registered callable to every child process.
+func (w *Worker) shipRegistry() error {
 	for _, h := range w.reg.byDigest {
-		for _, p := range procs {
+		for _, p := range w.procs() {
 			if err := p.register(h.Callable); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// procs lists every child process of the worker.
+func (w *Worker) procs() []*proc {
+	return append(append(append([]*proc(nil), w.chipProcs...), w.subProcs...), w.nodeProcs...)
+}
+
+// startNodes brings up each level-3 child as a process of its own, which
+// brings its own chips and SUB workers up before it answers. One deadline
+// covers the whole tree. Caller holds w.mu.
+func (w *Worker) startNodes() error {
+	deadline := time.Now().Add(w.cfg.StartupTimeout)
+	procs := make([]*proc, len(w.children))
+	errs := make([]error, len(w.children))
+	var wg sync.WaitGroup
+	for i, child := range w.children {
+		cfg := child.cfg
+		cfg.StartupTimeout = time.Until(deadline)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			procs[i], errs[i] = startProc(w.cfg.Launcher, w.workerName(NextLevel, i), roleNode, i, deadline, func(e *wire.Encoder) {
+				encodeConfig(e, cfg)
+			})
+		}()
+	}
+	wg.Wait()
+	w.nodeProcs = procs
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return w.shipRegistry()
+}
+
+func poolOf(role uint8) Pool {
+	if role == roleSub {
+		return Sub
+	}
+	return NextLevel
 }

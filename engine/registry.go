@@ -66,7 +66,7 @@ func (w *Worker) Register(c Callable, workers []int) (*Handle, error) {
 			return nil, Wrap(err, "register on child")
 		}
 	}
-	for _, p := range append(w.chipProcs, w.subProcs...) {
+	for _, p := range w.procs() {
 		if err := p.register(c); err != nil {
 			return nil, err
 		}

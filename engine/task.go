@@ -24,11 +24,12 @@ type Task struct {
 	deps      []int // producers' ids, kept only while observed
 }
 
-// TaskError is a task's failure as the caller sees it: which task, on which
-// worker, running which callable, and why.
+// TaskError is a task's failure as the caller sees it: where it failed
+// (a path down the worker tree, e.g. "child_worker 0 > sub_worker 1"), the
+// task and callable that failed there, and why.
 type TaskError struct {
 	TaskID   int
-	Worker   string // e.g. "chip_worker 1 (device 1)", "sub_worker 0"
+	Worker   string
 	Callable string
 	Err      error
 }
@@ -36,10 +37,20 @@ type TaskError struct {
 func (e *TaskError) Error() string {
 	k := KindOf(e.Err)
 	_, msg, _ := SplitKind(e.Err.Error())
-	return fmt.Sprintf("%s: task %d on %s running %q failed: %s", k, e.TaskID, e.Worker, e.Callable, msg)
+	return fmt.Sprintf("%s: %s: task %d running %q failed: %s", k, e.Worker, e.TaskID, e.Callable, msg)
 }
 
 func (e *TaskError) Unwrap() error { return e.Err }
+
+// taskError makes the error of a task that failed on worker; a failure
+// that came up from a child keeps its own task and callable, and the path
+// grows by this level.
+func taskError(id int, worker, callable string, err error) *TaskError {
+	if inner, ok := err.(*TaskError); ok {
+		return &TaskError{TaskID: inner.TaskID, Worker: worker + " > " + inner.Worker, Callable: inner.Callable, Err: inner.Err}
+	}
+	return &TaskError{TaskID: id, Worker: worker, Callable: callable, Err: err}
+}
 
 // tkey identifies memory in a run's tensor map: host memory (space -1) or a
 // NEXT_LEVEL worker's device memory (space = worker id).

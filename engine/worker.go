@@ -71,6 +71,7 @@ type Worker struct {
 	// Process mode: the child process behind each chip and SUB worker.
 	chipProcs []*proc
 	subProcs  []*proc
+	nodeProcs []*proc // level 4 in process mode: each level-3 child
 	next      []*endpoint
 	subs      []*endpoint
 	sched     *Sched
@@ -138,8 +139,8 @@ func validate(cfg *Config) error {
 	case cfg.Level >= 4 && len(cfg.DeviceIDs) > 0:
 		return Errorf(ValueError, "Worker: level %d composes child workers; device_ids belong to its level-3 children", cfg.Level)
 	}
-	if cfg.Mode == "process" && cfg.Level >= 4 {
-		return Errorf(ValueError, "Worker: mode=\"process\" at level %d is not available yet: set it on the level-3 children, whose chips and SUB workers then run as processes", cfg.Level)
+	if cfg.Mode == "process" && cfg.Level >= 5 {
+		return Errorf(ValueError, "Worker: mode=\"process\" at level %d is not available yet: compose level-4 children in thread mode (their level-3 nodes can still be processes)", cfg.Level)
 	}
 	max := cfg.Platform.Arch().MaxChips
 	seen := map[int]bool{}
@@ -281,8 +282,11 @@ func (w *Worker) initLocked() error {
 
 // open opens chips and brings children up; teardown undoes a partial open.
 func (w *Worker) open() error {
-	if w.cfg.Mode == "process" {
+	if w.cfg.Mode == "process" && w.cfg.Level == 3 {
 		return w.startProcs()
+	}
+	if w.cfg.Mode == "process" {
+		return w.startNodes()
 	}
 	for _, id := range w.cfg.DeviceIDs {
 		c, err := w.cfg.Platform.OpenChip(id)
@@ -304,7 +308,7 @@ func (w *Worker) open() error {
 
 func (w *Worker) teardown() error {
 	var first error
-	for _, p := range append(w.chipProcs, w.subProcs...) {
+	for _, p := range w.procs() {
 		if p == nil {
 			continue
 		}
@@ -312,7 +316,7 @@ func (w *Worker) teardown() error {
 			first = err
 		}
 	}
-	w.chipProcs, w.subProcs = nil, nil
+	w.chipProcs, w.subProcs, w.nodeProcs = nil, nil, nil
 	for _, c := range w.chips {
 		if err := c.Close(); err != nil && first == nil {
 			first = err

@@ -255,8 +255,8 @@ func TestLevel4RunsChildOrchestration(t *testing.T) {
 	}
 	err := submit(0)
 	te := taskErr(t, err)
-	if te.Worker != "child_worker 0" || te.Callable != "orch" ||
-		!strings.Contains(err.Error(), "chip_worker 0 (device 0)") || !strings.Contains(err.Error(), "told to fail") {
+	// The path names both levels; the callable is the one that failed.
+	if te.Worker != "child_worker 0 > chip_worker 0 (device 0)" || te.Callable != "inc" || !strings.Contains(err.Error(), "told to fail") {
 		t.Fatalf("got %v", err)
 	}
 	wantKind(t, "close of a child", l3.Close(), RuntimeError)
