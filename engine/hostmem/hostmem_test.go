@@ -2,7 +2,7 @@ package hostmem
 
 import (
 	"fmt"
-	"os"
+	"simpler/internal/leakcheck"
 	"strings"
 	"sync"
 	"testing"
@@ -11,15 +11,7 @@ import (
 	"simpler/hal/shm"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	left, err := shm.Leftovers(shm.Prefix())
-	if err != nil || len(left) > 0 {
-		fmt.Fprintf(os.Stderr, "leaked shared memory: %v %v\n", left, err)
-		code = 1
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { leakcheck.Main(m) }
 
 func newSpace(t *testing.T) *Space {
 	s := NewSpace()

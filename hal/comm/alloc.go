@@ -3,7 +3,6 @@ package comm
 import (
 	"errors"
 	"fmt"
-	"simpler/internal/futex"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,6 +11,7 @@ import (
 
 	"simpler/hal"
 	"simpler/hal/shm"
+	"simpler/internal/futex"
 )
 
 // Request describes one allocation of a domain. Every rank passes the same

@@ -6,10 +6,11 @@ package comm
 import (
 	"errors"
 	"fmt"
-	"simpler/internal/futex"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"simpler/internal/futex"
 )
 
 // openHeader opens the allocation's header, creating it if no rank has.

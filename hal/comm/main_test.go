@@ -2,10 +2,8 @@ package comm
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"runtime"
-	"simpler/internal/futex"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,35 +12,14 @@ import (
 
 	"simpler/hal"
 	"simpler/hal/shm"
+	"simpler/internal/futex"
 	"simpler/internal/leakcheck"
 )
 
-// TestMain is leakcheck.Run with the pool drained before the check: the
-// pool legitimately holds objects between tests, but none may outlive
-// DrainPool. (Each test also drains and checks after itself, see clean.)
-func TestMain(m *testing.M) {
-	tmp, err := os.MkdirTemp("", "simpler-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	outer := os.Getenv("TMPDIR")
-	os.Setenv("TMPDIR", tmp)
-	before := runtime.NumGoroutine()
-	code := m.Run()
-	var problems []string
-	if err := DrainPool(); err != nil {
-		problems = append(problems, err.Error())
-	}
-	problems = append(problems, leakcheck.Check(before)...)
-	os.Setenv("TMPDIR", outer)
-	os.RemoveAll(tmp)
-	for _, p := range problems {
-		fmt.Fprintln(os.Stderr, "leakcheck:", p)
-		code = 1
-	}
-	os.Exit(code)
-}
+// TestMain drains the pool before the leak checks: the pool legitimately
+// holds objects between tests, but none may outlive DrainPool. (Each test
+// also drains and checks after itself, see clean.)
+func TestMain(m *testing.M) { os.Exit(leakcheck.RunThen(m, DrainPool)) }
 
 // clean registers the per-test leak check: after the test's own cleanups
 // (registered later, so run earlier) have released everything, the pool

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"simpler/internal/futex"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -12,6 +11,7 @@ import (
 	"unsafe"
 
 	"simpler/hal"
+	"simpler/internal/futex"
 )
 
 // View is a kernel's handle on one rank of a domain, made by Open from the

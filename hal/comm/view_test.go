@@ -4,13 +4,14 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"simpler/internal/futex"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
+
+	"simpler/internal/futex"
 )
 
 // pair allocates a 2-rank domain and opens a view on each rank.

@@ -1,7 +1,7 @@
 // Package leakcheck makes a test binary fail when its tests leave
 // something behind: shared-memory objects this process created, goroutines
-// beyond those running when the tests started, or files in the private
-// temporary directory the tests run with.
+// beyond those running when the tests started, child processes still
+// running, or files in the private temporary directory the tests run with.
 //
 // Use it from TestMain:
 //
@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,7 +28,12 @@ func Main(m *testing.M) { os.Exit(Run(m)) }
 
 // Run runs the tests with a private temporary directory, checks for
 // leftovers and returns the exit code.
-func Run(m *testing.M) int {
+func Run(m *testing.M) int { return RunThen(m, nil) }
+
+// RunThen is Run with release called between the tests and the checks,
+// for a package that legitimately holds something across tests (a pool)
+// until it is released.
+func RunThen(m *testing.M, release func() error) int {
 	tmp, err := os.MkdirTemp("", "simpler-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "leakcheck:", err)
@@ -36,7 +43,13 @@ func Run(m *testing.M) int {
 	os.Setenv("TMPDIR", tmp)
 	before := runtime.NumGoroutine()
 	code := m.Run()
-	problems := Check(before)
+	var problems []string
+	if release != nil {
+		if err := release(); err != nil {
+			problems = append(problems, fmt.Sprintf("releasing before the checks: %v", err))
+		}
+	}
+	problems = append(problems, Check(before)...)
 	os.Setenv("TMPDIR", outer)
 	os.RemoveAll(tmp)
 	if len(problems) > 0 {
@@ -61,6 +74,9 @@ func Check(goroutinesBefore int) []string {
 	if n, stacks := goroutines(goroutinesBefore); n > 0 {
 		problems = append(problems, fmt.Sprintf("%d goroutine(s) left behind:\n%s", n, stacks))
 	}
+	if kids := children(); len(kids) > 0 {
+		problems = append(problems, fmt.Sprintf("child processes left running: %v", kids))
+	}
 	if entries, _ := os.ReadDir(os.TempDir()); len(entries) > 0 {
 		var names []string
 		for _, e := range entries {
@@ -69,6 +85,37 @@ func Check(goroutinesBefore int) []string {
 		problems = append(problems, fmt.Sprintf("temporary files left behind: %v", names))
 	}
 	return problems
+}
+
+// children lists the live child processes of this process (from /proc),
+// waiting briefly for ones that are exiting.
+func children() []string {
+	deadline := time.Now().Add(settle)
+	for {
+		var kids []string
+		entries, _ := os.ReadDir("/proc")
+		for _, e := range entries {
+			stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+			if err != nil {
+				continue
+			}
+			// pid (comm) state ppid ...: comm may hold spaces, so parse
+			// after the last ')'.
+			s := string(stat)
+			i := strings.LastIndexByte(s, ')')
+			if i < 0 {
+				continue
+			}
+			f := strings.Fields(s[i+1:])
+			if len(f) >= 2 && f[0] != "Z" && f[1] == strconv.Itoa(os.Getpid()) {
+				kids = append(kids, e.Name()+" "+s[:i+1])
+			}
+		}
+		if len(kids) == 0 || time.Now().After(deadline) {
+			return kids
+		}
+		time.Sleep(10 * time.Millisecond) // polling the process table
+	}
 }
 
 // goroutines waits for the count to fall back to before and returns the
