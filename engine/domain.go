@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -146,7 +147,7 @@ func (d *Domain) Rank(worker int) (*RankView, error) {
 		}
 		return v, nil
 	}
-	return nil, Errorf(KeyError, "worker %d is not a member of domain %q (members: %v)", worker, d.spec.Name, d.spec.Workers)
+	return nil, Errorf(KeyError, "worker %d is not a member of domain %q (members: %s)", worker, d.spec.Name, intList(d.spec.Workers))
 }
 
 // validateDomain checks a spec before any backend work.
@@ -414,4 +415,16 @@ func initBaseComm(c hal.Chip) error {
 		return Errorf(RuntimeError, "platform %s has no communication profile", c.Platform().Name())
 	}
 	return nil
+}
+
+// intList formats ids the way scripts write lists: [0, 2].
+func intList(ids []int) string {
+	b := []byte{'['}
+	for i, id := range ids {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = strconv.AppendInt(b, int64(id), 10)
+	}
+	return string(append(b, ']'))
 }

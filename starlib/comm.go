@@ -80,12 +80,20 @@ func (c *Comm) window(args starlark.Tuple, kw []starlark.Tuple) (starlark.Value,
 	if err := starlark.UnpackPositionalArgs("comm.window", args, kw, 1, &rank); err != nil {
 		return nil, err
 	}
-	base, err := c.v.Base(rank)
+	base, err := c.base("comm.window", rank)
 	if err != nil {
 		return nil, err
 	}
 	n := c.v.WindowSize()
 	return c.tensor(base, []int{n}, dtype.UInt8, base, n), nil
+}
+
+// base is rank's window base, with the error naming op.
+func (c *Comm) base(op string, rank int) (uint64, error) {
+	if rank < 0 || rank >= c.v.Size() {
+		return 0, errorf(engine.IndexError, "%s: rank %d out of range (domain %q has ranks 0..%d)", op, rank, c.v.Name(), c.v.Size()-1)
+	}
+	return c.v.Base(rank)
 }
 
 // offset returns t's byte offset in this rank's window, checking that t
@@ -113,7 +121,7 @@ func (c *Comm) peer(args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, e
 	if err != nil {
 		return nil, err
 	}
-	base, err := c.v.Base(rank)
+	base, err := c.base("comm.peer", rank)
 	if err != nil {
 		return nil, err
 	}
@@ -128,7 +136,7 @@ func signalWidth(op string, t *Tensor) (int, error) {
 	case dtype.Int64, dtype.UInt64:
 		return 8, nil
 	}
-	return 0, errorf(engine.TypeError, "%s: a signal is an INT32 or INT64 word, got %s", op, t.t.DType)
+	return 0, errorf(engine.TypeError, "%s: a signal is an INT32 or INT64 word, got %s", op, t.t.DType.ConstName())
 }
 
 func (c *Comm) notify(args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
@@ -151,7 +159,7 @@ func (c *Comm) notify(args starlark.Tuple, kw []starlark.Tuple) (starlark.Value,
 	if err != nil {
 		return nil, err
 	}
-	base, err := c.v.Base(rank)
+	base, err := c.base("comm.notify", rank)
 	if err != nil {
 		return nil, err
 	}

@@ -17,13 +17,25 @@ func errorf(k engine.Kind, format string, args ...any) error {
 }
 
 // Message is the text a script sees for err: for a Starlark evaluation
-// error its message without the backtrace.
+// error its message without the backtrace. fail("ValueError: ...") reads
+// as "ValueError: ...": a library written in Starlark raises kinded errors
+// the way the engine does.
 func Message(err error) string {
 	var ee *starlark.EvalError
 	if errors.As(err, &ee) {
-		return ee.Msg
+		return withoutFail(ee.Msg)
 	}
 	return err.Error()
+}
+
+// withoutFail drops Starlark's "fail: " prefix when a kind follows it.
+func withoutFail(msg string) string {
+	if rest, ok := strings.CutPrefix(msg, "fail: "); ok {
+		if _, _, kinded := engine.SplitKind(rest); kinded {
+			return rest
+		}
+	}
+	return msg
 }
 
 // Backtrace formats err as simpler prints it: every Starlark frame as
@@ -47,7 +59,7 @@ func Backtrace(err error) string {
 				fmt.Fprintf(&b, "  %s: in %s\n", f.Pos, f.Name)
 			}
 		}
-		b.WriteString(ee.Msg)
+		b.WriteString(withoutFail(ee.Msg))
 	} else {
 		b.WriteString(err.Error())
 	}
@@ -76,8 +88,7 @@ func kernelError(err error) error {
 	if err == nil {
 		return nil
 	}
-	msg := strings.TrimPrefix(Message(err), "fail: ")
-	k, rest, ok := engine.SplitKind(msg)
+	k, rest, ok := engine.SplitKind(Message(err))
 	if !ok {
 		k = engine.RuntimeError
 	}

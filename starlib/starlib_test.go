@@ -135,7 +135,7 @@ def main(ctx):
 	if err != nil {
 		t.Fatal(Backtrace(err))
 	}
-	want := "fail: ValueError: bad input\nNone\nAssertionError: 1 != 2\nAssertionError: lambda succeeded; want an error matching \"x\"\nTrue\n"
+	want := "ValueError: bad input\nNone\nAssertionError: 1 != 2\nAssertionError: lambda succeeded; want an error matching \"x\"\nTrue\n"
 	if out != want {
 		t.Fatalf("got\n%s\nwant\n%s", out, want)
 	}

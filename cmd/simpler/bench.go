@@ -25,6 +25,12 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	ok = ok && okProc
+	okColl, err := bench.Collectives(stdout)
+	if err != nil {
+		fmt.Fprintln(stderr, "bench:", err)
+		return 1
+	}
+	ok = ok && okColl
 	if !ok {
 		return 1
 	}
