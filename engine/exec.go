@@ -87,6 +87,8 @@ func (w *Worker) workerName(p Pool, id int) string {
 	switch {
 	case p == Sub:
 		return fmt.Sprintf("sub_worker %d", id)
+	case w.IsRemote(id):
+		return fmt.Sprintf("remote_worker %d", id)
 	case w.cfg.Level >= 4:
 		return fmt.Sprintf("child_worker %d", id)
 	default:
@@ -110,6 +112,8 @@ func (w *Worker) exec(ep *endpoint, a Assignment) (err error) {
 		return t.handle.Callable.(SubCallable).RunSub(&SubCtx{WorkerID: ep.id, Local: &ep.local}, args)
 	case w.chipProcs != nil:
 		return w.chipProcs[a.Target].run(opRunChip, t.handle, args, nil)
+	case w.IsRemote(a.Target):
+		return w.remotes[a.Target].run(t.handle, args, &t.cfg)
 	case w.nodeProcs != nil:
 		return w.nodeProcs[a.Target].run(opRunOrch, t.handle, args, &t.cfg)
 	case w.cfg.Level >= 4:

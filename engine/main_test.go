@@ -14,5 +14,8 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(runTestChild())
 	}
+	if os.Getenv(sessionEnv) != "" {
+		os.Exit(runTestSession())
+	}
 	leakcheck.Main(m)
 }

@@ -155,7 +155,18 @@ func (o *Orchestrator) checkSub(op string, h *Handle, n int) error {
 // allocated: host tensors must be in shared memory; device tensors must
 // lie in a live region of the chip the member runs on.
 func (o *Orchestrator) checkTensors(op string, job schedJob, m int, a *TaskArgs) error {
+	worker := job.worker
+	if job.group != nil {
+		worker = job.group[m]
+	}
+	remote := job.pool == NextLevel && o.w.IsRemote(worker)
 	for i, t := range a.Tensors {
+		if t.Remote != nil || t.Inline != nil || remote {
+			if err := checkRemoteTensor(op, i, t, a.Tags[i], worker, remote); err != nil {
+				return err
+			}
+			continue
+		}
 		if t.DType.Size() == 0 {
 			return Errorf(ValueError, "%s: tensor %d has no dtype", op, i)
 		}
@@ -176,10 +187,6 @@ func (o *Orchestrator) checkTensors(op string, job schedJob, m int, a *TaskArgs)
 		}
 		if o.w.cfg.Level >= 4 {
 			return Errorf(ValueError, "%s: tensor %d is device memory; a level-%d task takes host tensors", op, i, o.w.cfg.Level)
-		}
-		worker := job.worker
-		if job.group != nil {
-			worker = job.group[m]
 		}
 		if _, err := o.w.chips[worker].Bytes(t.Addr, t.NBytes()); err != nil {
 			return Wrap(err, fmt.Sprintf("%s: tensor %d (child_memory on worker %d)", op, i, worker))
@@ -237,6 +244,7 @@ func (o *Orchestrator) submit(op string, h *Handle, job schedJob, argsList []*Ta
 	t.remaining = len(argsList)
 	r.wire(t)
 	o.refHeap(t)
+	r.captureRemote(t)
 	w.inflight++
 	r.inflight++
 	out := o.dispatch[:0]
@@ -421,4 +429,38 @@ func (o *Orchestrator) CopyFrom(worker int, dst []byte, src uint64) error {
 		return err
 	}
 	return o.w.copyFrom("orch.copy_from", worker, dst, src)
+}
+
+// checkRemoteTensor applies the remote rules: a remote node takes only
+// RemoteTensorRef and host_inline tensors, each usable there; a local
+// worker takes none.
+func checkRemoteTensor(op string, i int, t Tensor, tag Tag, worker int, remote bool) error {
+	switch {
+	case !remote && (t.Remote != nil || t.Inline != nil):
+		return Errorf(ValueError, "%s: tensor %d is remote data; worker %d is not a remote node", op, i, worker)
+	case t.Inline != nil:
+		if tag != Input {
+			return Errorf(ValueError, "%s: tensor %d is host_inline, which is an INPUT, but is tagged %s", op, i, tag)
+		}
+		if len(t.Inline) != t.NBytes() {
+			return Errorf(ValueError, "%s: tensor %d carries %d inline bytes for %d", op, i, len(t.Inline), t.NBytes())
+		}
+		return nil
+	case t.Remote == nil && tag.writes() && t.Addr == 0:
+		return Errorf(ValueError, "%s: tensor %d: a remote OUTPUT needs a RemoteTensorRef (remote_malloc the output first)", op, i)
+	case t.Remote == nil:
+		return Errorf(ValueError, "%s: tensor %d is a host tensor; remote worker %d takes RemoteTensorRef tensors (remote_malloc + remote_copy_to, or RemoteTensorRef.host_inline)", op, i, worker)
+	}
+	b := t.Remote.Buf
+	switch {
+	case b.Released():
+		return Errorf(ValueError, "%s: tensor %d's remote buffer was released", op, i)
+	case b.Worker != worker:
+		return Errorf(ValueError, "%s: tensor %d's buffer is usable on worker %d, not worker %d (remote_import it there)", op, i, b.Worker, worker)
+	case t.Remote.Offset < 0 || t.Remote.Offset+t.NBytes() > b.NBytes:
+		return Errorf(ValueError, "%s: tensor %d (%d bytes at offset %d) overruns its %d-byte buffer", op, i, t.NBytes(), t.Remote.Offset, b.NBytes)
+	case tag.needs()&^b.Access != 0:
+		return Errorf(ValueError, "%s: tensor %d is %s, which needs %s access; the handle has %s", op, i, tag, tag.needs(), b.Access)
+	}
+	return nil
 }

@@ -59,7 +59,13 @@ func (w *Worker) shipRegistry() error {
 
 // procs lists every child process of the worker.
 func (w *Worker) procs() []*proc {
-	return append(append(append([]*proc(nil), w.chipProcs...), w.subProcs...), w.nodeProcs...)
+	var ps []*proc
+	for _, p := range append(append(append([]*proc(nil), w.chipProcs...), w.subProcs...), w.nodeProcs...) {
+		if p != nil {
+			ps = append(ps, p)
+		}
+	}
+	return ps
 }
 
 // startNodes brings up each level-3 child as a process of its own, which
@@ -71,6 +77,9 @@ func (w *Worker) startNodes() error {
 	errs := make([]error, len(w.children))
 	var wg sync.WaitGroup
 	for i, child := range w.children {
+		if child == nil {
+			continue // a remote node
+		}
 		cfg := child.cfg
 		cfg.StartupTimeout = time.Until(deadline)
 		wg.Add(1)

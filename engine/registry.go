@@ -62,6 +62,9 @@ func (w *Worker) Register(c Callable, workers []int) (*Handle, error) {
 		return h, nil
 	}
 	for _, child := range w.children {
+		if child == nil {
+			continue
+		}
 		if _, err := child.Register(c, nil); err != nil {
 			return nil, Wrap(err, "register on child")
 		}
@@ -69,6 +72,13 @@ func (w *Worker) Register(c Callable, workers []int) (*Handle, error) {
 	for _, p := range w.procs() {
 		if err := p.register(c); err != nil {
 			return nil, err
+		}
+	}
+	for _, n := range w.remotes {
+		if n != nil {
+			if err := n.register(c); err != nil {
+				return nil, err
+			}
 		}
 	}
 	h := &Handle{Callable: c, Workers: workers, refs: 1}

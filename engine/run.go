@@ -19,9 +19,10 @@ type Run struct {
 	buildErr error
 	result   any
 	root     *scope
-	cleanups []Cleanup // run after the fence, last registered first
-	domains  []*Domain // allocated by this run, in allocation order
-	retired  bool      // past the fence: a release frees at once
+	cleanups []Cleanup       // run after the fence, last registered first
+	domains  []*Domain       // allocated by this run, in allocation order
+	captured []*RemoteBuffer // slot refs taken by this run's tasks
+	retired  bool            // past the fence: a release frees at once
 	done     chan struct{}
 	waitErr  error // set before done is closed
 }
@@ -180,6 +181,9 @@ func (w *Worker) finish(r *Run) {
 		r.waitErr = r.firstErr.err
 	}
 	w.mu.Unlock()
+	if err := w.dropCaptured(r); err != nil && r.waitErr == nil {
+		r.waitErr = err
+	}
 	for i := len(cleanups) - 1; i >= 0; i-- {
 		if err := cleanups[i].Fn(); err != nil {
 			w.Poison(Wrap(err, cleanups[i].Name))

@@ -52,12 +52,19 @@ func taskError(id int, worker, callable string, err error) *TaskError {
 	return &TaskError{TaskID: id, Worker: worker, Callable: callable, Err: err}
 }
 
-// tkey identifies memory in a run's tensor map: host memory (space -1) or a
-// NEXT_LEVEL worker's device memory (space = worker id).
+// tkey identifies memory in a run's tensor map by its start: host memory
+// (space -1), a NEXT_LEVEL worker's device memory (space = worker id), or
+// a remote buffer (space -2: owner, buffer and generation, addr the offset
+// in the owner allocation, so owner and imported views of one range are
+// one key).
 type tkey struct {
-	space int
-	addr  uint64
+	space    int
+	addr     uint64
+	owner    int
+	buf, gen uint64
 }
+
+const remoteSpace = -2
 
 // wire records t's producers and makes t the writer of what it writes. It
 // runs under the Worker's mutex, in submit order.
@@ -73,7 +80,13 @@ func (r *Run) wire(t *Task) {
 		}
 		for i, ten := range a.Tensors {
 			k := tkey{space: -1, addr: ten.Addr}
-			if ten.ChildMemory {
+			switch {
+			case ten.Inline != nil:
+				continue // carried in the frame: no memory to depend on
+			case ten.Remote != nil:
+				b := ten.Remote.Buf
+				k = tkey{space: remoteSpace, owner: b.Owner, buf: b.BufferID, gen: b.Gen, addr: uint64(b.Offset + ten.Remote.Offset)}
+			case ten.ChildMemory:
 				k.space = space
 			}
 			tag := a.Tags[i]

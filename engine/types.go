@@ -42,6 +42,17 @@ type Tensor struct {
 	Shape       []int
 	DType       dtype.DType
 	ChildMemory bool
+	// Remote places the tensor in a remote buffer (a RemoteTensorRef) and
+	// Inline carries a small input inside the task frame (host_inline):
+	// both are for remote nodes, and Addr is 0 with either.
+	Remote *RemoteRef
+	Inline []byte
+}
+
+// RemoteRef is where in a remote buffer a tensor starts.
+type RemoteRef struct {
+	Buf    *RemoteBuffer
+	Offset int
 }
 
 // Elems is the number of elements.

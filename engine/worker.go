@@ -39,6 +39,11 @@ type Config struct {
 	// StartupTimeout bounds bringing the whole tree up; 0 means
 	// DefaultStartupTimeout.
 	StartupTimeout time.Duration
+	// SessionTimeout bounds every command to a remote node and its health
+	// probes; 0 means DefaultSessionTimeout.
+	SessionTimeout time.Duration
+	// Sources is the code shipped to remote nodes.
+	Sources *Sources
 }
 
 // Defaults for Config.
@@ -72,14 +77,19 @@ type Worker struct {
 	chipProcs []*proc
 	subProcs  []*proc
 	nodeProcs []*proc // level 4 in process mode: each level-3 child
-	next      []*endpoint
-	subs      []*endpoint
-	sched     *Sched
-	reg       registry
-	heap      *heapRing
-	inflight  int // tasks submitted and not retired, over all runs
-	runs      map[*Run]struct{}
-	runSeq    uint64
+	// Remote nodes share the NEXT_LEVEL ids with children: children[id]
+	// is nil for a remote node, remoteSpecs[id] nil for a local one.
+	remoteSpecs []*RemoteSpec
+	remotes     []*rnode
+	rbufs       map[*RemoteBuffer]struct{} // live handles, for close
+	next        []*endpoint
+	subs        []*endpoint
+	sched       *Sched
+	reg         registry
+	heap        *heapRing
+	inflight    int // tasks submitted and not retired, over all runs
+	runs        map[*Run]struct{}
+	runSeq      uint64
 
 	namespace string             // unique per Worker in this process; scopes comm names
 	domains   map[string]*Domain // live (unreleased) domains by name
@@ -101,6 +111,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 	}
 	w := &Worker{cfg: cfg, runs: map[*Run]struct{}{}, domains: map[string]*Domain{},
 		hostBufs:  map[uint64]*HostBuffer{},
+		rbufs:     map[*RemoteBuffer]struct{}{},
 		namespace: fmt.Sprintf("w%d", workerSeq.Add(1))}
 	w.cond = sync.NewCond(&w.mu)
 	w.reg.byDigest = map[string]*Handle{}
@@ -167,6 +178,9 @@ func validate(cfg *Config) error {
 	}
 	if cfg.StartupTimeout <= 0 {
 		cfg.StartupTimeout = DefaultStartupTimeout
+	}
+	if cfg.SessionTimeout <= 0 {
+		cfg.SessionTimeout = DefaultSessionTimeout
 	}
 	return nil
 }
@@ -241,6 +255,7 @@ func (w *Worker) AddWorker(child *Worker) (int, error) {
 	}
 	child.attached = true
 	w.children = append(w.children, child)
+	w.remoteSpecs = append(w.remoteSpecs, nil)
 	return len(w.children) - 1, nil
 }
 
@@ -286,7 +301,10 @@ func (w *Worker) open() error {
 		return w.startProcs()
 	}
 	if w.cfg.Mode == "process" {
-		return w.startNodes()
+		if err := w.startNodes(); err != nil {
+			return err
+		}
+		return w.dialRemotes()
 	}
 	for _, id := range w.cfg.DeviceIDs {
 		c, err := w.cfg.Platform.OpenChip(id)
@@ -296,6 +314,9 @@ func (w *Worker) open() error {
 		w.chips = append(w.chips, c)
 	}
 	for i, child := range w.children {
+		if child == nil {
+			continue
+		}
 		child.mu.Lock()
 		err := child.initLocked()
 		child.mu.Unlock()
@@ -303,7 +324,7 @@ func (w *Worker) open() error {
 			return Wrap(err, fmt.Sprintf("child_worker %d", i))
 		}
 	}
-	return nil
+	return w.dialRemotes()
 }
 
 func (w *Worker) teardown() error {
@@ -323,7 +344,16 @@ func (w *Worker) teardown() error {
 		}
 	}
 	w.chips = nil
+	for _, n := range w.remotes {
+		if n != nil {
+			n.close()
+		}
+	}
+	w.remotes = nil
 	for _, child := range w.children {
+		if child == nil {
+			continue
+		}
 		if err := child.closeTree(); err != nil && first == nil {
 			first = err
 		}

@@ -73,10 +73,11 @@ func GoldenPath(script string) string { return strings.TrimSuffix(script, ".star
 
 // Runner runs scripts with a simpler binary, each in a fresh process.
 type Runner struct {
-	Binary  string        // the simpler executable
-	Args    []string      // after "run" and before the script's own; nil means DefaultArgs
-	Env     []string      // added to the environment (NO_COLOR=1 and SIMPLER_PLATFORM= always are)
-	Timeout time.Duration // per script; 0 means none
+	Binary  string          // the simpler executable
+	Args    []string        // after "run" and before the script's own; nil means DefaultArgs
+	Env     []string        // added to the environment (NO_COLOR=1 and SIMPLER_PLATFORM= always are)
+	Timeout time.Duration   // per script; 0 means none
+	Context context.Context // cancelling it kills the running scripts; nil means none
 }
 
 // Run runs script in its own directory as `simpler run ARGS NAME.star`.
@@ -95,7 +96,11 @@ func (r *Runner) Run(script string) (res Result, leaks []string, err error) {
 	args = append(args, ScriptArgs(src)...)
 	args = append(args, filepath.Base(script))
 
-	ctx := context.Background()
+	parent := r.Context
+	if parent == nil {
+		parent = context.Background()
+	}
+	ctx := parent
 	if r.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, r.Timeout)
@@ -124,6 +129,8 @@ func (r *Runner) Run(script string) (res Result, leaks []string, err error) {
 	res = Result{Stdout: Normalize(stdout.String()), Stderr: Normalize(stderr.String())}
 	var exit *exec.ExitError
 	switch {
+	case parent.Err() != nil:
+		return res, leaks, fmt.Errorf("%s: interrupted", script)
 	case ctx.Err() != nil:
 		return res, leaks, fmt.Errorf("%s: still running after %v; killed", script, r.Timeout)
 	case errors.As(runErr, &exit):

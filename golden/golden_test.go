@@ -1,10 +1,14 @@
 package golden
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -155,4 +159,69 @@ func TestRunnerCheck(t *testing.T) {
 	if o.Passed || !strings.Contains(o.Problem, "killed") {
 		t.Errorf("slow.star: %+v", o)
 	}
+}
+
+// TestRunnerInterrupt cancels the runner's context while a script runs:
+// the script and the process it started are killed, and the outcome says
+// it was interrupted.
+func TestRunnerInterrupt(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Fatal("no sh:", err)
+	}
+	dir := t.TempDir()
+	started := filepath.Join(dir, "started")
+	bin := filepath.Join(dir, "fake-simpler")
+	script := "#!" + sh + "\nsleep 600 &\necho $! > " + started + ".tmp\nmv " + started + ".tmp " + started + "\nwait\n"
+	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "hang.star"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r := &Runner{Binary: bin, Context: ctx}
+	done := make(chan Outcome, 1)
+	go func() { done <- r.Check(filepath.Join(dir, "hang.star"), false) }()
+	deadline := time.Now().Add(30 * time.Second)
+	var pidText []byte
+	for {
+		if pidText, err = os.ReadFile(started); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the script never started")
+		}
+		time.Sleep(5 * time.Millisecond) // polling for the file, with a deadline
+	}
+	cancel()
+	o := <-done
+	if o.Passed || !strings.Contains(o.Problem, "interrupted") {
+		t.Errorf("outcome %+v", o)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(pidText)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for alive(pid) { // the grandchild dies with its group
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d the script started is still running", pid)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// alive reports whether pid is running (a zombie is not).
+func alive(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the command name in parentheses.
+	i := strings.LastIndexByte(string(stat), ')')
+	return i < 0 || i+2 >= len(stat) || stat[i+2] != 'Z'
 }

@@ -3,7 +3,9 @@ package starlib
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
+	"strings"
 
 	"go.starlark.net/starlark"
 
@@ -92,4 +94,35 @@ type noCode struct{}
 
 func (noCode) Resolve(digest, module, name string) (engine.Callable, error) {
 	return nil, fmt.Errorf("RuntimeError: %s.%s: this worker was started without a module bundle", module, name)
+}
+
+// sources is the code shipped to remote nodes: every module loaded so far
+// but the embedded library, which every node has.
+func (s *Session) sources() *engine.Sources {
+	l := s.loader
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	src := &engine.Sources{Root: l.main}
+	names := make([]string, 0, len(l.modules))
+	for n := range l.modules {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if !strings.HasPrefix(n, stdPrefix) && l.modules[n].err == nil && l.modules[n].src != nil {
+			src.Modules = append(src.Modules, wire.Module{Name: n, Source: l.modules[n].src})
+		}
+	}
+	return src
+}
+
+// NewSourceResolver makes a remote node's resolver from shipped sources.
+func NewSourceResolver(root string, modules []wire.Module) (engine.Resolver, error) {
+	s := NewSession("", nil, "thread", nil, os.Stdout, os.Stderr)
+	s.loader.root, s.loader.main = filepath.Dir(root), root
+	s.loader.shipped = map[string][]byte{}
+	for _, m := range modules {
+		s.loader.shipped[m.Name] = m.Source
+	}
+	return &resolver{s: s}, nil
 }

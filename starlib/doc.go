@@ -51,7 +51,8 @@ var DocSections = []string{
 	"ctx", "Worker", "CallableHandle", "RunHandle", "Orchestrator",
 	"TaskArgs", "CallConfig", "Tensor", "HostBuffer",
 	"CommBufferSpec", "CommDomainHandle", "ChipDomainContext",
-	"Chip", "Comm", "array", "Array", "DataType", "assert",
+	"Chip", "Comm", "RemoteBufferHandle", "RemoteTensorRef",
+	"array", "Array", "DataType", "assert",
 }
 
 // Docs returns every entry once: the globals first, then the sections in
@@ -133,6 +134,8 @@ var docTable = []Doc{
 		"Per-call settings passed with a submit; an unknown key is a TypeError."},
 	{"CommBufferSpec", DocGlobal, "CommBufferSpec(name, dtype=UINT8, count=None, nbytes=None) -> CommBufferSpec",
 		"A named buffer carved from a domain window; give count or nbytes (or both, if they agree)."},
+	{"RemoteTensorRef", DocGlobal, "RemoteTensorRef(handle, offset=0, shape=, dtype=FLOAT32) -> RemoteTensorRef",
+		"A tensor inside a remote buffer, for TaskArgs.add_tensor of a task on a remote node."},
 	{"catch", DocGlobal, "catch(fn, *args, **kwargs) -> None | string",
 		"Calls fn and returns None if it succeeded, else the error message."},
 	{"assert", DocGlobal, "assert", "The assertion module: eq, ne, true, fails, allclose (also load(\"@simpler//testing.star\", \"assert\"))."},
@@ -186,6 +189,15 @@ var docTable = []Doc{
 	{"Worker.copy_from", DocMember, "w.copy_from(dst, src, size, worker_id=0)", "Copies size bytes from a device address to a host tensor or address."},
 	{"Worker.create_host_buffer", DocMember, "w.create_host_buffer(nbytes) -> HostBuffer", "A shared host buffer mapped into every local child."},
 	{"Worker.free_host_buffer", DocMember, "w.free_host_buffer(buf)", "Frees a HostBuffer; idempotent."},
+	{"Worker.add_remote_worker", DocMember, "w.add_remote_worker(endpoint=\"127.0.0.1:7700\", platform=w.platform, device_ids=[0], num_sub_workers=0, comm_profile=\"sim\", global_device_ranks=None, token=None) -> int",
+		"Level 4+: adds a level-3 node served by a `simpler remote-l3-worker` daemon, before init(); returns its worker id."},
+	{"Worker.remote_malloc", DocMember, "w.remote_malloc(worker=, nbytes=) -> RemoteBufferHandle", "Allocates a buffer on remote node `worker`; returns the owner handle."},
+	{"Worker.remote_free", DocMember, "w.remote_free(h)", "Frees an owner buffer (idempotent); the memory goes once no task or import uses it."},
+	{"Worker.remote_copy_to", DocMember, "w.remote_copy_to(h, host, nbytes, offset=0)", "Copies nbytes from a host tensor or address into the remote buffer at offset."},
+	{"Worker.remote_copy_from", DocMember, "w.remote_copy_from(h, host, nbytes, offset=0)", "Copies nbytes of the remote buffer at offset into a host tensor or address."},
+	{"Worker.remote_export", DocMember, "w.remote_export(h, offset=0, nbytes=None, access=\"readwrite\") -> RemoteBufferExport", "An opaque grant of a range of an owner buffer, for remote_import on another node."},
+	{"Worker.remote_import", DocMember, "w.remote_import(exp, worker=, access=None) -> RemoteBufferHandle", "Makes an exported buffer usable by tasks on node `worker`."},
+	{"Worker.remote_release_import", DocMember, "w.remote_release_import(h)", "Drops an imported handle (idempotent); waits for tasks that use it."},
 	{"Worker.live_domains", DocMember, "w.live_domains -> dict", "Live (unreleased) communication domains by name."},
 	{"Worker.level", DocMember, "w.level -> int", "The worker's level (2 to 6)."},
 	{"Worker.platform", DocMember, "w.platform -> string", "The platform name, e.g. \"a2a3sim\"."},
@@ -198,6 +210,23 @@ var docTable = []Doc{
 	{"CallableHandle.hashid", DocMember, "h.hashid -> string", "\"sha256:...\" over the function's module sources: the same in every process."},
 	{"CallableHandle.name", DocMember, "h.name -> string", "The function's name."},
 	{"CallableHandle.workers", DocMember, "h.workers -> list of int | None", "The NEXT_LEVEL ids it may run on (None: any)."},
+
+	// RemoteBufferHandle.
+	{"RemoteBufferHandle", DocType, "RemoteBufferHandle", "A buffer on a remote node, from remote_malloc (owner) or remote_import (imported)."},
+	{"RemoteBufferHandle.worker_id", DocMember, "h.worker_id -> int", "The node whose tasks can use this handle."},
+	{"RemoteBufferHandle.owner_worker_id", DocMember, "h.owner_worker_id -> int", "The node that holds the memory."},
+	{"RemoteBufferHandle.nbytes", DocMember, "h.nbytes -> int", "Its size."},
+	{"RemoteBufferHandle.address_space", DocMember, "h.address_space -> string", "\"remote_host\" for an owner handle, \"remote_window\" for an imported one."},
+	{"RemoteBufferHandle.access", DocMember, "h.access -> string", "What tasks may do through it: \"read\", \"write\" or \"readwrite\"."},
+	{"RemoteBufferHandle.released", DocMember, "h.released -> bool", "Whether it was freed or its import released."},
+	{"RemoteBufferHandle.is_imported", DocMember, "h.is_imported -> bool", "Whether it came from remote_import."},
+
+	// RemoteTensorRef.
+	{"RemoteTensorRef.host_inline", DocMember, "RemoteTensorRef.host_inline(payload_bytes, shape=, dtype=FLOAT32) -> RemoteTensorRef", "A small INPUT (at most 1 MiB of bytes or an Array) carried inside the task frame."},
+	{"RemoteTensorRef.shape", DocMember, "r.shape -> tuple of int", "The shape."},
+	{"RemoteTensorRef.dtype", DocMember, "r.dtype -> DataType", "The element type."},
+	{"RemoteTensorRef.nbytes", DocMember, "r.nbytes -> int", "The size in bytes."},
+	{"RemoteTensorRef.offset", DocMember, "r.offset -> int | None", "The byte offset in its buffer (None for host_inline)."},
 
 	// RunHandle.
 	{"RunHandle", DocType, "RunHandle", "A submitted run, returned by w.submit."},

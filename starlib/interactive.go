@@ -1,6 +1,7 @@
 package starlib
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -32,6 +33,7 @@ type Chunk struct {
 	Name string // "<repl N>", as backtraces show it
 	Src  []byte
 	File *syntax.File
+	Rest string // a line read after the chunk that starts the next one
 }
 
 // interactiveOptions are the loader's options, with load() binding
@@ -100,17 +102,33 @@ func interactiveTarget(root, path string) (string, error) {
 // ReadChunk parses one chunk, calling readline for every line it needs:
 // more lines are read while brackets are open, and a compound statement
 // (def, if, for, while) continues until a blank line.
+//
+// A block ended by a line that is not indented, rather than by a blank
+// line, does not include that line: it is returned as Rest, the start of
+// the next chunk.
 func (in *Interactive) ReadChunk(readline func() ([]byte, error)) (*Chunk, error) {
 	in.seq++
 	c := &Chunk{Name: fmt.Sprintf("<repl %d>", in.seq)}
+	var lines [][]byte
 	f, err := interactiveOptions.ParseCompoundStmt(c.Name, func() ([]byte, error) {
 		line, err := readline()
-		c.Src = append(c.Src, line...)
+		if len(line) > 0 {
+			lines = append(lines, line)
+		}
 		return line, err
 	})
 	if err != nil {
 		return nil, err
 	}
+	if n := len(f.Stmts); n > 0 && len(lines) > 1 {
+		_, end := f.Stmts[n-1].Span()
+		last := lines[len(lines)-1]
+		if int(end.Line) < len(lines) && len(bytes.TrimSpace(last)) > 0 {
+			c.Rest = strings.TrimSuffix(string(last), "\n")
+			lines = lines[:len(lines)-1]
+		}
+	}
+	c.Src = bytes.Join(lines, nil)
 	c.File = f
 	return c, nil
 }

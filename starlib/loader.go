@@ -25,6 +25,7 @@ const stdPrefix = "@simpler//"
 type module struct {
 	name    string // as shown in backtraces: relative path, or @simpler//x.star
 	sum     string // sha256 of the source
+	src     []byte
 	loads   []string
 	globals starlark.StringDict
 	err     error
@@ -38,7 +39,9 @@ type loader struct {
 	modules map[string]*module
 	stack   []string          // modules being loaded, outermost first
 	root    string            // directory of the main script: digests name modules relative to it
+	main    string            // the main script's module name
 	expect  map[string]string // in a child: each module's sha256 in the parent
+	shipped map[string][]byte // on a remote node: the parent's sources, by module name
 	predecl starlark.StringDict
 	print   func(*starlark.Thread, string)
 }
@@ -66,6 +69,12 @@ func resolveLoad(from, path string) (string, error) {
 }
 
 func (l *loader) source(name string) ([]byte, error) {
+	if l.shipped != nil && !strings.HasPrefix(name, stdPrefix) {
+		if src, ok := l.shipped[name]; ok {
+			return src, nil
+		}
+		return nil, fmt.Errorf("ValueError: module %s was not shipped with the session", name)
+	}
 	if rest, ok := strings.CutPrefix(name, stdPrefix); ok {
 		b, err := stdlib.ReadFile("stdlib/" + rest)
 		if err != nil {
@@ -110,6 +119,7 @@ func (l *loader) load(name string) (*module, error) {
 	if err == nil {
 		sum := sha256.Sum256(src)
 		m.sum = hex.EncodeToString(sum[:])
+		m.src = src
 		if want, ok := l.expect[name]; l.expect != nil && (!ok || want != m.sum) {
 			err = fmt.Errorf("RuntimeError: module %s changed on disk since simpler started (sha256 %.12s..., was %.12s...); restart to run the new code", name, m.sum, want)
 		}

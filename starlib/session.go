@@ -99,7 +99,7 @@ func isChildClose(err error) bool {
 // RunFile loads path and calls its main(ctx).
 func (s *Session) RunFile(path string) error {
 	name := displayName(path)
-	s.loader.root = filepath.Dir(name)
+	s.loader.root, s.loader.main = filepath.Dir(name), name
 	m, err := s.loader.load(name)
 	if err != nil {
 		return err

@@ -86,15 +86,17 @@ func newTaskArgs(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, 
 }
 
 func (t *TaskArgs) addTensor(tv, tagV starlark.Value) error {
-	ten, ok := tv.(*Tensor)
-	if !ok {
-		return errorf(engine.TypeError, "add_tensor: want a Tensor, got %s", tv.Type())
-	}
 	tag, ok := tagV.(TagValue)
 	if !ok {
 		return errorf(engine.TypeError, "add_tensor: tag must be one of INPUT, OUTPUT, INOUT, OUTPUT_EXISTING, NO_DEP, got %s", tagV.Type())
 	}
-	return t.a.AddTensor(ten.t, engine.Tag(tag))
+	switch ten := tv.(type) {
+	case *Tensor:
+		return t.a.AddTensor(ten.t, engine.Tag(tag))
+	case *RemoteTensorRef:
+		return t.a.AddTensor(ten.t, engine.Tag(tag))
+	}
+	return errorf(engine.TypeError, "add_tensor: want a Tensor or RemoteTensorRef, got %s", tv.Type())
 }
 
 func (t *TaskArgs) addScalar(v starlark.Value) error {

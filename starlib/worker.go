@@ -51,6 +51,15 @@ var workerMethods = map[string]workerMethod{
 
 	"create_host_buffer": (*Worker).createHostBuffer,
 	"free_host_buffer":   (*Worker).freeHostBuffer,
+
+	"add_remote_worker":     (*Worker).addRemoteWorker,
+	"remote_malloc":         (*Worker).remoteMalloc,
+	"remote_free":           (*Worker).remoteFree,
+	"remote_copy_to":        (*Worker).remoteCopyTo,
+	"remote_copy_from":      (*Worker).remoteCopyFrom,
+	"remote_export":         (*Worker).remoteExport,
+	"remote_import":         (*Worker).remoteImport,
+	"remote_release_import": (*Worker).remoteReleaseImport,
 }
 
 func (w *Worker) Attr(name string) (starlark.Value, error) {
@@ -134,6 +143,12 @@ func (s *Session) newWorker(th *starlark.Thread, b *starlark.Builtin, args starl
 	}
 	if startup, _ := seconds("Worker", "startup_timeout_s", startupT); startup > 0 {
 		cfg.StartupTimeout = startup
+	}
+	if session, _ := seconds("Worker", "remote_session_timeout_s", sessionT); session > 0 {
+		cfg.SessionTimeout = session
+	}
+	if level >= 4 {
+		cfg.Sources = s.sources()
 	}
 	if mode == "process" && s.Launcher != nil {
 		l := *s.Launcher

@@ -14,23 +14,21 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: simpler bench")
 		return 2
 	}
-	ok, err := bench.Dispatch(stdout, "thread")
-	if err != nil {
-		fmt.Fprintln(stderr, "bench:", err)
-		return 1
+	parts := []func(io.Writer) (bool, error){
+		func(w io.Writer) (bool, error) { return bench.Dispatch(w, "thread") },
+		func(w io.Writer) (bool, error) { return bench.Process(w, launcher()) },
+		bench.Collectives,
+		bench.Remote,
 	}
-	okProc, err := bench.Process(stdout, launcher())
-	if err != nil {
-		fmt.Fprintln(stderr, "bench:", err)
-		return 1
+	ok := true
+	for _, run := range parts {
+		met, err := run(stdout)
+		if err != nil {
+			fmt.Fprintln(stderr, "bench:", err)
+			return 1
+		}
+		ok = ok && met
 	}
-	ok = ok && okProc
-	okColl, err := bench.Collectives(stdout)
-	if err != nil {
-		fmt.Fprintln(stderr, "bench:", err)
-		return 1
-	}
-	ok = ok && okColl
 	if !ok {
 		return 1
 	}

@@ -1,7 +1,10 @@
 // Command simpler runs Starlark orchestration scripts over simulated (or
 // real) Ascend NPU chips.
 //
-//	simpler run [--platform P] [--devices 0-3] [--mode thread|process] script.star [ARGS...]
+//	simpler run [--platform P] [--devices 0-3] [--mode thread|process] [--trace trace.json] script.star [ARGS...]
+//	simpler repl [--platform P] [--devices 0-3] [--mode thread|process]
+//	simpler test [-update] [-run regex] [paths...]
+//	simpler doc [name]
 //	simpler platforms
 //	simpler version
 package main
@@ -30,8 +33,18 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return cmdRun(args[1:], stdout, stderr)
 	case childCommand:
 		return cmdChild(args[1:], stderr)
+	case "remote-l3-worker":
+		return cmdRemote(args[1:], stdout, stderr)
+	case sessionCommand:
+		return cmdSession(args[1:], stderr)
 	case "bench":
 		return cmdBench(args[1:], stdout, stderr)
+	case "repl":
+		return cmdRepl(args[1:], os.Stdin, stdout, stderr)
+	case "test":
+		return cmdTest(args[1:], stdout, stderr)
+	case "doc":
+		return cmdDoc(args[1:], stdout, stderr)
 	case "platforms":
 		return cmdPlatforms(stdout)
 	case "version", "--version":
@@ -50,8 +63,13 @@ func usage(w io.Writer) {
 	fmt.Fprint(w, `usage: simpler <command> [arguments]
 
 commands:
-  run [--platform P] [--devices 0-3] [--mode thread|process] script.star [ARGS...]
+  run [--platform P] [--devices 0-3] [--mode thread|process] [--trace trace.json] script.star [ARGS...]
             load script.star and call its main(ctx)
+  repl [--platform P] [--devices 0-3] [--mode thread|process]
+            an interactive Starlark shell with a ready Worker w
+  test [-update] [-run regex] [paths...]
+            run .star scripts and compare their output with NAME.golden
+  doc [name] print the builtins with their signatures
   platforms print each platform's capabilities
   version   print the version
 `)

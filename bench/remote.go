@@ -1,0 +1,192 @@
+package bench
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"simpler/engine"
+	"simpler/starlib"
+)
+
+// loopbackTCP measures the limits a remote node is compared with: bulk
+// bandwidth of one 64 MiB transfer and the median 64-byte round trip, both
+// over 127.0.0.1 in this process.
+func loopbackTCP() (bw float64, rtt time.Duration, err error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, 0, err
+	}
+	defer ln.Close()
+	const bulk = 64 << 20
+	errc := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer c.Close()
+		buf := make([]byte, 1<<20)
+		for got := 0; got < 5*bulk; {
+			n, err := c.Read(buf)
+			if err != nil {
+				errc <- err
+				return
+			}
+			got += n
+		}
+		c.Write([]byte{1})
+		ping := make([]byte, 64)
+		for {
+			if _, err := io.ReadFull(c, ping); err != nil {
+				errc <- nil
+				return
+			}
+			c.Write(ping)
+		}
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		return 0, 0, err
+	}
+	defer c.Close()
+	data := make([]byte, bulk)
+	for i := range data {
+		data[i] = byte(i)
+	}
+	var best time.Duration
+	for i := 0; i < 5; i++ {
+		start := time.Now()
+		if _, err := c.Write(data); err != nil {
+			return 0, 0, err
+		}
+		if d := time.Since(start); best == 0 || d < best {
+			best = d
+		}
+	}
+	io.ReadFull(c, make([]byte, 1))
+	ping := make([]byte, 64)
+	rtt, err = median(201, func() error {
+		if _, err := c.Write(ping); err != nil {
+			return err
+		}
+		_, err := io.ReadFull(c, ping)
+		return err
+	})
+	c.Close()
+	if e := <-errc; err == nil {
+		err = e
+	}
+	return float64(bulk) / best.Seconds(), rtt, err
+}
+
+const remoteKernels = `
+def node_noop(o, args, cfg):
+    pass
+`
+
+const remoteScript = `
+load("kernels.star", "node_noop")
+
+def orch(o, args, cfg):
+    for i in range(args.scalar(0)):
+        o.submit_next_level(node_noop, worker = 0)
+
+def main(ctx):
+    w = Worker(level = 4, platform = "a2a3sim")
+    w.add_remote_worker(endpoint = ctx.argv[0], platform = "a2a3sim", device_ids = [0])
+    w.register(node_noop)
+    w.init()
+    h = w.remote_malloc(worker = 0, nbytes = 64 << 20)
+    src = host_tensor(shape = [64 << 20], dtype = UINT8)
+    best_to, best_from = 0, 0
+    for i in range(5):
+        start = time.now()
+        w.remote_copy_to(h, src, 64 << 20)
+        t = (time.now() - start).nanoseconds
+        best_to = t if best_to == 0 or t < best_to else best_to
+        start = time.now()
+        w.remote_copy_from(h, src, 64 << 20)
+        t = (time.now() - start).nanoseconds
+        best_from = t if best_from == 0 or t < best_from else best_from
+    print("copy_to", best_to)
+    print("copy_from", best_from)
+    w.remote_free(h)
+    for n in [1, 256]:
+        times = []
+        reps = 31 if n == 1 else 5
+        for r in range(reps):
+            start = time.now()
+            w.run(orch, TaskArgs(scalars = [n]))
+            times.append((time.now() - start).nanoseconds)
+        print("run", n, sorted(times)[reps // 2])
+    w.close()
+`
+
+// Remote prints the remote-node figures against loopback TCP measured in
+// the same run: bulk copies against raw bandwidth, a no-op task against
+// the round trip, and tasks per second.
+func Remote(w io.Writer) (bool, error) {
+	bw, rtt, err := loopbackTCP()
+	if err != nil {
+		return false, err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return false, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return false, err
+	}
+	d := engine.NewDaemon(ln, &engine.Launcher{Path: exe, Args: []string{"__session"}}, os.Stderr)
+	go d.Serve()
+	defer d.Close()
+
+	dir, err := os.MkdirTemp("", "simpler-bench-")
+	if err != nil {
+		return false, err
+	}
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "remote.star")
+	os.WriteFile(path, []byte(remoteScript), 0o600)
+	os.WriteFile(filepath.Join(dir, "kernels.star"), []byte(remoteKernels), 0o600)
+	var out bytes.Buffer
+	s := starlib.NewSession("a2a3sim", nil, "thread", []string{ln.Addr().String()}, &out, &out)
+	err = s.RunFile(path)
+	if cerr := s.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return false, fmt.Errorf("%s\n%s", starlib.Backtrace(err), out.String())
+	}
+	got := map[string]time.Duration{}
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		f := strings.Fields(line)
+		var ns int64
+		fmt.Sscan(f[len(f)-1], &ns)
+		got[strings.Join(f[:len(f)-1], " ")] = time.Duration(ns)
+	}
+	const bulk = 64 << 20
+	toBW := float64(bulk) / got["copy_to"].Seconds()
+	fromBW := float64(bulk) / got["copy_from"].Seconds()
+	one := got["run 1"]
+	many := got["run 256"]
+	fmt.Fprintf(w, "remote: one remote L3 node over 127.0.0.1 (a session process of a real daemon)\n")
+	fmt.Fprintf(w, "  %-34s %8.2f GB/s   64-byte round trip %.1f us\n", "loopback TCP, raw", bw/1e9, micros(rtt))
+	fmt.Fprintf(w, "  %-34s %8.2f GB/s\n", "remote_copy_to 64 MiB", toBW/1e9)
+	fmt.Fprintf(w, "  %-34s %8.2f GB/s\n", "remote_copy_from 64 MiB", fromBW/1e9)
+	fmt.Fprintf(w, "  %-34s %8.1f us per run of one task\n", "remote no-op task", micros(one))
+	fmt.Fprintf(w, "  %-34s %8.0f tasks/s (256 per run; one task in flight per node: no pipelining)\n", "many small remote tasks", 256/many.Seconds())
+	ok := atLeast(w, "remote_copy_to / raw TCP", toBW/bw, 0.8, "x")
+	ok = atLeast(w, "remote_copy_from / raw TCP", fromBW/bw, 0.8, "x") && ok
+	ok = verdict(w, "no-op task / TCP round trip", float64(one)/float64(rtt), 3, "x") && ok
+	return ok, nil
+}
+

@@ -1,0 +1,332 @@
+package engine
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"simpler/internal/fault"
+	"simpler/wire"
+)
+
+// AddRemoteWorker attaches a remote level-3 node (level 4 and up, before
+// Init) and returns its NEXT_LEVEL id, from the same counter as AddWorker.
+func (w *Worker) AddRemoteWorker(spec RemoteSpec) (int, error) {
+	if err := validateEndpoint(spec.Endpoint); err != nil {
+		return 0, err
+	}
+	if spec.CommProfile == "" {
+		spec.CommProfile = "sim"
+	}
+	if len(spec.DeviceIDs) == 0 {
+		return 0, Errorf(ValueError, "add_remote_worker: device_ids must not be empty")
+	}
+	if len(spec.GlobalDeviceRanks) != 0 && len(spec.GlobalDeviceRanks) != len(spec.DeviceIDs) {
+		return 0, Errorf(ValueError, "add_remote_worker: %d global_device_ranks for %d device_ids", len(spec.GlobalDeviceRanks), len(spec.DeviceIDs))
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cfg.Level < 4 {
+		return 0, Errorf(ValueError, "add_remote_worker: only a level-4 or higher worker takes remote nodes (this one is level %d)", w.cfg.Level)
+	}
+	if w.state != stateNew {
+		return 0, Errorf(RuntimeError, "add_remote_worker: remote nodes are added before init()")
+	}
+	s := spec
+	w.children = append(w.children, nil)
+	w.remoteSpecs = append(w.remoteSpecs, &s)
+	return len(w.children) - 1, nil
+}
+
+// IsRemote reports whether NEXT_LEVEL id is a remote node.
+func (w *Worker) IsRemote(id int) bool {
+	return id >= 0 && id < len(w.remoteSpecs) && w.remoteSpecs[id] != nil
+}
+
+// dialRemotes connects every remote node in parallel under the start-up
+// deadline and ships the registry. Caller holds w.mu.
+func (w *Worker) dialRemotes() error {
+	if len(w.remoteSpecs) == 0 {
+		return nil
+	}
+	deadline := time.Now().Add(w.cfg.StartupTimeout)
+	w.remotes = make([]*rnode, len(w.remoteSpecs))
+	errs := make([]error, len(w.remoteSpecs))
+	var wg sync.WaitGroup
+	for id, spec := range w.remoteSpecs {
+		if spec == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.remotes[id], errs[id] = dialNode(fmt.Sprintf("remote_worker %d", id), id, *spec, w.cfg.Sources, w.cfg.SessionTimeout, deadline)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	for _, h := range w.reg.byDigest {
+		for _, n := range w.remotes {
+			if n != nil {
+				if err := n.register(h.Callable); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// node returns remote node id for op, refusing other ids.
+func (w *Worker) node(op string, id int) (*rnode, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.ready(op); err != nil {
+		return nil, err
+	}
+	if !w.IsRemote(id) {
+		return nil, Errorf(ValueError, "%s: worker %d is not a remote node", op, id)
+	}
+	return w.remotes[id], nil
+}
+
+// RemoteMalloc allocates nbytes on remote node worker and returns the
+// owner handle.
+func (w *Worker) RemoteMalloc(worker, nbytes int) (*RemoteBuffer, error) {
+	const op = "remote_malloc"
+	if nbytes <= 0 || nbytes > wire.MaxBufferBytes {
+		return nil, Errorf(ValueError, "%s: nbytes must be in 1..%d, got %d", op, wire.MaxBufferBytes, nbytes)
+	}
+	n, err := w.node(op, worker)
+	if err != nil {
+		return nil, err
+	}
+	r, err := n.control(&wire.Control{Cmd: wire.CmdMalloc, NBytes: uint64(nbytes)})
+	if err != nil {
+		return nil, Wrap(err, op)
+	}
+	h := &RemoteBuffer{Worker: worker, Owner: worker, BufferID: r.Buffer.ID, Gen: r.Buffer.Generation, NBytes: nbytes, Access: AccessRW}
+	w.mu.Lock()
+	w.rbufs[h] = struct{}{}
+	w.mu.Unlock()
+	return h, nil
+}
+
+// RemoteFree releases an owner handle; the physical free waits for every
+// slot ref and import. Freeing again is a no-op.
+func (w *Worker) RemoteFree(h *RemoteBuffer) error {
+	if h.Imported() {
+		return Errorf(ValueError, "remote_free: this is an imported handle; release it with remote_release_import")
+	}
+	return w.releaseRemote(h)
+}
+
+// RemoteReleaseImport releases an imported handle once its slot refs
+// drain. Releasing again is a no-op.
+func (w *Worker) RemoteReleaseImport(h *RemoteBuffer) error {
+	if !h.Imported() {
+		return Errorf(ValueError, "remote_release_import: this is an owner handle; free it with remote_free")
+	}
+	return w.releaseRemote(h)
+}
+
+func (w *Worker) releaseRemote(h *RemoteBuffer) error {
+	w.mu.Lock()
+	acts := release(h)
+	w.mu.Unlock()
+	return w.doRemote(acts)
+}
+
+// doRemote carries out the registry's physical actions.
+func (w *Worker) doRemote(acts []RemoteAction) error {
+	var first error
+	for _, a := range acts {
+		var err error
+		switch {
+		case a.Free != nil:
+			if err = fault.Hit("remote.free", a.Free.Owner); err == nil {
+				err = w.remoteCmd(a.Free.Owner, &wire.Control{Cmd: wire.CmdFree, Buffer: ref(a.Free)})
+			}
+		case a.ReleaseImport != nil:
+			err = w.remoteCmd(a.ReleaseImport.Worker, &wire.Control{Cmd: wire.CmdReleaseImport, Buffer: wire.BufferRef{ID: a.ReleaseImport.ImportID, Generation: 1}})
+		}
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	w.mu.Lock()
+	for _, a := range acts {
+		delete(w.rbufs, a.Free)
+		delete(w.rbufs, a.ReleaseImport)
+	}
+	w.mu.Unlock()
+	return first
+}
+
+func ref(h *RemoteBuffer) wire.BufferRef { return wire.BufferRef{ID: h.BufferID, Generation: h.Gen} }
+
+func (w *Worker) remoteCmd(id int, c *wire.Control) error {
+	w.mu.Lock()
+	var n *rnode
+	if id < len(w.remotes) {
+		n = w.remotes[id]
+	}
+	w.mu.Unlock()
+	if n == nil {
+		return Errorf(RuntimeError, "remote worker %d is gone", id)
+	}
+	_, err := n.control(c)
+	return err
+}
+
+// ownerHandle checks h for a bulk copy.
+func ownerHandle(op string, h *RemoteBuffer, offset, n int) error {
+	switch {
+	case h.Released():
+		return Errorf(ValueError, "%s: the handle was released", op)
+	case h.Imported():
+		return Errorf(ValueError, "%s: takes an owner handle, not an imported one", op)
+	case offset < 0 || n <= 0 || offset+n > h.NBytes:
+		return Errorf(ValueError, "%s: %d bytes at offset %d do not fit the %d-byte buffer", op, n, offset, h.NBytes)
+	}
+	return nil
+}
+
+// RemoteCopyTo copies src into the owner buffer at offset.
+func (w *Worker) RemoteCopyTo(h *RemoteBuffer, src []byte, offset int) error {
+	const op = "remote_copy_to"
+	if err := ownerHandle(op, h, offset, len(src)); err != nil {
+		return err
+	}
+	for done := 0; done < len(src); {
+		n := min(len(src)-done, wire.MaxCopy)
+		if err := w.remoteCmd(h.Owner, &wire.Control{Cmd: wire.CmdCopyTo, Buffer: ref(h), Offset: uint64(offset + done), Data: src[done : done+n]}); err != nil {
+			return Wrap(err, op)
+		}
+		done += n
+	}
+	return nil
+}
+
+// RemoteCopyFrom copies the owner buffer at offset into dst.
+func (w *Worker) RemoteCopyFrom(h *RemoteBuffer, dst []byte, offset int) error {
+	const op = "remote_copy_from"
+	if err := ownerHandle(op, h, offset, len(dst)); err != nil {
+		return err
+	}
+	n, err := w.node(op, h.Owner)
+	if err != nil {
+		return err
+	}
+	for done := 0; done < len(dst); {
+		k := min(len(dst)-done, wire.MaxCopy)
+		r, err := n.control(&wire.Control{Cmd: wire.CmdCopyFrom, Buffer: ref(h), Offset: uint64(offset + done), NBytes: uint64(k)})
+		if err != nil {
+			return Wrap(err, op)
+		}
+		if len(r.Data) != k {
+			return Errorf(RuntimeError, "%s: asked for %d bytes, got %d", op, k, len(r.Data))
+		}
+		copy(dst[done:], r.Data)
+		done += k
+	}
+	return nil
+}
+
+// RemoteExport describes a range of an owner buffer for import on other
+// nodes. Its token is opaque: no transport key reaches a script.
+type RemoteExport struct {
+	owner  *RemoteBuffer
+	offset int
+	nbytes int
+	access Access
+	token  []byte
+}
+
+// Owner is the exported owner handle; Offset, NBytes and Access the range.
+func (e *RemoteExport) Owner() *RemoteBuffer { return e.owner }
+func (e *RemoteExport) Range() (int, int)    { return e.offset, e.nbytes }
+func (e *RemoteExport) Access() Access       { return e.access }
+
+// RemoteExportRange exports [offset, offset+nbytes) of owner handle h.
+func (w *Worker) RemoteExportRange(h *RemoteBuffer, offset, nbytes int, access Access) (*RemoteExport, error) {
+	const op = "remote_export"
+	if err := ownerHandle(op, h, offset, nbytes); err != nil {
+		return nil, err
+	}
+	if access&^h.Access != 0 {
+		return nil, Errorf(ValueError, "%s: %s access of a %s handle", op, access, h.Access)
+	}
+	n, err := w.node(op, h.Owner)
+	if err != nil {
+		return nil, err
+	}
+	r, err := n.control(&wire.Control{Cmd: wire.CmdExport, Buffer: ref(h), Offset: uint64(offset), NBytes: uint64(nbytes), Access: wire.Access(access)})
+	if err != nil {
+		return nil, Wrap(err, op)
+	}
+	return &RemoteExport{owner: h, offset: offset, nbytes: nbytes, access: access, token: r.Data}, nil
+}
+
+// RemoteImport makes an export usable on node worker; access 0 means as
+// exported.
+func (w *Worker) RemoteImport(e *RemoteExport, worker int, access Access) (*RemoteBuffer, error) {
+	const op = "remote_import"
+	if e.owner.Released() {
+		return nil, Errorf(ValueError, "%s: the exported buffer was freed", op)
+	}
+	if access == 0 {
+		access = e.access
+	}
+	if access&^e.access != 0 {
+		return nil, Errorf(ValueError, "%s: %s access of a %s export", op, access, e.access)
+	}
+	n, err := w.node(op, worker)
+	if err != nil {
+		return nil, err
+	}
+	if err := fault.Hit("remote.import", worker); err != nil {
+		return nil, Wrap(err, op)
+	}
+	r, err := n.control(&wire.Control{Cmd: wire.CmdImport, Token: e.token, Access: wire.Access(access)})
+	if err != nil {
+		return nil, Wrap(err, op)
+	}
+	h := &RemoteBuffer{Worker: worker, Owner: e.owner.Owner, BufferID: e.owner.BufferID, Gen: e.owner.Gen,
+		ImportID: r.Buffer.ID, NBytes: e.nbytes, Offset: e.offset, Access: access}
+	w.mu.Lock()
+	importFrom(e.owner, h)
+	w.rbufs[h] = struct{}{}
+	w.mu.Unlock()
+	return h, nil
+}
+
+// captureRemote takes a slot ref on every remote buffer t uses, before t
+// can be dispatched. Caller holds w.mu.
+func (r *Run) captureRemote(t *Task) {
+	for m := range t.args {
+		for _, ten := range t.args[m].Tensors {
+			if ten.Remote != nil {
+				capture(ten.Remote.Buf)
+				r.captured = append(r.captured, ten.Remote.Buf)
+			}
+		}
+	}
+}
+
+// dropCaptured releases the run's slot refs at its fence, first of the
+// cleanups; a release or free deferred until now happens here.
+func (w *Worker) dropCaptured(r *Run) error {
+	w.mu.Lock()
+	var acts []RemoteAction
+	for _, b := range r.captured {
+		acts = append(acts, drop(b)...)
+	}
+	r.captured = nil
+	w.mu.Unlock()
+	return w.doRemote(acts)
+}

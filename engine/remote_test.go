@@ -1,0 +1,262 @@
+package engine
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"simpler/wire"
+)
+
+// Remote tests run a real daemon on 127.0.0.1 in this process; its session
+// processes are this test binary again (sessionEnv), serving the
+// connection on fd 3 with the test kernels.
+const sessionEnv = "SIMPLER_ENGINE_TEST_SESSION"
+
+// nodeOrch is an orchestration callable a remote node runs: it submits
+// the named kernel on chip 0 with the node's args.
+type nodeOrch struct{ procKernel }
+
+func (k nodeOrch) RunOrch(o *Orchestrator, a *TaskArgs, cfg *CallConfig) error {
+	h, ok := o.Worker().Lookup(procKernel{strings.TrimPrefix(k.name, "node_")}.Digest())
+	if !ok {
+		return Errorf(ValueError, "kernel for %s not registered on the node", k.name)
+	}
+	_, err := o.SubmitNext(h, a, nil, 0)
+	return err
+}
+
+type sessionResolver struct{}
+
+func (sessionResolver) Resolve(digest, module, name string) (Callable, error) {
+	if k, ok := strings.CutPrefix(name, "node_"); ok {
+		c := nodeOrch{procKernel{name}}
+		if _, found := procKernels[k]; found && c.Digest() == digest {
+			return c, nil
+		}
+	}
+	return testResolver{}.Resolve(digest, module, name)
+}
+
+func runTestSession() int {
+	err := ServeSessionFD(nil, func(string, []wire.Module) (Resolver, error) { return sessionResolver{}, nil })
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "test session:", err)
+		return 1
+	}
+	return 0
+}
+
+// startDaemon serves sessions on a free loopback port until the test ends.
+func startDaemon(t *testing.T) (*Daemon, string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, _ := os.Executable()
+	d := NewDaemon(ln, &Launcher{Path: exe, Env: []string{sessionEnv + "=1"}}, os.Stderr)
+	done := make(chan error, 1)
+	go func() { done <- d.Serve() }()
+	t.Cleanup(func() {
+		d.Close()
+		if err := <-done; err != nil {
+			t.Errorf("daemon: %v", err)
+		}
+	})
+	return d, ln.Addr().String()
+}
+
+// remoteWorker makes an L4 worker over the given remote endpoints.
+func remoteWorker(t *testing.T, endpoints ...string) *Worker {
+	t.Helper()
+	w, err := NewWorker(Config{Level: 4, Platform: sim(t), SessionTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ep := range endpoints {
+		if _, err := w.AddRemoteWorker(RemoteSpec{Endpoint: ep, Platform: "a2a3sim", DeviceIDs: []int{0, 1}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	register(t, w, nodeOrch{procKernel{"node_add1"}})
+	register(t, w, procKernel{"add1"})
+	if err := w.Init(); err != nil {
+		w.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := w.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return w
+}
+
+func i64(v int64) []byte {
+	b := make([]byte, 8)
+	put64(b, v)
+	return b
+}
+
+func TestRemoteNodeRunsTasksOnRemoteBuffers(t *testing.T) {
+	_, addr := startDaemon(t)
+	w := remoteWorker(t, addr)
+	sp := newSpace(t)
+	host, hb := hostI64(t, sp, 1)
+	h := must(w.RemoteMalloc(0, 8))
+	put64(hb, 41)
+	if err := w.RemoteCopyTo(h, hb, 0); err != nil {
+		t.Fatal(err)
+	}
+	node, _ := w.Lookup(nodeOrch{procKernel{"node_add1"}}.Digest())
+	ref := Tensor{Shape: []int{1}, DType: host.DType, Remote: &RemoteRef{Buf: h}}
+	mustRun(t, w, func(o *Orchestrator) error {
+		for i := 0; i < 2; i++ { // two increments ordered by the remote key
+			if _, err := o.SubmitNext(node, mkArgs(ref, InOut), nil, 0); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	put64(hb, 0)
+	if err := w.RemoteCopyFrom(h, hb, 0); err != nil || get64(hb) != 43 {
+		t.Fatalf("remote value %d (%v), want 43", get64(hb), err)
+	}
+	// Refusals, each before anything is sent.
+	err := submitRun(t, w, func(o *Orchestrator) error { _, err := o.SubmitNext(node, mkArgs(host, Input), nil, 0); return err })
+	if err == nil || !strings.Contains(err.Error(), "takes RemoteTensorRef tensors") {
+		t.Errorf("bare host tensor: %v", err)
+	}
+	out := Tensor{Shape: []int{1}, DType: host.DType}
+	err = submitRun(t, w, func(o *Orchestrator) error { _, err := o.SubmitNext(node, mkArgs(out, Output), nil, 0); return err })
+	if err == nil || !strings.Contains(err.Error(), "a remote OUTPUT needs a RemoteTensorRef") {
+		t.Errorf("null remote OUTPUT: %v", err)
+	}
+	if err := w.RemoteCopyTo(h, make([]byte, 16), 0); err == nil || !strings.Contains(err.Error(), "do not fit") {
+		t.Errorf("overrun copy: %v", err)
+	}
+	if err := w.RemoteFree(h); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.RemoteFree(h); err != nil {
+		t.Errorf("second free: %v", err)
+	}
+	err = submitRun(t, w, func(o *Orchestrator) error { _, err := o.SubmitNext(node, mkArgs(ref, Input), nil, 0); return err })
+	if err == nil || !strings.Contains(err.Error(), "was released") {
+		t.Errorf("released handle: %v", err)
+	}
+}
+
+func TestRemoteExportImportAcrossNodes(t *testing.T) {
+	_, a := startDaemon(t)
+	_, b := startDaemon(t)
+	w := remoteWorker(t, a, b)
+	sp := newSpace(t)
+	_, hb := hostI64(t, sp, 1)
+	owner := must(w.RemoteMalloc(0, 8))
+	put64(hb, 7)
+	if err := w.RemoteCopyTo(owner, hb, 0); err != nil {
+		t.Fatal(err)
+	}
+	exp := must(w.RemoteExportRange(owner, 0, 8, AccessRW))
+	view := must(w.RemoteImport(exp, 1, 0))
+	if !view.Imported() || view.Worker != 1 || view.Owner != 0 {
+		t.Fatalf("view %+v", view)
+	}
+	readOnly := must(w.RemoteImport(exp, 1, AccessRead))
+	node, _ := w.Lookup(nodeOrch{procKernel{"node_add1"}}.Digest())
+	t64 := Tensor{Shape: []int{1}, DType: 7} // int64
+	mustRun(t, w, func(o *Orchestrator) error {
+		_, err := o.SubmitNext(node, mkArgs(Tensor{Shape: t64.Shape, DType: t64.DType, Remote: &RemoteRef{Buf: view}}, InOut), nil, 1)
+		return err
+	})
+	if err := w.RemoteCopyFrom(owner, hb, 0); err != nil || get64(hb) != 8 {
+		t.Fatalf("the owner sees %d (%v) after node 1 wrote through its import, want 8", get64(hb), err)
+	}
+	err := submitRun(t, w, func(o *Orchestrator) error {
+		_, err := o.SubmitNext(node, mkArgs(Tensor{Shape: t64.Shape, DType: t64.DType, Remote: &RemoteRef{Buf: readOnly}}, InOut), nil, 1)
+		return err
+	})
+	if err == nil || !strings.Contains(err.Error(), "needs readwrite access; the handle has read") {
+		t.Errorf("write through a read import: %v", err)
+	}
+	err = submitRun(t, w, func(o *Orchestrator) error {
+		_, err := o.SubmitNext(node, mkArgs(Tensor{Shape: t64.Shape, DType: t64.DType, Remote: &RemoteRef{Buf: view}}, InOut), nil, 0)
+		return err
+	})
+	if err == nil || !strings.Contains(err.Error(), "usable on worker 1, not worker 0") {
+		t.Errorf("an import used on the owner: %v", err)
+	}
+	// The owner free waits for the imports.
+	if err := w.RemoteFree(owner); err != nil {
+		t.Fatal(err)
+	}
+	if owner.done {
+		t.Fatal("the owner was freed while imports were live")
+	}
+	for _, v := range []*RemoteBuffer{view, readOnly} {
+		if err := w.RemoteReleaseImport(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !owner.done {
+		t.Fatal("the owner free did not follow the last import release")
+	}
+}
+
+func TestRemoteEndpointRefusals(t *testing.T) {
+	w, err := NewWorker(Config{Level: 4, Platform: sim(t), StartupTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	for _, ep := range []string{"127.0.0.1", "127.0.0.1:http", "127.0.0.1:0", ":7700"} {
+		if _, err := w.AddRemoteWorker(RemoteSpec{Endpoint: ep, Platform: "a2a3sim", DeviceIDs: []int{0}}); KindOf(err) != ValueError {
+			t.Errorf("endpoint %q: %v", ep, err)
+		}
+	}
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	dead := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	if _, err := w.AddRemoteWorker(RemoteSpec{Endpoint: dead, Platform: "a2a3sim", DeviceIDs: []int{0}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Init(); err == nil || !strings.Contains(err.Error(), "cannot reach") {
+		t.Fatalf("unreachable endpoint: %v", err)
+	}
+}
+
+// A session process killed mid-task fails the run within the session
+// timeout, and close is clean.
+func TestRemoteSessionKilledMidTask(t *testing.T) {
+	d, addr := startDaemon(t)
+	w := remoteWorker(t, addr)
+	register(t, w, nodeOrch{procKernel{"node_hang"}})
+	register(t, w, procKernel{"hang"})
+	hang, _ := w.Lookup(nodeOrch{procKernel{"node_hang"}}.Digest())
+	h := must(w.RemoteMalloc(0, 8))
+	r, err := w.Submit(asBuild(func(o *Orchestrator) error {
+		_, err := o.SubmitNext(hang, mkArgs(Tensor{Shape: []int{1}, DType: 7, Remote: &RemoteRef{Buf: h}}, OutputExisting), nil, 0)
+		return err
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := make([]byte, 8)
+	poll(t, "the kernel to start on the node", func() bool {
+		return w.RemoteCopyFrom(h, sb, 0) == nil && get64(sb) == 1
+	})
+	d.mu.Lock()
+	for cmd := range d.sessions {
+		cmd.Process.Kill()
+	}
+	d.mu.Unlock()
+	err = r.Wait(10 * time.Second)
+	if err == nil || !strings.Contains(err.Error(), "remote_worker 0") || !strings.Contains(err.Error(), "connection to") {
+		t.Fatalf("run error %v", err)
+	}
+}

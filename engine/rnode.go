@@ -1,0 +1,321 @@
+package engine
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"simpler/wire"
+)
+
+// RemoteSpec describes a remote level-3 node served by a
+// `simpler remote-l3-worker` daemon.
+type RemoteSpec struct {
+	Endpoint          string // host:port
+	Platform          string
+	DeviceIDs         []int
+	NumSubWorkers     int
+	CommProfile       string
+	GlobalDeviceRanks []int
+	Token             []byte // nil: the daemon must be on loopback and take no token
+}
+
+// Sources is the code a remote node runs: the module bundle with its
+// sources, since a remote host has no copy of the parent's files.
+type Sources struct {
+	Root    string
+	Modules []wire.Module
+}
+
+// DefaultSessionTimeout bounds every remote command and health probe.
+const DefaultSessionTimeout = 30 * time.Second
+
+// validateEndpoint checks host:port with a numeric port.
+func validateEndpoint(ep string) error {
+	host, port, err := net.SplitHostPort(ep)
+	if err != nil || host == "" {
+		return Errorf(ValueError, "add_remote_worker: endpoint %q is not host:port", ep)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
+		return Errorf(ValueError, "add_remote_worker: endpoint %q has a non-numeric or out-of-range port", ep)
+	}
+	return nil
+}
+
+// rnode is the parent's side of one remote session: an ordered command
+// lane (one command in flight), tasks, and health probes, multiplexed on
+// one connection by sequence number.
+type rnode struct {
+	name    string
+	id      int
+	spec    RemoteSpec
+	conn    net.Conn
+	session uint64
+	timeout time.Duration
+
+	wmu    sync.Mutex // frames written
+	cmdMu  sync.Mutex // the command lane: one command in flight
+	mu     sync.Mutex
+	seq    uint64
+	wait   map[uint64]chan rreply
+	dead   error
+	gone   chan struct{} // closed when the connection is lost
+	reader sync.WaitGroup
+}
+
+type rreply struct {
+	h       wire.Header
+	payload []byte
+}
+
+// dialNode connects to a daemon, proves the token and brings the node up.
+func dialNode(name string, id int, spec RemoteSpec, src *Sources, timeout time.Duration, deadline time.Time) (*rnode, error) {
+	conn, err := net.DialTimeout("tcp", spec.Endpoint, time.Until(deadline))
+	if err != nil {
+		return nil, Errorf(RuntimeError, "%s: cannot reach %s: %v", name, spec.Endpoint, errors.Unwrap(err))
+	}
+	n := &rnode{name: name, id: id, spec: spec, conn: conn, timeout: timeout, wait: map[uint64]chan rreply{}, gone: make(chan struct{})}
+	var sid [8]byte
+	rand.Read(sid[:])
+	n.session = binary.LittleEndian.Uint64(sid[:]) | 1
+	if err := n.hello(src, deadline); err != nil {
+		conn.Close()
+		return nil, Wrap(err, fmt.Sprintf("%s at %s", name, spec.Endpoint))
+	}
+	n.reader.Add(1)
+	go n.read()
+	return n, nil
+}
+
+func (n *rnode) hello(src *Sources, deadline time.Time) error {
+	n.conn.SetDeadline(deadline)
+	defer n.conn.SetDeadline(time.Time{})
+	h, payload, err := wire.ReadFrame(n.conn, wire.TypeChallenge.MaxPayload())
+	if err != nil {
+		return Errorf(RuntimeError, "no challenge from the daemon: %v", err)
+	}
+	if h.Type != wire.TypeChallenge {
+		return Errorf(RuntimeError, "the daemon opened with %s, want CHALLENGE", h.Type)
+	}
+	ch, err := wire.DecodeChallenge(payload)
+	if err != nil {
+		return err
+	}
+	hello := &wire.Hello{Version: wire.ProtocolVersion, Platform: n.spec.Platform, DeviceIDs: n.spec.DeviceIDs,
+		NumSubWorkers: n.spec.NumSubWorkers, CommProfile: n.spec.CommProfile, GlobalDeviceRanks: n.spec.GlobalDeviceRanks}
+	if src != nil {
+		hello.Root, hello.Modules = src.Root, src.Modules
+	}
+	if n.spec.Token != nil {
+		hello.Proof = wire.Prove(n.spec.Token, ch.Nonce, n.session)
+	}
+	if err := n.send(wire.TypeHello, 0, hello); err != nil {
+		return err
+	}
+	h, payload, err = wire.ReadFrame(n.conn, wire.TypeHelloReply.MaxPayload())
+	if err != nil {
+		return Errorf(RuntimeError, "no reply to HELLO: %v", err)
+	}
+	if h.Type != wire.TypeHelloReply {
+		return Errorf(RuntimeError, "the daemon answered HELLO with %s", h.Type)
+	}
+	r, err := wire.DecodeHelloReply(payload)
+	switch {
+	case err != nil:
+		return err
+	case !r.Accepted:
+		return &Error{Kind: Kind(r.Err.Kind), Msg: "the daemon refused the session: " + r.Err.Message}
+	case r.Session != n.session || r.Worker != uint32(n.id):
+		return Errorf(RuntimeError, "READY for session %#x worker %d, want %#x worker %d", r.Session, r.Worker, n.session, n.id)
+	case r.Version != wire.ProtocolVersion:
+		return Errorf(RuntimeError, "the daemon speaks protocol %d, this parent %d", r.Version, wire.ProtocolVersion)
+	case r.CommProfile != n.spec.CommProfile:
+		return Errorf(RuntimeError, "the daemon runs comm profile %q, want %q", r.CommProfile, n.spec.CommProfile)
+	}
+	return nil
+}
+
+func (n *rnode) send(t wire.Type, seq uint64, m interface{ Encode(*wire.Encoder) }) error {
+	var e wire.Encoder
+	if m != nil {
+		m.Encode(&e)
+	}
+	n.wmu.Lock()
+	defer n.wmu.Unlock()
+	return wire.WriteFrame(n.conn, wire.Header{Version: wire.ProtocolVersion, Type: t, Session: n.session, Worker: uint32(n.id), Seq: seq}, e.Bytes())
+}
+
+// read routes replies to their waiters until the connection ends.
+func (n *rnode) read() {
+	defer n.reader.Done()
+	for {
+		h, payload, err := wire.ReadFrame(n.conn, wire.MaxPayload)
+		if err == nil && h.Type == wire.TypeShutdown {
+			err = errors.New("the daemon ended the session")
+		}
+		if err == nil && (h.Session != n.session || h.Worker != uint32(n.id)) {
+			err = fmt.Errorf("a frame for session %#x worker %d on this session", h.Session, h.Worker)
+		}
+		if err != nil {
+			n.fail(Errorf(RuntimeError, "%s: connection to %s lost: %v", n.name, n.spec.Endpoint, err))
+			return
+		}
+		n.mu.Lock()
+		ch := n.wait[h.Seq]
+		delete(n.wait, h.Seq)
+		n.mu.Unlock()
+		if ch != nil {
+			ch <- rreply{h, payload}
+		}
+	}
+}
+
+// fail marks the node dead: every waiter gets err.
+func (n *rnode) fail(err error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.dead == nil {
+		n.dead = err
+		close(n.gone)
+		n.conn.Close()
+	}
+}
+
+// request sends a frame and waits for the reply with its sequence. A
+// command waits at most the session timeout; a task waits as long as the
+// node answers health probes within it.
+func (n *rnode) request(t wire.Type, m interface{ Encode(*wire.Encoder) }, isTask bool) (rreply, error) {
+	ch := make(chan rreply, 1)
+	n.mu.Lock()
+	if n.dead != nil {
+		n.mu.Unlock()
+		return rreply{}, n.dead
+	}
+	n.seq++
+	seq := n.seq
+	n.wait[seq] = ch
+	n.mu.Unlock()
+	if err := n.send(t, seq, m); err != nil {
+		n.fail(Errorf(RuntimeError, "%s: sending %s: %v", n.name, t, err))
+		return rreply{}, n.dead
+	}
+	if !isTask {
+		select {
+		case r := <-ch:
+			return r, nil
+		case <-n.gone:
+			return rreply{}, n.dead
+		case <-time.After(n.timeout):
+			n.fail(Errorf(TimeoutError, "%s: no reply to %s within remote_session_timeout_s=%v", n.name, t, n.timeout.Seconds()))
+			return rreply{}, n.dead
+		}
+	}
+	probe := time.NewTicker(n.timeout / 3)
+	defer probe.Stop()
+	for {
+		select {
+		case r := <-ch:
+			return r, nil
+		case <-n.gone:
+			return rreply{}, n.dead
+		case <-probe.C:
+			if err := n.health(); err != nil {
+				return rreply{}, err
+			}
+		}
+	}
+}
+
+// health probes the node on its own lane: a long task never looks dead,
+// a dead node is noticed within the timeout.
+func (n *rnode) health() error {
+	r, err := n.request(wire.TypeHealth, &wire.Health{Timestamp: time.Now().UnixNano()}, false)
+	if err != nil {
+		return err
+	}
+	if r.h.Type != wire.TypeHealthReply {
+		n.fail(Errorf(RuntimeError, "%s: a %s answered HEALTH", n.name, r.h.Type))
+		return n.dead
+	}
+	return nil
+}
+
+// control runs one command on the ordered command lane.
+func (n *rnode) control(c *wire.Control) (wire.ControlReply, error) {
+	n.cmdMu.Lock()
+	defer n.cmdMu.Unlock()
+	r, err := n.request(wire.TypeControl, c, false)
+	if err != nil {
+		return wire.ControlReply{}, err
+	}
+	reply, err := wire.DecodeControlReply(r.payload)
+	if err != nil {
+		n.fail(Errorf(RuntimeError, "%s: bad CONTROL_REPLY: %v", n.name, err))
+		return reply, n.dead
+	}
+	if reply.Err != nil {
+		return reply, &Error{Kind: Kind(reply.Err.Kind), Msg: reply.Err.Message}
+	}
+	return reply, nil
+}
+
+// run sends a TASK and waits for its COMPLETION.
+func (n *rnode) run(h *Handle, args *TaskArgs, cfg *CallConfig) error {
+	t := &wire.Task{Digest: h.Digest(), Config: wire.CallConfig{BlockDim: cfg.BlockDim, AicpuThreadNum: cfg.AicpuThreadNum, EnableProfiling: cfg.EnableProfiling}, Scalars: args.Scalars}
+	for i, ten := range args.Tensors {
+		ta := wire.TensorArg{Tag: wire.Tag(args.Tags[i]), DType: ten.DType, Shape: ten.Shape}
+		switch {
+		case ten.Remote != nil:
+			b := ten.Remote.Buf
+			local := wire.BufferRef{ID: b.BufferID, Generation: b.Gen}
+			if b.Imported() { // the importer knows the view by its own ref
+				local = wire.BufferRef{ID: b.ImportID, Generation: 1}
+			}
+			ta.Remote = &wire.RemoteRef{Owner: uint32(b.Owner), Buffer: local, Offset: uint64(ten.Remote.Offset), Access: wire.Access(args.Tags[i].needs())}
+		case ten.Inline != nil:
+			ta.Inline = ten.Inline
+		default:
+			return Errorf(ValueError, "tensor %d: a host tensor cannot reach a remote node; use a RemoteTensorRef", i)
+		}
+		t.Tensors = append(t.Tensors, ta)
+	}
+	r, err := n.request(wire.TypeTask, t, true)
+	if err != nil {
+		return err
+	}
+	c, err := wire.DecodeCompletion(r.payload)
+	if err != nil {
+		n.fail(Errorf(RuntimeError, "%s: bad COMPLETION: %v", n.name, err))
+		return n.dead
+	}
+	if c.Err == nil {
+		return nil
+	}
+	inner := &Error{Kind: Kind(c.Err.Kind), Msg: c.Err.Message}
+	if c.Err.Path == "" {
+		return inner
+	}
+	return &TaskError{TaskID: int(c.Err.TaskID), Worker: c.Err.Path, Callable: c.Err.Callable, Err: inner}
+}
+
+// register ships a callable by module and name.
+func (n *rnode) register(c Callable) error {
+	loc, ok := c.(Locatable)
+	if !ok {
+		return Errorf(ValueError, "%q cannot be sent to a remote node: it has no module to load it from", c.Name())
+	}
+	_, err := n.control(&wire.Control{Cmd: wire.CmdRegister, Digest: c.Digest(), Module: loc.Module(), Name: c.Name()})
+	return Wrap(err, n.name)
+}
+
+// close ends the session: SHUTDOWN, then the connection.
+func (n *rnode) close() {
+	n.send(wire.TypeShutdown, 0, &wire.Shutdown{Reason: "closed"})
+	n.fail(Errorf(RuntimeError, "%s: session closed", n.name))
+	n.reader.Wait()
+}

@@ -1,0 +1,469 @@
+package engine
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"simpler/engine/hostmem"
+	"simpler/hal"
+	"simpler/hal/dtype"
+	"simpler/hal/shm"
+	"simpler/wire"
+)
+
+// SourceResolver makes a resolver from shipped module sources: a remote
+// node has no copy of the parent's files.
+type SourceResolver func(root string, modules []wire.Module) (Resolver, error)
+
+// HelloTimeout bounds the handshake of a new session.
+var HelloTimeout = 10 * time.Second
+
+// session is one remote L3 node as its daemon runs it: the connection to
+// the parent, an inner level-3 Worker, the remote buffers it owns and the
+// imports it holds. It runs in a process of its own.
+type session struct {
+	conn    net.Conn
+	id      uint64
+	worker  uint32
+	inner   *Worker
+	resolve Resolver
+
+	wmu sync.Mutex // serialises frames written
+
+	mu        sync.Mutex
+	callables map[string]Callable
+	bufs      map[wire.BufferRef]*sbuf // owned and imported, by the ref handed out
+	bufSeq    uint64
+	inflight  int
+}
+
+// sbuf is a remote buffer as its session holds it: owned memory (a
+// shared-memory object of this process) or an imported view of another
+// session's.
+type sbuf struct {
+	seg      *shm.Segment
+	off, len int
+	access   wire.Access
+	owned    bool
+}
+
+func (b *sbuf) bytes() []byte { return b.seg.Mem[b.off : b.off+b.len] }
+
+// RunSession serves one session on conn until the parent shuts it down or
+// goes away. token, if not nil, is what the parent must prove it knows.
+func RunSession(conn net.Conn, token []byte, newResolver SourceResolver) error {
+	s := &session{conn: conn, callables: map[string]Callable{}, bufs: map[wire.BufferRef]*sbuf{}}
+	defer s.close()
+	if err := s.handshake(token, newResolver); err != nil {
+		return err
+	}
+	return s.serve()
+}
+
+func (s *session) write(t wire.Type, seq uint64, m interface{ Encode(*wire.Encoder) }) error {
+	var e wire.Encoder
+	if m != nil {
+		m.Encode(&e)
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	return wire.WriteFrame(s.conn, wire.Header{Version: wire.ProtocolVersion, Type: t, Session: s.id, Worker: s.worker, Seq: seq}, e.Bytes())
+}
+
+// handshake: CHALLENGE, HELLO (manifest, code, proof), HELLO_REPLY.
+func (s *session) handshake(token []byte, newResolver SourceResolver) error {
+	var ch wire.Challenge
+	if _, err := rand.Read(ch.Nonce[:]); err != nil {
+		return err
+	}
+	s.conn.SetDeadline(time.Now().Add(HelloTimeout))
+	defer s.conn.SetDeadline(time.Time{})
+	var e wire.Encoder
+	ch.Encode(&e)
+	if err := wire.WriteFrame(s.conn, wire.Header{Version: wire.ProtocolVersion, Type: wire.TypeChallenge}, e.Bytes()); err != nil {
+		return err
+	}
+	h, payload, err := wire.ReadFrame(s.conn, wire.TypeHello.MaxPayload())
+	if err != nil {
+		return err
+	}
+	if h.Type != wire.TypeHello {
+		return fmt.Errorf("first frame is %s, want HELLO", h.Type)
+	}
+	s.id, s.worker = h.Session, h.Worker
+	hello, err := wire.DecodeHello(payload)
+	if err == nil {
+		err = s.accept(hello, token, ch, newResolver)
+	}
+	reply := &wire.HelloReply{Accepted: err == nil, Session: s.id, Worker: s.worker, Version: wire.ProtocolVersion, CommProfile: hello.CommProfile}
+	if hello.CommProfile == "" {
+		reply.CommProfile = "sim"
+	}
+	if err != nil {
+		k, msg, _ := SplitKind(err.Error())
+		if k == "" {
+			k = RuntimeError
+		}
+		reply.Err = &wire.ErrorBody{Kind: string(k), Message: msg}
+	}
+	if werr := s.write(wire.TypeHelloReply, 0, reply); werr != nil && err == nil {
+		err = werr
+	}
+	return err
+}
+
+// accept checks the parent's proof and manifest and brings the node up.
+func (s *session) accept(hello wire.Hello, token []byte, ch wire.Challenge, newResolver SourceResolver) error {
+	if token != nil && !wire.Verify(token, ch.Nonce, s.id, hello.Proof) {
+		return Errorf(ValueError, "HELLO: the token proof does not match")
+	}
+	p, err := hal.Lookup(hello.Platform)
+	if err != nil {
+		return err
+	}
+	if !p.Simulated() || hello.CommProfile != "sim" && !contains(p.CommProfiles(), hello.CommProfile) {
+		return Errorf(ValueError, "HELLO: comm profile %q is not served on %s", hello.CommProfile, p.Name())
+	}
+	if s.resolve, err = newResolver(hello.Root, hello.Modules); err != nil {
+		return err
+	}
+	s.inner, err = NewWorker(Config{Level: 3, Platform: p, DeviceIDs: hello.DeviceIDs, NumSubWorkers: hello.NumSubWorkers})
+	if err != nil {
+		return err
+	}
+	return s.inner.Init()
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+// serve reads frames: HEALTH is answered at once, whatever else runs;
+// CONTROL runs in order on the command lane; TASKs run one after another.
+func (s *session) serve() error {
+	controls := make(chan frame, 64)
+	tasks := make(chan frame, 64)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); s.lane(controls, s.control) }()
+	go func() { defer wg.Done(); s.lane(tasks, s.task) }()
+	defer wg.Wait()
+	defer close(tasks)
+	defer close(controls)
+	for {
+		h, payload, err := wire.ReadFrame(s.conn, wire.MaxPayload)
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil // the parent went away: clean up and end
+			}
+			return err
+		}
+		switch h.Type {
+		case wire.TypeHealth:
+			s.mu.Lock()
+			n := s.inflight
+			s.mu.Unlock()
+			if err := s.write(wire.TypeHealthReply, h.Seq, &wire.HealthReply{Timestamp: time.Now().UnixNano(), InFlight: uint32(n)}); err != nil {
+				return err
+			}
+		case wire.TypeControl:
+			controls <- frame{h, payload}
+		case wire.TypeTask:
+			s.mu.Lock()
+			s.inflight++
+			s.mu.Unlock()
+			tasks <- frame{h, payload}
+		case wire.TypeShutdown:
+			return nil
+		default:
+			return fmt.Errorf("unexpected %s frame from the parent", h.Type)
+		}
+	}
+}
+
+type frame struct {
+	h       wire.Header
+	payload []byte
+}
+
+func (s *session) lane(in chan frame, handle func(frame)) {
+	for f := range in {
+		handle(f)
+	}
+}
+
+func errBody(err error) *wire.ErrorBody {
+	k, msg, ok := SplitKind(err.Error())
+	if !ok {
+		k = RuntimeError
+	}
+	return &wire.ErrorBody{Kind: string(k), Message: msg}
+}
+
+// task runs one orchestration callable on the inner worker.
+func (s *session) task(f frame) {
+	c := &wire.Completion{Seq: f.h.Seq}
+	if err := s.runTask(f.payload); err != nil {
+		fail := &wire.TaskFailure{}
+		if te, ok := err.(*TaskError); ok {
+			fail.Path, fail.TaskID, fail.Callable = te.Worker, uint64(te.TaskID), te.Callable
+			err = te.Err
+		}
+		body := errBody(err)
+		fail.Kind, fail.Message = body.Kind, body.Message
+		c.Err = fail
+	}
+	s.mu.Lock()
+	s.inflight--
+	s.mu.Unlock()
+	s.write(wire.TypeCompletion, f.h.Seq, c)
+}
+
+func (s *session) runTask(payload []byte) error {
+	t, err := wire.DecodeTask(payload)
+	if err != nil {
+		return Errorf(ValueError, "TASK: %v", err)
+	}
+	s.mu.Lock()
+	fn := s.callables[t.Digest]
+	s.mu.Unlock()
+	oc, ok := fn.(OrchCallable)
+	if !ok {
+		return Errorf(ValueError, "TASK: callable %s is not registered on this node", t.Digest)
+	}
+	args, scratch, err := s.taskArgs(t)
+	defer func() {
+		for _, seg := range scratch {
+			hostmem.Unregister(seg)
+			seg.Close()
+		}
+	}()
+	if err != nil {
+		return err
+	}
+	cfg := CallConfig{BlockDim: t.Config.BlockDim, AicpuThreadNum: t.Config.AicpuThreadNum, EnableProfiling: t.Config.EnableProfiling}
+	_, err = s.inner.Run(func(o *Orchestrator) (any, error) { return nil, oc.RunOrch(o, args, &cfg) })
+	return err
+}
+
+// taskArgs places each tensor in this process: a remote ref resolves to
+// the buffer's memory here; inline bytes get scratch shared memory.
+func (s *session) taskArgs(t wire.Task) (*TaskArgs, []*shm.Segment, error) {
+	a := &TaskArgs{}
+	var scratch []*shm.Segment
+	for i, ta := range t.Tensors {
+		ten := Tensor{Shape: ta.Shape, DType: dtype.DType(ta.DType)}
+		n := ten.NBytes()
+		if ta.Remote != nil {
+			s.mu.Lock()
+			b := s.bufs[ta.Remote.Buffer]
+			s.mu.Unlock()
+			if b == nil {
+				return nil, scratch, Errorf(ValueError, "TASK: tensor %d names buffer %d (generation %d), which this node does not hold", i, ta.Remote.Buffer.ID, ta.Remote.Buffer.Generation)
+			}
+			if int(ta.Remote.Offset)+n > b.len {
+				return nil, scratch, Errorf(ValueError, "TASK: tensor %d (%d bytes at offset %d) overruns its %d-byte buffer", i, n, ta.Remote.Offset, b.len)
+			}
+			if ta.Remote.Access&^b.access != 0 {
+				return nil, scratch, Errorf(ValueError, "TASK: tensor %d needs %s access; the buffer here allows %s", i, ta.Remote.Access, b.access)
+			}
+			ten.Addr = b.seg.Addr() + uint64(b.off) + ta.Remote.Offset
+		} else {
+			seg, err := shm.Create("inline", max(len(ta.Inline), 1))
+			if err != nil {
+				return nil, scratch, err
+			}
+			hostmem.Register(seg)
+			scratch = append(scratch, seg)
+			copy(seg.Mem, ta.Inline)
+			ten.Addr = seg.Addr()
+		}
+		if err := a.AddTensor(ten, Tag(ta.Tag)); err != nil {
+			return nil, scratch, err
+		}
+	}
+	a.Scalars = t.Scalars
+	return a, scratch, nil
+}
+
+// control runs one command and replies with the request's sequence.
+func (s *session) control(f frame) {
+	r := &wire.ControlReply{Seq: f.h.Seq}
+	c, err := wire.DecodeControl(f.payload)
+	if err == nil {
+		r.Cmd = c.Cmd
+		err = s.command(c, r)
+	} else {
+		r.Cmd = wire.CmdRegister // a reply needs a valid command; the error says what went wrong
+		err = Errorf(ValueError, "CONTROL: %v", err)
+	}
+	if err != nil {
+		r.Err = errBody(err)
+		r.Buffer, r.Data = wire.BufferRef{}, nil
+	}
+	s.write(wire.TypeControlReply, f.h.Seq, r)
+}
+
+func (s *session) command(c wire.Control, r *wire.ControlReply) error {
+	switch c.Cmd {
+	case wire.CmdRegister:
+		fn, err := s.resolve.Resolve(c.Digest, c.Module, c.Name)
+		if err != nil {
+			return err
+		}
+		if _, err := s.inner.Register(fn, nil); err != nil {
+			return err
+		}
+		s.mu.Lock()
+		s.callables[c.Digest] = fn
+		s.mu.Unlock()
+		return nil
+	case wire.CmdMalloc:
+		seg, err := shm.Create("rbuf", int(c.NBytes))
+		if err != nil {
+			return err
+		}
+		hostmem.Register(seg)
+		r.Buffer = s.add(&sbuf{seg: seg, len: int(c.NBytes), access: wire.AccessReadWrite, owned: true})
+		return nil
+	case wire.CmdFree, wire.CmdReleaseImport:
+		return s.drop(c.Buffer, c.Cmd == wire.CmdFree)
+	case wire.CmdCopyTo, wire.CmdCopyFrom:
+		b, err := s.buf(c.Buffer, true)
+		if err != nil {
+			return err
+		}
+		n := int(c.NBytes)
+		if c.Cmd == wire.CmdCopyTo {
+			n = len(c.Data)
+		}
+		if int(c.Offset)+n > b.len {
+			return Errorf(ValueError, "%s: %d bytes at offset %d overrun the %d-byte buffer", c.Cmd, n, c.Offset, b.len)
+		}
+		if c.Cmd == wire.CmdCopyTo {
+			copy(b.bytes()[c.Offset:], c.Data)
+		} else {
+			r.Data = b.bytes()[c.Offset : int(c.Offset)+n]
+		}
+		return nil
+	case wire.CmdExport:
+		b, err := s.buf(c.Buffer, true)
+		if err != nil {
+			return err
+		}
+		if c.Offset+c.NBytes > uint64(b.len) || c.NBytes == 0 {
+			return Errorf(ValueError, "EXPORT: %d bytes at offset %d do not fit the %d-byte buffer", c.NBytes, c.Offset, b.len)
+		}
+		r.Data = exportToken(b.seg, c.Offset, c.NBytes, c.Access)
+		return nil
+	case wire.CmdImport:
+		seg, off, n, access, err := s.importToken(c.Token)
+		if err != nil {
+			return err
+		}
+		if c.Access != 0 {
+			if c.Access&^access != 0 {
+				seg.Close()
+				return Errorf(ValueError, "IMPORT: %s access asked of an export that allows %s", c.Access, access)
+			}
+			access = c.Access
+		}
+		hostmem.Register(seg)
+		r.Buffer = s.add(&sbuf{seg: seg, off: off, len: n, access: access})
+		return nil
+	}
+	return Errorf(ValueError, "%s is not served by this node yet", c.Cmd)
+}
+
+func (s *session) add(b *sbuf) wire.BufferRef {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.bufSeq++
+	ref := wire.BufferRef{ID: s.bufSeq, Generation: 1}
+	s.bufs[ref] = b
+	return ref
+}
+
+func (s *session) buf(ref wire.BufferRef, owned bool) (*sbuf, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := s.bufs[ref]
+	if b == nil || b.owned != owned {
+		return nil, Errorf(ValueError, "buffer %d (generation %d) is not an owned buffer of this node", ref.ID, ref.Generation)
+	}
+	return b, nil
+}
+
+// drop frees an owned buffer or releases an import.
+func (s *session) drop(ref wire.BufferRef, owned bool) error {
+	s.mu.Lock()
+	b := s.bufs[ref]
+	if b == nil || b.owned != owned {
+		s.mu.Unlock()
+		what := "an imported buffer"
+		if owned {
+			what = "an owned buffer"
+		}
+		return Errorf(ValueError, "buffer %d (generation %d) is not %s of this node", ref.ID, ref.Generation, what)
+	}
+	delete(s.bufs, ref)
+	s.mu.Unlock()
+	hostmem.Unregister(b.seg)
+	return b.seg.Close()
+}
+
+// exportToken describes a range of a buffer for a peer on this host: the
+// shared-memory object, the range and the access. It is opaque to scripts.
+func exportToken(seg *shm.Segment, off, n uint64, access wire.Access) []byte {
+	var e wire.Encoder
+	e.String(seg.Name)
+	e.Int(len(seg.Mem))
+	e.U64(off)
+	e.U64(n)
+	e.U8(uint8(access))
+	return e.Bytes()
+}
+
+func (s *session) importToken(tok []byte) (*shm.Segment, int, int, wire.Access, error) {
+	d := wire.NewDecoder(tok)
+	name, size, off, n, access := d.String(), d.Int(1<<40), d.Int(1<<40), d.Int(1<<40), wire.Access(d.U8())
+	if err := d.Finish(); err != nil || !access.Valid() || off+n > size {
+		return nil, 0, 0, 0, Errorf(ValueError, "IMPORT: a malformed export token")
+	}
+	seg, err := shm.Open(name, size)
+	if err != nil {
+		return nil, 0, 0, 0, Errorf(RuntimeError, "IMPORT: the exported buffer is gone: %v", err)
+	}
+	return seg, off, n, access, nil
+}
+
+// close frees everything the session holds: imports first, then owned
+// buffers, then the inner worker.
+func (s *session) close() {
+	s.mu.Lock()
+	bufs := s.bufs
+	s.bufs = map[wire.BufferRef]*sbuf{}
+	s.mu.Unlock()
+	for _, owned := range []bool{false, true} {
+		for _, b := range bufs {
+			if b.owned == owned {
+				hostmem.Unregister(b.seg)
+				b.seg.Close()
+			}
+		}
+	}
+	if s.inner != nil {
+		s.inner.Close()
+	}
+	s.conn.Close()
+}

@@ -1,0 +1,286 @@
+package wire
+
+import (
+	"fmt"
+
+	"simpler/hal/dtype"
+)
+
+// CallConfig is the per-call configuration of a task.
+type CallConfig struct {
+	BlockDim        int // ≤ MaxBlockDim
+	AicpuThreadNum  int // ≤ MaxBlockDim
+	EnableProfiling bool
+}
+
+func (c CallConfig) encode(e *Encoder) {
+	e.Int(c.BlockDim)
+	e.Int(c.AicpuThreadNum)
+	e.Bool(c.EnableProfiling)
+}
+
+func decodeCallConfig(d *Decoder) CallConfig {
+	return CallConfig{BlockDim: d.Int(MaxBlockDim), AicpuThreadNum: d.Int(MaxBlockDim), EnableProfiling: d.Bool()}
+}
+
+// RemoteRef places a tensor in a remote buffer of the daemon that runs
+// the task: Buffer is in that daemon's registry (for an imported buffer,
+// the ref IMPORT returned there), Owner is the worker id of the node that
+// owns the memory, Offset is in bytes, Access is what the task may do
+// there and must cover the tag's Needs.
+type RemoteRef struct {
+	Owner  uint32
+	Buffer BufferRef
+	Offset uint64
+	Access Access
+}
+
+// TensorArg is one tensor of a task: exactly one of Remote and Inline
+// says where its bytes are (Encode takes Remote when it is set). Inline
+// is a host_inline input carried in the frame: INPUT only, exactly the
+// tensor's bytes.
+type TensorArg struct {
+	Tag    Tag
+	DType  dtype.DType
+	Shape  []int
+	Remote *RemoteRef
+	Inline []byte
+}
+
+// NBytes is the tensor's size in bytes, or -1 if it exceeds
+// MaxBufferBytes.
+func (t *TensorArg) NBytes() int64 { return tensorBytes(t.Shape, t.DType) }
+
+func tensorBytes(shape []int, dt dtype.DType) int64 {
+	n := int64(dt.Size())
+	over := false
+	for _, d := range shape {
+		if d == 0 {
+			return 0
+		}
+		if d < 0 || n > MaxBufferBytes/int64(d) {
+			over = true // keep looking for a zero dimension
+			continue
+		}
+		n *= int64(d)
+	}
+	if over || n > MaxBufferBytes {
+		return -1
+	}
+	return n
+}
+
+// Where a tensor's bytes are.
+const (
+	whereRemote uint8 = 1
+	whereInline uint8 = 2
+)
+
+// Task runs a registered callable on the node. The header's sequence
+// numbers it; its COMPLETION carries the same number.
+type Task struct {
+	Digest  string // "sha256:...", registered on the daemon with REGISTER
+	Config  CallConfig
+	Tensors []TensorArg
+	Scalars []uint64
+}
+
+// Encode writes the TASK payload.
+func (t *Task) Encode(e *Encoder) {
+	e.String(t.Digest)
+	t.Config.encode(e)
+	e.U32(uint32(len(t.Tensors)))
+	for i := range t.Tensors {
+		a := &t.Tensors[i]
+		e.U8(uint8(a.Tag))
+		e.U8(uint8(a.DType))
+		e.U32(uint32(len(a.Shape)))
+		for _, d := range a.Shape {
+			e.Int(d)
+		}
+		if r := a.Remote; r != nil {
+			e.U8(whereRemote)
+			e.U32(r.Owner)
+			r.Buffer.encode(e)
+			e.U64(r.Offset)
+			e.U8(uint8(r.Access))
+		} else {
+			e.U8(whereInline)
+			e.Blob(a.Inline)
+		}
+	}
+	e.U32(uint32(len(t.Scalars)))
+	for _, s := range t.Scalars {
+		e.U64(s)
+	}
+}
+
+// DecodeTask reads a TASK payload. Inline bytes alias b.
+func DecodeTask(b []byte) (Task, error) {
+	d := NewDecoder(b)
+	var t Task
+	t.Digest = decodeDigest(d)
+	t.Config = decodeCallConfig(d)
+	n := d.Count(MaxTensors, minTensorSize)
+	if n > 0 {
+		t.Tensors = make([]TensorArg, 0, n)
+	}
+	inline := 0
+	for i := 0; i < n && d.err == nil; i++ {
+		a := decodeTensor(d, i, &inline)
+		t.Tensors = append(t.Tensors, a)
+	}
+	ns := d.Count(MaxScalars, 8)
+	if ns > 0 {
+		t.Scalars = make([]uint64, ns)
+		for i := range t.Scalars {
+			t.Scalars[i] = d.U64()
+		}
+	}
+	if err := d.Finish(); err != nil {
+		return Task{}, err
+	}
+	return t, nil
+}
+
+func decodeTensor(d *Decoder, i int, inline *int) TensorArg {
+	a := TensorArg{Tag: Tag(d.U8()), DType: dtype.DType(d.U8())}
+	if d.err == nil && a.Tag >= numTags {
+		d.FailBounds("tensor %d: unknown tag %d", i, uint8(a.Tag))
+	}
+	if d.err == nil && a.DType.Size() == 0 {
+		d.FailBounds("tensor %d: unknown dtype %d", i, uint8(a.DType))
+	}
+	nd := d.Count(MaxDims, 8)
+	if nd > 0 {
+		a.Shape = make([]int, nd)
+		for j := range a.Shape {
+			a.Shape[j] = d.Int(MaxDim)
+		}
+	}
+	if d.err != nil {
+		return a
+	}
+	nbytes := tensorBytes(a.Shape, a.DType)
+	if nbytes < 0 {
+		d.FailBounds("tensor %d: shape %v of %s exceeds %d bytes", i, a.Shape, a.DType, int64(MaxBufferBytes))
+		return a
+	}
+	switch where := d.U8(); where {
+	case whereRemote:
+		r := &RemoteRef{Owner: d.U32(), Buffer: decodeBufferRef(d), Offset: d.U64(), Access: decodeAccess(d, false)}
+		if d.err != nil {
+			return a
+		}
+		if r.Offset > MaxBufferBytes-uint64(nbytes) {
+			d.FailBounds("tensor %d: offset %d + %d bytes exceeds %d", i, r.Offset, nbytes, int64(MaxBufferBytes))
+		} else if need := a.Tag.Needs(); r.Access&need != need {
+			d.FailBounds("tensor %d: tag %s needs %s access, the descriptor grants %s", i, a.Tag, need, r.Access)
+		}
+		a.Remote = r
+	case whereInline:
+		if a.Tag != TagInput {
+			d.FailBounds("tensor %d: an inline tensor is an INPUT, not %s", i, a.Tag)
+			return a
+		}
+		a.Inline = d.BlobRef(MaxInline)
+		if d.err != nil {
+			return a
+		}
+		if int64(len(a.Inline)) != nbytes {
+			d.FailBounds("tensor %d: %d inline bytes for shape %v of %s (%d bytes)", i, len(a.Inline), a.Shape, a.DType, nbytes)
+		}
+		*inline += len(a.Inline)
+		if *inline > MaxInlineTotal {
+			d.FailBounds("tensor %d: inline bytes of the task exceed %d", i, MaxInlineTotal)
+		}
+	default:
+		if d.err == nil {
+			d.FailBounds("tensor %d: unknown location %d (want 1 remote or 2 inline)", i, where)
+		}
+	}
+	return a
+}
+
+// TaskFailure is why a task failed, mirroring engine.TaskError: the path
+// down the worker tree where it failed (e.g. "chip_worker 0 (device 0)"),
+// the task id there and its callable, and the error's kind and message.
+// Path and Callable are empty for a failure before any task ran (an
+// unknown digest, say).
+type TaskFailure struct {
+	Kind     string
+	Message  string
+	Path     string
+	TaskID   uint64
+	Callable string
+}
+
+func (f *TaskFailure) Error() string {
+	if f.Path == "" {
+		return f.Kind + ": " + f.Message
+	}
+	return fmt.Sprintf("%s: %s: task %d running %q failed: %s", f.Kind, f.Path, f.TaskID, f.Callable, f.Message)
+}
+
+// Completion reports a finished task: Err is nil on success.
+type Completion struct {
+	Seq uint64 // the TASK frame's sequence (also the header's)
+	Err *TaskFailure
+}
+
+// Encode writes the COMPLETION payload.
+func (c *Completion) Encode(e *Encoder) {
+	e.U64(c.Seq)
+	if c.Err == nil {
+		e.U8(statusOK)
+		return
+	}
+	e.U8(statusErr)
+	e.String(c.Err.Kind)
+	e.String(c.Err.Message)
+	e.String(c.Err.Path)
+	e.U64(c.Err.TaskID)
+	e.String(c.Err.Callable)
+}
+
+// DecodeCompletion reads a COMPLETION payload.
+func DecodeCompletion(b []byte) (Completion, error) {
+	d := NewDecoder(b)
+	c := Completion{Seq: decodeSeq(d)}
+	if decodeStatus(d) == statusErr {
+		c.Err = &TaskFailure{
+			Kind:     decodeKind(d),
+			Message:  d.StringMax(MaxMessage),
+			Path:     d.StringMax(MaxName),
+			TaskID:   uint64(d.Int(MaxTaskID)),
+			Callable: d.StringMax(MaxName),
+		}
+	}
+	if err := d.Finish(); err != nil {
+		return Completion{}, err
+	}
+	return c, nil
+}
+
+// A reply's status byte.
+const (
+	statusOK  uint8 = 0
+	statusErr uint8 = 1
+)
+
+func decodeStatus(d *Decoder) uint8 {
+	s := d.U8()
+	if d.err == nil && s != statusOK && s != statusErr {
+		d.FailBounds("bad status %d (want 0 ok or 1 error)", s)
+	}
+	return s
+}
+
+// decodeSeq reads a non-zero sequence number.
+func decodeSeq(d *Decoder) uint64 {
+	s := d.U64()
+	if d.err == nil && s == 0 {
+		d.FailBounds("sequence 0")
+	}
+	return s
+}
