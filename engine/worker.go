@@ -150,9 +150,6 @@ func validate(cfg *Config) error {
 	case cfg.Level >= 4 && len(cfg.DeviceIDs) > 0:
 		return Errorf(ValueError, "Worker: level %d composes child workers; device_ids belong to its level-3 children", cfg.Level)
 	}
-	if cfg.Mode == "process" && cfg.Level >= 5 {
-		return Errorf(ValueError, "Worker: mode=\"process\" at level %d is not available yet: compose level-4 children in thread mode (their level-3 nodes can still be processes)", cfg.Level)
-	}
 	max := cfg.Platform.Arch().MaxChips
 	seen := map[int]bool{}
 	for _, id := range cfg.DeviceIDs {
@@ -297,10 +294,13 @@ func (w *Worker) initLocked() error {
 
 // open opens chips and brings children up; teardown undoes a partial open.
 func (w *Worker) open() error {
-	if w.cfg.Mode == "process" && w.cfg.Level == 3 {
+	if w.cfg.Mode == "process" && w.cfg.Level <= 3 {
 		return w.startProcs()
 	}
-	if w.cfg.Mode == "process" {
+	// Level 4 in process mode runs each level-3 child as a process. Level
+	// 5 and 6 compose their children in this process; each child's own
+	// mode decides how its subtree runs.
+	if w.cfg.Mode == "process" && w.cfg.Level == 4 {
 		if err := w.startNodes(); err != nil {
 			return err
 		}

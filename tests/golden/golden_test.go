@@ -58,18 +58,23 @@ func TestGolden(t *testing.T) {
 	if len(scripts) == 0 {
 		t.Fatal("no golden scripts found")
 	}
-	runner := &golden.Runner{Binary: binary}
-	for _, script := range scripts {
-		name := strings.TrimSuffix(filepath.Base(script), ".star")
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			o := runner.Check(script, *update)
-			if o.Problem != "" {
-				t.Error(o.Problem)
-			}
-			if o.Diff != "" {
-				t.Errorf("%s: output differs from %s\n%s", script, golden.GoldenPath(script), o.Diff)
-			}
-		})
+	// The metamorphic check: every script gives the same output with its
+	// workers' children as goroutines and as processes. Golden files are
+	// written from thread mode and checked in both.
+	for _, mode := range []string{"thread", "process"} {
+		runner := &golden.Runner{Binary: binary, Args: append(append([]string(nil), golden.DefaultArgs...), "--mode", mode)}
+		for _, script := range scripts {
+			name := strings.TrimSuffix(filepath.Base(script), ".star")
+			t.Run(mode+"/"+name, func(t *testing.T) {
+				t.Parallel()
+				o := runner.Check(script, *update && mode == "thread")
+				if o.Problem != "" {
+					t.Error(o.Problem)
+				}
+				if o.Diff != "" {
+					t.Errorf("%s (%s mode): output differs from %s\n%s", script, mode, golden.GoldenPath(script), o.Diff)
+				}
+			})
+		}
 	}
 }
