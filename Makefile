@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin/simpler
 PLATFORM ?= a2a3sim
 
-.PHONY: build demo test bench vet fmt clean
+.PHONY: build demo test fuzz bench clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/simpler
@@ -12,13 +12,23 @@ build:
 demo: build
 	$(BIN) run --platform $(PLATFORM) scripts/examples/multi_chip_dispatch.star
 
-# Every test: vet, formatting, the race detector, and the leak checks each
-# package's TestMain runs.
+# Every test: vet, formatting, a short run of every fuzz target, then the
+# whole suite under the race detector (golden scripts in both modes, real
+# daemons on 127.0.0.1, and the leak checks each package's TestMain runs).
 test:
 	$(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(MAKE) fuzz FUZZTIME=2s
 	$(GO) test -race -count=1 ./...
+
+# Every decoder's fuzz target, briefly (longer: make fuzz FUZZTIME=1m).
+FUZZTIME ?= 10s
+fuzz:
+	@for f in $$($(GO) test -list 'Fuzz.*' ./wire/ | grep '^Fuzz'); do \
+	  echo "fuzz $$f ($(FUZZTIME))"; \
+	  $(GO) test ./wire/ -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) >/dev/null || exit 1; \
+	done
 
 bench: build
 	$(GO) run ./cmd/simpler bench

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strings"
@@ -42,7 +43,11 @@ func (sessionResolver) Resolve(digest, module, name string) (Callable, error) {
 }
 
 func runTestSession() int {
-	err := ServeSessionFD(nil, func(string, []wire.Module) (Resolver, error) { return sessionResolver{}, nil })
+	var token []byte
+	if t := os.Getenv(sessionEnv + "_TOKEN"); t != "" {
+		token = []byte(t)
+	}
+	err := ServeSessionFD(token, func(string, []wire.Module) (Resolver, error) { return sessionResolver{}, nil })
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "test session:", err)
 		return 1
@@ -51,14 +56,14 @@ func runTestSession() int {
 }
 
 // startDaemon serves sessions on a free loopback port until the test ends.
-func startDaemon(t *testing.T) (*Daemon, string) {
+func startDaemon(t *testing.T, env ...string) (*Daemon, string) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	exe, _ := os.Executable()
-	d := NewDaemon(ln, &Launcher{Path: exe, Env: []string{sessionEnv + "=1"}}, os.Stderr)
+	d := NewDaemon(ln, &Launcher{Path: exe, Env: append([]string{sessionEnv + "=1"}, env...)}, io.Discard)
 	done := make(chan error, 1)
 	go func() { done <- d.Serve() }()
 	t.Cleanup(func() {
@@ -259,4 +264,67 @@ func TestRemoteSessionKilledMidTask(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "remote_worker 0") || !strings.Contains(err.Error(), "connection to") {
 		t.Fatalf("run error %v", err)
 	}
+}
+
+// The daemon survives clients that break the protocol and serves the next
+// session.
+func TestDaemonSurvivesBadClients(t *testing.T) {
+	_, addr := startDaemon(t)
+	hdr := wire.EncodeHeader(wire.Header{Version: 1})
+	bad := [][]byte{
+		[]byte("GET / HTTP/1.0\r\n\r\n"), // not a frame at all
+		hdr[:10],                         // a truncated header
+		nil,                              // connect and vanish
+	}
+	for _, b := range bad {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write(b)
+		c.Close()
+	}
+	// A HELLO that breaks a manifest rule is refused with a reason.
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, _, err := wire.ReadFrame(c, 0); err != nil {
+		t.Fatal(err)
+	}
+	var e wire.Encoder
+	(&wire.Hello{Version: 1, Platform: "tpu", DeviceIDs: []int{0}, CommProfile: "sim"}).Encode(&e)
+	wire.WriteFrame(c, wire.Header{Version: 1, Type: wire.TypeHello, Session: 9, Worker: 0}, e.Bytes())
+	h, payload, err := wire.ReadFrame(c, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := wire.DecodeHelloReply(payload)
+	if err != nil || h.Type != wire.TypeHelloReply || r.Accepted || !strings.Contains(r.Err.Message, "unknown platform") {
+		t.Fatalf("refusal %+v %v", r, err)
+	}
+	// And a well-behaved parent still gets a session.
+	w := remoteWorker(t, addr)
+	if _, err := w.RemoteMalloc(0, 8); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDaemonTokenProof(t *testing.T) {
+	_, addr := startDaemon(t, sessionEnv+"_TOKEN=s3cret")
+	spec := RemoteSpec{Endpoint: addr, Platform: "a2a3sim", DeviceIDs: []int{0}, Token: []byte("wrong")}
+	w, _ := NewWorker(Config{Level: 4, Platform: sim(t)})
+	w.AddRemoteWorker(spec)
+	if err := w.Init(); err == nil || !strings.Contains(err.Error(), "token proof does not match") {
+		t.Fatalf("a wrong token: %v", err)
+	}
+	w.Close()
+	spec.Token = []byte("s3cret")
+	w, _ = NewWorker(Config{Level: 4, Platform: sim(t)})
+	w.AddRemoteWorker(spec)
+	if err := w.Init(); err != nil {
+		t.Fatalf("the right token: %v", err)
+	}
+	w.Close()
 }
