@@ -189,4 +189,3 @@ func Remote(w io.Writer) (bool, error) {
 	ok = verdict(w, "no-op task / TCP round trip", float64(one)/float64(rtt), 3, "x") && ok
 	return ok, nil
 }
-

@@ -247,6 +247,9 @@ func (o *Orchestrator) submit(op string, h *Handle, job schedJob, argsList []*Ta
 	r.captureRemote(t)
 	w.inflight++
 	r.inflight++
+	if w.observer != nil {
+		w.emit(Event{Kind: TaskSubmitted, Run: r.id, Task: t.ID, Callable: h.Name(), Deps: t.deps})
+	}
 	out := o.dispatch[:0]
 	if t.pending == 0 {
 		out = w.publish(t, out)

@@ -202,9 +202,15 @@ func (w *Worker) RemoteCopyTo(h *RemoteBuffer, src []byte, offset int) error {
 	if err := ownerHandle(op, h, offset, len(src)); err != nil {
 		return err
 	}
+	node, err := w.node(op, h.Owner)
+	if err != nil {
+		return err
+	}
 	for done := 0; done < len(src); {
 		n := min(len(src)-done, wire.MaxCopy)
-		if err := w.remoteCmd(h.Owner, &wire.Control{Cmd: wire.CmdCopyTo, Buffer: ref(h), Offset: uint64(offset + done), Data: src[done : done+n]}); err != nil {
+		_, release, err := node.controlData(&wire.Control{Cmd: wire.CmdCopyTo, Buffer: ref(h), Offset: uint64(offset + done)}, src[done:done+n])
+		release()
+		if err != nil {
 			return Wrap(err, op)
 		}
 		done += n
@@ -224,14 +230,17 @@ func (w *Worker) RemoteCopyFrom(h *RemoteBuffer, dst []byte, offset int) error {
 	}
 	for done := 0; done < len(dst); {
 		k := min(len(dst)-done, wire.MaxCopy)
-		r, err := n.control(&wire.Control{Cmd: wire.CmdCopyFrom, Buffer: ref(h), Offset: uint64(offset + done), NBytes: uint64(k)})
+		r, release, err := n.controlData(&wire.Control{Cmd: wire.CmdCopyFrom, Buffer: ref(h), Offset: uint64(offset + done), NBytes: uint64(k)}, nil)
+		if err == nil && len(r.Data) != k {
+			err = Errorf(RuntimeError, "asked for %d bytes, got %d", k, len(r.Data))
+		}
+		if err == nil {
+			copy(dst[done:], r.Data)
+		}
+		release()
 		if err != nil {
 			return Wrap(err, op)
 		}
-		if len(r.Data) != k {
-			return Errorf(RuntimeError, "%s: asked for %d bytes, got %d", op, k, len(r.Data))
-		}
-		copy(dst[done:], r.Data)
 		done += k
 	}
 	return nil

@@ -63,6 +63,7 @@ type rnode struct {
 	mu     sync.Mutex
 	seq    uint64
 	wait   map[uint64]chan rreply
+	big    chan []byte // the reusable buffer for large replies, while not in use
 	dead   error
 	gone   chan struct{} // closed when the connection is lost
 	reader sync.WaitGroup
@@ -71,6 +72,7 @@ type rnode struct {
 type rreply struct {
 	h       wire.Header
 	payload []byte
+	done    func() // the waiter calls it once it is finished with payload
 }
 
 // dialNode connects to a daemon, proves the token and brings the node up.
@@ -79,7 +81,8 @@ func dialNode(name string, id int, spec RemoteSpec, src *Sources, timeout time.D
 	if err != nil {
 		return nil, Errorf(RuntimeError, "%s: cannot reach %s: %v", name, spec.Endpoint, errors.Unwrap(err))
 	}
-	n := &rnode{name: name, id: id, spec: spec, conn: conn, timeout: timeout, wait: map[uint64]chan rreply{}, gone: make(chan struct{})}
+	n := &rnode{name: name, id: id, spec: spec, conn: conn, timeout: timeout, wait: map[uint64]chan rreply{}, gone: make(chan struct{}), big: make(chan []byte, 1)}
+	n.big <- nil
 	var sid [8]byte
 	rand.Read(sid[:])
 	n.session = binary.LittleEndian.Uint64(sid[:]) | 1
@@ -140,21 +143,49 @@ func (n *rnode) hello(src *Sources, deadline time.Time) error {
 	return nil
 }
 
-func (n *rnode) send(t wire.Type, seq uint64, m interface{ Encode(*wire.Encoder) }) error {
+func (n *rnode) send(t wire.Type, seq uint64, m wire.Message) error {
+	return n.sendBulk(t, seq, m, nil)
+}
+
+// sendBulk sends m, followed by bulk as its trailing blob when bulk is
+// not nil (a COPY_TO: the data is written from where it lies).
+func (n *rnode) sendBulk(t wire.Type, seq uint64, m wire.Message, bulk []byte) error {
+	h := wire.Header{Version: wire.ProtocolVersion, Type: t, Session: n.session, Worker: uint32(n.id), Seq: seq}
+	n.wmu.Lock()
+	defer n.wmu.Unlock()
+	if bulk != nil {
+		return wire.WriteBulk(n.conn, h, m, bulk)
+	}
 	var e wire.Encoder
 	if m != nil {
 		m.Encode(&e)
 	}
-	n.wmu.Lock()
-	defer n.wmu.Unlock()
-	return wire.WriteFrame(n.conn, wire.Header{Version: wire.ProtocolVersion, Type: t, Session: n.session, Worker: uint32(n.id), Seq: seq}, e.Bytes())
+	return wire.WriteFrame(n.conn, h, e.Bytes())
 }
 
 // read routes replies to their waiters until the connection ends.
 func (n *rnode) read() {
 	defer n.reader.Done()
 	for {
-		h, payload, err := wire.ReadFrame(n.conn, wire.MaxPayload)
+		// Large replies (COPY_FROM data) are read into one buffer that is
+		// reused once its reader is done with it: fresh memory per copy
+		// would cost a page fault every 4 KiB.
+		var buf []byte
+		select {
+		case buf = <-n.big:
+		case <-n.gone:
+			return
+		}
+		h, payload, err := wire.ReadFrameInto(n.conn, wire.MaxPayload, buf)
+		done := func() { n.big <- buf }
+		if len(payload) > bigFrame {
+			if len(buf) == 0 || &payload[0] != &buf[:1][0] {
+				buf = payload[:cap(payload)] // keep the larger buffer
+			}
+		} else {
+			done()
+			done = func() {}
+		}
 		if err == nil && h.Type == wire.TypeShutdown {
 			err = errors.New("the daemon ended the session")
 		}
@@ -170,10 +201,15 @@ func (n *rnode) read() {
 		delete(n.wait, h.Seq)
 		n.mu.Unlock()
 		if ch != nil {
-			ch <- rreply{h, payload}
+			ch <- rreply{h, payload, done}
+		} else {
+			done()
 		}
 	}
 }
+
+// bigFrame is the payload size above which replies use the reused buffer.
+const bigFrame = 1 << 20
 
 // fail marks the node dead: every waiter gets err.
 func (n *rnode) fail(err error) {
@@ -189,7 +225,11 @@ func (n *rnode) fail(err error) {
 // request sends a frame and waits for the reply with its sequence. A
 // command waits at most the session timeout; a task waits as long as the
 // node answers health probes within it.
-func (n *rnode) request(t wire.Type, m interface{ Encode(*wire.Encoder) }, isTask bool) (rreply, error) {
+func (n *rnode) request(t wire.Type, m wire.Message, isTask bool) (rreply, error) {
+	return n.requestBulk(t, m, nil, isTask)
+}
+
+func (n *rnode) requestBulk(t wire.Type, m wire.Message, bulk []byte, isTask bool) (rreply, error) {
 	ch := make(chan rreply, 1)
 	n.mu.Lock()
 	if n.dead != nil {
@@ -200,7 +240,7 @@ func (n *rnode) request(t wire.Type, m interface{ Encode(*wire.Encoder) }, isTas
 	seq := n.seq
 	n.wait[seq] = ch
 	n.mu.Unlock()
-	if err := n.send(t, seq, m); err != nil {
+	if err := n.sendBulk(t, seq, m, bulk); err != nil {
 		n.fail(Errorf(RuntimeError, "%s: sending %s: %v", n.name, t, err))
 		return rreply{}, n.dead
 	}
@@ -238,6 +278,7 @@ func (n *rnode) health() error {
 	if err != nil {
 		return err
 	}
+	r.done()
 	if r.h.Type != wire.TypeHealthReply {
 		n.fail(Errorf(RuntimeError, "%s: a %s answered HEALTH", n.name, r.h.Type))
 		return n.dead
@@ -245,23 +286,37 @@ func (n *rnode) health() error {
 	return nil
 }
 
-// control runs one command on the ordered command lane.
+// control runs one command on the ordered command lane. Its reply's data
+// is valid until done is called (the caller must call it).
 func (n *rnode) control(c *wire.Control) (wire.ControlReply, error) {
+	reply, done, err := n.controlData(c, nil)
+	if err == nil {
+		reply.Data = append([]byte(nil), reply.Data...)
+	}
+	done()
+	return reply, err
+}
+
+// controlData runs a command whose request may carry bulk data and whose
+// reply data is used in place until done.
+func (n *rnode) controlData(c *wire.Control, bulk []byte) (wire.ControlReply, func(), error) {
 	n.cmdMu.Lock()
 	defer n.cmdMu.Unlock()
-	r, err := n.request(wire.TypeControl, c, false)
+	r, err := n.requestBulk(wire.TypeControl, c, bulk, false)
 	if err != nil {
-		return wire.ControlReply{}, err
+		return wire.ControlReply{}, func() {}, err
 	}
 	reply, err := wire.DecodeControlReply(r.payload)
 	if err != nil {
+		r.done()
 		n.fail(Errorf(RuntimeError, "%s: bad CONTROL_REPLY: %v", n.name, err))
-		return reply, n.dead
+		return reply, func() {}, n.dead
 	}
 	if reply.Err != nil {
-		return reply, &Error{Kind: Kind(reply.Err.Kind), Msg: reply.Err.Message}
+		r.done()
+		return reply, func() {}, &Error{Kind: Kind(reply.Err.Kind), Msg: reply.Err.Message}
 	}
-	return reply, nil
+	return reply, r.done, nil
 }
 
 // run sends a TASK and waits for its COMPLETION.
@@ -289,6 +344,7 @@ func (n *rnode) run(h *Handle, args *TaskArgs, cfg *CallConfig) error {
 		return err
 	}
 	c, err := wire.DecodeCompletion(r.payload)
+	r.done()
 	if err != nil {
 		n.fail(Errorf(RuntimeError, "%s: bad COMPLETION: %v", n.name, err))
 		return n.dead

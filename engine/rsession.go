@@ -33,7 +33,8 @@ type session struct {
 	inner   *Worker
 	resolve Resolver
 
-	wmu sync.Mutex // serialises frames written
+	wmu sync.Mutex  // serialises frames written
+	big chan []byte // the reusable buffer for large frames (COPY_TO data)
 
 	mu        sync.Mutex
 	callables map[string]Callable
@@ -57,7 +58,8 @@ func (b *sbuf) bytes() []byte { return b.seg.Mem[b.off : b.off+b.len] }
 // RunSession serves one session on conn until the parent shuts it down or
 // goes away. token, if not nil, is what the parent must prove it knows.
 func RunSession(conn net.Conn, token []byte, newResolver SourceResolver) error {
-	s := &session{conn: conn, callables: map[string]Callable{}, bufs: map[wire.BufferRef]*sbuf{}}
+	s := &session{conn: conn, callables: map[string]Callable{}, bufs: map[wire.BufferRef]*sbuf{}, big: make(chan []byte, 1)}
+	s.big <- nil
 	defer s.close()
 	if err := s.handshake(token, newResolver); err != nil {
 		return err
@@ -65,14 +67,23 @@ func RunSession(conn net.Conn, token []byte, newResolver SourceResolver) error {
 	return s.serve()
 }
 
-func (s *session) write(t wire.Type, seq uint64, m interface{ Encode(*wire.Encoder) }) error {
+func (s *session) write(t wire.Type, seq uint64, m wire.Message) error {
+	return s.writeBulk(t, seq, m, nil)
+}
+
+// writeBulk writes m with bulk as its trailing blob when bulk is not nil.
+func (s *session) writeBulk(t wire.Type, seq uint64, m wire.Message, bulk []byte) error {
+	h := wire.Header{Version: wire.ProtocolVersion, Type: t, Session: s.id, Worker: s.worker, Seq: seq}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if bulk != nil {
+		return wire.WriteBulk(s.conn, h, m, bulk)
+	}
 	var e wire.Encoder
 	if m != nil {
 		m.Encode(&e)
 	}
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	return wire.WriteFrame(s.conn, wire.Header{Version: wire.ProtocolVersion, Type: t, Session: s.id, Worker: s.worker, Seq: seq}, e.Bytes())
+	return wire.WriteFrame(s.conn, h, e.Bytes())
 }
 
 // handshake: CHALLENGE, HELLO (manifest, code, proof), HELLO_REPLY.
@@ -161,7 +172,17 @@ func (s *session) serve() error {
 	defer close(tasks)
 	defer close(controls)
 	for {
-		h, payload, err := wire.ReadFrame(s.conn, wire.MaxPayload)
+		buf := <-s.big // back once the frame read into it was handled
+		h, payload, err := wire.ReadFrameInto(s.conn, wire.MaxPayload, buf)
+		done := func() { s.big <- buf }
+		if len(payload) > bigFrame {
+			if len(buf) == 0 || &payload[0] != &buf[:1][0] {
+				buf = payload[:cap(payload)]
+			}
+		} else {
+			done()
+			done = func() {}
+		}
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				return nil // the parent went away: clean up and end
@@ -170,6 +191,7 @@ func (s *session) serve() error {
 		}
 		switch h.Type {
 		case wire.TypeHealth:
+			done()
 			s.mu.Lock()
 			n := s.inflight
 			s.mu.Unlock()
@@ -177,12 +199,12 @@ func (s *session) serve() error {
 				return err
 			}
 		case wire.TypeControl:
-			controls <- frame{h, payload}
+			controls <- frame{h, payload, done}
 		case wire.TypeTask:
 			s.mu.Lock()
 			s.inflight++
 			s.mu.Unlock()
-			tasks <- frame{h, payload}
+			tasks <- frame{h, payload, done}
 		case wire.TypeShutdown:
 			return nil
 		default:
@@ -194,11 +216,13 @@ func (s *session) serve() error {
 type frame struct {
 	h       wire.Header
 	payload []byte
+	done    func() // called once the payload is no longer needed
 }
 
 func (s *session) lane(in chan frame, handle func(frame)) {
 	for f := range in {
 		handle(f)
+		f.done()
 	}
 }
 
@@ -311,6 +335,12 @@ func (s *session) control(f frame) {
 		r.Err = errBody(err)
 		r.Buffer, r.Data = wire.BufferRef{}, nil
 	}
+	if r.Err == nil && r.Cmd == wire.CmdCopyFrom {
+		data := r.Data
+		r.Data = nil
+		s.writeBulk(wire.TypeControlReply, f.h.Seq, r, data)
+		return
+	}
 	s.write(wire.TypeControlReply, f.h.Seq, r)
 }
 
@@ -353,7 +383,7 @@ func (s *session) command(c wire.Control, r *wire.ControlReply) error {
 		if c.Cmd == wire.CmdCopyTo {
 			copy(b.bytes()[c.Offset:], c.Data)
 		} else {
-			r.Data = b.bytes()[c.Offset : int(c.Offset)+n]
+			r.Data = b.bytes()[c.Offset : int(c.Offset)+n] // sent in place, see control
 		}
 		return nil
 	case wire.CmdExport:

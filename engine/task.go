@@ -104,6 +104,9 @@ func (r *Run) wire(t *Task) {
 
 // dependOn adds producer p to t unless it is already there or finished.
 func (t *Task) dependOn(p *Task) {
+	if t.run.w.observer != nil && (len(t.deps) == 0 || t.deps[len(t.deps)-1] != p.ID) {
+		t.deps = append(t.deps, p.ID) // for traces: every producer, finished or not
+	}
 	if p.done {
 		if p.err != nil && t.poison == nil {
 			t.poison = p.err
@@ -115,7 +118,4 @@ func (t *Task) dependOn(p *Task) {
 	}
 	p.consumers = append(p.consumers, t)
 	t.pending++
-	if t.run.w.observer != nil {
-		t.deps = append(t.deps, p.ID)
-	}
 }

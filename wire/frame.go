@@ -253,6 +253,10 @@ const readChunk = 1 << 20
 // io.ErrUnexpectedEOF. The payload is freshly allocated, owned by the
 // caller.
 func ReadFrame(r io.Reader, maxPayload int) (Header, []byte, error) {
+	return readFrame(r, maxPayload, nil)
+}
+
+func readFrame(r io.Reader, maxPayload int, buf []byte) (Header, []byte, error) {
 	var hb [HeaderSize]byte
 	if n, err := io.ReadFull(r, hb[:]); err != nil {
 		if err == io.EOF {
@@ -277,6 +281,13 @@ func ReadFrame(r io.Reader, maxPayload int) (Header, []byte, error) {
 		return h, nil, errorf(ErrTooLarge, "%s frame announces %d payload bytes, this read allows %d", h.Type, h.Length, maxPayload)
 	}
 	n := int(h.Length)
+	if cap(buf) >= n {
+		p := buf[:n]
+		if k, err := io.ReadFull(r, p); err != nil {
+			return h, nil, truncated(h, k, n, err)
+		}
+		return h, p, nil
+	}
 	p := make([]byte, 0, min(n, readChunk))
 	for len(p) < n {
 		if len(p) == cap(p) {
@@ -285,16 +296,21 @@ func ReadFrame(r io.Reader, maxPayload int) (Header, []byte, error) {
 		k, err := io.ReadFull(r, p[len(p):min(n, cap(p))])
 		p = p[:len(p)+k]
 		if err != nil {
-			if err == io.EOF || err == io.ErrUnexpectedEOF {
-				return h, nil, &wireError{
-					msg:   fmt.Sprintf("wire: truncated %s payload: got %d of %d bytes", h.Type, len(p), n),
-					class: errors.Join(ErrTruncated, io.ErrUnexpectedEOF),
-				}
-			}
-			return h, nil, fmt.Errorf("wire: reading a %s payload: %w", h.Type, err)
+			return h, nil, truncated(h, len(p), n, err)
 		}
 	}
 	return h, p, nil
+}
+
+// truncated describes a payload read that ended after got of want bytes.
+func truncated(h Header, got, want int, err error) error {
+	if err == io.EOF || err == io.ErrUnexpectedEOF {
+		return &wireError{
+			msg:   fmt.Sprintf("wire: truncated %s payload: got %d of %d bytes", h.Type, got, want),
+			class: errors.Join(ErrTruncated, io.ErrUnexpectedEOF),
+		}
+	}
+	return fmt.Errorf("wire: reading a %s payload: %w", h.Type, err)
 }
 
 // WriteFrame writes one frame: h with its Length set to len(payload),

@@ -386,3 +386,29 @@ func TestErrorText(t *testing.T) {
 		t.Errorf("got %q", got)
 	}
 }
+
+func TestWriteBulkMatchesWriteFrame(t *testing.T) {
+	data := bytes.Repeat([]byte{7, 1, 3}, 100000)
+	h := Header{Version: ProtocolVersion, Type: TypeControl, Session: 5, Worker: 1, Seq: 9}
+	var a, b bytes.Buffer
+	if err := WriteFrame(&a, h, Payload(&Control{Cmd: CmdCopyTo, Buffer: BufferRef{ID: 1, Generation: 1}, Offset: 8, Data: data})); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteBulk(&b, h, &Control{Cmd: CmdCopyTo, Buffer: BufferRef{ID: 1, Generation: 1}, Offset: 8}, data); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a.Bytes(), b.Bytes()) {
+		t.Fatal("a bulk frame differs from the same frame written whole")
+	}
+	buf := make([]byte, 0, len(data)+64)
+	_, p, err := ReadFrameInto(&b, 0, buf)
+	if err != nil || &p[0] != &buf[:1][0] {
+		t.Fatalf("ReadFrameInto did not read into the buffer: %v", err)
+	}
+	if c, err := DecodeControl(p); err != nil || !bytes.Equal(c.Data, data) {
+		t.Fatalf("decode: %v", err)
+	}
+	if err := WriteBulk(&b, h, &Control{Cmd: CmdCopyFrom, Buffer: BufferRef{ID: 1, Generation: 1}, NBytes: 1 << 40}, data); err == nil {
+		t.Fatal("a message that does not end with an empty blob was accepted")
+	}
+}
