@@ -28,7 +28,41 @@ func Process(w io.Writer, l *engine.Launcher) (bool, error) {
 		return false, err
 	}
 	fmt.Fprintf(w, "  %-34s %10.2f ms (4 chip processes, median of 5)\n", "start-up, L3 with 4 chips", float64(up)/float64(time.Millisecond))
+	up4, err := startupL4(l)
+	if err != nil {
+		return false, err
+	}
+	fmt.Fprintf(w, "  %-34s %10.2f ms (2 node processes, each with 2 chip processes, median of 5)\n", "start-up, L4 -> 2 x L3 x 2 chips", float64(up4)/float64(time.Millisecond))
 	return ok, nil
+}
+
+// startupL4 times init() of a process-mode L4 worker over two level-3
+// nodes of two chips, then its close.
+func startupL4(l *engine.Launcher) (time.Duration, error) {
+	p, err := hal.Lookup("a2a3sim")
+	if err != nil {
+		return 0, err
+	}
+	return median(5, func() error {
+		w, err := engine.NewWorker(engine.Config{Level: 4, Platform: p, Mode: "process", Launcher: l})
+		if err != nil {
+			return err
+		}
+		for n := 0; n < 2; n++ {
+			c, err := engine.NewWorker(engine.Config{Level: 3, Platform: p, DeviceIDs: []int{2 * n, 2*n + 1}, Mode: "process", Launcher: l})
+			if err != nil {
+				return err
+			}
+			if _, err := w.AddWorker(c); err != nil {
+				return err
+			}
+		}
+		if err := w.Init(); err != nil {
+			w.Close()
+			return err
+		}
+		return w.Close()
+	})
 }
 
 // startup times init() of a process-mode L3 worker with n chips, then its

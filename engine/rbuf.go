@@ -1,28 +1,17 @@
 package engine
 
-import "fmt"
+import "simpler/wire"
 
-// Access is what a remote buffer handle may be used for.
-type Access uint8
+// Access is what a remote buffer handle may be used for: the same bits
+// the wire carries.
+type Access = wire.Access
 
 // The access bits.
 const (
-	AccessRead  Access = 1
-	AccessWrite Access = 2
-	AccessRW           = AccessRead | AccessWrite
+	AccessRead  = wire.AccessRead
+	AccessWrite = wire.AccessWrite
+	AccessRW    = wire.AccessReadWrite
 )
-
-func (a Access) String() string {
-	switch a {
-	case AccessRead:
-		return "read"
-	case AccessWrite:
-		return "write"
-	case AccessRW:
-		return "readwrite"
-	}
-	return fmt.Sprintf("Access(%d)", uint8(a))
-}
 
 // ParseAccess accepts "read", "write" and "readwrite".
 func ParseAccess(s string) (Access, error) {
@@ -39,15 +28,7 @@ func ParseAccess(s string) (Access, error) {
 
 // needs is the access a tag requires of a remote buffer: NO_DEP skips
 // dependency inference only, not access checks.
-func (t Tag) needs() Access {
-	switch t {
-	case Input:
-		return AccessRead
-	case Output, OutputExisting:
-		return AccessWrite
-	}
-	return AccessRW
-}
+func (t Tag) needs() Access { return wire.Tag(t).Needs() }
 
 // RemoteBuffer is a handle on remote memory: an owner allocation, or an
 // imported view of one on another worker. Its lifetime is decided by the
