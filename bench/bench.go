@@ -71,3 +71,15 @@ func verdict(w io.Writer, what string, got, target float64, unit string) bool {
 }
 
 func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+// medianLine takes the median fixed and marginal costs of several fits.
+func medianLine(ls []Line) Line {
+	f := make([]time.Duration, len(ls))
+	m := make([]time.Duration, len(ls))
+	for i, l := range ls {
+		f[i], m[i] = l.Fixed, l.Marginal
+	}
+	sort.Slice(f, func(i, j int) bool { return f[i] < f[j] })
+	sort.Slice(m, func(i, j int) bool { return m[i] < m[j] })
+	return Line{Fixed: f[len(f)/2], Marginal: m[len(m)/2]}
+}

@@ -202,8 +202,7 @@ func (o *Orchestrator) checkTensors(op string, job schedJob, m int, a *TaskArgs)
 func (o *Orchestrator) submit(op string, h *Handle, job schedJob, argsList []*TaskArgs, cfg *CallConfig) (*Task, error) {
 	for m, a := range argsList {
 		if a == nil {
-			argsList[m] = &TaskArgs{}
-			a = argsList[m]
+			continue // no tensors to check; clone makes it empty
 		}
 		if err := o.checkTensors(op, job, m, a); err != nil {
 			return nil, err
@@ -265,9 +264,12 @@ func (o *Orchestrator) submit(op string, h *Handle, job schedJob, argsList []*Ta
 // later submit can consume it. Caller holds w.mu.
 func (o *Orchestrator) allocOutputs(op string, argsList []*TaskArgs) error {
 	for _, a := range argsList {
+		if a == nil {
+			continue
+		}
 		for i := range a.Tensors {
 			t := &a.Tensors[i]
-			if t.Addr != 0 || t.ChildMemory {
+			if t.Addr != 0 || t.ChildMemory || t.Remote != nil || t.Inline != nil {
 				continue
 			}
 			b, err := o.heapAlloc(op, t.NBytes())
