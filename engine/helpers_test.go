@@ -230,8 +230,6 @@ func (r *recorder) get() []string {
 	return slices.Clone(r.evs)
 }
 
-func (r *recorder) has(ev string) bool { return slices.Contains(r.get(), ev) }
-
 // await waits for ch to close, failing after the deadline.
 func await(ch <-chan struct{}, what string) error {
 	select {

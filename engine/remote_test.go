@@ -101,12 +101,6 @@ func remoteWorker(t *testing.T, endpoints ...string) *Worker {
 	return w
 }
 
-func i64(v int64) []byte {
-	b := make([]byte, 8)
-	put64(b, v)
-	return b
-}
-
 func TestRemoteNodeRunsTasksOnRemoteBuffers(t *testing.T) {
 	_, addr := startDaemon(t)
 	w := remoteWorker(t, addr)

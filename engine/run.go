@@ -55,7 +55,7 @@ func (w *Worker) Submit(build func(o *Orchestrator) (any, error)) (*Run, error) 
 	w.mu.Unlock()
 
 	o := &Orchestrator{w: w, run: r, scope: r.root}
-	res, err, pv, panicked := callBuild(build, o)
+	res, panicked, err := callBuild(build, o)
 
 	w.mu.Lock()
 	r.result, r.buildErr = res, err
@@ -74,28 +74,29 @@ func (w *Worker) Submit(build func(o *Orchestrator) (any, error)) (*Run, error) 
 	}
 	if r.buildErr != nil {
 		<-r.done
-		if panicked { // re-raised only now that the run is fenced and cleaned up
-			panic(pv)
+		if panicked != nil { // re-raised only now that the run is fenced and cleaned up
+			panic(panicked.value)
 		}
 		return nil, r.buildErr
 	}
 	return r, nil
 }
 
+// buildPanic carries the value an orchestration function panicked with.
+type buildPanic struct{ value any }
+
 // callBuild runs build, catching a panic so that Submit can still end the
 // run (otherwise it stays "being built" forever and Close refuses); Submit
 // re-raises the panic once the run is done.
-func callBuild(build func(o *Orchestrator) (any, error), o *Orchestrator) (res any, err error, pv any, panicked bool) {
-	panicked = true
+func callBuild(build func(o *Orchestrator) (any, error), o *Orchestrator) (res any, panicked *buildPanic, err error) {
 	defer func() {
-		if panicked {
-			pv = recover()
-			err = Errorf(RuntimeError, "orchestration function panicked: %v", pv)
+		if p := recover(); p != nil {
+			panicked = &buildPanic{p}
+			err = Errorf(RuntimeError, "orchestration function panicked: %v", p)
 		}
 	}()
 	res, err = build(o)
-	panicked = false
-	return res, err, nil, false
+	return res, nil, err
 }
 
 // Run is Submit then Wait.
