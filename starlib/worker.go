@@ -22,7 +22,7 @@ type Worker struct {
 }
 
 func (w *Worker) String() string {
-	return fmt.Sprintf("Worker(level=%d, platform=%s, device_ids=%v)", w.w.Level(), w.platform, w.devices)
+	return fmt.Sprintf("Worker(level=%d, platform=%s, device_ids=%s)", w.w.Level(), w.platform, starlark.NewList(intTuple(w.devices)))
 }
 func (w *Worker) Type() string         { return "Worker" }
 func (w *Worker) Freeze()              {}

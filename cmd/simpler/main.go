@@ -5,6 +5,8 @@
 //	simpler repl [--platform P] [--devices 0-3] [--mode thread|process]
 //	simpler test [-update] [-run regex] [paths...]
 //	simpler doc [name]
+//	simpler remote-l3-worker --listen HOST:PORT [--token-file F]
+//	simpler bench
 //	simpler platforms
 //	simpler version
 package main
@@ -69,7 +71,10 @@ commands:
             an interactive Starlark shell with a ready Worker w
   test [-update] [-run regex] [paths...]
             run .star scripts and compare their output with NAME.golden
+  remote-l3-worker --listen HOST:PORT [--token-file F]
+            serve remote level-3 nodes to level-4 workers over TCP
   doc [name] print the builtins with their signatures
+  bench     run the benchmarks against limits measured in the same run
   platforms print each platform's capabilities
   version   print the version
 `)
