@@ -1,6 +1,10 @@
 package engine
 
-import "sort"
+import (
+	"sort"
+
+	"simpler/wire"
+)
 
 // Handle is a callable registered on a Worker. Tasks name callables by
 // handle; the digest is what crosses process and host boundaries.
@@ -74,12 +78,8 @@ func (w *Worker) Register(c Callable, workers []int) (*Handle, error) {
 			return nil, err
 		}
 	}
-	for _, n := range w.remotes {
-		if n != nil {
-			if err := n.register(c); err != nil {
-				return nil, err
-			}
-		}
+	if err := w.registerRemote(c); err != nil {
+		return nil, err
 	}
 	h := &Handle{Callable: c, Workers: workers, refs: 1}
 	w.reg.byDigest[c.Digest()] = h
@@ -122,4 +122,23 @@ func sameInts(a, b []int) bool {
 		}
 	}
 	return true
+}
+
+// registerRemote ships c to every remote node, all or nothing: when one
+// node refuses, the nodes that took it are told to drop it again.
+func (w *Worker) registerRemote(c Callable) error {
+	var took []*rnode
+	for _, n := range w.remotes {
+		if n == nil {
+			continue
+		}
+		if err := n.register(c); err != nil {
+			for _, done := range took {
+				done.control(&wire.Control{Cmd: wire.CmdUnregister, Digest: c.Digest()})
+			}
+			return err
+		}
+		took = append(took, n)
+	}
+	return nil
 }

@@ -70,12 +70,8 @@ func (w *Worker) dialRemotes() error {
 		}
 	}
 	for _, h := range w.reg.byDigest {
-		for _, n := range w.remotes {
-			if n != nil {
-				if err := n.register(h.Callable); err != nil {
-					return err
-				}
-			}
+		if err := w.registerRemote(h.Callable); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -322,3 +322,33 @@ func TestDaemonTokenProof(t *testing.T) {
 	}
 	w.Close()
 }
+
+func TestRemoteRegisterAndUnregisterCommands(t *testing.T) {
+	_, a := startDaemon(t)
+	_, b := startDaemon(t)
+	w := remoteWorker(t, a, b)
+	// A callable no node can load is refused, naming the node, and is not
+	// registered on the parent.
+	if _, err := w.Register(procKernel{"no_such_kernel"}, nil); err == nil || !strings.Contains(err.Error(), "remote_worker 0") {
+		t.Fatalf("register of an unknown callable: %v", err)
+	}
+	if _, ok := w.Lookup(procKernel{"no_such_kernel"}.Digest()); ok {
+		t.Fatal("a refused callable stayed registered")
+	}
+	// UNREGISTER drops a callable on a node; a second time is refused.
+	n := w.remotes[1]
+	digest := procKernel{"add1"}.Digest()
+	if _, err := n.control(&wire.Control{Cmd: wire.CmdUnregister, Digest: digest}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.control(&wire.Control{Cmd: wire.CmdUnregister, Digest: digest}); err == nil || !strings.Contains(err.Error(), "not registered on this node") {
+		t.Fatalf("second unregister: %v", err)
+	}
+	// A buffer command naming a buffer the node never issued is refused.
+	if _, err := n.control(&wire.Control{Cmd: wire.CmdFree, Buffer: wire.BufferRef{ID: 99, Generation: 1}}); err == nil || !strings.Contains(err.Error(), "not an owned buffer") {
+		t.Fatalf("free of an unknown buffer: %v", err)
+	}
+	if _, err := n.control(&wire.Control{Cmd: wire.CmdImport, Token: []byte("garbage"), Access: wire.AccessRead}); err == nil || !strings.Contains(err.Error(), "malformed export token") {
+		t.Fatalf("import of a bad token: %v", err)
+	}
+}

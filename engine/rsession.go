@@ -358,6 +358,20 @@ func (s *session) command(c wire.Control, r *wire.ControlReply) error {
 		s.callables[c.Digest] = fn
 		s.mu.Unlock()
 		return nil
+	case wire.CmdUnregister:
+		h, ok := s.inner.Lookup(c.Digest)
+		if !ok {
+			return Errorf(ValueError, "UNREGISTER: %s is not registered on this node", c.Digest)
+		}
+		if err := s.inner.Unregister(h); err != nil {
+			return err
+		}
+		if _, still := s.inner.Lookup(c.Digest); !still {
+			s.mu.Lock()
+			delete(s.callables, c.Digest)
+			s.mu.Unlock()
+		}
+		return nil
 	case wire.CmdMalloc:
 		seg, err := shm.Create("rbuf", int(c.NBytes))
 		if err != nil {
