@@ -204,7 +204,7 @@ func (w *Worker) RemoteCopyTo(h *RemoteBuffer, src []byte, offset int) error {
 	}
 	for done := 0; done < len(src); {
 		n := min(len(src)-done, wire.MaxCopy)
-		_, release, err := node.controlData(&wire.Control{Cmd: wire.CmdCopyTo, Buffer: ref(h), Offset: uint64(offset + done)}, src[done:done+n])
+		_, release, err := node.controlData(&wire.Control{Cmd: wire.CmdCopyTo, Buffer: ref(h), Offset: uint64(offset + done)}, src[done:done+n], nil)
 		release()
 		if err != nil {
 			return Wrap(err, op)
@@ -226,12 +226,13 @@ func (w *Worker) RemoteCopyFrom(h *RemoteBuffer, dst []byte, offset int) error {
 	}
 	for done := 0; done < len(dst); {
 		k := min(len(dst)-done, wire.MaxCopy)
-		r, release, err := n.controlData(&wire.Control{Cmd: wire.CmdCopyFrom, Buffer: ref(h), Offset: uint64(offset + done), NBytes: uint64(k)}, nil)
+		sink := dst[done : done+k]
+		r, release, err := n.controlData(&wire.Control{Cmd: wire.CmdCopyFrom, Buffer: ref(h), Offset: uint64(offset + done), NBytes: uint64(k)}, nil, sink)
 		if err == nil && len(r.Data) != k {
 			err = Errorf(RuntimeError, "asked for %d bytes, got %d", k, len(r.Data))
 		}
-		if err == nil {
-			copy(dst[done:], r.Data)
+		if err == nil && &r.Data[0] != &sink[0] {
+			copy(sink, r.Data)
 		}
 		release()
 		if err != nil {

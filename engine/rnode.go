@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strconv"
 	"sync"
@@ -63,7 +64,8 @@ type rnode struct {
 	mu     sync.Mutex
 	seq    uint64
 	wait   map[uint64]chan rreply
-	big    chan []byte // the reusable buffer for large replies, while not in use
+	sinks  map[uint64][]byte // where a COPY_FROM reply's data goes, by sequence
+	big    chan []byte       // the reusable buffer for large replies, while not in use
 	dead   error
 	gone   chan struct{} // closed when the connection is lost
 	reader sync.WaitGroup
@@ -73,6 +75,7 @@ type rreply struct {
 	h       wire.Header
 	payload []byte
 	done    func() // the waiter calls it once it is finished with payload
+	sunk    bool   // a COPY_FROM whose data went straight into the waiter's sink
 }
 
 // dialNode connects to a daemon, proves the token and brings the node up.
@@ -81,7 +84,7 @@ func dialNode(name string, id int, spec RemoteSpec, src *Sources, timeout time.D
 	if err != nil {
 		return nil, Errorf(RuntimeError, "%s: cannot reach %s: %v", name, spec.Endpoint, errors.Unwrap(err))
 	}
-	n := &rnode{name: name, id: id, spec: spec, conn: conn, timeout: timeout, wait: map[uint64]chan rreply{}, gone: make(chan struct{}), big: make(chan []byte, 1)}
+	n := &rnode{name: name, id: id, spec: spec, conn: conn, timeout: timeout, wait: map[uint64]chan rreply{}, sinks: map[uint64][]byte{}, gone: make(chan struct{}), big: make(chan []byte, 1)}
 	n.big <- nil
 	var sid [8]byte
 	rand.Read(sid[:])
@@ -167,24 +170,10 @@ func (n *rnode) sendBulk(t wire.Type, seq uint64, m wire.Message, bulk []byte) e
 func (n *rnode) read() {
 	defer n.reader.Done()
 	for {
-		// Large replies (COPY_FROM data) are read into one buffer that is
-		// reused once its reader is done with it: fresh memory per copy
-		// would cost a page fault every 4 KiB.
-		var buf []byte
-		select {
-		case buf = <-n.big:
-		case <-n.gone:
-			return
-		}
-		h, payload, err := wire.ReadFrameInto(n.conn, wire.MaxPayload, buf)
-		done := func() { n.big <- buf }
-		if len(payload) > bigFrame {
-			if len(buf) == 0 || &payload[0] != &buf[:1][0] {
-				buf = payload[:cap(payload)] // keep the larger buffer
-			}
-		} else {
-			done()
-			done = func() {}
+		h, err := wire.ReadHeader(n.conn, wire.MaxPayload)
+		var r rreply
+		if err == nil {
+			r, err = n.readReply(h)
 		}
 		if err == nil && h.Type == wire.TypeShutdown {
 			err = errors.New("the daemon ended the session")
@@ -199,13 +188,53 @@ func (n *rnode) read() {
 		n.mu.Lock()
 		ch := n.wait[h.Seq]
 		delete(n.wait, h.Seq)
+		delete(n.sinks, h.Seq)
 		n.mu.Unlock()
 		if ch != nil {
-			ch <- rreply{h, payload, done}
+			ch <- r
 		} else {
-			done()
+			r.done()
 		}
 	}
+}
+
+// readReply reads one reply's payload. A COPY_FROM reply whose waiter
+// left a sink of the right size is read straight into it (the data crosses
+// this process once); other large payloads go into the reused buffer.
+func (n *rnode) readReply(h wire.Header) (rreply, error) {
+	r := rreply{h: h, done: func() {}}
+	if int(h.Length) <= bigFrame {
+		p, err := wire.ReadPayload(n.conn, h, nil)
+		r.payload = p
+		return r, err
+	}
+	if h.Type == wire.TypeControlReply {
+		prefix := make([]byte, wire.CopyFromReplyPrefixSize)
+		if _, err := io.ReadFull(n.conn, prefix); err != nil {
+			return r, err
+		}
+		seq, size, ok := wire.DecodeCopyFromReplyPrefix(prefix, int(h.Length))
+		n.mu.Lock()
+		sink := n.sinks[seq]
+		n.mu.Unlock()
+		if ok && seq == h.Seq && len(sink) == size {
+			_, err := io.ReadFull(n.conn, sink)
+			r.sunk = true
+			return r, err
+		}
+		rest := make([]byte, int(h.Length)-len(prefix))
+		_, err := io.ReadFull(n.conn, rest)
+		r.payload = append(prefix, rest...)
+		return r, err
+	}
+	buf := <-n.big
+	p, err := wire.ReadPayload(n.conn, h, buf)
+	if err != nil {
+		n.big <- buf
+		return r, err
+	}
+	r.payload, r.done = p, func() { n.big <- p[:cap(p)] }
+	return r, nil
 }
 
 // bigFrame is the payload size above which replies use the reused buffer.
@@ -226,10 +255,12 @@ func (n *rnode) fail(err error) {
 // command waits at most the session timeout; a task waits as long as the
 // node answers health probes within it.
 func (n *rnode) request(t wire.Type, m wire.Message, isTask bool) (rreply, error) {
-	return n.requestBulk(t, m, nil, isTask)
+	return n.requestBulk(t, m, nil, nil, isTask)
 }
 
-func (n *rnode) requestBulk(t wire.Type, m wire.Message, bulk []byte, isTask bool) (rreply, error) {
+// requestBulk is request with bulk data to send after m, and a sink for
+// the reply's data.
+func (n *rnode) requestBulk(t wire.Type, m wire.Message, bulk, sink []byte, isTask bool) (rreply, error) {
 	ch := make(chan rreply, 1)
 	n.mu.Lock()
 	if n.dead != nil {
@@ -239,6 +270,9 @@ func (n *rnode) requestBulk(t wire.Type, m wire.Message, bulk []byte, isTask boo
 	n.seq++
 	seq := n.seq
 	n.wait[seq] = ch
+	if sink != nil {
+		n.sinks[seq] = sink
+	}
 	n.mu.Unlock()
 	if err := n.sendBulk(t, seq, m, bulk); err != nil {
 		n.fail(Errorf(RuntimeError, "%s: sending %s: %v", n.name, t, err))
@@ -289,7 +323,7 @@ func (n *rnode) health() error {
 // control runs one command on the ordered command lane. Its reply's data
 // is valid until done is called (the caller must call it).
 func (n *rnode) control(c *wire.Control) (wire.ControlReply, error) {
-	reply, done, err := n.controlData(c, nil)
+	reply, done, err := n.controlData(c, nil, nil)
 	if err == nil {
 		reply.Data = append([]byte(nil), reply.Data...)
 	}
@@ -298,13 +332,17 @@ func (n *rnode) control(c *wire.Control) (wire.ControlReply, error) {
 }
 
 // controlData runs a command whose request may carry bulk data and whose
-// reply data is used in place until done.
-func (n *rnode) controlData(c *wire.Control, bulk []byte) (wire.ControlReply, func(), error) {
+// reply data is used in place until done, or was read into sink (then the
+// reply's Data is sink).
+func (n *rnode) controlData(c *wire.Control, bulk, sink []byte) (wire.ControlReply, func(), error) {
 	n.cmdMu.Lock()
 	defer n.cmdMu.Unlock()
-	r, err := n.requestBulk(wire.TypeControl, c, bulk, false)
+	r, err := n.requestBulk(wire.TypeControl, c, bulk, sink, false)
 	if err != nil {
 		return wire.ControlReply{}, func() {}, err
+	}
+	if r.sunk {
+		return wire.ControlReply{Seq: r.h.Seq, Cmd: c.Cmd, Data: sink}, func() {}, nil
 	}
 	reply, err := wire.DecodeControlReply(r.payload)
 	if err != nil {

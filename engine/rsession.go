@@ -172,16 +172,19 @@ func (s *session) serve() error {
 	defer close(tasks)
 	defer close(controls)
 	for {
-		buf := <-s.big // back once the frame read into it was handled
-		h, payload, err := wire.ReadFrameInto(s.conn, wire.MaxPayload, buf)
-		done := func() { s.big <- buf }
-		if len(payload) > bigFrame {
-			if len(buf) == 0 || &payload[0] != &buf[:1][0] {
-				buf = payload[:cap(payload)]
+		h, err := wire.ReadHeader(s.conn, wire.MaxPayload)
+		var payload []byte
+		done := func() {}
+		switch {
+		case err != nil:
+		case h.Type == wire.TypeControl && int(h.Length) > bigFrame:
+			var f frame
+			if f, err = s.readBulk(h); err == nil {
+				controls <- f
+				continue
 			}
-		} else {
-			done()
-			done = func() {}
+		default:
+			payload, done, err = s.readPayload(h)
 		}
 		if err != nil {
 			if errors.Is(err, io.EOF) {
@@ -199,12 +202,12 @@ func (s *session) serve() error {
 				return err
 			}
 		case wire.TypeControl:
-			controls <- frame{h, payload, done}
+			controls <- frame{h: h, payload: payload, done: done}
 		case wire.TypeTask:
 			s.mu.Lock()
 			s.inflight++
 			s.mu.Unlock()
-			tasks <- frame{h, payload, done}
+			tasks <- frame{h: h, payload: payload, done: done}
 		case wire.TypeShutdown:
 			return nil
 		default:
@@ -217,6 +220,7 @@ type frame struct {
 	h       wire.Header
 	payload []byte
 	done    func() // called once the payload is no longer needed
+	copied  bool   // a COPY_TO whose data the reader already placed
 }
 
 func (s *session) lane(in chan frame, handle func(frame)) {
@@ -323,6 +327,11 @@ func (s *session) taskArgs(t wire.Task) (*TaskArgs, []*shm.Segment, error) {
 // control runs one command and replies with the request's sequence.
 func (s *session) control(f frame) {
 	r := &wire.ControlReply{Seq: f.h.Seq}
+	if f.copied {
+		r.Cmd = wire.CmdCopyTo
+		s.write(wire.TypeControlReply, f.h.Seq, r)
+		return
+	}
 	c, err := wire.DecodeControl(f.payload)
 	if err == nil {
 		r.Cmd = c.Cmd
@@ -510,4 +519,46 @@ func (s *session) close() {
 		s.inner.Close()
 	}
 	s.conn.Close()
+}
+
+// readPayload reads a payload; a large one goes into the reused buffer,
+// which comes back when done is called.
+func (s *session) readPayload(h wire.Header) ([]byte, func(), error) {
+	if int(h.Length) <= bigFrame {
+		p, err := wire.ReadPayload(s.conn, h, nil)
+		return p, func() {}, err
+	}
+	buf := <-s.big
+	p, err := wire.ReadPayload(s.conn, h, buf)
+	if err != nil {
+		s.big <- buf
+		return nil, nil, err
+	}
+	return p, func() { s.big <- p[:cap(p)] }, nil
+}
+
+// readBulk reads a large CONTROL frame. A COPY_TO into an owned buffer is
+// read straight into the buffer's memory: the data crosses this process
+// once. Anything else is read whole and handled on the command lane as
+// usual. (The parent has one command in flight, so nothing else on the
+// lane touches the buffer meanwhile.)
+func (s *session) readBulk(h wire.Header) (frame, error) {
+	prefix := make([]byte, wire.CopyToPrefixSize)
+	if _, err := io.ReadFull(s.conn, prefix); err != nil {
+		return frame{}, err
+	}
+	ref, off, n, ok := wire.DecodeCopyToPrefix(prefix, int(h.Length))
+	if ok {
+		if b, err := s.buf(ref, true); err == nil && int(off)+n <= b.len {
+			if _, err := io.ReadFull(s.conn, b.bytes()[off:int(off)+n]); err != nil {
+				return frame{}, err
+			}
+			return frame{h: h, done: func() {}, copied: true}, nil
+		}
+	}
+	rest := make([]byte, int(h.Length)-len(prefix))
+	if _, err := io.ReadFull(s.conn, rest); err != nil {
+		return frame{}, err
+	}
+	return frame{h: h, payload: append(prefix, rest...), done: func() {}}, nil
 }

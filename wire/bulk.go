@@ -44,3 +44,39 @@ func WriteBulk(w io.Writer, h Header, m Message, data []byte) error {
 func ReadFrameInto(r io.Reader, maxPayload int, buf []byte) (Header, []byte, error) {
 	return readFrame(r, maxPayload, buf)
 }
+
+// The fixed part of each bulk message, before its data: a reader may
+// decode it first and read the data straight into where it belongs.
+const (
+	// CopyToPrefixSize: command, buffer (id, generation), offset, data length.
+	CopyToPrefixSize = 1 + 16 + 8 + 4
+	// CopyFromReplyPrefixSize: sequence, command, status, data length.
+	CopyFromReplyPrefixSize = 8 + 1 + 1 + 4
+)
+
+// DecodeCopyToPrefix reads the prefix of a CONTROL payload; ok is false
+// unless it is a COPY_TO whose data is exactly the rest of the frame.
+func DecodeCopyToPrefix(p []byte, frameLen int) (buf BufferRef, offset uint64, n int, ok bool) {
+	if len(p) != CopyToPrefixSize || Command(p[0]) != CmdCopyTo {
+		return BufferRef{}, 0, 0, false
+	}
+	d := NewDecoder(p[1:])
+	buf = decodeBufferRef(d)
+	offset = d.U64()
+	n = int(d.U32())
+	return buf, offset, n, d.Err() == nil && n > 0 && n <= MaxCopy && CopyToPrefixSize+n == frameLen
+}
+
+// DecodeCopyFromReplyPrefix reads the prefix of a CONTROL_REPLY payload;
+// ok is false unless it is a successful COPY_FROM whose data is exactly
+// the rest of the frame.
+func DecodeCopyFromReplyPrefix(p []byte, frameLen int) (seq uint64, n int, ok bool) {
+	if len(p) != CopyFromReplyPrefixSize {
+		return 0, 0, false
+	}
+	d := NewDecoder(p)
+	seq = d.U64()
+	cmd, status := Command(d.U8()), d.U8()
+	n = int(d.U32())
+	return seq, n, d.Err() == nil && seq != 0 && cmd == CmdCopyFrom && status == statusOK && CopyFromReplyPrefixSize+n == frameLen
+}

@@ -257,36 +257,53 @@ func ReadFrame(r io.Reader, maxPayload int) (Header, []byte, error) {
 }
 
 func readFrame(r io.Reader, maxPayload int, buf []byte) (Header, []byte, error) {
+	h, err := ReadHeader(r, maxPayload)
+	if err != nil {
+		return h, nil, err
+	}
+	p, err := ReadPayload(r, h, buf)
+	return h, p, err
+}
+
+// ReadHeader reads and checks one frame header: the first half of
+// ReadFrame, for a reader that places some payloads itself (a bulk copy
+// read straight into its destination). maxPayload is as for ReadFrame.
+func ReadHeader(r io.Reader, maxPayload int) (Header, error) {
 	var hb [HeaderSize]byte
 	if n, err := io.ReadFull(r, hb[:]); err != nil {
 		if err == io.EOF {
-			return Header{}, nil, io.EOF
+			return Header{}, io.EOF
 		}
 		if err == io.ErrUnexpectedEOF {
-			return Header{}, nil, &wireError{
+			return Header{}, &wireError{
 				msg:   fmt.Sprintf("wire: truncated frame header: got %d of %d bytes", n, HeaderSize),
 				class: errors.Join(ErrTruncated, io.ErrUnexpectedEOF),
 			}
 		}
-		return Header{}, nil, fmt.Errorf("wire: reading a frame header: %w", err)
+		return Header{}, fmt.Errorf("wire: reading a frame header: %w", err)
 	}
 	h, err := DecodeHeader(hb[:])
 	if err != nil {
-		return h, nil, err
+		return h, err
 	}
 	if maxPayload <= 0 || maxPayload > MaxPayload {
 		maxPayload = MaxPayload
 	}
 	if int64(h.Length) > int64(maxPayload) {
-		return h, nil, errorf(ErrTooLarge, "%s frame announces %d payload bytes, this read allows %d", h.Type, h.Length, maxPayload)
+		return h, errorf(ErrTooLarge, "%s frame announces %d payload bytes, this read allows %d", h.Type, h.Length, maxPayload)
 	}
+	return h, nil
+}
+
+// ReadPayload reads h's payload, into buf when it is big enough.
+func ReadPayload(r io.Reader, h Header, buf []byte) ([]byte, error) {
 	n := int(h.Length)
 	if cap(buf) >= n {
 		p := buf[:n]
 		if k, err := io.ReadFull(r, p); err != nil {
-			return h, nil, truncated(h, k, n, err)
+			return nil, truncated(h, k, n, err)
 		}
-		return h, p, nil
+		return p, nil
 	}
 	p := make([]byte, 0, min(n, readChunk))
 	for len(p) < n {
@@ -296,10 +313,10 @@ func readFrame(r io.Reader, maxPayload int, buf []byte) (Header, []byte, error) 
 		k, err := io.ReadFull(r, p[len(p):min(n, cap(p))])
 		p = p[:len(p)+k]
 		if err != nil {
-			return h, nil, truncated(h, len(p), n, err)
+			return nil, truncated(h, len(p), n, err)
 		}
 	}
-	return h, p, nil
+	return p, nil
 }
 
 // truncated describes a payload read that ended after got of want bytes.

@@ -412,3 +412,24 @@ func TestWriteBulkMatchesWriteFrame(t *testing.T) {
 		t.Fatal("a message that does not end with an empty blob was accepted")
 	}
 }
+
+func TestBulkPrefixes(t *testing.T) {
+	data := []byte{1, 2, 3, 4, 5}
+	p := Payload(&Control{Cmd: CmdCopyTo, Buffer: BufferRef{ID: 3, Generation: 2}, Offset: 7, Data: data})
+	buf, off, n, ok := DecodeCopyToPrefix(p[:CopyToPrefixSize], len(p))
+	if !ok || buf != (BufferRef{ID: 3, Generation: 2}) || off != 7 || n != len(data) {
+		t.Fatalf("COPY_TO prefix: %v %d %d %v", buf, off, n, ok)
+	}
+	if _, _, _, ok := DecodeCopyToPrefix(p[:CopyToPrefixSize], len(p)+1); ok {
+		t.Error("a prefix whose length disagrees with the frame was accepted")
+	}
+	r := Payload(&ControlReply{Seq: 11, Cmd: CmdCopyFrom, Data: data})
+	seq, n, ok := DecodeCopyFromReplyPrefix(r[:CopyFromReplyPrefixSize], len(r))
+	if !ok || seq != 11 || n != len(data) {
+		t.Fatalf("COPY_FROM reply prefix: %d %d %v", seq, n, ok)
+	}
+	e := Payload(&ControlReply{Seq: 11, Cmd: CmdCopyFrom, Err: &ErrorBody{Kind: "ValueError", Message: "no"}})
+	if _, _, ok := DecodeCopyFromReplyPrefix(e[:CopyFromReplyPrefixSize], len(e)); ok {
+		t.Error("an error reply was taken for data")
+	}
+}
