@@ -26,7 +26,13 @@
 //     object may be reused while a rank in another process still has it
 //     mapped.
 //
+// Global domains span ranks on several nodes; a broker runs their
+// transaction and each node calls, per local rank, PrepareGlobal (a window
+// and its Descriptor), Import (the whole rank-ordered table; atomic and
+// idempotent), Commit (the view goes live), Invalidate and Release.
+//
 // The files: alloc.go (Allocate, Release), join.go (the allocation
 // barrier), view.go (the kernel side), layout.go (the CommContext and
-// header layouts), objects.go (the shm cache and pool), futex.go.
+// header layouts), objects.go (the shm cache and pool), global.go and
+// descriptor.go (global domains).
 package comm
