@@ -1,0 +1,172 @@
+package comm
+
+import (
+	"bytes"
+	"encoding/binary"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+)
+
+func sampleDescriptor() Descriptor {
+	return Descriptor{
+		Profile: ProfileSim, DomainID: 0x0102030405060708, Generation: 0x1112131415161718,
+		Rank: 0x21222324, Ranks: 0x31323334, MappingSize: 0x4142434445464748,
+		Handle: "simpler-77-gdom-a-b-r3",
+	}
+}
+
+// A valid descriptor to mutate in the rejection tests.
+func validDescriptor() Descriptor {
+	return Descriptor{Profile: ProfileSim, DomainID: 9, Generation: 2, Rank: 3, Ranks: 4,
+		MappingSize: 8192, Handle: "simpler-77-gdom-9-2-r3"}
+}
+
+// The layout is a wire contract: every offset and width is pinned here by
+// reading the encoding independently of the decoder.
+func TestDescriptorLayout(t *testing.T) {
+	if DescriptorSize != 112 || DescriptorHandleMax != 63 || DescriptorVersion != 1 || ProfileSim != 1 {
+		t.Fatalf("size %d, handle max %d, version %d, sim %d", DescriptorSize, DescriptorHandleMax, DescriptorVersion, ProfileSim)
+	}
+	d := sampleDescriptor()
+	b := EncodeDescriptor(d)
+	if len(b) != 112 {
+		t.Fatalf("encoded %d bytes", len(b))
+	}
+	le := binary.LittleEndian
+	fields := []struct {
+		name      string
+		off, size int
+		want      uint64
+	}{
+		{"version", 8, 4, 1},
+		{"profile", 12, 4, 1},
+		{"domain id", 16, 8, d.DomainID},
+		{"generation", 24, 8, d.Generation},
+		{"rank", 32, 4, uint64(d.Rank)},
+		{"rank count", 36, 4, uint64(d.Ranks)},
+		{"mapping size", 40, 8, d.MappingSize},
+	}
+	if string(b[0:8]) != "SMPLGDSC" {
+		t.Errorf("magic %q", b[0:8])
+	}
+	end := 8
+	for _, f := range fields {
+		if f.off != end {
+			t.Errorf("%s at %d: the fields before leave a gap or overlap (end %d)", f.name, f.off, end)
+		}
+		end = f.off + f.size
+		var got uint64
+		if f.size == 4 {
+			got = uint64(le.Uint32(b[f.off:]))
+		} else {
+			got = le.Uint64(b[f.off:])
+		}
+		if got != f.want {
+			t.Errorf("%s at offset %d: %#x, want %#x", f.name, f.off, got, f.want)
+		}
+	}
+	if end != 48 {
+		t.Errorf("handle starts at %d, want 48", end)
+	}
+	handle := b[48:112]
+	if !bytes.HasPrefix(handle, []byte(d.Handle)) || bytes.ContainsFunc(handle[len(d.Handle):], func(r rune) bool { return r != 0 }) {
+		t.Errorf("handle field %q", handle)
+	}
+	// The unexported offsets agree with the pinned ones.
+	offs := []int{descOffMagic, descOffVersion, descOffProfile, descOffDomainID, descOffGeneration,
+		descOffRank, descOffRanks, descOffMappingSize, descOffHandle, descOffHandle + descHandleLen}
+	if !slices.Equal(offs, []int{0, 8, 12, 16, 24, 32, 36, 40, 48, 112}) {
+		t.Errorf("offsets %v", offs)
+	}
+}
+
+func TestDescriptorRoundTrip(t *testing.T) {
+	long := "simpler-" + strings.Repeat("x", DescriptorHandleMax-8)
+	for _, d := range []Descriptor{
+		validDescriptor(),
+		{Profile: ProfileSim, DomainID: 0, Generation: 0, Rank: 0, Ranks: 1, MappingSize: 1, Handle: "h"},
+		{Profile: ProfileSim, DomainID: ^uint64(0), Generation: ^uint64(0), Rank: 1023, Ranks: 1024,
+			MappingSize: ^uint64(0), Handle: long},
+	} {
+		got, err := DecodeDescriptor(EncodeDescriptor(d))
+		if err != nil || got != d {
+			t.Errorf("round trip of %v: %v, %v", d, got, err)
+		}
+	}
+}
+
+func TestDescriptorRejects(t *testing.T) {
+	le := binary.LittleEndian
+	cases := []struct {
+		name string
+		mut  func([]byte) []byte
+		want string
+	}{
+		{"empty", func(b []byte) []byte { return nil }, "0 bytes, want 112"},
+		{"short", func(b []byte) []byte { return b[:111] }, "111 bytes, want 112"},
+		{"long", func(b []byte) []byte { return append(b, 0) }, "113 bytes, want 112"},
+		{"magic", func(b []byte) []byte { b[3] ^= 1; return b }, "magic"},
+		{"version 0", func(b []byte) []byte { le.PutUint32(b[8:], 0); return b }, "version 0, want 1"},
+		{"version 2", func(b []byte) []byte { le.PutUint32(b[8:], 2); return b }, "version 2, want 1"},
+		{"no profile", func(b []byte) []byte { le.PutUint32(b[12:], 0); return b }, "unknown profile 0"},
+		{"fabric profile", func(b []byte) []byte { le.PutUint32(b[12:], 2); return b }, "unknown profile 2"},
+		{"no ranks", func(b []byte) []byte { le.PutUint32(b[36:], 0); return b }, "rank count 0"},
+		{"too many ranks", func(b []byte) []byte { le.PutUint32(b[36:], 1025); return b }, "rank count 1025"},
+		{"rank = count", func(b []byte) []byte { le.PutUint32(b[32:], 4); return b }, "rank 4 out of range for 4 ranks"},
+		{"no mapping", func(b []byte) []byte { le.PutUint64(b[40:], 0); return b }, "mapping size 0"},
+		{"empty handle", func(b []byte) []byte { clear(b[48:]); return b }, "empty handle"},
+		{"unterminated handle", func(b []byte) []byte {
+			copy(b[48:], bytes.Repeat([]byte{'x'}, 64))
+			return b
+		}, "fills its 64 bytes without a NUL"},
+		{"garbage after NUL", func(b []byte) []byte { b[111] = 'z'; return b }, "byte 63 of the handle's NUL padding is 0x7a"},
+		{"garbage right after NUL", func(b []byte) []byte { b[48+23] = 1; return b }, "byte 23 of the handle's NUL padding is 0x1"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			d, err := DecodeDescriptor(c.mut(EncodeDescriptor(validDescriptor())))
+			if err == nil || !strings.HasPrefix(err.Error(), "ValueError: comm: bad global domain descriptor: ") ||
+				!strings.Contains(err.Error(), c.want) {
+				t.Errorf("error %v, want one saying %q", err, c.want)
+			}
+			if d != (Descriptor{}) {
+				t.Errorf("a rejected decode returned %v", d)
+			}
+		})
+	}
+	for _, h := range []string{strings.Repeat("h", 64), "a\x00b"} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("EncodeDescriptor accepted the handle %q", h)
+				}
+			}()
+			d := validDescriptor()
+			d.Handle = h
+			EncodeDescriptor(d)
+		}()
+	}
+}
+
+// Every accepted encoding is canonical: encoding the result gives the
+// same bytes back.
+func FuzzDecodeDescriptor(f *testing.F) {
+	f.Add(EncodeDescriptor(validDescriptor()))
+	f.Add(EncodeDescriptor(sampleDescriptor()))
+	f.Add(make([]byte, DescriptorSize))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		d, err := DecodeDescriptor(b)
+		if err != nil {
+			return
+		}
+		if again := EncodeDescriptor(d); !bytes.Equal(again, b) {
+			t.Errorf("decoded %v from %x, which encodes to %x", d, b, again)
+		}
+	})
+}
+
+// ---- helpers for global domains ----
+
+var globalSeq atomic.Uint64
