@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // Daemon serves remote L3 sessions: each accepted connection is handed to
@@ -117,10 +118,25 @@ func ServeSessionFD(token []byte, newResolver SourceResolver) error {
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	done := make(chan struct{})
 	go func() {
-		select {
-		case <-sig:
-			conn.Close()
-		case <-done:
+		// A session outlives neither an interrupt nor its daemon: a daemon
+		// that is killed takes its sessions with it, so the parent sees the
+		// connection drop and fails the task in flight.
+		ppid := os.Getppid()
+		tick := time.NewTicker(pollEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-sig:
+				conn.Close()
+				return
+			case <-tick.C:
+				if os.Getppid() != ppid {
+					conn.Close()
+					return
+				}
+			case <-done:
+				return
+			}
 		}
 	}()
 	err = RunSession(conn, token, newResolver)
