@@ -11,6 +11,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"simpler/hal/shm"
 )
 
 // Daemon serves remote L3 sessions: each accepted connection is handed to
@@ -127,11 +129,11 @@ func ServeSessionFD(token []byte, newResolver SourceResolver) error {
 		for {
 			select {
 			case <-sig:
-				conn.Close()
+				abandon(conn)
 				return
 			case <-tick.C:
 				if os.Getppid() != ppid {
-					conn.Close()
+					abandon(conn)
 					return
 				}
 			case <-done:
@@ -143,4 +145,21 @@ func ServeSessionFD(token []byte, newResolver SourceResolver) error {
 	signal.Stop(sig)
 	close(done)
 	return err
+}
+
+// sessionGrace is how long an abandoned session may take to finish the
+// task it is running before the process ends without it.
+const sessionGrace = 2 * time.Second
+
+// abandon ends a session whose daemon is gone or that was interrupted:
+// closing the connection ends serve, which frees what the session holds
+// once its running task returns. A task that does not return in time
+// (a kernel in a long loop) must not keep the process alive: its shared
+// memory is removed and the process exits.
+func abandon(conn net.Conn) {
+	conn.Close()
+	time.AfterFunc(sessionGrace, func() {
+		shm.RemoveOwn()
+		os.Exit(1)
+	})
 }

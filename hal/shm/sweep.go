@@ -52,3 +52,13 @@ func alive(pid int) bool {
 	err := unix.Kill(pid, 0)
 	return err == nil || errors.Is(err, unix.EPERM)
 }
+
+// RemoveOwn removes every object this process created that is still
+// named: the last act of a process that must exit without its usual
+// cleanup.
+func RemoveOwn() {
+	names, _ := Leftovers(Prefix())
+	for _, n := range names {
+		os.Remove(dir + "/" + n)
+	}
+}
