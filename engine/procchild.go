@@ -84,6 +84,7 @@ func RunChild(name string, newResolver func(bundle []byte) (Resolver, error)) er
 		return nil
 	}
 	ctl.reply([]byte{statusOK})
+	go c.watchParent()
 	task := mb.lanes[laneTask]
 	taskDone := make(chan struct{})
 	go func() {
@@ -95,6 +96,29 @@ func RunChild(name string, newResolver func(bundle []byte) (Resolver, error)) er
 	<-taskDone              // it reads the mailbox until it returns
 	c.shutdown()
 	return nil
+}
+
+// watchParent ends a child whose parent died while a kernel runs (the
+// lanes notice an absent parent only between requests): after a grace
+// period it removes its own shared memory and exits.
+func (c *child) watchParent() {
+	tick := time.NewTicker(pollEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-tick.C:
+			if os.Getppid() != c.ppid {
+				c.stop()
+				time.AfterFunc(sessionGrace, func() {
+					shm.RemoveOwn()
+					os.Exit(1)
+				})
+				return
+			}
+		}
+	}
 }
 
 // stop ends both lanes.
