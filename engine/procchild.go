@@ -104,19 +104,19 @@ func RunChild(name string, newResolver func(bundle []byte) (Resolver, error)) er
 func (c *child) watchParent() {
 	tick := time.NewTicker(pollEvery)
 	defer tick.Stop()
-	for {
-		select {
-		case <-c.done:
+	for range tick.C {
+		if os.Getppid() != c.ppid {
+			c.stop()
+			time.AfterFunc(sessionGrace, func() {
+				shm.RemoveOwn()
+				os.Exit(1)
+			})
 			return
-		case <-tick.C:
-			if os.Getppid() != c.ppid {
-				c.stop()
-				time.AfterFunc(sessionGrace, func() {
-					shm.RemoveOwn()
-					os.Exit(1)
-				})
-				return
-			}
+		}
+		select {
+		case <-c.done: // shut down by the parent: nothing to watch
+			return
+		default:
 		}
 	}
 }
