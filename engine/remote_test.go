@@ -351,4 +351,24 @@ func TestRemoteRegisterAndUnregisterCommands(t *testing.T) {
 	if _, err := n.control(&wire.Control{Cmd: wire.CmdImport, Token: []byte("garbage"), Access: wire.AccessRead}); err == nil || !strings.Contains(err.Error(), "malformed export token") {
 		t.Fatalf("import of a bad token: %v", err)
 	}
+	// The node checks on its own what the parent checks first, so a
+	// misbehaving parent cannot reach past a buffer either.
+	own, _ := w.RemoteMalloc(1, 16)
+	ref := wire.BufferRef{ID: own.BufferID, Generation: own.Gen}
+	refusals := []struct {
+		c    wire.Control
+		want string
+	}{
+		{wire.Control{Cmd: wire.CmdCopyTo, Buffer: ref, Offset: 8, Data: make([]byte, 16)}, "overrun the 16-byte buffer"},
+		{wire.Control{Cmd: wire.CmdCopyFrom, Buffer: ref, Offset: 0, NBytes: 17}, "overrun the 16-byte buffer"},
+		{wire.Control{Cmd: wire.CmdCopyTo, Buffer: wire.BufferRef{ID: 77, Generation: 1}, Data: []byte{1}}, "not an owned buffer"},
+		{wire.Control{Cmd: wire.CmdExport, Buffer: ref, Offset: 8, NBytes: 16, Access: wire.AccessRead}, "do not fit the 16-byte buffer"},
+		{wire.Control{Cmd: wire.CmdReleaseImport, Buffer: ref}, "is not an imported buffer"},
+		{wire.Control{Cmd: wire.CmdCommInit, Domain: wire.Domain{ID: 1, Generation: 1, Size: 1, Ranks: []wire.DomainRank{{Rank: 0, Worker: 0}}}}, "not served by this node yet"},
+	}
+	for _, r := range refusals {
+		if _, err := n.control(&r.c); err == nil || !strings.Contains(err.Error(), r.want) {
+			t.Errorf("%s: got %v, want %q", r.c.Cmd, err, r.want)
+		}
+	}
 }
