@@ -172,10 +172,16 @@ func (w *Worker) validateDomain(spec *DomainSpec) ([]int, error) {
 	if spec.WindowSize <= 0 {
 		return nil, Errorf(ValueError, "%s: window_size must be > 0, got %d", op, spec.WindowSize)
 	}
+	return bufferOffsets(op, spec.Buffers, spec.WindowSize)
+}
+
+// bufferOffsets checks named buffers against a window and returns where
+// each starts: carved in declaration order from the window base.
+func bufferOffsets(op string, buffers []BufferSpec, windowSize int) ([]int, error) {
 	names := map[string]bool{}
-	offsets := make([]int, len(spec.Buffers))
+	offsets := make([]int, len(buffers))
 	sum := 0
-	for i, b := range spec.Buffers {
+	for i, b := range buffers {
 		if b.Name == "" {
 			return nil, Errorf(ValueError, "%s: buffer %d has no name", op, i)
 		}
@@ -189,8 +195,8 @@ func (w *Worker) validateDomain(spec *DomainSpec) ([]int, error) {
 		offsets[i] = sum
 		sum += b.NBytes
 	}
-	if sum > spec.WindowSize {
-		return nil, Errorf(ValueError, "%s: buffers sum to %d bytes, exceeds window_size=%d", op, sum, spec.WindowSize)
+	if sum > windowSize {
+		return nil, Errorf(ValueError, "%s: buffers sum to %d bytes, exceeds window_size=%d", op, sum, windowSize)
 	}
 	return offsets, nil
 }

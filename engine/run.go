@@ -22,6 +22,7 @@ type Run struct {
 	cleanups []Cleanup       // run after the fence, last registered first
 	domains  []*Domain       // allocated by this run, in allocation order
 	captured []*RemoteBuffer // slot refs taken by this run's tasks
+	globals  []*GlobalDomain // brokered by this run
 	retired  bool            // past the fence: a release frees at once
 	done     chan struct{}
 	waitErr  error // set before done is closed
@@ -192,6 +193,10 @@ func (w *Worker) finish(r *Run) {
 				r.waitErr = Wrap(err, cleanups[i].Name)
 			}
 		}
+	}
+	if err := w.freeGlobals(r); err != nil && r.waitErr == nil {
+		w.Poison(err)
+		r.waitErr = err
 	}
 	if err := w.freeDomains(r); err != nil && r.waitErr == nil {
 		r.waitErr = err

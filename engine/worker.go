@@ -82,6 +82,9 @@ type Worker struct {
 	remoteSpecs []*RemoteSpec
 	remotes     []*rnode
 	rbufs       map[*RemoteBuffer]struct{} // live handles, for close
+	globals     map[uint64]*nodeGlobal     // level 3: global domains this node hosts ranks of
+	gdomains    map[uint64]*GlobalDomain   // level 4+: global domains this worker brokered, live
+	globalSeq   uint64
 	next        []*endpoint
 	subs        []*endpoint
 	sched       *Sched
@@ -112,6 +115,8 @@ func NewWorker(cfg Config) (*Worker, error) {
 	w := &Worker{cfg: cfg, runs: map[*Run]struct{}{}, domains: map[string]*Domain{},
 		hostBufs:  map[uint64]*HostBuffer{},
 		rbufs:     map[*RemoteBuffer]struct{}{},
+		globals:   map[uint64]*nodeGlobal{},
+		gdomains:  map[uint64]*GlobalDomain{},
 		namespace: fmt.Sprintf("w%d", workerSeq.Add(1))}
 	w.cond = sync.NewCond(&w.mu)
 	w.reg.byDigest = map[string]*Handle{}
@@ -424,10 +429,15 @@ func (w *Worker) closeTree() error {
 	for _, r := range runs {
 		<-r.done
 	}
+	gerr := w.closeGlobalDomains()
+	w.closeGlobals()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.stopEndpoints()
 	err := w.teardown()
+	if err == nil {
+		err = gerr
+	}
 	if e := w.closeHostBuffers(); e != nil && err == nil {
 		err = e
 	}

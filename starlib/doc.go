@@ -252,6 +252,12 @@ var docTable = []Doc{
 	{"Orchestrator.allocate_domain", DocMember, "o.allocate_domain(name=, workers=None, window_size=, buffers=[CommBufferSpec(...)], task_only=False) -> CommDomainHandle",
 		"A communication domain over some chips, freed after the run's fence if not released before."},
 	{"Orchestrator.release_domain", DocMember, "o.release_domain(h)", "Same as h.release()."},
+	{"Orchestrator.allocate_global_domain", DocMember, "o.allocate_global_domain(name=, members=[(node, local_worker), ...], window_size=, buffers=[...], retain_after_run=False) -> GlobalCommDomainHandle",
+		"Level 4+: a domain across level-3 nodes, brought up node by node (prepare, import, commit) and rolled back on any failure."},
+	{"Orchestrator.release_global_domain", DocMember, "o.release_global_domain(h)", "Same as h.release()."},
+	{"Orchestrator.get_global_domain", DocMember, "o.get_global_domain(domain_id) -> view", "On a level-3 node: the committed view; view[local_worker_id] is a ChipDomainContext."},
+	{"Orchestrator.copy_to_global_domain", DocMember, "o.copy_to_global_domain(h, domain_rank, data, buffer=None, offset=0)", "Level 4: stages bytes or an array into a member's window (at most 8 MiB a call)."},
+	{"Orchestrator.copy_from_global_domain", DocMember, "o.copy_from_global_domain(h, domain_rank, nbytes, buffer=None, offset=0) -> bytes", "Level 4: reads bytes out of a member's window (at most 8 MiB a call)."},
 
 	// TaskArgs.
 	{"TaskArgs.add_tensor", DocMember, "a.add_tensor(t, tag=INPUT)", "Appends a tagged tensor (tensors must precede scalars)."},

@@ -220,19 +220,11 @@ func (o *Orchestrator) allocateDomain(th *starlark.Thread, args starlark.Tuple, 
 		}
 		spec.Workers = ids
 	}
-	if buffersV != starlark.None {
-		it, ok := buffersV.(starlark.Indexable)
-		if !ok {
-			return nil, errorf(engine.TypeError, "%s: buffers must be a list of CommBufferSpec, got %s", op, buffersV.Type())
-		}
-		for i := 0; i < it.Len(); i++ {
-			b, ok := it.Index(i).(*BufferSpec)
-			if !ok {
-				return nil, errorf(engine.TypeError, "%s: buffers[%d] must be a CommBufferSpec, got %s", op, i, it.Index(i).Type())
-			}
-			spec.Buffers = append(spec.Buffers, b.b)
-		}
+	bufs, err := bufferSpecs(op, buffersV)
+	if err != nil {
+		return nil, err
 	}
+	spec.Buffers = bufs
 	d, err := o.o.AllocateDomain(spec)
 	if err != nil {
 		return nil, err
@@ -260,4 +252,24 @@ func (w *Worker) liveDomains() starlark.Value {
 		d.SetKey(starlark.String(name), &DomainHandle{d: live[name]})
 	}
 	return d
+}
+
+// bufferSpecs reads an optional list of CommBufferSpec.
+func bufferSpecs(op string, v starlark.Value) ([]engine.BufferSpec, error) {
+	if v == starlark.None {
+		return nil, nil
+	}
+	it, ok := v.(starlark.Indexable)
+	if !ok {
+		return nil, errorf(engine.TypeError, "%s: buffers must be a list of CommBufferSpec, got %s", op, v.Type())
+	}
+	var out []engine.BufferSpec
+	for i := 0; i < it.Len(); i++ {
+		b, ok := it.Index(i).(*BufferSpec)
+		if !ok {
+			return nil, errorf(engine.TypeError, "%s: buffers[%d] must be a CommBufferSpec, got %s", op, i, it.Index(i).Type())
+		}
+		out = append(out, b.b)
+	}
+	return out, nil
 }

@@ -50,6 +50,12 @@ var orchMethods = map[string]orchMethod{
 	"drain":                   (*Orchestrator).drain,
 	"allocate_domain":         (*Orchestrator).allocateDomain,
 	"release_domain":          (*Orchestrator).releaseDomain,
+
+	"allocate_global_domain":  (*Orchestrator).allocateGlobalDomain,
+	"release_global_domain":   (*Orchestrator).releaseGlobalDomain,
+	"get_global_domain":       (*Orchestrator).getGlobalDomain,
+	"copy_to_global_domain":   (*Orchestrator).copyToGlobal,
+	"copy_from_global_domain": (*Orchestrator).copyFromGlobal,
 }
 
 // Attr returns a method bound to o; methods are made once per

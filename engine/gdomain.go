@@ -1,0 +1,344 @@
+package engine
+
+import (
+	"fmt"
+	"sync"
+
+	"simpler/hal/comm"
+	"simpler/internal/fault"
+)
+
+// GlobalSpec is what allocate_global_domain asks for.
+type GlobalSpec struct {
+	Name           string
+	Members        [][2]int // (node worker id, local chip id); rank r is Members[r]
+	WindowSize     int
+	Buffers        []BufferSpec
+	RetainAfterRun bool
+}
+
+// MaxGlobalMembers bounds a global domain.
+const MaxGlobalMembers = 64
+
+// GlobalDomain is a communication domain across level-3 nodes, brokered by
+// a level-4 (or higher) worker: the GlobalCommDomainHandle.
+type GlobalDomain struct {
+	w       *Worker
+	run     *Run
+	spec    GlobalSpec
+	id, gen uint64
+	offsets []int
+	nodes   []int // nodes hosting ranks, in first-member order
+
+	mu       sync.Mutex
+	released bool
+	freed    bool
+	freeErr  error
+}
+
+// ID is the domain id nodes know it by; Generation its attempt.
+func (d *GlobalDomain) ID() uint64         { return d.id }
+func (d *GlobalDomain) Generation() uint64 { return d.gen }
+func (d *GlobalDomain) Spec() GlobalSpec   { return d.spec }
+
+// BufferRange is where buffer name lies in every member's window.
+func (d *GlobalDomain) BufferRange(name string) (int, int, error) {
+	for i, b := range d.spec.Buffers {
+		if b.Name == name {
+			return d.offsets[i], b.NBytes, nil
+		}
+	}
+	return 0, 0, Errorf(KeyError, "global domain %q has no buffer %q", d.spec.Name, name)
+}
+
+// Released and Freed report the handle's state.
+func (d *GlobalDomain) Released() bool { d.mu.Lock(); defer d.mu.Unlock(); return d.released }
+func (d *GlobalDomain) Freed() bool    { d.mu.Lock(); defer d.mu.Unlock(); return d.freed }
+
+// validateGlobal checks a spec at the broker before anything is sent.
+func (w *Worker) validateGlobal(spec *GlobalSpec) ([]int, error) {
+	const op = "allocate_global_domain"
+	if spec.Name == "" {
+		return nil, Errorf(ValueError, "%s: name must not be empty", op)
+	}
+	if n := len(spec.Members); n == 0 || n > MaxGlobalMembers {
+		return nil, Errorf(ValueError, "%s: %d members; a global domain has 1..%d", op, n, MaxGlobalMembers)
+	}
+	seen := map[[2]int]bool{}
+	for _, m := range spec.Members {
+		node, local := m[0], m[1]
+		if seen[m] {
+			return nil, Errorf(ValueError, "%s: member (%d, %d) listed twice", op, node, local)
+		}
+		seen[m] = true
+		if node < 0 || node >= len(w.children) {
+			return nil, Errorf(ValueError, "%s: node %d is not a level-3 node of this worker (0..%d)", op, node, len(w.children)-1)
+		}
+		child := w.children[node]
+		if child == nil || w.nodeProcs != nil || child.cfg.Level != 3 {
+			return nil, Errorf(ValueError, "%s: node %d: global domains over remote or process-mode nodes are not available yet", op, node)
+		}
+		if local < 0 || local >= len(child.cfg.DeviceIDs) {
+			return nil, Errorf(ValueError, "%s: node %d has no local worker %d (0..%d)", op, node, local, len(child.cfg.DeviceIDs)-1)
+		}
+		if !child.cfg.Platform.Simulated() {
+			return nil, Errorf(ValueError, "%s: node %d runs %s; the sim profile needs a simulated platform", op, node, child.cfg.Platform.Name())
+		}
+	}
+	if spec.WindowSize <= 0 {
+		return nil, Errorf(ValueError, "%s: window_size must be > 0, got %d", op, spec.WindowSize)
+	}
+	return bufferOffsets(op, spec.Buffers, spec.WindowSize)
+}
+
+// AllocateGlobalDomain runs the transaction over the member nodes. On any
+// failure every prepared node is aborted and the first error returned; an
+// abort that fails poisons the worker.
+func (o *Orchestrator) AllocateGlobalDomain(spec GlobalSpec) (*GlobalDomain, error) {
+	w := o.w
+	if w.cfg.Level < 4 {
+		return nil, Errorf(ValueError, "allocate_global_domain: a global domain is brokered by a level-4 or higher worker (this one is level %d)", w.cfg.Level)
+	}
+	offsets, err := w.validateGlobal(&spec)
+	if err != nil {
+		return nil, err
+	}
+	if err := o.direct("allocate_global_domain"); err != nil {
+		return nil, err
+	}
+	w.mu.Lock()
+	w.globalSeq++
+	d := &GlobalDomain{w: w, run: o.run, spec: spec, id: w.globalSeq, gen: 1, offsets: offsets}
+	w.mu.Unlock()
+
+	places := map[int][]GlobalPlace{}
+	ranks := map[int][]int{}
+	for r, m := range spec.Members {
+		if places[m[0]] == nil {
+			d.nodes = append(d.nodes, m[0])
+		}
+		places[m[0]] = append(places[m[0]], GlobalPlace{Rank: r, Local: m[1]})
+		ranks[m[0]] = append(ranks[m[0]], r)
+	}
+	t := newGtxn(d.nodes, ranks, len(spec.Members))
+	for s, ok := t.Next(); ok; s, ok = t.Next() {
+		descs, err := d.step(s, places[s.Node], t.Table())
+		t.Done(s, descs, err)
+	}
+	if err := t.AbortErr(); err != nil {
+		w.Poison(Wrap(err, fmt.Sprintf("aborting global domain %q", spec.Name)))
+	}
+	if err := t.Err(); err != nil {
+		return nil, err
+	}
+	w.mu.Lock()
+	w.gdomains[d.id] = d
+	o.run.globals = append(o.run.globals, d)
+	w.mu.Unlock()
+	return d, nil
+}
+
+// step sends one transaction command to a node, after its fault point.
+func (d *GlobalDomain) step(s gtxnStep, places []GlobalPlace, table []comm.Descriptor) ([]comm.Descriptor, error) {
+	points := map[gtxnOp]string{opGlobalCommInit: "global.comm_init", opGlobalPrepare: "global.prepare",
+		opGlobalImport: "global.import", opGlobalCommit: "global.commit", opGlobalAbort: "global.abort"}
+	if err := fault.Hit(points[s.Op], s.Node); err != nil {
+		return nil, Wrap(err, fmt.Sprintf("%s on node %d", s.Op, s.Node))
+	}
+	node := d.w.children[s.Node]
+	var descs []comm.Descriptor
+	var err error
+	switch s.Op {
+	case opGlobalCommInit:
+		node.mu.Lock()
+		err = node.ready("COMM_INIT")
+		node.mu.Unlock()
+		if err == nil {
+			err = node.initComm()
+		}
+	case opGlobalPrepare:
+		descs, err = node.globalPrepare(nodeGlobalReq{ID: d.id, Gen: d.gen, Name: d.spec.Name, Size: len(d.spec.Members),
+			WindowSize: d.spec.WindowSize, Places: places, Buffers: d.spec.Buffers})
+	case opGlobalImport:
+		err = node.globalImport(d.id, table)
+	case opGlobalCommit:
+		err = node.globalCommit(d.id)
+	case opGlobalAbort:
+		err = node.globalRelease(d.id)
+	}
+	if err != nil {
+		return nil, Wrap(err, fmt.Sprintf("%s on node %d", s.Op, s.Node))
+	}
+	return descs, nil
+}
+
+// Release lets the domain go. It is bound to the run that allocated it: it
+// never frees under that run's DAG, so before the fence it only marks the
+// handle; after it (a retained domain) it frees now. A release that fails
+// leaves the handle unreleased, to be retried.
+func (d *GlobalDomain) Release() error {
+	d.mu.Lock()
+	if d.freed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.released = true
+	d.mu.Unlock()
+	w := d.w
+	w.mu.Lock()
+	if !d.run.retired {
+		w.mu.Unlock()
+		return nil // its own run's fence frees it
+	}
+	for r := range w.runs { // a retained domain: a run being built may use it
+		if r.building {
+			r.globals = append(r.globals, d)
+			w.mu.Unlock()
+			return nil
+		}
+	}
+	w.mu.Unlock()
+	return d.free()
+}
+
+// free releases the domain on every node: each invalidates its view
+// before its windows go.
+func (d *GlobalDomain) free() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.freed {
+		return d.freeErr
+	}
+	var first error
+	for _, n := range d.nodes {
+		err := fault.Hit("global.release", n)
+		if err == nil {
+			err = d.w.children[n].globalRelease(d.id)
+		}
+		if err != nil && first == nil {
+			first = Wrap(err, fmt.Sprintf("releasing global domain %q on node %d", d.spec.Name, n))
+		}
+	}
+	if first != nil {
+		d.released = false // retryable
+		return first
+	}
+	d.freed, d.released = true, true
+	d.w.mu.Lock()
+	delete(d.w.gdomains, d.id)
+	d.w.mu.Unlock()
+	return nil
+}
+
+// freeGlobals runs at a run's fence: its global domains are released,
+// except retained ones not released yet.
+func (w *Worker) freeGlobals(r *Run) error {
+	w.mu.Lock()
+	gs := r.globals
+	r.globals = nil
+	w.mu.Unlock()
+	var first error
+	for i := len(gs) - 1; i >= 0; i-- {
+		d := gs[i]
+		if d.spec.RetainAfterRun && !d.Released() {
+			continue
+		}
+		if err := d.free(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// closeGlobalDomains releases every brokered domain still live.
+func (w *Worker) closeGlobalDomains() error {
+	w.mu.Lock()
+	ds := make([]*GlobalDomain, 0, len(w.gdomains))
+	for _, d := range w.gdomains {
+		ds = append(ds, d)
+	}
+	w.mu.Unlock()
+	var first error
+	for _, d := range ds {
+		if err := d.free(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// GlobalDomainByID returns a live brokered domain (for staging).
+func (w *Worker) GlobalDomainByID(id uint64) (*GlobalDomain, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	d, ok := w.gdomains[id]
+	return d, ok
+}
+
+// memberChip resolves domain rank r to its node's chip and window base.
+func (d *GlobalDomain) memberWindow(op string, rank int) (*Worker, int, uint64, error) {
+	if rank < 0 || rank >= len(d.spec.Members) {
+		return nil, 0, 0, Errorf(IndexError, "%s: rank %d out of range (domain %q has ranks 0..%d)", op, rank, d.spec.Name, len(d.spec.Members)-1)
+	}
+	if d.Freed() {
+		return nil, 0, 0, Errorf(RuntimeError, "%s: global domain %q was released", op, d.spec.Name)
+	}
+	m := d.spec.Members[rank]
+	node := d.w.children[m[0]]
+	view, err := node.GlobalView(d.id)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	return node, m[1], view[m[1]].WindowBase, nil
+}
+
+// MaxGlobalCopy bounds one staging copy.
+const MaxGlobalCopy = 8 << 20
+
+// stagingRange checks [offset, offset+n) inside buffer (or the window).
+func (d *GlobalDomain) stagingRange(op, buffer string, offset, n int) (int, error) {
+	base, limit := 0, d.spec.WindowSize
+	if buffer != "" {
+		o, size, err := d.BufferRange(buffer)
+		if err != nil {
+			return 0, err
+		}
+		base, limit = o, size
+	}
+	if n <= 0 || n > MaxGlobalCopy {
+		return 0, Errorf(ValueError, "%s: %d bytes; a staging copy moves 1..%d", op, n, MaxGlobalCopy)
+	}
+	if offset < 0 || offset+n > limit {
+		return 0, Errorf(ValueError, "%s: %d bytes at offset %d overrun the %d-byte %s", op, n, offset, limit, map[bool]string{true: "buffer " + buffer, false: "window"}[buffer != ""])
+	}
+	return base + offset, nil
+}
+
+// CopyToGlobal stages data into member rank's window.
+func (d *GlobalDomain) CopyToGlobal(rank int, data []byte, buffer string, offset int) error {
+	const op = "copy_to_global_domain"
+	at, err := d.stagingRange(op, buffer, offset, len(data))
+	if err != nil {
+		return err
+	}
+	node, local, base, err := d.memberWindow(op, rank)
+	if err != nil {
+		return err
+	}
+	return Wrap(node.chips[local].CopyIn(base+uint64(at), data), op)
+}
+
+// CopyFromGlobal reads nbytes out of member rank's window.
+func (d *GlobalDomain) CopyFromGlobal(rank, nbytes int, buffer string, offset int) ([]byte, error) {
+	const op = "copy_from_global_domain"
+	at, err := d.stagingRange(op, buffer, offset, nbytes)
+	if err != nil {
+		return nil, err
+	}
+	node, local, base, err := d.memberWindow(op, rank)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, nbytes)
+	return out, Wrap(node.chips[local].CopyOut(out, base+uint64(at)), op)
+}

@@ -1,0 +1,197 @@
+package engine
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"simpler/internal/fault"
+)
+
+// l4Nodes makes a level-4 worker over two thread-mode level-3 nodes of two
+// chips each.
+func l4Nodes(t *testing.T) *Worker {
+	t.Helper()
+	w, err := NewWorker(Config{Level: 4, Platform: sim(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n := 0; n < 2; n++ {
+		c, err := NewWorker(Config{Level: 3, Platform: sim(t), DeviceIDs: []int{2 * n, 2*n + 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.AddWorker(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Init(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := w.Close(); err != nil && !strings.Contains(err.Error(), "unusable") {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return w
+}
+
+func fourRanks(retain bool) GlobalSpec {
+	return GlobalSpec{Name: "g", Members: [][2]int{{0, 0}, {0, 1}, {1, 0}, {1, 1}}, WindowSize: 4096,
+		Buffers: []BufferSpec{{Name: "in", NBytes: 1024}, {Name: "out", NBytes: 1024}}, RetainAfterRun: retain}
+}
+
+func nodeGlobals(w *Worker) int {
+	n := 0
+	for _, c := range w.children {
+		n += locked(c, func() int { return len(c.globals) })
+	}
+	return n
+}
+
+func TestGlobalDomainCommitsStagesAndFrees(t *testing.T) {
+	w := l4Nodes(t)
+	var d *GlobalDomain
+	mustRun(t, w, buildErr(func(o *Orchestrator) {
+		d = must(o.AllocateGlobalDomain(fourRanks(false)))
+		for n := 0; n < 2; n++ {
+			view := must(w.children[n].GlobalView(d.ID()))
+			if len(view) != 2 || view[1].Rank != 2*n+1 || view[1].Size != 4 || view[1].BufferPtrs["out"] != view[1].WindowBase+1024 {
+				t.Errorf("node %d view %+v", n, view[1])
+			}
+		}
+		must(0, d.CopyToGlobal(3, []byte("hello"), "out", 10))
+		if got := must(d.CopyFromGlobal(3, 5, "out", 10)); string(got) != "hello" {
+			t.Errorf("staged back %q", got)
+		}
+		if _, err := d.CopyFromGlobal(3, 20, "out", 1010); err == nil || !strings.Contains(err.Error(), "overrun the 1024-byte buffer out") {
+			t.Errorf("overrun staging: %v", err)
+		}
+		if _, err := d.CopyFromGlobal(4, 1, "", 0); KindOf(err) != IndexError {
+			t.Errorf("rank out of range: %v", err)
+		}
+		if _, err := d.CopyFromGlobal(0, MaxGlobalCopy+1, "", 0); err == nil {
+			t.Error("a staging copy over the bound was accepted")
+		}
+	}))
+	if !d.Freed() || nodeGlobals(w) != 0 {
+		t.Fatalf("freed %v, %d node domains left", d.Freed(), nodeGlobals(w))
+	}
+	if _, err := w.children[0].GlobalView(d.ID()); KindOf(err) != KeyError {
+		t.Errorf("view of a freed domain: %v", err)
+	}
+}
+
+// The rollback matrix: a failure at each phase on each node leaves no
+// domain on any node, keeps the primary error, and the next allocation
+// works.
+func TestGlobalDomainRollbackMatrix(t *testing.T) {
+	w := l4Nodes(t)
+	t.Cleanup(func() { fault.Load("") })
+	for _, phase := range []string{"comm_init", "prepare", "import", "commit"} {
+		for node := 0; node < 2; node++ {
+			point := fmt.Sprintf("global.%s@%d", phase, node)
+			if err := fault.Load(point); err != nil {
+				t.Fatal(err)
+			}
+			err := submitRun(t, w, func(o *Orchestrator) error {
+				_, err := o.AllocateGlobalDomain(fourRanks(false))
+				return err
+			})
+			if err == nil || !strings.Contains(err.Error(), "injected fault at "+point) {
+				t.Errorf("%s: got %v", point, err)
+			}
+			if n := nodeGlobals(w); n != 0 {
+				t.Errorf("%s: %d node domains left after the abort", point, n)
+			}
+		}
+	}
+	fault.Load("")
+	mustRun(t, w, func(o *Orchestrator) error {
+		_, err := o.AllocateGlobalDomain(fourRanks(false))
+		return err
+	})
+}
+
+// An ABORT that fails leaves state nothing can reach: the worker refuses
+// work with that failure as the cause; the primary error is kept.
+func TestGlobalDomainAbortFailurePoisons(t *testing.T) {
+	w := l4Nodes(t)
+	t.Cleanup(func() { fault.Load("") })
+	if err := fault.Load("global.import@1,global.abort@0"); err != nil {
+		t.Fatal(err)
+	}
+	err := submitRun(t, w, func(o *Orchestrator) error {
+		_, err := o.AllocateGlobalDomain(fourRanks(false))
+		return err
+	})
+	if err == nil || !strings.Contains(err.Error(), "global.import@1") {
+		t.Fatalf("primary error: %v", err)
+	}
+	_, err = w.Submit(asBuild(func(o *Orchestrator) error { return nil }))
+	if err == nil || !strings.Contains(err.Error(), "global.abort@0") {
+		t.Fatalf("a poisoned worker accepted work: %v", err)
+	}
+	w.children[0].closeGlobals() // what the failed abort left on node 0
+}
+
+// A retained domain survives its run's fence; a release that fails leaves
+// the handle unreleased and retryable.
+func TestGlobalDomainRetainedAndReleaseRetry(t *testing.T) {
+	w := l4Nodes(t)
+	t.Cleanup(func() { fault.Load("") })
+	var d *GlobalDomain
+	mustRun(t, w, buildErr(func(o *Orchestrator) {
+		d = must(o.AllocateGlobalDomain(fourRanks(true)))
+		must(0, d.CopyToGlobal(0, []byte{42}, "in", 0))
+	}))
+	if d.Freed() || d.Released() {
+		t.Fatal("a retained domain was released at its fence")
+	}
+	if got := must(d.CopyFromGlobal(0, 1, "in", 0)); got[0] != 42 {
+		t.Fatalf("after the run: %v", got)
+	}
+	fault.Load("global.release@0")
+	if err := d.Release(); err == nil || d.Released() || d.Freed() {
+		t.Fatalf("failed release: %v released %v freed %v", err, d.Released(), d.Freed())
+	}
+	if err := d.Release(); err != nil || !d.Freed() || nodeGlobals(w) != 0 {
+		t.Fatalf("retry: %v freed %v left %d", err, d.Freed(), nodeGlobals(w))
+	}
+}
+
+func TestGlobalDomainValidation(t *testing.T) {
+	w := l4Nodes(t)
+	many := make([][2]int, 65)
+	for i := range many {
+		many[i] = [2]int{0, 0}
+	}
+	cases := []struct {
+		spec GlobalSpec
+		want string
+	}{
+		{GlobalSpec{Name: "g", WindowSize: 64}, "0 members"},
+		{GlobalSpec{Name: "g", Members: many, WindowSize: 64}, "65 members"},
+		{GlobalSpec{Name: "g", Members: [][2]int{{0, 0}, {0, 0}}, WindowSize: 64}, "listed twice"},
+		{GlobalSpec{Name: "g", Members: [][2]int{{2, 0}}, WindowSize: 64}, "node 2 is not a level-3 node"},
+		{GlobalSpec{Name: "g", Members: [][2]int{{1, 2}}, WindowSize: 64}, "node 1 has no local worker 2"},
+		{GlobalSpec{Name: "g", Members: [][2]int{{0, 0}}, WindowSize: 0}, "window_size must be > 0"},
+		{GlobalSpec{Name: "g", Members: [][2]int{{0, 0}}, WindowSize: 64, Buffers: []BufferSpec{{Name: "a", NBytes: 100}}}, "buffers sum to 100 bytes, exceeds window_size=64"},
+	}
+	mustRun(t, w, func(o *Orchestrator) error {
+		for _, c := range cases {
+			if _, err := o.AllocateGlobalDomain(c.spec); KindOf(err) != ValueError || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("%q: got %v", c.want, err)
+			}
+		}
+		return nil
+	})
+	if n := nodeGlobals(w); n != 0 {
+		t.Errorf("%d node domains after refusals", n)
+	}
+	l3 := newWorker(t, Config{})
+	err := submitRun(t, l3, func(o *Orchestrator) error { _, err := o.AllocateGlobalDomain(fourRanks(false)); return err })
+	if err == nil || !strings.Contains(err.Error(), "brokered by a level-4") {
+		t.Errorf("at level 3: %v", err)
+	}
+}

@@ -1,0 +1,192 @@
+package engine
+
+import (
+	"slices"
+
+	"simpler/hal/comm"
+)
+
+// The node side of a global domain: what a level-3 worker does, for the
+// ranks it hosts, when the broker's transaction reaches it. Every command
+// is idempotent for an identical repeat and refuses a conflicting one, so
+// a broker may resend after an uncertain answer.
+
+// GlobalPlace puts one rank of a global domain on a local chip.
+type GlobalPlace struct {
+	Rank  int // in the whole domain
+	Local int // this node's NEXT_LEVEL (chip) id
+}
+
+// nodeGlobalReq is what PREPARE tells a node.
+type nodeGlobalReq struct {
+	ID, Gen    uint64
+	Name       string
+	Size       int // ranks in the whole domain
+	WindowSize int
+	Places     []GlobalPlace
+	Buffers    []BufferSpec
+}
+
+func (a nodeGlobalReq) same(b nodeGlobalReq) bool {
+	return a.ID == b.ID && a.Gen == b.Gen && a.Name == b.Name && a.Size == b.Size &&
+		a.WindowSize == b.WindowSize && slices.Equal(a.Places, b.Places) && slices.Equal(a.Buffers, b.Buffers)
+}
+
+// nodeGlobal is one global domain on this node.
+type nodeGlobal struct {
+	req       nodeGlobalReq
+	offsets   []int
+	ranks     []*comm.GlobalRank // per place
+	descs     []comm.Descriptor
+	committed bool
+}
+
+// globalPrepare makes a window for each of this node's ranks and returns
+// their descriptors, in place order.
+func (w *Worker) globalPrepare(req nodeGlobalReq) ([]comm.Descriptor, error) {
+	w.mu.Lock()
+	if err := w.ready("PREPARE"); err != nil {
+		w.mu.Unlock()
+		return nil, err
+	}
+	if g := w.globals[req.ID]; g != nil {
+		w.mu.Unlock()
+		if !g.req.same(req) {
+			return nil, Errorf(ValueError, "PREPARE: global domain %d is already prepared here with other parameters", req.ID)
+		}
+		return g.descs, nil
+	}
+	w.mu.Unlock()
+	offsets, err := bufferOffsets("PREPARE", req.Buffers, req.WindowSize)
+	if err != nil {
+		return nil, err
+	}
+	g := &nodeGlobal{req: req, offsets: offsets}
+	for _, p := range req.Places {
+		if p.Local < 0 || p.Local >= len(w.chips) {
+			g.release()
+			return nil, Errorf(ValueError, "PREPARE: local worker %d is not a chip of this node (0..%d)", p.Local, len(w.chips)-1)
+		}
+		if _, inProcess := w.chips[p.Local].(*procChip); inProcess {
+			g.release()
+			return nil, Errorf(ValueError, "PREPARE: global domains over process-mode chips are not available yet")
+		}
+		r, d, err := comm.PrepareGlobal(comm.GlobalRequest{DomainID: req.ID, Generation: req.Gen, Name: req.Name,
+			Ranks: req.Size, WindowSize: req.WindowSize, Timeout: CommTimeout}, p.Rank, w.chips[p.Local])
+		if err != nil {
+			g.release()
+			return nil, err
+		}
+		g.ranks, g.descs = append(g.ranks, r), append(g.descs, d)
+	}
+	w.mu.Lock()
+	w.globals[req.ID] = g
+	w.mu.Unlock()
+	return g.descs, nil
+}
+
+func (w *Worker) global(op string, id uint64) (*nodeGlobal, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	g := w.globals[id]
+	if g == nil {
+		return nil, Errorf(KeyError, "%s: no global domain %d on this node", op, id)
+	}
+	return g, nil
+}
+
+// globalImport gives every local rank the complete table. Each rank's
+// import is atomic and idempotent (hal/comm), so a repeat is harmless.
+func (w *Worker) globalImport(id uint64, table []comm.Descriptor) error {
+	g, err := w.global("IMPORT", id)
+	if err != nil {
+		return err
+	}
+	for _, r := range g.ranks {
+		if err := r.Import(table); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// globalCommit makes the node's view visible to get_global_domain.
+func (w *Worker) globalCommit(id uint64) error {
+	g, err := w.global("COMMIT", id)
+	if err != nil {
+		return err
+	}
+	for _, r := range g.ranks {
+		if err := r.Commit(); err != nil {
+			return err
+		}
+	}
+	w.mu.Lock()
+	g.committed = true
+	w.mu.Unlock()
+	return nil
+}
+
+// globalRelease invalidates the view first, then frees the windows; ABORT
+// is the same at any phase. Releasing an unknown domain is a no-op.
+func (w *Worker) globalRelease(id uint64) error {
+	w.mu.Lock()
+	g := w.globals[id]
+	if g == nil {
+		w.mu.Unlock()
+		return nil
+	}
+	g.committed = false
+	delete(w.globals, id)
+	w.mu.Unlock()
+	return g.release()
+}
+
+func (g *nodeGlobal) release() error {
+	var first error
+	for _, r := range g.ranks {
+		r.Invalidate()
+	}
+	for _, r := range g.ranks {
+		if err := r.Release(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// GlobalView is this node's committed view of global domain id: for each
+// local worker hosting a rank, its context.
+func (w *Worker) GlobalView(id uint64) (map[int]*RankView, error) {
+	w.mu.Lock()
+	g := w.globals[id]
+	w.mu.Unlock()
+	if g == nil || !g.committed {
+		return nil, Errorf(KeyError, "get_global_domain: no committed global domain %d on this node", id)
+	}
+	view := map[int]*RankView{}
+	for i, p := range g.req.Places {
+		r := g.ranks[i]
+		v := &RankView{Name: g.req.Name, Rank: p.Rank, Size: g.req.Size, DeviceCtx: r.DeviceCtx(), WindowBase: r.WindowBase(),
+			WindowSize: g.req.WindowSize, BufferPtrs: map[string]uint64{}, BufferSpecs: g.req.Buffers, Worker: p.Local}
+		for j, b := range g.req.Buffers {
+			v.BufferPtrs[b.Name] = v.WindowBase + uint64(g.offsets[j])
+		}
+		view[p.Local] = v
+	}
+	return view, nil
+}
+
+// closeGlobals releases every global domain still held. Caller holds no
+// lock.
+func (w *Worker) closeGlobals() {
+	w.mu.Lock()
+	ids := make([]uint64, 0, len(w.globals))
+	for id := range w.globals {
+		ids = append(ids, id)
+	}
+	w.mu.Unlock()
+	for _, id := range ids {
+		w.globalRelease(id)
+	}
+}
