@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"sync"
 
+	"simpler/hal"
 	"simpler/hal/comm"
 	"simpler/internal/fault"
+	"simpler/wire"
 )
 
 // GlobalSpec is what allocate_global_domain asks for.
@@ -74,21 +76,38 @@ func (w *Worker) validateGlobal(spec *GlobalSpec) ([]int, error) {
 		if node < 0 || node >= len(w.children) {
 			return nil, Errorf(ValueError, "%s: node %d is not a level-3 node of this worker (0..%d)", op, node, len(w.children)-1)
 		}
-		child := w.children[node]
-		if child == nil || w.nodeProcs != nil || child.cfg.Level != 3 {
-			return nil, Errorf(ValueError, "%s: node %d: global domains over remote or process-mode nodes are not available yet", op, node)
+		devices, platform, profile, err := w.nodeShape(op, node)
+		if err != nil {
+			return nil, err
 		}
-		if local < 0 || local >= len(child.cfg.DeviceIDs) {
-			return nil, Errorf(ValueError, "%s: node %d has no local worker %d (0..%d)", op, node, local, len(child.cfg.DeviceIDs)-1)
+		if local < 0 || local >= devices {
+			return nil, Errorf(ValueError, "%s: node %d has no local worker %d (0..%d)", op, node, local, devices-1)
 		}
-		if !child.cfg.Platform.Simulated() {
-			return nil, Errorf(ValueError, "%s: node %d runs %s; the sim profile needs a simulated platform", op, node, child.cfg.Platform.Name())
+		if profile != "sim" {
+			return nil, Errorf(ValueError, "%s: node %d uses comm profile %q; every node of a domain must use one profile, and this build brokers \"sim\"", op, node, profile)
+		}
+		if p, err := hal.Lookup(platform); err != nil || !p.Simulated() {
+			return nil, Errorf(ValueError, "%s: node %d runs %s; the sim profile needs a simulated platform", op, node, platform)
 		}
 	}
 	if spec.WindowSize <= 0 {
 		return nil, Errorf(ValueError, "%s: window_size must be > 0, got %d", op, spec.WindowSize)
 	}
 	return bufferOffsets(op, spec.Buffers, spec.WindowSize)
+}
+
+// nodeShape is what the broker knows of node: its chip count, platform
+// and comm profile, for a local thread-mode child or a remote node.
+func (w *Worker) nodeShape(op string, node int) (int, string, string, error) {
+	if w.IsRemote(node) {
+		s := w.remoteSpecs[node]
+		return len(s.DeviceIDs), s.Platform, s.CommProfile, nil
+	}
+	child := w.children[node]
+	if w.nodeProcs != nil || child.cfg.Level != 3 {
+		return 0, "", "", Errorf(ValueError, "%s: node %d: global domains over process-mode local nodes are not available yet", op, node)
+	}
+	return len(child.cfg.DeviceIDs), child.cfg.Platform.Name(), "sim", nil
 }
 
 // AllocateGlobalDomain runs the transaction over the member nodes. On any
@@ -145,6 +164,10 @@ func (d *GlobalDomain) step(s gtxnStep, places []GlobalPlace, table []comm.Descr
 	if err := fault.Hit(points[s.Op], s.Node); err != nil {
 		return nil, Wrap(err, fmt.Sprintf("%s on node %d", s.Op, s.Node))
 	}
+	if d.w.IsRemote(s.Node) {
+		descs, err := d.remoteStep(s, places, table)
+		return descs, Wrap(err, fmt.Sprintf("%s on node %d", s.Op, s.Node))
+	}
 	node := d.w.children[s.Node]
 	var descs []comm.Descriptor
 	var err error
@@ -170,6 +193,31 @@ func (d *GlobalDomain) step(s gtxnStep, places []GlobalPlace, table []comm.Descr
 		return nil, Wrap(err, fmt.Sprintf("%s on node %d", s.Op, s.Node))
 	}
 	return descs, nil
+}
+
+// remoteStep sends a transaction command to a remote node as CONTROL.
+func (d *GlobalDomain) remoteStep(s gtxnStep, places []GlobalPlace, table []comm.Descriptor) ([]comm.Descriptor, error) {
+	cmds := map[gtxnOp]wire.Command{opGlobalCommInit: wire.CmdCommInit, opGlobalPrepare: wire.CmdPrepare,
+		opGlobalImport: wire.CmdImportTable, opGlobalCommit: wire.CmdCommit, opGlobalAbort: wire.CmdAbort}
+	c := &wire.Control{Cmd: cmds[s.Op], Domain: wire.Domain{ID: d.id, Generation: d.gen, Size: len(d.spec.Members)}}
+	for _, p := range places {
+		c.Domain.Ranks = append(c.Domain.Ranks, wire.DomainRank{Rank: uint32(p.Rank), Worker: uint32(p.Local)})
+	}
+	switch s.Op {
+	case opGlobalPrepare:
+		c.Domain.WindowSize = uint64(d.spec.WindowSize)
+		c.Domain.Table = encodePrepareExtra(d.spec.Name, d.spec.Buffers)
+	case opGlobalImport:
+		c.Domain.Table = encodeDescs(table)
+	}
+	if s.Op != opGlobalCommInit && s.Op != opGlobalPrepare {
+		c.Domain.Ranks, c.Domain.Size = nil, 0 // only COMM_INIT and PREPARE carry the ranks
+	}
+	r, err := d.w.remoteCmdReply(s.Node, c)
+	if err != nil || s.Op != opGlobalPrepare {
+		return nil, err
+	}
+	return decodeDescs(r.Data)
 }
 
 // Release lets the domain go. It is bound to the run that allocated it: it
@@ -212,7 +260,11 @@ func (d *GlobalDomain) free() error {
 	var first error
 	for _, n := range d.nodes {
 		err := fault.Hit("global.release", n)
-		if err == nil {
+		switch {
+		case err != nil:
+		case d.w.IsRemote(n):
+			_, err = d.w.remoteCmdReply(n, &wire.Control{Cmd: wire.CmdReleaseDomain, Domain: wire.Domain{ID: d.id, Generation: d.gen}})
+		default:
 			err = d.w.children[n].globalRelease(d.id)
 		}
 		if err != nil && first == nil {
@@ -284,6 +336,9 @@ func (d *GlobalDomain) memberWindow(op string, rank int) (*Worker, int, uint64, 
 		return nil, 0, 0, Errorf(RuntimeError, "%s: global domain %q was released", op, d.spec.Name)
 	}
 	m := d.spec.Members[rank]
+	if d.w.IsRemote(m[0]) {
+		return nil, 0, 0, Errorf(ValueError, "%s: rank %d is on remote node %d; staging into remote members is not available yet (write the window from a kernel)", op, rank, m[0])
+	}
 	node := d.w.children[m[0]]
 	view, err := node.GlobalView(d.id)
 	if err != nil {

@@ -44,7 +44,9 @@ func fourRanks(retain bool) GlobalSpec {
 func nodeGlobals(w *Worker) int {
 	n := 0
 	for _, c := range w.children {
-		n += locked(c, func() int { return len(c.globals) })
+		if c != nil { // a remote node
+			n += locked(c, func() int { return len(c.globals) })
+		}
 	}
 	return n
 }
@@ -193,5 +195,41 @@ func TestGlobalDomainValidation(t *testing.T) {
 	err := submitRun(t, l3, func(o *Orchestrator) error { _, err := o.AllocateGlobalDomain(fourRanks(false)); return err })
 	if err == nil || !strings.Contains(err.Error(), "brokered by a level-4") {
 		t.Errorf("at level 3: %v", err)
+	}
+}
+
+// The same rollback with a remote node: the daemon fails the phase on
+// itself (SIMPLER_INJECT_FAULT in its environment, a bare point), the
+// local node is aborted too, and the next allocation on the same session
+// works.
+func TestGlobalDomainRemoteRollback(t *testing.T) {
+	for _, phase := range []string{"comm_init", "prepare", "import", "commit"} {
+		_, addr := startDaemon(t, fault.Env+"=global."+phase)
+		w, err := NewWorker(Config{Level: 4, Platform: sim(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, _ := NewWorker(Config{Level: 3, Platform: sim(t), DeviceIDs: []int{0}})
+		w.AddWorker(c)
+		w.AddRemoteWorker(RemoteSpec{Endpoint: addr, Platform: "a2a3sim", DeviceIDs: []int{0}})
+		if err := w.Init(); err != nil {
+			t.Fatal(err)
+		}
+		spec := GlobalSpec{Name: "g", Members: [][2]int{{0, 0}, {1, 0}}, WindowSize: 256}
+		err = submitRun(t, w, func(o *Orchestrator) error { _, err := o.AllocateGlobalDomain(spec); return err })
+		if err == nil || !strings.Contains(err.Error(), "injected fault at global."+phase) || !strings.Contains(err.Error(), "on node 1") {
+			t.Errorf("%s: got %v", phase, err)
+		}
+		if n := nodeGlobals(w); n != 0 {
+			t.Errorf("%s: the local node kept %d domains after the abort", phase, n)
+		}
+		var d *GlobalDomain
+		mustRun(t, w, buildErr(func(o *Orchestrator) { d = must(o.AllocateGlobalDomain(spec)) }))
+		if !d.Freed() {
+			t.Errorf("%s: the retry was not freed at its fence", phase)
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -4,6 +4,9 @@ import (
 	"slices"
 
 	"simpler/hal/comm"
+	"simpler/hal/dtype"
+	"simpler/internal/fault"
+	"simpler/wire"
 )
 
 // The node side of a global domain: what a level-3 worker does, for the
@@ -189,4 +192,97 @@ func (w *Worker) closeGlobals() {
 	for _, id := range ids {
 		w.globalRelease(id)
 	}
+}
+
+// The byte forms a remote node gets: PREPARE carries the domain's name and
+// buffers beside the ranks, and descriptor tables travel as concatenated
+// fixed-size descriptors.
+
+func encodePrepareExtra(name string, buffers []BufferSpec) []byte {
+	var e wire.Encoder
+	e.String(name)
+	e.U32(uint32(len(buffers)))
+	for _, b := range buffers {
+		e.String(b.Name)
+		e.U8(uint8(b.DType))
+		e.Int(b.Count)
+		e.Int(b.NBytes)
+	}
+	return e.Bytes()
+}
+
+func decodePrepareExtra(b []byte) (string, []BufferSpec, error) {
+	d := wire.NewDecoder(b)
+	name := d.String()
+	n := d.Count(4096, 4)
+	var bufs []BufferSpec
+	for i := 0; i < n && d.Err() == nil; i++ {
+		bufs = append(bufs, BufferSpec{Name: d.String(), DType: dtype.DType(d.U8()), Count: d.Int(1 << 40), NBytes: d.Int(1 << 40)})
+	}
+	return name, bufs, d.Finish()
+}
+
+func encodeDescs(ds []comm.Descriptor) []byte {
+	var out []byte
+	for _, d := range ds {
+		out = append(out, comm.EncodeDescriptor(d)...)
+	}
+	return out
+}
+
+func decodeDescs(b []byte) ([]comm.Descriptor, error) {
+	if len(b)%comm.DescriptorSize != 0 {
+		return nil, Errorf(ValueError, "a descriptor table of %d bytes is not whole descriptors", len(b))
+	}
+	var ds []comm.Descriptor
+	for off := 0; off < len(b); off += comm.DescriptorSize {
+		d, err := comm.DecodeDescriptor(b[off : off+comm.DescriptorSize])
+		if err != nil {
+			return nil, err
+		}
+		ds = append(ds, d)
+	}
+	return ds, nil
+}
+
+// globalCommand serves a global-domain CONTROL command on a node (the
+// remote session's side of the transaction). A daemon applies bare fault
+// points to itself.
+func (w *Worker) globalCommand(c wire.Control, r *wire.ControlReply) error {
+	points := map[wire.Command]string{wire.CmdCommInit: "global.comm_init", wire.CmdPrepare: "global.prepare",
+		wire.CmdImportTable: "global.import", wire.CmdCommit: "global.commit", wire.CmdAbort: "global.abort", wire.CmdReleaseDomain: "global.release"}
+	if err := fault.Hit(points[c.Cmd], -1); err != nil {
+		return err
+	}
+	dm := c.Domain
+	switch c.Cmd {
+	case wire.CmdCommInit:
+		for _, rk := range dm.Ranks {
+			if int(rk.Worker) >= len(w.chips) {
+				return Errorf(ValueError, "COMM_INIT: local worker %d is not a chip of this node (0..%d)", rk.Worker, len(w.chips)-1)
+			}
+		}
+		return w.initComm()
+	case wire.CmdPrepare:
+		name, bufs, err := decodePrepareExtra(dm.Table)
+		if err != nil {
+			return err
+		}
+		req := nodeGlobalReq{ID: dm.ID, Gen: dm.Generation, Name: name, Size: dm.Size, WindowSize: int(dm.WindowSize), Buffers: bufs}
+		for _, rk := range dm.Ranks {
+			req.Places = append(req.Places, GlobalPlace{Rank: int(rk.Rank), Local: int(rk.Worker)})
+		}
+		descs, err := w.globalPrepare(req)
+		r.Data = encodeDescs(descs)
+		return err
+	case wire.CmdImportTable:
+		table, err := decodeDescs(dm.Table)
+		if err != nil {
+			return err
+		}
+		return w.globalImport(dm.ID, table)
+	case wire.CmdCommit:
+		return w.globalCommit(dm.ID)
+	}
+	return w.globalRelease(dm.ID) // ABORT and RELEASE_DOMAIN
 }

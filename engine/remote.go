@@ -166,6 +166,12 @@ func (w *Worker) doRemote(acts []RemoteAction) error {
 func ref(h *RemoteBuffer) wire.BufferRef { return wire.BufferRef{ID: h.BufferID, Generation: h.Gen} }
 
 func (w *Worker) remoteCmd(id int, c *wire.Control) error {
+	_, err := w.remoteCmdReply(id, c)
+	return err
+}
+
+// remoteCmdReply runs a command on remote node id and returns its reply.
+func (w *Worker) remoteCmdReply(id int, c *wire.Control) (wire.ControlReply, error) {
 	w.mu.Lock()
 	var n *rnode
 	if id < len(w.remotes) {
@@ -173,10 +179,9 @@ func (w *Worker) remoteCmd(id int, c *wire.Control) error {
 	}
 	w.mu.Unlock()
 	if n == nil {
-		return Errorf(RuntimeError, "remote worker %d is gone", id)
+		return wire.ControlReply{}, Errorf(RuntimeError, "remote worker %d is gone", id)
 	}
-	_, err := n.control(c)
-	return err
+	return n.control(c)
 }
 
 // ownerHandle checks h for a bulk copy.

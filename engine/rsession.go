@@ -435,7 +435,7 @@ func (s *session) command(c wire.Control, r *wire.ControlReply) error {
 		r.Buffer = s.add(&sbuf{seg: seg, off: off, len: n, access: access})
 		return nil
 	}
-	return Errorf(ValueError, "%s is not served by this node yet", c.Cmd)
+	return s.inner.globalCommand(c, r)
 }
 
 func (s *session) add(b *sbuf) wire.BufferRef {
