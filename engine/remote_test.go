@@ -364,7 +364,9 @@ func TestRemoteRegisterAndUnregisterCommands(t *testing.T) {
 		{wire.Control{Cmd: wire.CmdCopyTo, Buffer: wire.BufferRef{ID: 77, Generation: 1}, Data: []byte{1}}, "not an owned buffer"},
 		{wire.Control{Cmd: wire.CmdExport, Buffer: ref, Offset: 8, NBytes: 16, Access: wire.AccessRead}, "do not fit the 16-byte buffer"},
 		{wire.Control{Cmd: wire.CmdReleaseImport, Buffer: ref}, "is not an imported buffer"},
-		{wire.Control{Cmd: wire.CmdCommInit, Domain: wire.Domain{ID: 1, Generation: 1, Size: 1, Ranks: []wire.DomainRank{{Rank: 0, Worker: 0}}}}, "not served by this node yet"},
+		{wire.Control{Cmd: wire.CmdCommInit, Domain: wire.Domain{ID: 1, Generation: 1, Size: 1, Ranks: []wire.DomainRank{{Rank: 0, Worker: 9}}}}, "local worker 9 is not a chip of this node"},
+		{wire.Control{Cmd: wire.CmdImportTable, Domain: wire.Domain{ID: 5, Generation: 1, Table: make([]byte, 112)}}, "bad global domain descriptor"},
+		{wire.Control{Cmd: wire.CmdCommit, Domain: wire.Domain{ID: 5, Generation: 1}}, "no global domain 5 on this node"},
 	}
 	for _, r := range refusals {
 		if _, err := n.control(&r.c); err == nil || !strings.Contains(err.Error(), r.want) {
