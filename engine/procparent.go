@@ -119,9 +119,14 @@ func (p *proc) call(laneID int, req []byte, deadline time.Time) (*wire.Decoder, 
 
 // control is call on the control lane with the default deadline.
 func (p *proc) control(build func(e *wire.Encoder)) (*wire.Decoder, error) {
+	return p.controlWithin(DefaultStartupTimeout, build)
+}
+
+// controlWithin is control with its own bound on the child's answer.
+func (p *proc) controlWithin(d time.Duration, build func(e *wire.Encoder)) (*wire.Decoder, error) {
 	var e wire.Encoder
 	build(&e)
-	return p.call(laneControl, e.Bytes(), time.Now().Add(DefaultStartupTimeout))
+	return p.call(laneControl, e.Bytes(), time.Now().Add(d))
 }
 
 // close asks the child to shut down, reaps it (killing it if it does not
@@ -226,7 +231,9 @@ func (c *procChip) UnmapWindow(ptr uint64) error                       { return 
 
 // commAlloc runs one rank's part of a domain allocation in the child.
 func (c *procChip) commAlloc(req commRequest, rank int) (domainRank, error) {
-	d, err := c.p.control(func(e *wire.Encoder) {
+	// The child's own barrier timeout comes first, so its answer (which
+	// ranks never arrived) is the error, not a bare "no answer".
+	d, err := c.p.controlWithin(req.Timeout+5*time.Second, func(e *wire.Encoder) {
 		e.U8(opCommAlloc)
 		e.String(req.Namespace)
 		e.U64(req.AllocationID)
