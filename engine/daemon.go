@@ -108,6 +108,7 @@ func (d *Daemon) Close() error {
 // ServeSessionFD runs the session whose connection is file descriptor 3
 // (how Daemon starts it).
 func ServeSessionFD(token []byte, newResolver SourceResolver) error {
+	shm.SweepDead() // names under this pid left by an earlier process would collide
 	f := os.NewFile(3, "session")
 	conn, err := net.FileConn(f)
 	f.Close()

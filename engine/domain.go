@@ -269,10 +269,15 @@ func (w *Worker) allocateRanks(d *Domain) error {
 		}()
 	}
 	wg.Wait()
+	// The error is the first rank's that is not a timeout: a rank that
+	// failed outright makes its peers time out at the barrier, and its own
+	// error is the one that says why.
 	var first error
-	for r, err := range errs {
-		if err != nil && first == nil {
-			first = Wrap(err, fmt.Sprintf("allocate_domain %q: rank %d (worker %d)", d.spec.Name, r, d.spec.Workers[r]))
+	for pass := 0; pass < 2 && first == nil; pass++ {
+		for r, err := range errs {
+			if err != nil && first == nil && (pass == 1 || KindOf(err) != TimeoutError) {
+				first = Wrap(err, fmt.Sprintf("allocate_domain %q: rank %d (worker %d)", d.spec.Name, r, d.spec.Workers[r]))
+			}
 		}
 	}
 	if first != nil {

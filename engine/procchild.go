@@ -66,6 +66,7 @@ type child struct {
 // or goes away; it is the whole life of a child process. newResolver turns
 // the parent's bundle into a Resolver.
 func RunChild(name string, newResolver func(bundle []byte) (Resolver, error)) error {
+	shm.SweepDead() // names under this pid left by an earlier process would collide
 	mb, err := openMailbox(name)
 	if err != nil {
 		return err

@@ -178,24 +178,30 @@ func TestNamesAreUnique(t *testing.T) {
 }
 
 func TestSweepDeadRemovesOnlyOrphans(t *testing.T) {
-	// A pid that cannot exist (above the kernel's pid_max ceiling).
+	// A pid that cannot exist (above the kernel's pid_max ceiling), one
+	// that always does (init), and this process's own: at start-up its
+	// objects can only be an earlier process's that had the same pid.
 	orphan := "simpler-2147483646-sweeptest-1"
-	if err := os.WriteFile(dir+"/"+orphan, []byte("x"), 0o600); err != nil {
-		t.Fatal(err)
+	live := "simpler-1-sweeptest-1"
+	for _, name := range []string{orphan, live} {
+		if err := os.WriteFile(dir+"/"+name, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
-	mine, err := Create("sweeptest", 64)
+	defer os.Remove(dir + "/" + live)
+	stale, err := Create("sweeptest", 64)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer mine.Close()
+	defer stale.Close()
 	removed, err := SweepDead()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Contains(removed, orphan) {
-		t.Errorf("orphan not removed: %v", removed)
+	if !slices.Contains(removed, orphan) || !slices.Contains(removed, stale.Name) {
+		t.Errorf("orphans not removed: %v", removed)
 	}
-	if _, err := os.Stat(dir + "/" + mine.Name); err != nil {
+	if _, err := os.Stat(dir + "/" + live); err != nil {
 		t.Errorf("a live process's object was removed: %v", err)
 	}
 }

@@ -13,7 +13,10 @@ import (
 // (a crash or a kill skips their cleanup). Every name carries its creator's
 // pid, "simpler-<pid>-...", so an object whose pid is gone can have no
 // owner; one whose pid is alive, even if reused by another program, is
-// left alone. It returns the names removed.
+// left alone. Call it when the process starts: objects under this
+// process's own pid then belong to an earlier process that had the same
+// pid, and are removed too (else a new object of the same name would
+// collide with them). It returns the names removed.
 func SweepDead() ([]string, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -22,7 +25,7 @@ func SweepDead() ([]string, error) {
 	var removed []string
 	for _, e := range entries {
 		pid, ok := creator(e.Name())
-		if !ok || pid == os.Getpid() || alive(pid) {
+		if !ok || pid != os.Getpid() && alive(pid) {
 			continue
 		}
 		if err := os.Remove(dir + "/" + e.Name()); err == nil {
