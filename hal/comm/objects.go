@@ -130,8 +130,9 @@ func openObject(prefix, name string, size int, create bool) (o *object, created 
 				return nil, false, errNotReady
 			}
 			// The creator truncates right after creating; between the two
-			// the object exists with size 0.
-			if st, serr := os.Stat(shmDir + name); serr == nil && st.Size() < int64(size) {
+			// the object exists with size 0. (Checking the size again here
+			// would race with that truncate: take Open's own answer.)
+			if errors.Is(err, shm.ErrTooSmall) {
 				return nil, false, errNotReady
 			}
 			return nil, false, err

@@ -10,6 +10,7 @@
 package shm
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -30,6 +31,10 @@ var (
 	prefix  = namePrefix + strconv.Itoa(os.Getpid()) + "-"
 	counter atomic.Uint64
 )
+
+// ErrTooSmall is wrapped by Open's error for an object smaller than asked:
+// one its creator has not sized yet, or the wrong object.
+var ErrTooSmall = errors.New("object smaller than asked")
 
 // Prefix is the first part of every object name this process creates:
 // "simpler-<pid>-".
@@ -118,7 +123,7 @@ func Open(name string, size int) (*Segment, error) {
 	}
 	// Mapping past the object's end would succeed but fault on touch.
 	if int64(size) > st.Size {
-		return nil, fmt.Errorf("shm: open %s: want %d bytes but the object has %d", name, size, st.Size)
+		return nil, fmt.Errorf("shm: open %s: want %d bytes but the object has %d: %w", name, size, st.Size, ErrTooSmall)
 	}
 	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
