@@ -140,11 +140,18 @@ func (r *Rank) errorf(kind, format string, args ...any) error {
 // chipError puts a chip's error in the allocation's context, keeping its
 // kind.
 func (r *Rank) chipError(err error) error {
+	kind, msg := splitKind(err)
+	return r.errorf(kind, "%s", msg)
+}
+
+// splitKind splits "ValueError: msg" into kind and message; an error with
+// no kind is a RuntimeError.
+func splitKind(err error) (string, string) {
 	kind, msg, ok := strings.Cut(err.Error(), ": ")
 	if !ok || !strings.HasSuffix(kind, "Error") || strings.Contains(kind, " ") {
-		kind, msg = "RuntimeError", err.Error()
+		return "RuntimeError", err.Error()
 	}
-	return r.errorf(kind, "%s", msg)
+	return kind, msg
 }
 
 func (r *Rank) setup(deadline time.Time) error {

@@ -224,14 +224,7 @@ func createOwned(name string, size int) (*object, error) {
 	if err != nil {
 		return nil, err
 	}
-	o := &object{seg: seg, key: name, refs: 1}
-	cacheMu.Lock()
-	defer cacheMu.Unlock()
-	if cache[name] != nil {
-		return nil, errors.Join(fmt.Errorf("comm: %s is already mapped in this process", name), seg.Close())
-	}
-	cache[name] = o
-	return o, nil
+	return cacheNew(&object{seg: seg, key: name, refs: 1})
 }
 
 // unlinkOwned removes the name of an object this process created: a new
@@ -255,10 +248,7 @@ func (g *GlobalRank) errorf(kind, format string, args ...any) error {
 
 // chipError puts a chip's error in the domain's context, keeping its kind.
 func (g *GlobalRank) chipError(err error) error {
-	kind, msg, ok := strings.Cut(err.Error(), ": ")
-	if !ok || !strings.HasSuffix(kind, "Error") || strings.Contains(kind, " ") {
-		kind, msg = "RuntimeError", err.Error()
-	}
+	kind, msg := splitKind(err)
 	return g.errorf(kind, "%s", msg)
 }
 

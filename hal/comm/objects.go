@@ -84,15 +84,20 @@ func createWindow(prefix, name string, size, clearLen int) (*object, error) {
 			return nil, err // fresh objects are zero-filled by the kernel
 		}
 	}
-	o := &object{seg: seg, key: name, refs: 1, recycle: true, prefix: prefix}
+	return cacheNew(&object{seg: seg, key: name, refs: 1, recycle: true, prefix: prefix})
+}
+
+// cacheNew enters an object this process just created in the cache. A
+// name already there is unreachable while names are unique per allocation
+// and rank; the object itself was created exclusively, so only the cache
+// would be stale.
+func cacheNew(o *object) (*object, error) {
 	cacheMu.Lock()
 	defer cacheMu.Unlock()
-	if cache[name] != nil {
-		// Unreachable while names are unique per allocation and rank; the
-		// object itself was created exclusively, so only the cache is stale.
-		return nil, errors.Join(fmt.Errorf("comm: %s is already mapped in this process", name), seg.Close())
+	if cache[o.key] != nil {
+		return nil, errors.Join(fmt.Errorf("comm: %s is already mapped in this process", o.key), o.seg.Close())
 	}
-	cache[name] = o
+	cache[o.key] = o
 	return o, nil
 }
 
