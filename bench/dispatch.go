@@ -49,17 +49,7 @@ func goDispatch(mode string, chips int) (Line, error) {
 	}
 	var ts []time.Duration
 	for _, n := range Sizes {
-		t, err := median(reps(n), func() error {
-			_, err := w.Run(func(o *engine.Orchestrator) (any, error) {
-				for i := 0; i < n; i++ {
-					if _, err := o.SubmitNext(h, nil, nil, i%chips); err != nil {
-						return nil, err
-					}
-				}
-				return nil, nil
-			})
-			return err
-		})
+		t, err := goRuns(w, h, n, reps(n))
 		if err != nil {
 			return Line{}, err
 		}
@@ -119,18 +109,7 @@ func goDispatchBuiltin(s *starlib.Session) *starlark.Builtin {
 		if err != nil {
 			return nil, err
 		}
-		chips := w.NextCount()
-		t, err := median(reps, func() error {
-			_, err := w.Run(func(o *engine.Orchestrator) (any, error) {
-				for i := 0; i < n; i++ {
-					if _, err := o.SubmitNext(h, nil, nil, i%chips); err != nil {
-						return nil, err
-					}
-				}
-				return nil, nil
-			})
-			return err
-		})
+		t, err := goRuns(w, h, n, reps)
 		return starlark.MakeInt64(t.Nanoseconds()), err
 	})
 }
@@ -213,4 +192,21 @@ func Dispatch(w io.Writer, mode string) (bool, error) {
 	ok = verdict(w, "Starlark fixed per run", micros(star.Fixed), 20, "us") && ok
 	ok = verdict(w, "Starlark/Go marginal (same kernel)", float64(star.Marginal)/float64(goAPI.Marginal), 1.5, "x") && ok
 	return ok, nil
+}
+
+// goRuns is the median time of reps runs that each submit n tasks of h
+// from Go, spread over the worker's chips.
+func goRuns(w *engine.Worker, h *engine.Handle, n, reps int) (time.Duration, error) {
+	chips := w.NextCount()
+	return median(reps, func() error {
+		_, err := w.Run(func(o *engine.Orchestrator) (any, error) {
+			for i := 0; i < n; i++ {
+				if _, err := o.SubmitNext(h, nil, nil, i%chips); err != nil {
+					return nil, err
+				}
+			}
+			return nil, nil
+		})
+		return err
+	})
 }

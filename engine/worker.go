@@ -231,6 +231,14 @@ func (w *Worker) NextCount() int { return w.nextCount() }
 // SubCount is the number of SUB workers.
 func (w *Worker) SubCount() int { return w.cfg.NumSubWorkers }
 
+// Attached reports whether w is another worker's child: its parent
+// brings it up and closes it.
+func (w *Worker) Attached() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.attached
+}
+
 // AddWorker attaches a child worker (level 4 and up, before Init) and
 // returns its NEXT_LEVEL id.
 func (w *Worker) AddWorker(child *Worker) (int, error) {

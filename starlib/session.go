@@ -80,7 +80,10 @@ func (s *Session) Close() error {
 	s.mu.Unlock()
 	var first error
 	for i := len(workers) - 1; i >= 0; i-- {
-		if err := workers[i].w.Close(); err != nil && first == nil && !isChildClose(err) {
+		if workers[i].w.Attached() {
+			continue // its parent closes it
+		}
+		if err := workers[i].w.Close(); err != nil && first == nil {
 			first = err
 		}
 	}
@@ -88,12 +91,6 @@ func (s *Session) Close() error {
 		first = err
 	}
 	return first
-}
-
-// isChildClose reports the refusal to close an attached child directly;
-// its parent closes it.
-func isChildClose(err error) bool {
-	return err != nil && err.Error() == "RuntimeError: close: this worker is a child; its parent closes it"
 }
 
 // RunFile loads path and calls its main(ctx).
