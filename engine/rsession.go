@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -137,7 +138,7 @@ func (s *session) accept(hello wire.Hello, token []byte, ch wire.Challenge, newR
 	if err != nil {
 		return err
 	}
-	if !p.Simulated() || hello.CommProfile != "sim" && !contains(p.CommProfiles(), hello.CommProfile) {
+	if !p.Simulated() || hello.CommProfile != "sim" && !slices.Contains(p.CommProfiles(), hello.CommProfile) {
 		return Errorf(ValueError, "HELLO: comm profile %q is not served on %s", hello.CommProfile, p.Name())
 	}
 	if s.resolve, err = newResolver(hello.Root, hello.Modules); err != nil {
@@ -148,15 +149,6 @@ func (s *session) accept(hello wire.Hello, token []byte, ch wire.Challenge, newR
 		return err
 	}
 	return s.inner.Init()
-}
-
-func contains(xs []string, x string) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
 }
 
 // serve reads frames: HEALTH is answered at once, whatever else runs;

@@ -3,6 +3,7 @@ package starlib
 import (
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"go.starlark.net/starlark"
@@ -134,7 +135,7 @@ func (s *Session) newWorker(th *starlark.Thread, b *starlark.Builtin, args starl
 	if err != nil {
 		return nil, err
 	}
-	if !contains(p.CommProfiles(), commProfile) && !(commProfile == "sim" && p.Simulated()) {
+	if !slices.Contains(p.CommProfiles(), commProfile) && !(commProfile == "sim" && p.Simulated()) {
 		return nil, errorf(engine.ValueError, "Worker: comm_profile %q is not supported on %s (supported: %v)", commProfile, p.Name(), p.CommProfiles())
 	}
 	cfg := engine.Config{
@@ -165,15 +166,6 @@ func (s *Session) newWorker(th *starlark.Thread, b *starlark.Builtin, args starl
 		s.OnWorker(ew)
 	}
 	return w, nil
-}
-
-func contains(xs []string, x string) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
 }
 
 // seconds checks an optional timeout argument.
