@@ -183,7 +183,7 @@ func Remote(w io.Writer) (bool, error) {
 	fmt.Fprintf(w, "  %-34s %8.2f GB/s\n", "remote_copy_to 64 MiB", toBW/1e9)
 	fmt.Fprintf(w, "  %-34s %8.2f GB/s\n", "remote_copy_from 64 MiB", fromBW/1e9)
 	fmt.Fprintf(w, "  %-34s %8.1f us per run of one task\n", "remote no-op task", micros(one))
-	fmt.Fprintf(w, "  %-34s %8.0f tasks/s (256 per run; one task in flight per node: no pipelining)\n", "many small remote tasks", 256/many.Seconds())
+	fmt.Fprintf(w, "  %-34s %8.0f tasks/s (256 per run; up to %d in flight per node)\n", "many small remote tasks", 256/many.Seconds(), engine.RemoteDepth)
 	ok := atLeast(w, "remote_copy_to / raw TCP", toBW/bw, 0.8, "x")
 	ok = atLeast(w, "remote_copy_from / raw TCP", fromBW/bw, 0.8, "x") && ok
 	ok = verdict(w, "no-op task / TCP round trip", float64(one)/float64(rtt), 3, "x") && ok

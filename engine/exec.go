@@ -22,6 +22,9 @@ func (w *Worker) startEndpoints() {
 	wg := &sync.WaitGroup{}
 	start := func(p Pool, id int) *endpoint {
 		ep := &endpoint{pool: p, id: id, ch: make(chan Assignment, 1), wg: wg}
+		if p == NextLevel && w.IsRemote(id) {
+			return ep // route sends its tasks (sendRemote)
+		}
 		wg.Add(1)
 		go w.serve(ep)
 		return ep
@@ -41,6 +44,8 @@ func (w *Worker) stopEndpoints() {
 		close(ep.ch)
 		wg = ep.wg
 	}
+	// A remote node's tasks have all completed (no run is in flight), but
+	// the goroutine that completed the last one may still be on its way out.
 	if wg != nil {
 		wg.Wait()
 	}
@@ -71,15 +76,62 @@ func (w *Worker) serve(ep *endpoint) {
 }
 
 // route hands assignments to their endpoints. The scheduler marked each
-// endpoint busy, so its channel is empty and the send cannot block.
+// endpoint busy, so its channel is empty and the send cannot block. A
+// remote node's task is sent from here.
 func (w *Worker) route(out []Assignment) {
 	for _, a := range out {
-		if a.Pool == Sub {
+		switch {
+		case a.Pool == Sub:
 			w.subs[a.Target].ch <- a
-		} else {
+		case w.IsRemote(a.Target):
+			w.sendRemote(a)
+		default:
 			w.next[a.Target].ch <- a
 		}
 	}
+}
+
+// sendRemote sends a task to its remote node. The node's reader completes
+// it, so no goroutine waits for the reply.
+func (w *Worker) sendRemote(a Assignment) {
+	t := a.Task
+	if w.observer != nil {
+		w.emit(Event{Kind: TaskStarted, Run: t.run.id, Task: t.ID, Member: a.Member, Worker: w.workerName(a.Pool, a.Target), Callable: t.handle.Name()})
+	}
+	err := w.remotes[a.Target].start(t.handle, &t.args[a.Member], &t.cfg, func(err error) func() { return w.remoteDone(a, err) })
+	if err != nil { // not sent: complete it off this goroutine, which may hold a caller's state
+		w.remoteFailed.Add(1)
+		go func() {
+			defer w.remoteFailed.Done()
+			if after := w.remoteDone(a, err); after != nil {
+				after()
+			}
+		}()
+	}
+}
+
+// remoteDone completes a remote task. Finishing a fenced run may need
+// replies from remote nodes, so it is returned to run once the caller can
+// block.
+func (w *Worker) remoteDone(a Assignment, err error) (after func()) {
+	t := a.Task
+	if w.observer != nil {
+		w.emit(Event{Kind: TaskFinished, Run: t.run.id, Task: t.ID, Member: a.Member, Worker: w.workerName(a.Pool, a.Target), Callable: t.handle.Name(), Err: err})
+	}
+	w.mu.Lock()
+	out := w.complete(a, err, nil)
+	fenced := w.checkFence(t.run)
+	w.mu.Unlock()
+	w.route(out)
+	if !fenced {
+		return nil
+	}
+	r := t.run
+	if w.finishesLocally(r) {
+		w.finish(r)
+		return nil
+	}
+	return func() { w.finish(r) }
 }
 
 // workerName names an endpoint the way errors show it.
@@ -112,8 +164,6 @@ func (w *Worker) exec(ep *endpoint, a Assignment) (err error) {
 		return t.handle.Callable.(SubCallable).RunSub(&SubCtx{WorkerID: ep.id, Local: &ep.local}, args)
 	case w.chipProcs != nil:
 		return w.chipProcs[a.Target].run(opRunChip, t.handle, args, nil)
-	case w.IsRemote(a.Target):
-		return w.remotes[a.Target].run(t.handle, args, &t.cfg)
 	case w.nodeProcs != nil:
 		return w.nodeProcs[a.Target].run(opRunOrch, t.handle, args, &t.cfg)
 	case w.cfg.Level >= 4:

@@ -62,7 +62,7 @@ func subK(name string, run func(c *SubCtx, a *TaskArgs) error) *subFn {
 	return &subFn{newFn(name), run}
 }
 
-func sim(t *testing.T) hal.Platform {
+func sim(t testing.TB) hal.Platform {
 	t.Helper()
 	p, err := hal.Lookup("a2a3sim")
 	if err != nil {

@@ -38,6 +38,7 @@ var procKernels = map[string]func(a *TaskArgs, c *ChipCtx) error{
 		binary.LittleEndian.PutUint64(taskBytes(a, c, 0), 1)
 		select {}
 	},
+	"noop": func(a *TaskArgs, c *ChipCtx) error { return nil },
 	"fail": func(a *TaskArgs, c *ChipCtx) error { return Errorf(IndexError, "child says no") },
 }
 

@@ -38,6 +38,11 @@ func (w *Worker) AddRemoteWorker(spec RemoteSpec) (int, error) {
 	return len(w.children) - 1, nil
 }
 
+// RemoteDepth is how many tasks a remote node is sent before the first
+// completes. The node runs them in order; keeping the next ones on the
+// wire hides the round trip between tasks.
+const RemoteDepth = 8
+
 // IsRemote reports whether NEXT_LEVEL id is a remote node.
 func (w *Worker) IsRemote(id int) bool {
 	return id >= 0 && id < len(w.remoteSpecs) && w.remoteSpecs[id] != nil

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"simpler/internal/netspin"
 	"simpler/wire"
 )
 
@@ -56,6 +57,7 @@ type rnode struct {
 	id      int
 	spec    RemoteSpec
 	conn    net.Conn
+	in      io.Reader // conn, read spinning briefly before blocking
 	session uint64
 	timeout time.Duration
 
@@ -64,12 +66,19 @@ type rnode struct {
 	mu     sync.Mutex
 	seq    uint64
 	wait   map[uint64]chan rreply
-	sinks  map[uint64][]byte // where a COPY_FROM reply's data goes, by sequence
-	big    chan []byte       // the reusable buffer for large replies, while not in use
+	tasks  map[uint64]taskDone // tasks sent and not completed, by sequence
+	sinks  map[uint64][]byte   // where a COPY_FROM reply's data goes, by sequence
+	big    chan []byte         // the reusable buffer for large replies, while not in use
 	dead   error
-	gone   chan struct{} // closed when the connection is lost
-	reader sync.WaitGroup
+	gone   chan struct{}  // closed when the connection is lost
+	reader sync.WaitGroup // the reader, the health monitor and failure callbacks
 }
+
+// taskDone is called with a task's outcome on the goroutine that read its
+// COMPLETION. It must not wait for another reply from the node; work that
+// might is returned as after, which runs once reading has passed to a new
+// goroutine.
+type taskDone func(err error) (after func())
 
 type rreply struct {
 	h       wire.Header
@@ -84,7 +93,7 @@ func dialNode(name string, id int, spec RemoteSpec, src *Sources, timeout time.D
 	if err != nil {
 		return nil, Errorf(RuntimeError, "%s: cannot reach %s: %v", name, spec.Endpoint, errors.Unwrap(err))
 	}
-	n := &rnode{name: name, id: id, spec: spec, conn: conn, timeout: timeout, wait: map[uint64]chan rreply{}, sinks: map[uint64][]byte{}, gone: make(chan struct{}), big: make(chan []byte, 1)}
+	n := &rnode{name: name, id: id, spec: spec, conn: conn, timeout: timeout, wait: map[uint64]chan rreply{}, tasks: map[uint64]taskDone{}, sinks: map[uint64][]byte{}, gone: make(chan struct{}), big: make(chan []byte, 1)}
 	n.big <- nil
 	var sid [8]byte
 	rand.Read(sid[:])
@@ -93,8 +102,10 @@ func dialNode(name string, id int, spec RemoteSpec, src *Sources, timeout time.D
 		conn.Close()
 		return nil, Wrap(err, fmt.Sprintf("%s at %s", name, spec.Endpoint))
 	}
-	n.reader.Add(1)
+	n.in = netspin.NewReader(conn, netspin.DefaultSpin)
+	n.reader.Add(2)
 	go n.read()
+	go n.monitor()
 	return n, nil
 }
 
@@ -166,11 +177,13 @@ func (n *rnode) sendBulk(t wire.Type, seq uint64, m wire.Message, bulk []byte) e
 	return wire.WriteFrame(n.conn, h, e.Bytes())
 }
 
-// read routes replies to their waiters until the connection ends.
+// read routes replies to their waiters and completions to their tasks
+// until the connection ends, or until a completion's after-work needs the
+// node: then a new goroutine reads and this one does that work.
 func (n *rnode) read() {
 	defer n.reader.Done()
 	for {
-		h, err := wire.ReadHeader(n.conn, wire.MaxPayload)
+		h, err := wire.ReadHeader(n.in, wire.MaxPayload)
 		var r rreply
 		if err == nil {
 			r, err = n.readReply(h)
@@ -189,10 +202,21 @@ func (n *rnode) read() {
 		ch := n.wait[h.Seq]
 		delete(n.wait, h.Seq)
 		delete(n.sinks, h.Seq)
+		done := n.tasks[h.Seq]
+		delete(n.tasks, h.Seq)
 		n.mu.Unlock()
-		if ch != nil {
+		switch {
+		case done != nil:
+			err := n.completion(r)
+			if after := done(err); after != nil {
+				n.reader.Add(1)
+				go n.read()
+				after()
+				return
+			}
+		case ch != nil:
 			ch <- r
-		} else {
+		default:
 			r.done()
 		}
 	}
@@ -204,13 +228,13 @@ func (n *rnode) read() {
 func (n *rnode) readReply(h wire.Header) (rreply, error) {
 	r := rreply{h: h, done: func() {}}
 	if int(h.Length) <= bigFrame {
-		p, err := wire.ReadPayload(n.conn, h, nil)
+		p, err := wire.ReadPayload(n.in, h, nil)
 		r.payload = p
 		return r, err
 	}
 	if h.Type == wire.TypeControlReply {
 		prefix := make([]byte, wire.CopyFromReplyPrefixSize)
-		if _, err := io.ReadFull(n.conn, prefix); err != nil {
+		if _, err := io.ReadFull(n.in, prefix); err != nil {
 			return r, err
 		}
 		seq, size, ok := wire.DecodeCopyFromReplyPrefix(prefix, int(h.Length))
@@ -218,17 +242,17 @@ func (n *rnode) readReply(h wire.Header) (rreply, error) {
 		sink := n.sinks[seq]
 		n.mu.Unlock()
 		if ok && seq == h.Seq && len(sink) == size {
-			_, err := io.ReadFull(n.conn, sink)
+			_, err := io.ReadFull(n.in, sink)
 			r.sunk = true
 			return r, err
 		}
 		rest := make([]byte, int(h.Length)-len(prefix))
-		_, err := io.ReadFull(n.conn, rest)
+		_, err := io.ReadFull(n.in, rest)
 		r.payload = append(prefix, rest...)
 		return r, err
 	}
 	buf := <-n.big
-	p, err := wire.ReadPayload(n.conn, h, buf)
+	p, err := wire.ReadPayload(n.in, h, buf)
 	if err != nil {
 		n.big <- buf
 		return r, err
@@ -240,27 +264,64 @@ func (n *rnode) readReply(h wire.Header) (rreply, error) {
 // bigFrame is the payload size above which replies use the reused buffer.
 const bigFrame = 1 << 20
 
-// fail marks the node dead: every waiter gets err.
+// fail marks the node dead: every waiter gets err, and so does every task
+// in flight (on a goroutine of its own: fail may be called by one that
+// holds what a completion needs).
 func (n *rnode) fail(err error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.dead == nil {
-		n.dead = err
-		close(n.gone)
-		n.conn.Close()
+	if n.dead != nil {
+		return
+	}
+	n.dead = err
+	close(n.gone)
+	n.conn.Close()
+	tasks := n.tasks
+	n.tasks = map[uint64]taskDone{}
+	if len(tasks) == 0 {
+		return
+	}
+	n.reader.Add(1)
+	go func() {
+		defer n.reader.Done()
+		for _, done := range tasks {
+			if after := done(err); after != nil {
+				after()
+			}
+		}
+	}()
+}
+
+// monitor probes the node's health while tasks are in flight: a long task
+// never looks dead, a dead node is noticed within the timeout.
+func (n *rnode) monitor() {
+	defer n.reader.Done()
+	tick := time.NewTicker(n.timeout / 3)
+	defer tick.Stop()
+	for {
+		select {
+		case <-n.gone:
+			return
+		case <-tick.C:
+		}
+		n.mu.Lock()
+		busy := len(n.tasks) > 0
+		n.mu.Unlock()
+		if busy {
+			n.health()
+		}
 	}
 }
 
-// request sends a frame and waits for the reply with its sequence. A
-// command waits at most the session timeout; a task waits as long as the
-// node answers health probes within it.
-func (n *rnode) request(t wire.Type, m wire.Message, isTask bool) (rreply, error) {
-	return n.requestBulk(t, m, nil, nil, isTask)
+// request sends a frame and waits at most the session timeout for the
+// reply with its sequence.
+func (n *rnode) request(t wire.Type, m wire.Message) (rreply, error) {
+	return n.requestBulk(t, m, nil, nil)
 }
 
 // requestBulk is request with bulk data to send after m, and a sink for
 // the reply's data.
-func (n *rnode) requestBulk(t wire.Type, m wire.Message, bulk, sink []byte, isTask bool) (rreply, error) {
+func (n *rnode) requestBulk(t wire.Type, m wire.Message, bulk, sink []byte) (rreply, error) {
 	ch := make(chan rreply, 1)
 	n.mu.Lock()
 	if n.dead != nil {
@@ -278,37 +339,23 @@ func (n *rnode) requestBulk(t wire.Type, m wire.Message, bulk, sink []byte, isTa
 		n.fail(Errorf(RuntimeError, "%s: sending %s: %v", n.name, t, err))
 		return rreply{}, n.dead
 	}
-	if !isTask {
-		select {
-		case r := <-ch:
-			return r, nil
-		case <-n.gone:
-			return rreply{}, n.dead
-		case <-time.After(n.timeout):
-			n.fail(Errorf(TimeoutError, "%s: no reply to %s within remote_session_timeout_s=%v", n.name, t, n.timeout.Seconds()))
-			return rreply{}, n.dead
-		}
-	}
-	probe := time.NewTicker(n.timeout / 3)
-	defer probe.Stop()
-	for {
-		select {
-		case r := <-ch:
-			return r, nil
-		case <-n.gone:
-			return rreply{}, n.dead
-		case <-probe.C:
-			if err := n.health(); err != nil {
-				return rreply{}, err
-			}
-		}
+	timer := time.NewTimer(n.timeout)
+	defer timer.Stop()
+	select {
+	case r := <-ch:
+		return r, nil
+	case <-n.gone:
+		return rreply{}, n.dead
+	case <-timer.C:
+		n.fail(Errorf(TimeoutError, "%s: no reply to %s within remote_session_timeout_s=%v", n.name, t, n.timeout.Seconds()))
+		return rreply{}, n.dead
 	}
 }
 
 // health probes the node on its own lane: a long task never looks dead,
 // a dead node is noticed within the timeout.
 func (n *rnode) health() error {
-	r, err := n.request(wire.TypeHealth, &wire.Health{Timestamp: time.Now().UnixNano()}, false)
+	r, err := n.request(wire.TypeHealth, &wire.Health{Timestamp: time.Now().UnixNano()})
 	if err != nil {
 		return err
 	}
@@ -337,7 +384,7 @@ func (n *rnode) control(c *wire.Control) (wire.ControlReply, error) {
 func (n *rnode) controlData(c *wire.Control, bulk, sink []byte) (wire.ControlReply, func(), error) {
 	n.cmdMu.Lock()
 	defer n.cmdMu.Unlock()
-	r, err := n.requestBulk(wire.TypeControl, c, bulk, sink, false)
+	r, err := n.requestBulk(wire.TypeControl, c, bulk, sink)
 	if err != nil {
 		return wire.ControlReply{}, func() {}, err
 	}
@@ -357,8 +404,10 @@ func (n *rnode) controlData(c *wire.Control, bulk, sink []byte) (wire.ControlRep
 	return reply, r.done, nil
 }
 
-// run sends a TASK and waits for its COMPLETION.
-func (n *rnode) run(h *Handle, args *TaskArgs, cfg *CallConfig) error {
+// start sends a TASK; done gets its outcome when the COMPLETION arrives
+// or the node fails. Tasks run on the node in the order they are sent. An
+// error means the task was not sent and done will not be called.
+func (n *rnode) start(h *Handle, args *TaskArgs, cfg *CallConfig, done taskDone) error {
 	t := &wire.Task{Digest: h.Digest(), Config: wire.CallConfig{BlockDim: cfg.BlockDim, AicpuThreadNum: cfg.AicpuThreadNum, EnableProfiling: cfg.EnableProfiling}, Scalars: args.Scalars}
 	for i, ten := range args.Tensors {
 		ta := wire.TensorArg{Tag: wire.Tag(args.Tags[i]), DType: ten.DType, Shape: ten.Shape}
@@ -377,12 +426,33 @@ func (n *rnode) run(h *Handle, args *TaskArgs, cfg *CallConfig) error {
 		}
 		t.Tensors = append(t.Tensors, ta)
 	}
-	r, err := n.request(wire.TypeTask, t, true)
-	if err != nil {
-		return err
+	n.mu.Lock()
+	if n.dead != nil {
+		n.mu.Unlock()
+		return n.dead
+	}
+	n.seq++
+	seq := n.seq
+	n.tasks[seq] = done
+	n.mu.Unlock()
+	if err := n.send(wire.TypeTask, seq, t); err != nil {
+		n.mu.Lock()
+		delete(n.tasks, seq)
+		n.mu.Unlock()
+		n.fail(Errorf(RuntimeError, "%s: sending %s: %v", n.name, wire.TypeTask, err))
+		return n.dead
+	}
+	return nil
+}
+
+// completion decodes a task's COMPLETION into its error.
+func (n *rnode) completion(r rreply) error {
+	defer r.done()
+	if r.h.Type != wire.TypeCompletion {
+		n.fail(Errorf(RuntimeError, "%s: a %s answered TASK", n.name, r.h.Type))
+		return n.dead
 	}
 	c, err := wire.DecodeCompletion(r.payload)
-	r.done()
 	if err != nil {
 		n.fail(Errorf(RuntimeError, "%s: bad COMPLETION: %v", n.name, err))
 		return n.dead

@@ -14,6 +14,7 @@ import (
 	"simpler/hal"
 	"simpler/hal/dtype"
 	"simpler/hal/shm"
+	"simpler/internal/netspin"
 	"simpler/wire"
 )
 
@@ -29,6 +30,7 @@ var HelloTimeout = 10 * time.Second
 // imports it holds. It runs in a process of its own.
 type session struct {
 	conn    net.Conn
+	in      io.Reader // conn, read spinning briefly before blocking
 	id      uint64
 	worker  uint32
 	inner   *Worker
@@ -41,7 +43,18 @@ type session struct {
 	callables map[string]Callable
 	bufs      map[wire.BufferRef]*sbuf // owned and imported, by the ref handed out
 	bufSeq    uint64
-	inflight  int
+	inflight  int     // tasks received and not yet completed
+	running   bool    // a goroutine is running tasks
+	queued    []frame // tasks read while one runs, in arrival order
+	// runnerReads: the goroutine running tasks also holds the reading
+	// role (until the watchdog hands it on); taskSeq counts finished
+	// tasks so the watchdog sees one that runs across a whole tick.
+	runnerReads bool
+	taskSeq     uint64
+
+	controls chan frame     // the command lane
+	readEnd  chan error     // the reading role ended: why
+	readers  sync.WaitGroup // goroutines reading, running tasks or watching
 }
 
 // sbuf is a remote buffer as its session holds it: owned memory (a
@@ -65,6 +78,7 @@ func RunSession(conn net.Conn, token []byte, newResolver SourceResolver) error {
 	if err := s.handshake(token, newResolver); err != nil {
 		return err
 	}
+	s.in = netspin.NewReader(conn, netspin.DefaultSpin)
 	return s.serve()
 }
 
@@ -153,58 +167,137 @@ func (s *session) accept(hello wire.Hello, token []byte, ch wire.Challenge, newR
 
 // serve reads frames: HEALTH is answered at once, whatever else runs;
 // CONTROL runs in order on the command lane; TASKs run one after another.
+//
+// A task runs on the goroutine that read it: waking another goroutine
+// costs more than a small task does, so a task starts without a hand-off
+// and its completion goes out from where it ran. Frames must still be read
+// while a long task runs (health probes, commands, the next tasks), so a
+// watchdog hands the reading role to a new goroutine once one task has
+// run for a whole tick; tasks read meanwhile queue for the running one.
 func (s *session) serve() error {
 	controls := make(chan frame, 64)
-	tasks := make(chan frame, 64)
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); s.lane(controls, s.control) }()
-	go func() { defer wg.Done(); s.lane(tasks, s.task) }()
-	defer wg.Wait()
-	defer close(tasks)
-	defer close(controls)
+	var lane sync.WaitGroup
+	lane.Add(1)
+	go func() { defer lane.Done(); s.lane(controls, s.control) }()
+	s.controls, s.readEnd = controls, make(chan error, 1)
+	stop := make(chan struct{})
+	s.readers.Add(2)
+	go s.watchdog(stop)
+	go s.read()
+	err := <-s.readEnd
+	close(stop)
+	s.readers.Wait() // queued tasks finish before the session closes
+	close(controls)
+	lane.Wait()
+	if errors.Is(err, io.EOF) {
+		return nil // the parent went away: clean up and end
+	}
+	return err
+}
+
+// handOffTick is how long one task may run on the reading goroutine
+// before the watchdog starts another reader (at most two ticks).
+const handOffTick = 5 * time.Millisecond
+
+// watchdog hands the reading role on when a task has run for a tick.
+func (s *session) watchdog(stop chan struct{}) {
+	defer s.readers.Done()
+	tick := time.NewTicker(handOffTick)
+	defer tick.Stop()
+	var seen uint64
 	for {
-		h, err := wire.ReadHeader(s.conn, wire.MaxPayload)
-		var payload []byte
-		done := func() {}
-		switch {
-		case err != nil:
-		case h.Type == wire.TypeControl && int(h.Length) > bigFrame:
-			var f frame
-			if f, err = s.readBulk(h); err == nil {
-				controls <- f
-				continue
-			}
-		default:
-			payload, done, err = s.readPayload(h)
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
 		}
+		s.mu.Lock()
+		if s.running && s.runnerReads && s.taskSeq == seen {
+			s.runnerReads = false
+			s.readers.Add(1)
+			go s.read()
+		}
+		seen = s.taskSeq
+		s.mu.Unlock()
+	}
+}
+
+// read is the reading role: it reads frames until the connection ends or
+// the role passed to another goroutine while this one ran a task.
+func (s *session) read() {
+	defer s.readers.Done()
+	for {
+		f, err := s.readFrame()
 		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil // the parent went away: clean up and end
-			}
-			return err
+			s.readEnd <- err
+			return
 		}
-		switch h.Type {
+		switch f.h.Type {
 		case wire.TypeHealth:
-			done()
+			f.done()
 			s.mu.Lock()
 			n := s.inflight
 			s.mu.Unlock()
-			if err := s.write(wire.TypeHealthReply, h.Seq, &wire.HealthReply{Timestamp: time.Now().UnixNano(), InFlight: uint32(n)}); err != nil {
-				return err
+			if err := s.write(wire.TypeHealthReply, f.h.Seq, &wire.HealthReply{Timestamp: time.Now().UnixNano(), InFlight: uint32(n)}); err != nil {
+				s.readEnd <- err
+				return
 			}
 		case wire.TypeControl:
-			controls <- frame{h: h, payload: payload, done: done}
+			s.controls <- f
 		case wire.TypeTask:
 			s.mu.Lock()
 			s.inflight++
+			if s.running {
+				s.queued = append(s.queued, f)
+				s.mu.Unlock()
+				continue
+			}
+			s.running, s.runnerReads = true, true
 			s.mu.Unlock()
-			tasks <- frame{h: h, payload: payload, done: done}
+			if !s.runTasks(f) {
+				return // another goroutine reads now
+			}
 		case wire.TypeShutdown:
-			return nil
+			s.readEnd <- nil
+			return
 		default:
-			return fmt.Errorf("unexpected %s frame from the parent", h.Type)
+			s.readEnd <- fmt.Errorf("unexpected %s frame from the parent", f.h.Type)
+			return
 		}
+	}
+}
+
+// readFrame reads the next frame; a large CONTROL may be read straight
+// into its destination (readBulk).
+func (s *session) readFrame() (frame, error) {
+	h, err := wire.ReadHeader(s.in, wire.MaxPayload)
+	if err != nil {
+		return frame{}, err
+	}
+	if h.Type == wire.TypeControl && int(h.Length) > bigFrame {
+		return s.readBulk(h)
+	}
+	payload, done, err := s.readPayload(h)
+	return frame{h: h, payload: payload, done: done}, err
+}
+
+// runTasks runs f and every task queued meanwhile, in order, and reports
+// whether this goroutine still holds the reading role.
+func (s *session) runTasks(f frame) bool {
+	for {
+		s.task(f)
+		f.done()
+		s.mu.Lock()
+		s.taskSeq++
+		if len(s.queued) == 0 {
+			s.running = false
+			reads := s.runnerReads
+			s.mu.Unlock()
+			return reads
+		}
+		f = s.queued[0]
+		s.queued = s.queued[1:]
+		s.mu.Unlock()
 	}
 }
 
@@ -517,11 +610,11 @@ func (s *session) close() {
 // which comes back when done is called.
 func (s *session) readPayload(h wire.Header) ([]byte, func(), error) {
 	if int(h.Length) <= bigFrame {
-		p, err := wire.ReadPayload(s.conn, h, nil)
+		p, err := wire.ReadPayload(s.in, h, nil)
 		return p, func() {}, err
 	}
 	buf := <-s.big
-	p, err := wire.ReadPayload(s.conn, h, buf)
+	p, err := wire.ReadPayload(s.in, h, buf)
 	if err != nil {
 		s.big <- buf
 		return nil, nil, err
@@ -536,20 +629,20 @@ func (s *session) readPayload(h wire.Header) ([]byte, func(), error) {
 // lane touches the buffer meanwhile.)
 func (s *session) readBulk(h wire.Header) (frame, error) {
 	prefix := make([]byte, wire.CopyToPrefixSize)
-	if _, err := io.ReadFull(s.conn, prefix); err != nil {
+	if _, err := io.ReadFull(s.in, prefix); err != nil {
 		return frame{}, err
 	}
 	ref, off, n, ok := wire.DecodeCopyToPrefix(prefix, int(h.Length))
 	if ok {
 		if b, err := s.buf(ref, true); err == nil && int(off)+n <= b.len {
-			if _, err := io.ReadFull(s.conn, b.bytes()[off:int(off)+n]); err != nil {
+			if _, err := io.ReadFull(s.in, b.bytes()[off:int(off)+n]); err != nil {
 				return frame{}, err
 			}
 			return frame{h: h, done: func() {}, copied: true}, nil
 		}
 	}
 	rest := make([]byte, int(h.Length)-len(prefix))
-	if _, err := io.ReadFull(s.conn, rest); err != nil {
+	if _, err := io.ReadFull(s.in, rest); err != nil {
 		return frame{}, err
 	}
 	return frame{h: h, payload: append(prefix, rest...), done: func() {}}, nil

@@ -171,6 +171,14 @@ func (w *Worker) checkFence(r *Run) bool {
 	return true
 }
 
+// finishesLocally reports whether finishing r needs no reply from a remote
+// node: no remote buffer to drop, no cleanup, no global domain to free.
+func (w *Worker) finishesLocally(r *Run) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(r.captured) == 0 && len(r.cleanups) == 0 && len(r.globals) == 0
+}
+
 // finish runs after the fence without w.mu: it ends the root scope, runs
 // the cleanups last-registered first (also after a failure), then releases
 // waiters.

@@ -9,6 +9,11 @@ package engine
 // FIFO. Only the head of the group FIFO is considered; it dispatches when
 // every target is idle, all at once, and until then it reserves its targets
 // so single tasks cannot starve it.
+//
+// An endpoint runs one task at a time unless SetDepth lets it hold more
+// (a remote node queues the tasks it is sent and runs them in order, so
+// sending the next before the last completes hides the round trip). A
+// group still waits for its targets to be idle.
 
 // Pool says which kind of endpoint a task runs on.
 type Pool uint8
@@ -66,7 +71,8 @@ func (q *fifo) pop() *Task {
 // Sched is the scheduler state machine.
 type Sched struct {
 	next     []fifo
-	nextBusy []bool
+	nextLoad []int // tasks running or sent on each NEXT_LEVEL worker
+	depth    []int // how many each may hold
 	subQ     fifo
 	subBusy  []bool
 	subIdle  int
@@ -78,12 +84,24 @@ type Sched struct {
 func NewSched(nNext, nSub int) *Sched {
 	return &Sched{
 		next:     make([]fifo, nNext),
-		nextBusy: make([]bool, nNext),
+		nextLoad: make([]int, nNext),
+		depth:    depths(nNext),
 		subBusy:  make([]bool, nSub),
 		subIdle:  nSub,
 		reserved: make([]bool, nNext),
 	}
 }
+
+func depths(n int) []int {
+	d := make([]int, n)
+	for i := range d {
+		d[i] = 1
+	}
+	return d
+}
+
+// SetDepth lets NEXT_LEVEL worker w hold up to n single tasks at once.
+func (s *Sched) SetDepth(w, n int) { s.depth[w] = max(n, 1) }
 
 // Push queues a ready task.
 func (s *Sched) Push(t *Task) {
@@ -104,7 +122,7 @@ func (s *Sched) Finish(p Pool, target int) {
 		s.subIdle++
 		return
 	}
-	s.nextBusy[target] = false
+	s.nextLoad[target]--
 }
 
 // Idle reports whether no task is queued or running.
@@ -113,7 +131,7 @@ func (s *Sched) Idle() bool {
 		return false
 	}
 	for i := range s.next {
-		if s.next[i].len() > 0 || s.nextBusy[i] {
+		if s.next[i].len() > 0 || s.nextLoad[i] > 0 {
 			return false
 		}
 	}
@@ -124,10 +142,9 @@ func (s *Sched) Idle() bool {
 func (s *Sched) Dispatch(out []Assignment) []Assignment {
 	out = s.dispatchGroups(out)
 	for w := range s.next {
-		if !s.nextBusy[w] && !s.reserved[w] && s.next[w].len() > 0 {
-			t := s.next[w].pop()
-			s.nextBusy[w] = true
-			out = append(out, Assignment{Task: t, Pool: NextLevel, Target: w})
+		for !s.reserved[w] && s.nextLoad[w] < s.depth[w] && s.next[w].len() > 0 {
+			s.nextLoad[w]++
+			out = append(out, Assignment{Task: s.next[w].pop(), Pool: NextLevel, Target: w})
 		}
 	}
 	if s.subHeld() {
@@ -158,7 +175,7 @@ func (s *Sched) dispatchGroups(out []Assignment) []Assignment {
 			continue
 		}
 		for _, w := range t.job.group {
-			if s.nextBusy[w] {
+			if s.nextLoad[w] > 0 {
 				for _, r := range t.job.group {
 					s.reserved[r] = true
 				}
@@ -167,7 +184,7 @@ func (s *Sched) dispatchGroups(out []Assignment) []Assignment {
 		}
 		s.groups.pop()
 		for m, w := range t.job.group {
-			s.nextBusy[w] = true
+			s.nextLoad[w]++
 			out = append(out, Assignment{Task: t, Member: m, Pool: NextLevel, Target: w})
 		}
 	}

@@ -178,3 +178,22 @@ func TestSchedIdleCountsQueuedAndRunning(t *testing.T) {
 		t.Fatal("idle with a queued NEXT_LEVEL task")
 	}
 }
+
+func TestSchedDepthPipelinesSinglesButNotGroups(t *testing.T) {
+	s := NewSched(2, 0)
+	s.SetDepth(0, 2)
+	step(t, s, "1.0@N0 2.0@N0 4.0@N1", single(1, 0), single(2, 0), single(3, 0), single(4, 1))
+	finish(t, s, NextLevel, 0, "3.0@N0")
+	// A group waits until worker 0 holds nothing, and holds it meanwhile.
+	step(t, s, "", group(5, 0, 1), single(6, 0))
+	finish(t, s, NextLevel, 1, "")
+	finish(t, s, NextLevel, 0, "")
+	// Then singles fill the depth behind the group's member.
+	finish(t, s, NextLevel, 0, "5.0@N0 5.1@N1 6.0@N0")
+	finish(t, s, NextLevel, 1, "")
+	finish(t, s, NextLevel, 0, "")
+	finish(t, s, NextLevel, 0, "")
+	if !s.Idle() {
+		t.Fatal("scheduler not idle after every task finished")
+	}
+}

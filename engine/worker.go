@@ -81,18 +81,21 @@ type Worker struct {
 	// is nil for a remote node, remoteSpecs[id] nil for a local one.
 	remoteSpecs []*RemoteSpec
 	remotes     []*rnode
-	rbufs       map[*RemoteBuffer]struct{} // live handles, for close
-	globals     map[uint64]*nodeGlobal     // level 3: global domains this node hosts ranks of
-	gdomains    map[uint64]*GlobalDomain   // level 4+: global domains this worker brokered, live
-	globalSeq   uint64
-	next        []*endpoint
-	subs        []*endpoint
-	sched       *Sched
-	reg         registry
-	heap        *heapRing
-	inflight    int // tasks submitted and not retired, over all runs
-	runs        map[*Run]struct{}
-	runSeq      uint64
+	// remoteFailed counts goroutines completing remote tasks that could
+	// not be sent (see sendRemote).
+	remoteFailed sync.WaitGroup
+	rbufs        map[*RemoteBuffer]struct{} // live handles, for close
+	globals      map[uint64]*nodeGlobal     // level 3: global domains this node hosts ranks of
+	gdomains     map[uint64]*GlobalDomain   // level 4+: global domains this worker brokered, live
+	globalSeq    uint64
+	next         []*endpoint
+	subs         []*endpoint
+	sched        *Sched
+	reg          registry
+	heap         *heapRing
+	inflight     int // tasks submitted and not retired, over all runs
+	runs         map[*Run]struct{}
+	runSeq       uint64
 
 	namespace string             // unique per Worker in this process; scopes comm names
 	domains   map[string]*Domain // live (unreleased) domains by name
@@ -297,6 +300,11 @@ func (w *Worker) initLocked() error {
 		return err
 	}
 	w.sched = NewSched(w.nextCount(), w.cfg.NumSubWorkers)
+	for id := range w.remotes {
+		if w.IsRemote(id) {
+			w.sched.SetDepth(id, RemoteDepth)
+		}
+	}
 	w.heap = newHeapRing(w.cfg.HeapRingSize)
 	w.state = stateReady
 	if w.cfg.Level >= 3 {
@@ -357,6 +365,7 @@ func (w *Worker) teardown() error {
 		}
 	}
 	w.chips = nil
+	w.remoteFailed.Wait()
 	for _, n := range w.remotes {
 		if n != nil {
 			n.close()

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"strings"
 
 	"simpler/bench"
 )
@@ -10,19 +11,25 @@ import (
 // cmdBench runs the benchmarks and prints each figure beside its limit.
 // It exits 1 when a target is missed, so a regression is visible.
 func cmdBench(args []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 {
-		fmt.Fprintln(stderr, "usage: simpler bench")
-		return 2
+	all := []string{"dispatch", "process", "collectives", "remote"}
+	parts := map[string]func(io.Writer) (bool, error){
+		"dispatch":    func(w io.Writer) (bool, error) { return bench.Dispatch(w, "thread") },
+		"process":     func(w io.Writer) (bool, error) { return bench.Process(w, launcher()) },
+		"collectives": bench.Collectives,
+		"remote":      bench.Remote,
 	}
-	parts := []func(io.Writer) (bool, error){
-		func(w io.Writer) (bool, error) { return bench.Dispatch(w, "thread") },
-		func(w io.Writer) (bool, error) { return bench.Process(w, launcher()) },
-		bench.Collectives,
-		bench.Remote,
+	if len(args) == 0 {
+		args = all
+	}
+	for _, a := range args {
+		if parts[a] == nil {
+			fmt.Fprintf(stderr, "usage: simpler bench [%s]...\n", strings.Join(all, "|"))
+			return 2
+		}
 	}
 	ok := true
-	for _, run := range parts {
-		met, err := run(stdout)
+	for _, a := range args {
+		met, err := parts[a](stdout)
 		if err != nil {
 			fmt.Fprintln(stderr, "bench:", err)
 			return 1

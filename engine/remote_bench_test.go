@@ -1,0 +1,32 @@
+package engine
+
+import (
+	"testing"
+	"time"
+)
+
+// BenchmarkRemoteNoop measures a run of one remote task whose node
+// orchestration submits one no-op chip kernel.
+func BenchmarkRemoteNoop(b *testing.B) {
+	_, addr := startDaemon(b)
+	w := must(NewWorker(Config{Level: 4, Platform: sim(b), SessionTimeout: 5 * time.Second}))
+	must(w.AddRemoteWorker(RemoteSpec{Endpoint: addr, Platform: "a2a3sim", DeviceIDs: []int{0}}))
+	node := nodeOrch{procKernel{"node_noop"}}
+	w.Register(node, nil)
+	w.Register(procKernel{"noop"}, nil)
+	if err := w.Init(); err != nil {
+		b.Fatal(err)
+	}
+	defer w.Close()
+	h, _ := w.Lookup(node.Digest())
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		_, err := w.Run(func(o *Orchestrator) (any, error) {
+			_, err := o.SubmitNext(h, &TaskArgs{}, nil, 0)
+			return nil, err
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,101 @@
+package netspin
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"simpler/internal/leakcheck"
+)
+
+func TestMain(m *testing.M) { leakcheck.Main(m) }
+
+// pair returns both ends of a loopback TCP connection.
+func pair(t *testing.T) (net.Conn, net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close(); server.Close() })
+	return client, server
+}
+
+func TestReadsWhatArrivesWhileSpinningAndAfterBlocking(t *testing.T) {
+	client, server := pair(t)
+	r := NewReader(server, time.Millisecond)
+	if r.raw == nil {
+		t.Fatal("a TCP connection should be polled")
+	}
+	go client.Write([]byte("now"))
+	got := make([]byte, 3)
+	if _, err := io.ReadFull(r, got); err != nil || string(got) != "now" {
+		t.Fatalf("read %q, %v", got, err)
+	}
+	// Data that comes long after the spin is read by the blocking read.
+	go func() { time.Sleep(20 * time.Millisecond); client.Write([]byte("later")) }()
+	got = make([]byte, 5)
+	if _, err := io.ReadFull(r, got); err != nil || string(got) != "later" {
+		t.Fatalf("read %q, %v", got, err)
+	}
+	// Large data arrives in pieces; io.ReadFull gathers them.
+	big := bytes.Repeat([]byte("0123456789abcdef"), 1<<16)
+	go client.Write(big)
+	got = make([]byte, len(big))
+	if _, err := io.ReadFull(r, got); err != nil || !bytes.Equal(got, big) {
+		t.Fatalf("1 MiB read: %v", err)
+	}
+}
+
+func TestEOFAndCloseEndTheRead(t *testing.T) {
+	client, server := pair(t)
+	r := NewReader(server, time.Millisecond)
+	client.Close()
+	if _, err := r.Read(make([]byte, 8)); !errors.Is(err, io.EOF) {
+		t.Fatalf("after the peer closed: %v, want EOF", err)
+	}
+	client2, server2 := pair(t)
+	_ = client2
+	r = NewReader(server2, time.Millisecond)
+	go func() { time.Sleep(10 * time.Millisecond); server2.Close() }()
+	if _, err := r.Read(make([]byte, 8)); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("after closing our end: %v, want net.ErrClosed", err)
+	}
+}
+
+func TestDeadlineAppliesToTheBlockingRead(t *testing.T) {
+	_, server := pair(t)
+	r := NewReader(server, 100*time.Microsecond)
+	server.SetReadDeadline(time.Now().Add(5 * time.Millisecond))
+	var ne net.Error
+	if _, err := r.Read(make([]byte, 8)); !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("read past the deadline: %v, want a timeout", err)
+	}
+}
+
+func TestPlainConnectionsAreReadPlainly(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	r := NewReader(b, time.Millisecond)
+	if r.raw != nil {
+		t.Fatal("a pipe cannot be polled")
+	}
+	go a.Write([]byte("x"))
+	got := make([]byte, 1)
+	if _, err := r.Read(got); err != nil || got[0] != 'x' {
+		t.Fatalf("read %q, %v", got, err)
+	}
+}
