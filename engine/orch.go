@@ -160,6 +160,11 @@ func (o *Orchestrator) checkTensors(op string, job schedJob, m int, a *TaskArgs)
 		worker = job.group[m]
 	}
 	remote := job.pool == NextLevel && o.w.IsRemote(worker)
+	if remote {
+		if err := o.w.remotes[worker].lost(); err != nil {
+			return &Error{Kind: RuntimeError, Msg: fmt.Sprintf("%s: remote_worker %d can take no more work: %v", op, worker, err), Cause: err}
+		}
+	}
 	for i, t := range a.Tensors {
 		if t.Remote != nil || t.Inline != nil || remote {
 			if err := checkRemoteTensor(op, i, t, a.Tags[i], worker, remote); err != nil {

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -375,5 +376,66 @@ func TestRemoteRegisterAndUnregisterCommands(t *testing.T) {
 		if _, err := n.control(&r.c); err == nil || !strings.Contains(err.Error(), r.want) {
 			t.Errorf("%s: got %v, want %q", r.c.Cmd, err, r.want)
 		}
+	}
+}
+
+// An import whose reply never comes leaves its outcome unknown: the node
+// may or may not hold the mapping. The node is then used for nothing more
+// (imports, commands and tasks are refused at once, naming the cause), the
+// owner's free still goes ahead on its own node, and close is clean; the
+// session's process, once it runs again, sees the connection closed and
+// ends, releasing what it held.
+func TestUncertainImportRetiresTheNode(t *testing.T) {
+	_, a := startDaemon(t)
+	db, b := startDaemon(t)
+	w, err := NewWorker(Config{Level: 4, Platform: sim(t), SessionTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ep := range []string{a, b} {
+		must(w.AddRemoteWorker(RemoteSpec{Endpoint: ep, Platform: "a2a3sim", DeviceIDs: []int{0}}))
+	}
+	register(t, w, nodeOrch{procKernel{"node_add1"}})
+	register(t, w, procKernel{"add1"})
+	if err := w.Init(); err != nil {
+		t.Fatal(err)
+	}
+	owner := must(w.RemoteMalloc(0, 8))
+	exp := must(w.RemoteExportRange(owner, 0, 8, AccessRW))
+	db.mu.Lock()
+	var stopped []*os.Process
+	for cmd := range db.sessions {
+		cmd.Process.Signal(syscall.SIGSTOP) // node 1 stops answering
+		stopped = append(stopped, cmd.Process)
+	}
+	db.mu.Unlock()
+	defer func() {
+		for _, p := range stopped {
+			p.Signal(syscall.SIGCONT)
+		}
+	}()
+	if _, err := w.RemoteImport(exp, 1, 0); KindOf(err) != TimeoutError {
+		t.Fatalf("import on a node that stopped answering: %v", err)
+	}
+	if _, err := w.RemoteImport(exp, 1, 0); err == nil || !strings.Contains(err.Error(), "no reply to CONTROL") {
+		t.Errorf("a second import on the retired node: %v", err)
+	}
+	node, _ := w.Lookup(nodeOrch{procKernel{"node_add1"}}.Digest())
+	err = submitRun(t, w, func(o *Orchestrator) error {
+		_, err := o.SubmitNext(node, mkArgs(Tensor{Shape: []int{1}, DType: 7, Inline: make([]byte, 8)}, Input), nil, 1)
+		return err
+	})
+	if err == nil || !strings.Contains(err.Error(), "remote_worker 1 can take no more work") {
+		t.Errorf("a task for the retired node: %v", err)
+	}
+	if err := w.RemoteFree(owner); err != nil || !owner.done {
+		t.Errorf("owner free on the live node: %v (freed %v)", err, owner.done)
+	}
+	mustRun(t, w, func(o *Orchestrator) error { // node 0 still works
+		_, err := o.SubmitNext(node, mkArgs(Tensor{Shape: []int{1}, DType: 7, Inline: make([]byte, 8)}, Input), nil, 0)
+		return err
+	})
+	if err := w.Close(); err != nil {
+		t.Errorf("close: %v", err)
 	}
 }

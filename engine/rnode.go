@@ -292,6 +292,17 @@ func (n *rnode) fail(err error) {
 	}()
 }
 
+// lost reports why the node can take no more work: its connection failed
+// or a reply did not come in time (nil while it is usable). A session
+// whose outcome for a command is unknown is never used again, so no import
+// or buffer can be left half-known on a node that is still in use; its
+// process ends when the connection closes, releasing what it held.
+func (n *rnode) lost() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.dead
+}
+
 // monitor probes the node's health while tasks are in flight: a long task
 // never looks dead, a dead node is noticed within the timeout.
 func (n *rnode) monitor() {
