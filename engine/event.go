@@ -14,6 +14,7 @@ const (
 	DomainReleased
 	DomainFreed
 	RunFenced
+	GlobalStep // one global-domain command on one node, timed by the broker
 )
 
 // Event is one thing that happened in a Worker, for traces and progress
@@ -30,6 +31,7 @@ type Event struct {
 	Err      error // TaskFinished with a failure
 	Domain   string
 	AllocID  uint64
+	Dur      time.Duration // GlobalStep: how long the node took (Callable names the command)
 }
 
 // Observer receives events synchronously, from whichever goroutine caused

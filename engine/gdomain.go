@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"sync"
+	"time"
 
 	"simpler/hal"
 	"simpler/hal/comm"
@@ -104,8 +105,8 @@ func (w *Worker) nodeShape(op string, node int) (int, string, string, error) {
 		return len(s.DeviceIDs), s.Platform, s.CommProfile, nil
 	}
 	child := w.children[node]
-	if w.nodeProcs != nil || child.cfg.Level != 3 {
-		return 0, "", "", Errorf(ValueError, "%s: node %d: global domains over process-mode local nodes are not available yet", op, node)
+	if child.cfg.Level != 3 {
+		return 0, "", "", Errorf(ValueError, "%s: node %d is a level-%d worker; a global domain's members are chips of level-3 nodes", op, node, child.cfg.Level)
 	}
 	return len(child.cfg.DeviceIDs), child.cfg.Platform.Name(), "sim", nil
 }
@@ -164,60 +165,59 @@ func (d *GlobalDomain) step(s gtxnStep, places []GlobalPlace, table []comm.Descr
 	if err := fault.Hit(points[s.Op], s.Node); err != nil {
 		return nil, Wrap(err, fmt.Sprintf("%s on node %d", s.Op, s.Node))
 	}
-	if d.w.IsRemote(s.Node) {
-		descs, err := d.remoteStep(s, places, table)
-		return descs, Wrap(err, fmt.Sprintf("%s on node %d", s.Op, s.Node))
-	}
-	node := d.w.children[s.Node]
+	r, err := d.nodeCmd(s.Node, d.command(s.Op, places, table))
 	var descs []comm.Descriptor
-	var err error
-	switch s.Op {
-	case opGlobalCommInit:
-		node.mu.Lock()
-		err = node.ready("COMM_INIT")
-		node.mu.Unlock()
-		if err == nil {
-			err = node.initComm()
-		}
-	case opGlobalPrepare:
-		descs, err = node.globalPrepare(nodeGlobalReq{ID: d.id, Gen: d.gen, Name: d.spec.Name, Size: len(d.spec.Members),
-			WindowSize: d.spec.WindowSize, Places: places, Buffers: d.spec.Buffers})
-	case opGlobalImport:
-		err = node.globalImport(d.id, table)
-	case opGlobalCommit:
-		err = node.globalCommit(d.id)
-	case opGlobalAbort:
-		err = node.globalRelease(d.id)
+	if err == nil && s.Op == opGlobalPrepare {
+		descs, err = decodeDescs(r.Data)
 	}
-	if err != nil {
-		return nil, Wrap(err, fmt.Sprintf("%s on node %d", s.Op, s.Node))
-	}
-	return descs, nil
+	return descs, Wrap(err, fmt.Sprintf("%s on node %d", s.Op, s.Node))
 }
 
-// remoteStep sends a transaction command to a remote node as CONTROL.
-func (d *GlobalDomain) remoteStep(s gtxnStep, places []GlobalPlace, table []comm.Descriptor) ([]comm.Descriptor, error) {
+// command is the CONTROL form of one transaction step for a node hosting
+// places.
+func (d *GlobalDomain) command(op gtxnOp, places []GlobalPlace, table []comm.Descriptor) *wire.Control {
 	cmds := map[gtxnOp]wire.Command{opGlobalCommInit: wire.CmdCommInit, opGlobalPrepare: wire.CmdPrepare,
 		opGlobalImport: wire.CmdImportTable, opGlobalCommit: wire.CmdCommit, opGlobalAbort: wire.CmdAbort}
-	c := &wire.Control{Cmd: cmds[s.Op], Domain: wire.Domain{ID: d.id, Generation: d.gen, Size: len(d.spec.Members)}}
-	for _, p := range places {
-		c.Domain.Ranks = append(c.Domain.Ranks, wire.DomainRank{Rank: uint32(p.Rank), Worker: uint32(p.Local)})
-	}
-	switch s.Op {
-	case opGlobalPrepare:
-		c.Domain.WindowSize = uint64(d.spec.WindowSize)
-		c.Domain.Table = encodePrepareExtra(d.spec.Name, d.spec.Buffers)
+	c := &wire.Control{Cmd: cmds[op], Domain: wire.Domain{ID: d.id, Generation: d.gen}}
+	switch op {
+	case opGlobalCommInit, opGlobalPrepare: // only these carry the ranks
+		c.Domain.Size = len(d.spec.Members)
+		for _, p := range places {
+			c.Domain.Ranks = append(c.Domain.Ranks, wire.DomainRank{Rank: uint32(p.Rank), Worker: uint32(p.Local)})
+		}
+		if op == opGlobalPrepare {
+			c.Domain.WindowSize = uint64(d.spec.WindowSize)
+			c.Domain.Table = encodePrepareExtra(d.spec.Name, d.spec.Buffers)
+		}
 	case opGlobalImport:
 		c.Domain.Table = encodeDescs(table)
 	}
-	if s.Op != opGlobalCommInit && s.Op != opGlobalPrepare {
-		c.Domain.Ranks, c.Domain.Size = nil, 0 // only COMM_INIT and PREPARE carry the ranks
+	return c
+}
+
+// nodeCmd runs a global-domain command on a member node: over CONTROL for
+// a remote node, through the mailbox for a process-mode local one, and by
+// a call for a local node in this process. Every kind of node serves the
+// same commands with the same code (globalCommand), and the broker times
+// each one (a GlobalStep event).
+func (d *GlobalDomain) nodeCmd(node int, c *wire.Control) (wire.ControlReply, error) {
+	w := d.w
+	start := time.Now()
+	var r wire.ControlReply
+	var err error
+	switch {
+	case w.IsRemote(node):
+		r, err = w.remoteCmdReply(node, c)
+	case w.nodeProcs != nil:
+		r, err = w.nodeProcs[node].global(c)
+	default:
+		r = wire.ControlReply{Cmd: c.Cmd}
+		err = w.children[node].globalCommand(*c, &r)
 	}
-	r, err := d.w.remoteCmdReply(s.Node, c)
-	if err != nil || s.Op != opGlobalPrepare {
-		return nil, err
+	if w.observer != nil {
+		w.emit(Event{Kind: GlobalStep, Worker: w.workerName(NextLevel, node), Callable: c.Cmd.String(), Domain: d.spec.Name, AllocID: d.id, Dur: time.Since(start), Err: err})
 	}
-	return decodeDescs(r.Data)
+	return r, err
 }
 
 // Release lets the domain go. It is bound to the run that allocated it: it
@@ -260,12 +260,8 @@ func (d *GlobalDomain) free() error {
 	var first error
 	for _, n := range d.nodes {
 		err := fault.Hit("global.release", n)
-		switch {
-		case err != nil:
-		case d.w.IsRemote(n):
-			_, err = d.w.remoteCmdReply(n, &wire.Control{Cmd: wire.CmdReleaseDomain, Domain: wire.Domain{ID: d.id, Generation: d.gen}})
-		default:
-			err = d.w.children[n].globalRelease(d.id)
+		if err == nil {
+			_, err = d.nodeCmd(n, &wire.Control{Cmd: wire.CmdReleaseDomain, Domain: wire.Domain{ID: d.id, Generation: d.gen}})
 		}
 		if err != nil && first == nil {
 			first = Wrap(err, fmt.Sprintf("releasing global domain %q on node %d", d.spec.Name, n))
@@ -327,24 +323,15 @@ func (w *Worker) GlobalDomainByID(id uint64) (*GlobalDomain, bool) {
 	return d, ok
 }
 
-// memberChip resolves domain rank r to its node's chip and window base.
-func (d *GlobalDomain) memberWindow(op string, rank int) (*Worker, int, uint64, error) {
+// member checks that rank r can be staged and returns its node.
+func (d *GlobalDomain) member(op string, rank int) (int, error) {
 	if rank < 0 || rank >= len(d.spec.Members) {
-		return nil, 0, 0, Errorf(IndexError, "%s: rank %d out of range (domain %q has ranks 0..%d)", op, rank, d.spec.Name, len(d.spec.Members)-1)
+		return 0, Errorf(IndexError, "%s: rank %d out of range (domain %q has ranks 0..%d)", op, rank, d.spec.Name, len(d.spec.Members)-1)
 	}
 	if d.Freed() {
-		return nil, 0, 0, Errorf(RuntimeError, "%s: global domain %q was released", op, d.spec.Name)
+		return 0, Errorf(RuntimeError, "%s: global domain %q was released", op, d.spec.Name)
 	}
-	m := d.spec.Members[rank]
-	if d.w.IsRemote(m[0]) {
-		return nil, 0, 0, Errorf(ValueError, "%s: rank %d is on remote node %d; staging into remote members is not available yet (write the window from a kernel)", op, rank, m[0])
-	}
-	node := d.w.children[m[0]]
-	view, err := node.GlobalView(d.id)
-	if err != nil {
-		return nil, 0, 0, err
-	}
-	return node, m[1], view[m[1]].WindowBase, nil
+	return d.spec.Members[rank][0], nil
 }
 
 // MaxGlobalCopy bounds one staging copy.
@@ -369,18 +356,20 @@ func (d *GlobalDomain) stagingRange(op, buffer string, offset, n int) (int, erro
 	return base + offset, nil
 }
 
-// CopyToGlobal stages data into member rank's window.
+// CopyToGlobal stages data into member rank's window, on whichever node
+// hosts it.
 func (d *GlobalDomain) CopyToGlobal(rank int, data []byte, buffer string, offset int) error {
 	const op = "copy_to_global_domain"
 	at, err := d.stagingRange(op, buffer, offset, len(data))
 	if err != nil {
 		return err
 	}
-	node, local, base, err := d.memberWindow(op, rank)
+	node, err := d.member(op, rank)
 	if err != nil {
 		return err
 	}
-	return Wrap(node.chips[local].CopyIn(base+uint64(at), data), op)
+	_, err = d.nodeCmd(node, &wire.Control{Cmd: wire.CmdStageTo, Domain: wire.Domain{ID: d.id, Generation: d.gen}, Rank: uint32(rank), Offset: uint64(at), Data: data})
+	return Wrap(err, op)
 }
 
 // CopyFromGlobal reads nbytes out of member rank's window.
@@ -390,10 +379,16 @@ func (d *GlobalDomain) CopyFromGlobal(rank, nbytes int, buffer string, offset in
 	if err != nil {
 		return nil, err
 	}
-	node, local, base, err := d.memberWindow(op, rank)
+	node, err := d.member(op, rank)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]byte, nbytes)
-	return out, Wrap(node.chips[local].CopyOut(out, base+uint64(at)), op)
+	r, err := d.nodeCmd(node, &wire.Control{Cmd: wire.CmdStageFrom, Domain: wire.Domain{ID: d.id, Generation: d.gen}, Rank: uint32(rank), Offset: uint64(at), NBytes: uint64(nbytes)})
+	if err != nil {
+		return nil, Wrap(err, op)
+	}
+	if len(r.Data) != nbytes {
+		return nil, Errorf(RuntimeError, "%s: asked node %d for %d bytes, got %d", op, node, nbytes, len(r.Data))
+	}
+	return r.Data, nil
 }

@@ -1,10 +1,13 @@
 package engine
 
 import (
+	"bytes"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 
+	"simpler/hal/shm"
 	"simpler/internal/fault"
 )
 
@@ -224,7 +227,17 @@ func TestGlobalDomainRemoteRollback(t *testing.T) {
 			t.Errorf("%s: the local node kept %d domains after the abort", phase, n)
 		}
 		var d *GlobalDomain
-		mustRun(t, w, buildErr(func(o *Orchestrator) { d = must(o.AllocateGlobalDomain(spec)) }))
+		mustRun(t, w, buildErr(func(o *Orchestrator) {
+			d = must(o.AllocateGlobalDomain(spec))
+			// Staging reaches the remote member's window (STAGE_TO/FROM).
+			must(0, d.CopyToGlobal(1, []byte("remote"), "", 100))
+			if got := must(d.CopyFromGlobal(1, 6, "", 100)); string(got) != "remote" {
+				t.Errorf("%s: staged back %q from the remote rank", phase, got)
+			}
+			if _, err := d.CopyFromGlobal(1, 8, "", 250); err == nil || !strings.Contains(err.Error(), "overrun the 256-byte window") {
+				t.Errorf("%s: remote overrun: %v", phase, err)
+			}
+		}))
 		if !d.Freed() {
 			t.Errorf("%s: the retry was not freed at its fence", phase)
 		}
@@ -232,4 +245,99 @@ func TestGlobalDomainRemoteRollback(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// l4ProcNodes makes a level-4 worker in process mode: each of its two
+// level-3 nodes (two chips each) is a child process.
+func l4ProcNodes(t *testing.T) *Worker {
+	t.Helper()
+	exe, _ := os.Executable()
+	w, err := NewWorker(Config{Level: 4, Platform: sim(t), Mode: "process", Launcher: &Launcher{Path: exe, Env: []string{childEnv + "=1"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n := 0; n < 2; n++ {
+		c, _ := NewWorker(Config{Level: 3, Platform: sim(t), DeviceIDs: []int{2 * n, 2*n + 1}})
+		if _, err := w.AddWorker(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Init(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := w.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return w
+}
+
+// nodeObjects counts the shared-memory objects the node processes hold
+// beyond their base (a committed rank holds its window and header).
+func nodeObjects(t *testing.T, w *Worker) int {
+	t.Helper()
+	n := 0
+	for _, p := range w.nodeProcs {
+		objs, err := shm.Leftovers(fmt.Sprintf("simpler-%d-", p.cmd.Process.Pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += len(objs)
+	}
+	return n
+}
+
+// Process-mode local nodes serve the same transaction and staging through
+// their mailboxes; a failure at each phase on each node rolls back what
+// every node made, and the next allocation works.
+func TestGlobalDomainOverProcessNodes(t *testing.T) {
+	w := l4ProcNodes(t)
+	base := nodeObjects(t, w)
+	big := bytes.Repeat([]byte("0123456789abcdef"), 1<<17) // 2 MiB: several mailbox messages
+	var d *GlobalDomain
+	mustRun(t, w, buildErr(func(o *Orchestrator) {
+		spec := fourRanks(false)
+		spec.WindowSize = 4 << 20
+		d = must(o.AllocateGlobalDomain(spec))
+		if nodeObjects(t, w) <= base {
+			t.Error("the node processes made no windows")
+		}
+		must(0, d.CopyToGlobal(3, []byte("hello"), "out", 10))
+		if got := must(d.CopyFromGlobal(3, 5, "out", 10)); string(got) != "hello" {
+			t.Errorf("staged back %q", got)
+		}
+		must(0, d.CopyToGlobal(0, big, "", 2048))
+		if got := must(d.CopyFromGlobal(0, len(big), "", 2048)); !bytes.Equal(got, big) {
+			t.Error("a 2 MiB staging round trip through the mailbox came back changed")
+		}
+		if _, err := d.CopyFromGlobal(2, 1, "in", 1024); err == nil || !strings.Contains(err.Error(), "overrun") {
+			t.Errorf("overrun: %v", err)
+		}
+	}))
+	if !d.Freed() || nodeObjects(t, w) != base {
+		t.Fatalf("freed %v; node objects %d, want %d", d.Freed(), nodeObjects(t, w), base)
+	}
+	t.Cleanup(func() { fault.Load("") })
+	for _, phase := range []string{"comm_init", "prepare", "import", "commit"} {
+		for node := 0; node < 2; node++ {
+			point := fmt.Sprintf("global.%s@%d", phase, node)
+			fault.Load(point)
+			err := submitRun(t, w, func(o *Orchestrator) error {
+				_, err := o.AllocateGlobalDomain(fourRanks(false))
+				return err
+			})
+			if err == nil || !strings.Contains(err.Error(), "injected fault at "+point) {
+				t.Errorf("%s: got %v", point, err)
+			}
+			if n := nodeObjects(t, w); n != base {
+				t.Errorf("%s: %d shared-memory objects left in the nodes after the abort (base %d)", point, n, base)
+			}
+		}
+	}
+	fault.Load("")
+	mustRun(t, w, func(o *Orchestrator) error {
+		_, err := o.AllocateGlobalDomain(fourRanks(false))
+		return err
+	})
 }

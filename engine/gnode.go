@@ -283,6 +283,38 @@ func (w *Worker) globalCommand(c wire.Control, r *wire.ControlReply) error {
 		return w.globalImport(dm.ID, table)
 	case wire.CmdCommit:
 		return w.globalCommit(dm.ID)
+	case wire.CmdStageTo, wire.CmdStageFrom:
+		return w.globalStage(c, r)
 	}
 	return w.globalRelease(dm.ID) // ABORT and RELEASE_DOMAIN
+}
+
+// globalStage copies into or out of the window of one rank this node
+// hosts, in a committed domain (STAGE_TO, STAGE_FROM).
+func (w *Worker) globalStage(c wire.Control, r *wire.ControlReply) error {
+	op := c.Cmd.String()
+	w.mu.Lock()
+	g := w.globals[c.Domain.ID]
+	committed := g != nil && g.committed && g.req.Gen == c.Domain.Generation
+	w.mu.Unlock()
+	if !committed {
+		return Errorf(KeyError, "%s: no committed global domain %d (generation %d) on this node", op, c.Domain.ID, c.Domain.Generation)
+	}
+	i := slices.IndexFunc(g.req.Places, func(p GlobalPlace) bool { return p.Rank == int(c.Rank) })
+	if i < 0 {
+		return Errorf(ValueError, "%s: rank %d of global domain %d is not on this node", op, c.Rank, c.Domain.ID)
+	}
+	n := int(c.NBytes)
+	if c.Cmd == wire.CmdStageTo {
+		n = len(c.Data)
+	}
+	if c.Offset+uint64(n) > uint64(g.req.WindowSize) {
+		return Errorf(ValueError, "%s: %d bytes at offset %d overrun the %d-byte window", op, n, c.Offset, g.req.WindowSize)
+	}
+	chip, at := w.chips[g.req.Places[i].Local], g.ranks[i].WindowBase()+c.Offset
+	if c.Cmd == wire.CmdStageTo {
+		return chip.CopyIn(at, c.Data)
+	}
+	r.Data = make([]byte, n)
+	return chip.CopyOut(r.Data, at)
 }

@@ -295,6 +295,20 @@ func (c *child) control(op uint8, d *wire.Decoder) ([]byte, error) {
 	if op == opShutdown {
 		return ok(nil), nil
 	}
+	if op == opGlobal {
+		if c.node == nil {
+			return nil, Errorf(RuntimeError, "a global-domain command needs a level-3 node; this child is a chip or SUB worker")
+		}
+		ctl, err := wire.DecodeControl(d.Raw(d.Remaining()))
+		if err != nil {
+			return nil, Errorf(ValueError, "global-domain command: %v", err)
+		}
+		r := wire.ControlReply{Seq: 1, Cmd: ctl.Cmd} // the mailbox has no sequence; the codec wants one
+		if err := c.node.globalCommand(ctl, &r); err != nil {
+			return nil, err
+		}
+		return ok(func(e *wire.Encoder) { r.Encode(e) }), nil
+	}
 	if c.chip == nil {
 		return nil, Errorf(RuntimeError, "op %d needs a chip; this is a SUB worker", op)
 	}

@@ -24,6 +24,7 @@ const (
 	opCommRelease
 	opShutdown
 	opRunOrch
+	opGlobal // a global-domain command (a wire.Control) for a level-3 node
 )
 
 // A reply starts with a status byte: 0 and the result, or 1 and an error

@@ -5,11 +5,14 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"simpler/hal"
 	"simpler/hal/shm"
+	"simpler/internal/fault"
 	"simpler/wire"
 )
 
@@ -48,9 +51,11 @@ func startProc(l *Launcher, name string, role uint8, worker int, deadline time.T
 	}
 	cmd := exec.Command(l.Path, append(append([]string(nil), l.Args...), mb.seg.Name)...)
 	cmd.Stdout, cmd.Stderr = orStd(l.Stdout, os.Stdout), orStd(l.Stderr, os.Stderr)
-	if l.Env != nil {
-		cmd.Env = append(os.Environ(), l.Env...)
-	}
+	// Fault points are the parent's to apply, per node (fault.Hit with
+	// the node's id); a child inheriting them would fire them again.
+	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		return strings.HasPrefix(kv, fault.Env+"=")
+	}), l.Env...)
 	if err := cmd.Start(); err != nil {
 		mb.seg.Close()
 		return nil, Errorf(RuntimeError, "%s: cannot start a child process: %v", name, err)
@@ -162,6 +167,46 @@ func (p *proc) register(c Callable) error {
 		e.String(c.Name())
 	})
 	return Wrap(err, p.name)
+}
+
+// stageChunk bounds the data of one staging command through the mailbox.
+const stageChunk = mboxArea / 2
+
+// global runs a global-domain command in a process-mode level-3 node, which
+// serves it with the same code as a node in this process or a remote one.
+// Staging copies larger than the mailbox go as several commands.
+func (p *proc) global(c *wire.Control) (wire.ControlReply, error) {
+	n := len(c.Data)
+	if c.Cmd == wire.CmdStageFrom {
+		n = int(c.NBytes)
+	}
+	if (c.Cmd == wire.CmdStageTo || c.Cmd == wire.CmdStageFrom) && n > stageChunk {
+		whole := wire.ControlReply{Cmd: c.Cmd}
+		for done := 0; done < n; done += stageChunk {
+			part := *c
+			k := min(stageChunk, n-done)
+			part.Offset += uint64(done)
+			if c.Cmd == wire.CmdStageTo {
+				part.Data = c.Data[done : done+k]
+			} else {
+				part.NBytes = uint64(k)
+			}
+			r, err := p.global(&part)
+			if err != nil {
+				return r, err
+			}
+			whole.Data = append(whole.Data, r.Data...)
+		}
+		return whole, nil
+	}
+	d, err := p.control(func(e *wire.Encoder) {
+		e.U8(opGlobal)
+		c.Encode(e)
+	})
+	if err != nil {
+		return wire.ControlReply{}, Wrap(err, p.name)
+	}
+	return wire.DecodeControlReply(d.Raw(d.Remaining()))
 }
 
 // run executes one task member in the child.

@@ -23,6 +23,8 @@ const (
 	CmdCommit                           // Domain{ID, Generation} → ()
 	CmdAbort                            // Domain{ID, Generation} → ()
 	CmdReleaseDomain                    // Domain{ID, Generation} → ()
+	CmdStageTo                          // Domain{ID, Generation}, Rank, Offset, Data (≤ MaxStage) → ()
+	CmdStageFrom                        // Domain{ID, Generation}, Rank, Offset, NBytes (≤ MaxStage) → Data
 	numCommands
 )
 
@@ -42,6 +44,8 @@ var commandNames = [...]string{
 	CmdCommit:        "COMMIT",
 	CmdAbort:         "ABORT",
 	CmdReleaseDomain: "RELEASE_DOMAIN",
+	CmdStageTo:       "STAGE_TO",
+	CmdStageFrom:     "STAGE_FROM",
 }
 
 // Valid reports whether c is a known command.
@@ -79,12 +83,13 @@ type Control struct {
 	Module string    // REGISTER
 	Name   string    // REGISTER
 	Buffer BufferRef // REMOTE_FREE, COPY_TO, COPY_FROM, EXPORT, RELEASE_IMPORT
-	Offset uint64    // COPY_TO, COPY_FROM, EXPORT
-	NBytes uint64    // REMOTE_MALLOC, COPY_FROM (≤ MaxCopy), EXPORT
-	Data   []byte    // COPY_TO: 1..MaxCopy bytes
+	Offset uint64    // COPY_TO, COPY_FROM, EXPORT; STAGE_*: in the rank's window
+	NBytes uint64    // REMOTE_MALLOC, COPY_FROM (≤ MaxCopy), EXPORT, STAGE_FROM (≤ MaxStage)
+	Data   []byte    // COPY_TO: 1..MaxCopy bytes; STAGE_TO: 1..MaxStage
+	Rank   uint32    // STAGE_TO, STAGE_FROM: the domain rank whose window it is
 	Access Access    // EXPORT, IMPORT
 	Token  []byte    // IMPORT: 1..MaxExportToken bytes
-	Domain Domain    // COMM_INIT … RELEASE_DOMAIN
+	Domain Domain    // COMM_INIT … RELEASE_DOMAIN; STAGE_*: ID and Generation
 }
 
 // Encode writes the CONTROL payload.
@@ -117,6 +122,16 @@ func (c *Control) Encode(e *Encoder) {
 	case CmdImport:
 		e.Blob(c.Token)
 		e.U8(uint8(c.Access))
+	case CmdStageTo, CmdStageFrom:
+		e.U64(c.Domain.ID)
+		e.U64(c.Domain.Generation)
+		e.U32(c.Rank)
+		e.U64(c.Offset)
+		if c.Cmd == CmdStageTo {
+			e.Blob(c.Data)
+		} else {
+			e.U64(c.NBytes)
+		}
 	case CmdCommInit, CmdPrepare, CmdImportTable, CmdCommit, CmdAbort, CmdReleaseDomain:
 		dm := &c.Domain
 		e.U64(dm.ID)
@@ -184,6 +199,30 @@ func DecodeControl(b []byte) (Control, error) {
 			d.FailBounds("empty export token")
 		}
 		c.Access = decodeAccess(d, true)
+	case CmdStageTo, CmdStageFrom:
+		c.Domain.ID, c.Domain.Generation = d.U64(), d.U64()
+		if d.err == nil && (c.Domain.ID == 0 || c.Domain.Generation == 0) {
+			d.FailBounds("domain id %d generation %d: both must be non-zero", c.Domain.ID, c.Domain.Generation)
+		}
+		c.Rank = d.U32()
+		if d.err == nil && c.Rank >= MaxRanks {
+			d.FailBounds("rank %d exceeds its bound %d", c.Rank, MaxRanks-1)
+		}
+		c.Offset = d.U64()
+		n := c.NBytes
+		if c.Cmd == CmdStageTo {
+			c.Data = d.BlobRef(MaxStage)
+			if d.err == nil && len(c.Data) == 0 {
+				d.FailBounds("empty staging copy")
+			}
+			n = uint64(len(c.Data))
+		} else {
+			c.NBytes = decodeSize(d, MaxStage, "staging copy")
+			n = c.NBytes
+		}
+		if d.err == nil && (c.Offset > MaxWindow || n > MaxWindow-c.Offset) {
+			d.FailBounds("staging range at offset %d of %d bytes ends beyond %d", c.Offset, n, uint64(MaxWindow))
+		}
 	default:
 		c.Domain = decodeDomain(d, c.Cmd)
 	}
@@ -254,8 +293,9 @@ func checkRange(d *Decoder, off, n uint64) {
 
 // ControlReply answers one CONTROL: the request's sequence and command,
 // and either Err or the command's result (see the Cmd constants):
-// REMOTE_MALLOC and IMPORT return Buffer; COPY_FROM, EXPORT and PREPARE
-// return Data (the bytes, the export token, the node's descriptor table).
+// REMOTE_MALLOC and IMPORT return Buffer; COPY_FROM, EXPORT, PREPARE and
+// STAGE_FROM return Data (the bytes, the export token, the node's
+// descriptor table, the window's bytes).
 type ControlReply struct {
 	Seq    uint64 // the CONTROL frame's sequence (also the header's)
 	Cmd    Command
@@ -277,7 +317,7 @@ func (r *ControlReply) Encode(e *Encoder) {
 	switch r.Cmd {
 	case CmdMalloc, CmdImport:
 		r.Buffer.encode(e)
-	case CmdCopyFrom, CmdExport, CmdPrepare:
+	case CmdCopyFrom, CmdExport, CmdPrepare, CmdStageFrom:
 		e.Blob(r.Data)
 	}
 }
@@ -309,6 +349,11 @@ func DecodeControlReply(b []byte) (ControlReply, error) {
 			}
 		case CmdPrepare:
 			r.Data = d.Blob(MaxDomainTable)
+		case CmdStageFrom:
+			r.Data = d.Blob(MaxStage)
+			if d.err == nil && len(r.Data) == 0 {
+				d.FailBounds("empty staging copy")
+			}
 		}
 	}
 	if err := d.Finish(); err != nil {

@@ -30,6 +30,7 @@ const (
 	MaxRanks       = 4096     // ranks of a global domain
 	MaxWindow      = 1 << 40  // a domain's window size
 	MaxDomainTable = 4 << 20  // a domain descriptor table
+	MaxStage       = 8 << 20  // bytes of one STAGE_TO / STAGE_FROM
 	MaxReason      = 1 << 10  // a SHUTDOWN reason
 	MaxTaskID      = 1 << 40  // a task id in a failure
 	DigestPrefix   = "sha256:"
