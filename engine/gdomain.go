@@ -108,6 +108,9 @@ func (w *Worker) nodeShape(op string, node int) (int, string, string, error) {
 	if child.cfg.Level != 3 {
 		return 0, "", "", Errorf(ValueError, "%s: node %d is a level-%d worker; a global domain's members are chips of level-3 nodes", op, node, child.cfg.Level)
 	}
+	if child.cfg.Mode == "process" {
+		return 0, "", "", Errorf(ValueError, "%s: node %d runs its chips as processes (mode=\"process\"); a global domain maps its windows in the node's own process, so give that level-3 node mode=\"thread\" (the level-4 worker may still run it as a process)", op, node)
+	}
 	return len(child.cfg.DeviceIDs), child.cfg.Platform.Name(), "sim", nil
 }
 

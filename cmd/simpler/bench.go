@@ -11,12 +11,13 @@ import (
 // cmdBench runs the benchmarks and prints each figure beside its limit.
 // It exits 1 when a target is missed, so a regression is visible.
 func cmdBench(args []string, stdout, stderr io.Writer) int {
-	all := []string{"dispatch", "process", "collectives", "remote"}
+	all := []string{"dispatch", "process", "collectives", "remote", "global"}
 	parts := map[string]func(io.Writer) (bool, error){
 		"dispatch":    func(w io.Writer) (bool, error) { return bench.Dispatch(w, "thread") },
 		"process":     func(w io.Writer) (bool, error) { return bench.Process(w, launcher()) },
 		"collectives": bench.Collectives,
 		"remote":      bench.Remote,
+		"global":      bench.Global,
 	}
 	if len(args) == 0 {
 		args = all
