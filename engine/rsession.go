@@ -189,8 +189,8 @@ func (s *session) serve() error {
 	s.readers.Wait() // queued tasks finish before the session closes
 	close(controls)
 	lane.Wait()
-	if errors.Is(err, io.EOF) {
-		return nil // the parent went away: clean up and end
+	if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
+		return nil // the parent went away, or abandon closed the connection
 	}
 	return err
 }

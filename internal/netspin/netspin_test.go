@@ -99,3 +99,32 @@ func TestPlainConnectionsAreReadPlainly(t *testing.T) {
 		t.Fatalf("read %q, %v", got, err)
 	}
 }
+
+func TestSpinAdapts(t *testing.T) {
+	client, server := pair(t)
+	r := NewReader(server, 8*time.Millisecond)
+	got := make([]byte, 1)
+	// Quiet: each spin times out and the next is half as long, down to a
+	// sixteenth.
+	ms := time.Millisecond
+	for i, want := range []time.Duration{4 * ms, 2 * ms, ms, ms / 2, ms / 2} {
+		go func() { time.Sleep(20 * time.Millisecond); client.Write([]byte("q")) }()
+		if _, err := r.Read(got); err != nil {
+			t.Fatal(err)
+		}
+		if r.spin != want {
+			t.Fatalf("after quiet read %d: spin %v, want %v", i, r.spin, want)
+		}
+	}
+	// Busy: data that is there at once doubles it again, up to the maximum.
+	for _, want := range []time.Duration{ms, 2 * ms, 4 * ms, 8 * ms, 8 * ms} {
+		client.Write([]byte("b"))
+		time.Sleep(time.Millisecond) // it has arrived
+		if _, err := r.Read(got); err != nil {
+			t.Fatal(err)
+		}
+		if r.spin != want {
+			t.Fatalf("after a busy read: spin %v, want %v", r.spin, want)
+		}
+	}
+}
