@@ -41,6 +41,12 @@ func RunThen(m *testing.M, release func() error) int {
 	}
 	outer := os.Getenv("TMPDIR")
 	os.Setenv("TMPDIR", tmp)
+	// Under -race every process sleeps a second at exit (to catch late
+	// reports); the tests start hundreds of child and session processes,
+	// and a race in one still makes it fail (exit code 66).
+	if os.Getenv("GORACE") == "" {
+		os.Setenv("GORACE", "atexit_sleep_ms=0")
+	}
 	before := runtime.NumGoroutine()
 	code := m.Run()
 	var problems []string
