@@ -1,7 +1,10 @@
 package engine
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -32,6 +35,10 @@ type GlobalDomain struct {
 	id, gen uint64
 	offsets []int
 	nodes   []int // nodes hosting ranks, in first-member order
+	// devRanks is each rank's global device rank; topology hashes the
+	// whole placement (see Topology).
+	devRanks []int
+	topology string
 
 	mu       sync.Mutex
 	released bool
@@ -53,6 +60,15 @@ func (d *GlobalDomain) BufferRange(name string) (int, int, error) {
 	}
 	return 0, 0, Errorf(KeyError, "global domain %q has no buffer %q", d.spec.Name, name)
 }
+
+// DeviceRanks is each domain rank's global device rank: its node's
+// explicit global_device_ranks, or its place among all nodes' devices in
+// node order.
+func (d *GlobalDomain) DeviceRanks() []int { return d.devRanks }
+
+// Topology is the canonical topology hash: "sha256:" over the profile,
+// the size and every rank's (node, local worker, global device rank).
+func (d *GlobalDomain) Topology() string { return d.topology }
 
 // Released and Freed report the handle's state.
 func (d *GlobalDomain) Released() bool { d.mu.Lock(); defer d.mu.Unlock(); return d.released }
@@ -97,6 +113,46 @@ func (w *Worker) validateGlobal(spec *GlobalSpec) ([]int, error) {
 	return bufferOffsets(op, spec.Buffers, spec.WindowSize)
 }
 
+// nodeDevices is node's chip count and explicit global device ranks.
+func (w *Worker) nodeDevices(node int) (int, []int) {
+	if w.IsRemote(node) {
+		s := w.remoteSpecs[node]
+		return len(s.DeviceIDs), s.GlobalDeviceRanks
+	}
+	return len(w.children[node].cfg.DeviceIDs), w.children[node].cfg.GlobalDeviceRanks
+}
+
+// assignTopology gives each member its global device rank, refuses two
+// members with the same one, and hashes the placement.
+func (w *Worker) assignTopology(members [][2]int) ([]int, string, error) {
+	base := make([]int, len(w.children)) // each node's first rank in node order
+	for id := 1; id < len(w.children); id++ {
+		n, _ := w.nodeDevices(id - 1)
+		base[id] = base[id-1] + n
+	}
+	ranks := make([]int, len(members))
+	owner := map[int]int{}
+	var e wire.Encoder
+	e.String("sim")
+	e.U32(uint32(len(members)))
+	for r, m := range members {
+		ranks[r] = base[m[0]] + m[1]
+		if _, explicit := w.nodeDevices(m[0]); explicit != nil {
+			ranks[r] = explicit[m[1]]
+		}
+		if first, dup := owner[ranks[r]]; dup {
+			f := members[first]
+			return nil, "", Errorf(ValueError, "allocate_global_domain: members (%d, %d) and (%d, %d) both have global device rank %d (check global_device_ranks)", f[0], f[1], m[0], m[1], ranks[r])
+		}
+		owner[ranks[r]] = r
+		e.U32(uint32(m[0]))
+		e.U32(uint32(m[1]))
+		e.U32(uint32(ranks[r]))
+	}
+	sum := sha256.Sum256(e.Bytes())
+	return ranks, "sha256:" + hex.EncodeToString(sum[:]), nil
+}
+
 // nodeShape is what the broker knows of node: its chip count, platform
 // and comm profile, for a local thread-mode child or a remote node.
 func (w *Worker) nodeShape(op string, node int) (int, string, string, error) {
@@ -126,12 +182,16 @@ func (o *Orchestrator) AllocateGlobalDomain(spec GlobalSpec) (*GlobalDomain, err
 	if err != nil {
 		return nil, err
 	}
+	devRanks, topology, err := w.assignTopology(spec.Members)
+	if err != nil {
+		return nil, err
+	}
 	if err := o.direct("allocate_global_domain"); err != nil {
 		return nil, err
 	}
 	w.mu.Lock()
 	w.globalSeq++
-	d := &GlobalDomain{w: w, run: o.run, spec: spec, id: w.globalSeq, gen: 1, offsets: offsets}
+	d := &GlobalDomain{w: w, run: o.run, spec: spec, id: w.globalSeq, gen: 1, offsets: offsets, devRanks: devRanks, topology: topology}
 	w.mu.Unlock()
 
 	places := map[int][]GlobalPlace{}
@@ -168,7 +228,7 @@ func (d *GlobalDomain) step(s gtxnStep, places []GlobalPlace, table []comm.Descr
 	if err := fault.Hit(points[s.Op], s.Node); err != nil {
 		return nil, Wrap(err, fmt.Sprintf("%s on node %d", s.Op, s.Node))
 	}
-	r, err := d.nodeCmd(s.Node, d.command(s.Op, places, table))
+	r, err := d.nodeCmd(s.Node, d.command(s, places, table))
 	var descs []comm.Descriptor
 	if err == nil && s.Op == opGlobalPrepare {
 		descs, err = decodeDescs(r.Data)
@@ -178,7 +238,8 @@ func (d *GlobalDomain) step(s gtxnStep, places []GlobalPlace, table []comm.Descr
 
 // command is the CONTROL form of one transaction step for a node hosting
 // places.
-func (d *GlobalDomain) command(op gtxnOp, places []GlobalPlace, table []comm.Descriptor) *wire.Control {
+func (d *GlobalDomain) command(s gtxnStep, places []GlobalPlace, table []comm.Descriptor) *wire.Control {
+	op := s.Op
 	cmds := map[gtxnOp]wire.Command{opGlobalCommInit: wire.CmdCommInit, opGlobalPrepare: wire.CmdPrepare,
 		opGlobalImport: wire.CmdImportTable, opGlobalCommit: wire.CmdCommit, opGlobalAbort: wire.CmdAbort}
 	c := &wire.Control{Cmd: cmds[op], Domain: wire.Domain{ID: d.id, Generation: d.gen}}
@@ -191,6 +252,12 @@ func (d *GlobalDomain) command(op gtxnOp, places []GlobalPlace, table []comm.Des
 		if op == opGlobalPrepare {
 			c.Domain.WindowSize = uint64(d.spec.WindowSize)
 			c.Domain.Table = encodePrepareExtra(d.spec.Name, d.spec.Buffers)
+		} else {
+			t := nodeTopology{NodeRank: slices.Index(d.nodes, s.Node), Nodes: len(d.nodes), Hash: d.topology}
+			for _, p := range places {
+				t.DeviceRanks = append(t.DeviceRanks, d.devRanks[p.Rank])
+			}
+			c.Domain.Table = t.encode()
 		}
 	case opGlobalImport:
 		c.Domain.Table = encodeDescs(table)
@@ -346,7 +413,7 @@ func (d *GlobalDomain) stagingRange(op, buffer string, offset, n int) (int, erro
 	if buffer != "" {
 		o, size, err := d.BufferRange(buffer)
 		if err != nil {
-			return 0, err
+			return 0, Wrap(err, op)
 		}
 		base, limit = o, size
 	}

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
 	"simpler/hal/shm"
 	"simpler/internal/fault"
+	"simpler/wire"
 )
 
 // l4Nodes makes a level-4 worker over two thread-mode level-3 nodes of two
@@ -340,4 +342,66 @@ func TestGlobalDomainOverProcessNodes(t *testing.T) {
 		_, err := o.AllocateGlobalDomain(fourRanks(false))
 		return err
 	})
+}
+
+// Global device ranks: assigned in node order unless a node gives its
+// own; two members with one rank are refused before anything is sent; the
+// topology hash names the placement.
+func TestGlobalDomainTopology(t *testing.T) {
+	w := l4Nodes(t)
+	var hashes []string
+	for _, members := range [][][2]int{{{0, 0}, {0, 1}, {1, 0}, {1, 1}}, {{1, 1}, {1, 0}, {0, 1}, {0, 0}}, {{0, 0}, {0, 1}, {1, 0}, {1, 1}}} {
+		mustRun(t, w, buildErr(func(o *Orchestrator) {
+			d := must(o.AllocateGlobalDomain(GlobalSpec{Name: "t", Members: members, WindowSize: 64}))
+			want := []int{}
+			for _, m := range members {
+				want = append(want, 2*m[0]+m[1])
+			}
+			if !slices.Equal(d.DeviceRanks(), want) {
+				t.Errorf("members %v: device ranks %v, want %v", members, d.DeviceRanks(), want)
+			}
+			hashes = append(hashes, d.Topology())
+		}))
+	}
+	if hashes[0] != hashes[2] || hashes[0] == hashes[1] || !strings.HasPrefix(hashes[0], "sha256:") {
+		t.Errorf("topology hashes %v: want the first and last equal, the middle different", hashes)
+	}
+
+	// Node 1 names its own ranks.
+	w.children[1].cfg.GlobalDeviceRanks = []int{10, 11}
+	mustRun(t, w, buildErr(func(o *Orchestrator) {
+		d := must(o.AllocateGlobalDomain(fourRanks(false)))
+		if !slices.Equal(d.DeviceRanks(), []int{0, 1, 10, 11}) {
+			t.Errorf("explicit ranks: %v", d.DeviceRanks())
+		}
+	}))
+	w.children[1].cfg.GlobalDeviceRanks = []int{1, 5}
+	err := submitRun(t, w, func(o *Orchestrator) error { _, err := o.AllocateGlobalDomain(fourRanks(false)); return err })
+	if KindOf(err) != ValueError || !strings.Contains(err.Error(), "(0, 1) and (1, 0) both have global device rank 1") || nodeGlobals(w) != 0 {
+		t.Errorf("a shared global device rank: %v (%d node domains)", err, nodeGlobals(w))
+	}
+	w.children[1].cfg.GlobalDeviceRanks = nil
+
+	// COMM_INIT re-checks on the node what the broker assumed.
+	node := w.children[1]
+	initCmd := func(table []byte) error {
+		c := wire.Control{Cmd: wire.CmdCommInit, Domain: wire.Domain{ID: 99, Generation: 1, Size: 4, Ranks: []wire.DomainRank{{Rank: 2, Worker: 0}}, Table: table}}
+		return node.globalCommand(c, &wire.ControlReply{})
+	}
+	if err := initCmd(nodeTopology{NodeRank: 1, Nodes: 2, Hash: "sha256:x", DeviceRanks: []int{2}}.encode()); err != nil {
+		t.Errorf("a consistent COMM_INIT: %v", err)
+	}
+	node.cfg.GlobalDeviceRanks = []int{20, 21}
+	if err := initCmd(nodeTopology{NodeRank: 1, Nodes: 2, Hash: "sha256:x", DeviceRanks: []int{2}}.encode()); err == nil || !strings.Contains(err.Error(), "the broker assumes global device rank 2, this node's is 20") {
+		t.Errorf("a device rank the node disagrees with: %v", err)
+	}
+	node.cfg.GlobalDeviceRanks = nil
+	if err := initCmd([]byte{1, 2}); err == nil || !strings.Contains(err.Error(), "malformed topology") {
+		t.Errorf("a malformed topology: %v", err)
+	}
+	node.cfg.CommProfile = "a3-fabric-v1"
+	if err := initCmd(nodeTopology{NodeRank: 1, Nodes: 2, Hash: "sha256:x", DeviceRanks: []int{2}}.encode()); err == nil || !strings.Contains(err.Error(), `runs comm profile "a3-fabric-v1"`) {
+		t.Errorf("a node of another profile: %v", err)
+	}
+	node.cfg.CommProfile = ""
 }

@@ -257,10 +257,8 @@ func (w *Worker) globalCommand(c wire.Control, r *wire.ControlReply) error {
 	dm := c.Domain
 	switch c.Cmd {
 	case wire.CmdCommInit:
-		for _, rk := range dm.Ranks {
-			if int(rk.Worker) >= len(w.chips) {
-				return Errorf(ValueError, "COMM_INIT: local worker %d is not a chip of this node (0..%d)", rk.Worker, len(w.chips)-1)
-			}
+		if err := w.checkTopology(dm); err != nil {
+			return err
 		}
 		return w.initComm()
 	case wire.CmdPrepare:
@@ -287,6 +285,62 @@ func (w *Worker) globalCommand(c wire.Control, r *wire.ControlReply) error {
 		return w.globalStage(c, r)
 	}
 	return w.globalRelease(dm.ID) // ABORT and RELEASE_DOMAIN
+}
+
+// nodeTopology is what COMM_INIT tells a node of the domain's placement:
+// its rank among the member nodes, their number, the topology hash, and
+// the global device rank of each of its ranks (in the command's rank
+// order).
+type nodeTopology struct {
+	NodeRank, Nodes int
+	Hash            string
+	DeviceRanks     []int
+}
+
+func (t nodeTopology) encode() []byte {
+	var e wire.Encoder
+	e.U32(uint32(t.NodeRank))
+	e.U32(uint32(t.Nodes))
+	e.String(t.Hash)
+	e.U32(uint32(len(t.DeviceRanks)))
+	for _, r := range t.DeviceRanks {
+		e.U32(uint32(r))
+	}
+	return e.Bytes()
+}
+
+func decodeTopology(b []byte) (nodeTopology, error) {
+	d := wire.NewDecoder(b)
+	t := nodeTopology{NodeRank: int(d.U32()), Nodes: int(d.U32()), Hash: d.String()}
+	n := d.Count(wire.MaxRanks, 4)
+	for i := 0; i < n && d.Err() == nil; i++ {
+		t.DeviceRanks = append(t.DeviceRanks, int(d.U32()))
+	}
+	return t, d.Finish()
+}
+
+// checkTopology is COMM_INIT's re-check of what the broker assumed of this
+// node: the profile on this platform, the chips named, and each rank's
+// global device rank against this node's own, where it has them.
+func (w *Worker) checkTopology(dm wire.Domain) error {
+	t, err := decodeTopology(dm.Table)
+	switch {
+	case err != nil:
+		return Errorf(ValueError, "COMM_INIT: a malformed topology: %v", err)
+	case len(t.DeviceRanks) != len(dm.Ranks) || t.Nodes < 1 || t.NodeRank < 0 || t.NodeRank >= t.Nodes:
+		return Errorf(ValueError, "COMM_INIT: a topology of node %d of %d with %d device ranks for %d ranks", t.NodeRank, t.Nodes, len(t.DeviceRanks), len(dm.Ranks))
+	case w.cfg.CommProfile != "" && w.cfg.CommProfile != "sim" || !w.cfg.Platform.Simulated():
+		return Errorf(ValueError, "COMM_INIT: this node runs comm profile %q on %s; the domain uses \"sim\", served on simulated platforms only", w.cfg.CommProfile, w.cfg.Platform.Name())
+	}
+	for i, rk := range dm.Ranks {
+		if int(rk.Worker) >= len(w.cfg.DeviceIDs) {
+			return Errorf(ValueError, "COMM_INIT: local worker %d is not a chip of this node (0..%d)", rk.Worker, len(w.cfg.DeviceIDs)-1)
+		}
+		if own := w.cfg.GlobalDeviceRanks; own != nil && own[rk.Worker] != t.DeviceRanks[i] {
+			return Errorf(ValueError, "COMM_INIT: rank %d on local worker %d: the broker assumes global device rank %d, this node's is %d", rk.Rank, rk.Worker, t.DeviceRanks[i], own[rk.Worker])
+		}
+	}
+	return nil
 }
 
 // globalStage copies into or out of the window of one rank this node

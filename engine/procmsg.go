@@ -218,6 +218,11 @@ func encodeConfig(e *wire.Encoder, c Config) {
 	e.Int(c.HeapRingSize)
 	e.Int(c.TaskWindow)
 	e.I64(int64(c.StartupTimeout))
+	e.String(c.CommProfile)
+	e.U32(uint32(len(c.GlobalDeviceRanks)))
+	for _, r := range c.GlobalDeviceRanks {
+		e.Int(r)
+	}
 }
 
 func decodeConfig(d *wire.Decoder) Config {
@@ -236,6 +241,11 @@ func decodeConfig(d *wire.Decoder) Config {
 	c.HeapRingSize = d.Int(1 << 40)
 	c.TaskWindow = d.Int(1 << 30)
 	c.StartupTimeout = time.Duration(d.I64())
+	c.CommProfile = d.String()
+	n = d.Count(4096, 1)
+	for i := 0; i < n && d.Err() == nil; i++ {
+		c.GlobalDeviceRanks = append(c.GlobalDeviceRanks, d.Int(wire.MaxDeviceID))
+	}
 	if p, err := hal.Lookup(name); err == nil {
 		c.Platform = p
 	} else if d.Err() == nil {

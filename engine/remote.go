@@ -21,8 +21,8 @@ func (w *Worker) AddRemoteWorker(spec RemoteSpec) (int, error) {
 	if len(spec.DeviceIDs) == 0 {
 		return 0, Errorf(ValueError, "add_remote_worker: device_ids must not be empty")
 	}
-	if len(spec.GlobalDeviceRanks) != 0 && len(spec.GlobalDeviceRanks) != len(spec.DeviceIDs) {
-		return 0, Errorf(ValueError, "add_remote_worker: %d global_device_ranks for %d device_ids", len(spec.GlobalDeviceRanks), len(spec.DeviceIDs))
+	if err := checkGlobalRanks("add_remote_worker", spec.GlobalDeviceRanks, len(spec.DeviceIDs)); err != nil {
+		return 0, err
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()

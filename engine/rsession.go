@@ -158,7 +158,8 @@ func (s *session) accept(hello wire.Hello, token []byte, ch wire.Challenge, newR
 	if s.resolve, err = newResolver(hello.Root, hello.Modules); err != nil {
 		return err
 	}
-	s.inner, err = NewWorker(Config{Level: 3, Platform: p, DeviceIDs: hello.DeviceIDs, NumSubWorkers: hello.NumSubWorkers})
+	s.inner, err = NewWorker(Config{Level: 3, Platform: p, DeviceIDs: hello.DeviceIDs, NumSubWorkers: hello.NumSubWorkers,
+		CommProfile: hello.CommProfile, GlobalDeviceRanks: hello.GlobalDeviceRanks})
 	if err != nil {
 		return err
 	}

@@ -22,6 +22,7 @@ import (
 
 	"simpler/hal"
 	"simpler/hal/comm"
+	"simpler/wire"
 )
 
 // Config describes a Worker.
@@ -44,6 +45,11 @@ type Config struct {
 	SessionTimeout time.Duration
 	// Sources is the code shipped to remote nodes.
 	Sources *Sources
+	// CommProfile is the level-3 node's communication profile ("" means
+	// "sim"); GlobalDeviceRanks, if set, gives each chip its rank among
+	// all devices of a global domain (one per device id, unique).
+	CommProfile       string
+	GlobalDeviceRanks []int
 }
 
 // Defaults for Config.
@@ -126,6 +132,28 @@ func NewWorker(cfg Config) (*Worker, error) {
 	return w, nil
 }
 
+// checkGlobalRanks checks explicit global device ranks: none, or one per
+// device, each >= 0 and unique.
+func checkGlobalRanks(op string, ranks []int, devices int) error {
+	if len(ranks) == 0 {
+		return nil
+	}
+	if len(ranks) != devices {
+		return Errorf(ValueError, "%s: %d global_device_ranks for %d device_ids", op, len(ranks), devices)
+	}
+	seen := map[int]bool{}
+	for _, r := range ranks {
+		if r < 0 || r > wire.MaxDeviceID {
+			return Errorf(ValueError, "%s: global device rank %d out of range (0..%d)", op, r, wire.MaxDeviceID)
+		}
+		if seen[r] {
+			return Errorf(ValueError, "%s: global device rank %d listed twice", op, r)
+		}
+		seen[r] = true
+	}
+	return nil
+}
+
 func validate(cfg *Config) error {
 	if cfg.Level < 2 || cfg.Level > 6 {
 		return Errorf(ValueError, "Worker: level must be 2, 3, 4, 5 or 6, got %d", cfg.Level)
@@ -168,6 +196,9 @@ func validate(cfg *Config) error {
 			return Errorf(ValueError, "Worker: device id %d listed twice", id)
 		}
 		seen[id] = true
+	}
+	if err := checkGlobalRanks("Worker", cfg.GlobalDeviceRanks, len(cfg.DeviceIDs)); err != nil {
+		return err
 	}
 	if cfg.EnableSDMA && !hal.SDMA(cfg.Platform) {
 		return Errorf(ValueError, "Worker: enable_sdma is honoured only on a2a3 (platform %s has no SDMA engine)", cfg.Platform.Name())

@@ -51,7 +51,7 @@ var DocSections = []string{
 	"ctx", "Worker", "CallableHandle", "RunHandle", "Orchestrator",
 	"TaskArgs", "CallConfig", "Tensor", "HostBuffer",
 	"CommBufferSpec", "CommDomainHandle", "ChipDomainContext",
-	"Chip", "Comm", "RemoteBufferHandle", "RemoteTensorRef",
+	"GlobalCommDomainHandle", "Chip", "Comm", "RemoteBufferHandle", "RemoteTensorRef",
 	"array", "Array", "DataType", "assert",
 }
 
@@ -301,6 +301,22 @@ var docTable = []Doc{
 	{"CommBufferSpec.dtype", DocMember, "s.dtype -> DataType", "The element type."},
 	{"CommBufferSpec.count", DocMember, "s.count -> int", "Elements."},
 	{"CommBufferSpec.nbytes", DocMember, "s.nbytes -> int", "Bytes."},
+
+	// GlobalCommDomainHandle.
+	{"GlobalCommDomainHandle", DocType, "GlobalCommDomainHandle", "A domain across level-3 nodes, from allocate_global_domain (level 4 and up)."},
+	{"GlobalCommDomainHandle.name", DocMember, "h.name -> string", "The domain's name."},
+	{"GlobalCommDomainHandle.domain_id", DocMember, "h.domain_id -> int", "The id nodes know it by: pass it to a node orchestration for get_global_domain."},
+	{"GlobalCommDomainHandle.generation", DocMember, "h.generation -> int", "The attempt of this id the nodes committed."},
+	{"GlobalCommDomainHandle.members", DocMember, "h.members -> list of (node, local_worker)", "The members in domain-rank order."},
+	{"GlobalCommDomainHandle.member", DocMember, "h.member(rank) -> (node, local_worker)", "Where domain rank `rank` lives."},
+	{"GlobalCommDomainHandle.global_device_ranks", DocMember, "h.global_device_ranks -> list of int", "Each rank's global device rank: its node's global_device_ranks, or its place among all nodes' devices in node order."},
+	{"GlobalCommDomainHandle.topology_hash", DocMember, "h.topology_hash -> string", "\"sha256:...\" over the profile and every rank's node, local worker and global device rank; the same placement gives the same hash."},
+	{"GlobalCommDomainHandle.mapping_size", DocMember, "h.mapping_size -> int", "Bytes of each member's window."},
+	{"GlobalCommDomainHandle.buffer_range", DocMember, "h.buffer_range(name) -> (offset, nbytes)", "Where a named buffer lies in every member's window."},
+	{"GlobalCommDomainHandle.retain_after_run", DocMember, "h.retain_after_run -> bool", "Whether the domain outlives its run's fence (release it yourself)."},
+	{"GlobalCommDomainHandle.release", DocMember, "h.release()", "Lets the domain go: freed at its run's fence, or at once if that run is over; a failed release can be retried."},
+	{"GlobalCommDomainHandle.released", DocMember, "h.released -> bool", "Whether release() was called (and has not failed)."},
+	{"GlobalCommDomainHandle.freed", DocMember, "h.freed -> bool", "Whether every node has released its windows."},
 
 	// CommDomainHandle.
 	{"CommDomainHandle", DocType, "CommDomainHandle", "A domain from allocate_domain; h[worker_id] is that member's ChipDomainContext."},

@@ -20,7 +20,7 @@ func (g *GlobalDomain) Freeze()               {}
 func (g *GlobalDomain) Truth() starlark.Bool  { return true }
 func (g *GlobalDomain) Hash() (uint32, error) { return starlark.MakeUint64(g.d.ID()).Hash() }
 func (g *GlobalDomain) AttrNames() []string {
-	return []string{"buffer_range", "domain_id", "freed", "generation", "mapping_size", "member", "members", "name", "release", "released", "retain_after_run"}
+	return []string{"buffer_range", "domain_id", "freed", "generation", "global_device_ranks", "mapping_size", "member", "members", "name", "release", "released", "retain_after_run", "topology_hash"}
 }
 
 func (g *GlobalDomain) Attr(name string) (starlark.Value, error) {
@@ -38,6 +38,14 @@ func (g *GlobalDomain) Attr(name string) (starlark.Value, error) {
 			l[i] = starlark.Tuple{starlark.MakeInt(m[0]), starlark.MakeInt(m[1])}
 		}
 		return starlark.NewList(l), nil
+	case "global_device_ranks":
+		l := make([]starlark.Value, 0, len(g.d.DeviceRanks()))
+		for _, r := range g.d.DeviceRanks() {
+			l = append(l, starlark.MakeInt(r))
+		}
+		return starlark.NewList(l), nil
+	case "topology_hash":
+		return starlark.String(g.d.Topology()), nil
 	case "mapping_size":
 		return starlark.MakeInt(spec.WindowSize), nil
 	case "retain_after_run":

@@ -140,7 +140,12 @@ func (s *Session) newWorker(th *starlark.Thread, b *starlark.Builtin, args starl
 	}
 	cfg := engine.Config{
 		Level: level, Platform: p, DeviceIDs: devices, NumSubWorkers: numSub,
-		Mode: mode, EnableSDMA: enableSDMA, HeapRingSize: heapRing,
+		Mode: mode, EnableSDMA: enableSDMA, HeapRingSize: heapRing, CommProfile: commProfile,
+	}
+	if globalRanks != starlark.None {
+		if cfg.GlobalDeviceRanks, err = intList("Worker", "global_device_ranks", globalRanks); err != nil {
+			return nil, err
+		}
 	}
 	if startup, _ := seconds("Worker", "startup_timeout_s", startupT); startup > 0 {
 		cfg.StartupTimeout = startup

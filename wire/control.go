@@ -17,7 +17,7 @@ const (
 	CmdExport                           // Buffer, Offset, NBytes, Access → Data (the export token)
 	CmdImport                           // Token, Access (0: as exported) → Buffer
 	CmdReleaseImport                    // Buffer → ()
-	CmdCommInit                         // Domain{ID, Generation, Size, Ranks} → ()
+	CmdCommInit                         // Domain{ID, Generation, Size, Ranks, Table (the topology)} → ()
 	CmdPrepare                          // Domain{ID, Generation, Size, Ranks, WindowSize, Table} → Data (this node's descriptors)
 	CmdImportTable                      // Domain{ID, Generation, Table} → ()
 	CmdCommit                           // Domain{ID, Generation} → ()
@@ -147,7 +147,7 @@ func (c *Control) Encode(e *Encoder) {
 		if c.Cmd == CmdPrepare {
 			e.U64(dm.WindowSize)
 		}
-		if c.Cmd == CmdPrepare || c.Cmd == CmdImportTable {
+		if c.Cmd != CmdCommit && c.Cmd != CmdAbort && c.Cmd != CmdReleaseDomain {
 			e.Blob(dm.Table)
 		}
 	}
@@ -269,7 +269,7 @@ func decodeDomain(d *Decoder, cmd Command) Domain {
 	if cmd == CmdPrepare {
 		dm.WindowSize = decodeSize(d, MaxWindow, "window")
 	}
-	if cmd == CmdPrepare || cmd == CmdImportTable {
+	if cmd == CmdCommInit || cmd == CmdPrepare || cmd == CmdImportTable {
 		dm.Table = d.Blob(MaxDomainTable)
 	}
 	return dm
