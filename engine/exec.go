@@ -44,8 +44,6 @@ func (w *Worker) stopEndpoints() {
 		close(ep.ch)
 		wg = ep.wg
 	}
-	// A remote node's tasks have all completed (no run is in flight), but
-	// the goroutine that completed the last one may still be on its way out.
 	if wg != nil {
 		wg.Wait()
 	}

@@ -3,6 +3,8 @@ package engine
 import (
 	"testing"
 	"time"
+
+	"simpler/wire"
 )
 
 // BenchmarkRemoteNoop measures a run of one remote task whose node
@@ -26,6 +28,25 @@ func BenchmarkRemoteNoop(b *testing.B) {
 			return nil, err
 		})
 		if err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkRemoteControl measures one command round trip on the command
+// lane (a RELEASE_DOMAIN of an unknown domain: the node does nothing).
+func BenchmarkRemoteControl(b *testing.B) {
+	_, addr := startDaemon(b)
+	w := must(NewWorker(Config{Level: 4, Platform: sim(b), SessionTimeout: 5 * time.Second}))
+	must(w.AddRemoteWorker(RemoteSpec{Endpoint: addr, Platform: "a2a3sim", DeviceIDs: []int{0}}))
+	if err := w.Init(); err != nil {
+		b.Fatal(err)
+	}
+	defer w.Close()
+	c := &wire.Control{Cmd: wire.CmdReleaseDomain, Domain: wire.Domain{ID: 1, Generation: 1}}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := w.remoteCmdReply(0, c); err != nil {
 			b.Fatal(err)
 		}
 	}

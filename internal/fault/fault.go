@@ -86,6 +86,9 @@ func Hit(point string, node int) error {
 	mu.Lock()
 	defer mu.Unlock()
 	ensure()
+	if len(armed) == 0 {
+		return nil // the normal case: nothing armed, nothing to format
+	}
 	keys := []string{point}
 	if node >= 0 {
 		keys = append(keys, fmt.Sprintf("%s@%d", point, node))
