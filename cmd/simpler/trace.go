@@ -187,6 +187,14 @@ func (t *tracer) record(pid int, e engine.Event) {
 		}
 		t.marks = append(t.marks, traceEvent{Name: fmt.Sprintf("domain %s %s", e.Domain, verb), Cat: "domain",
 			Ph: "i", Scope: "p", Ts: round3(t.us(e.At)), Pid: pid, Args: args})
+	case engine.GlobalStep: // a span on the node's lane, as the broker timed it
+		dur := round3(float64(e.Dur) / 1e3)
+		args := map[string]any{"domain": e.Domain, "domain_id": e.AllocID}
+		if e.Err != nil {
+			args["error"] = e.Err.Error()
+		}
+		t.marks = append(t.marks, traceEvent{Name: "global " + e.Callable, Cat: "global", Ph: "X", Ts: round3(t.us(e.At.Add(-e.Dur))), Dur: &dur,
+			Pid: pid, Tid: p.lane(e.Worker), Args: args})
 	case engine.RunFenced:
 		args := map[string]any{"run": e.Run}
 		if e.Err != nil {

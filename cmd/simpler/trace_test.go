@@ -202,3 +202,47 @@ func TestProgressLine(t *testing.T) {
 		t.Errorf("the line is left showing after stop: %q", got)
 	}
 }
+
+// A global domain's node commands show as spans on each node's lane, in
+// transaction order.
+func TestRunTraceGlobalSteps(t *testing.T) {
+	dir := t.TempDir()
+	tracePath := filepath.Join(dir, "trace.json")
+	var stdout, stderr bytes.Buffer
+	if code := Main([]string{"run", "--trace", tracePath, "../../scripts/examples/global_tload_local.star"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d\n%s", code, stderr.String())
+	}
+	raw, err := os.ReadFile(tracePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tr jsonTrace
+	if err := json.Unmarshal(raw, &tr); err != nil {
+		t.Fatal(err)
+	}
+	lanes := map[[2]int]string{} // (pid, tid) → lane name
+	steps := map[string][]string{} // lane → commands in time order
+	last := map[string]float64{}
+	for _, e := range tr.TraceEvents {
+		if e.Ph == "M" && e.Name == "thread_name" {
+			lanes[[2]int{e.Pid, e.Tid}], _ = e.Args["name"].(string)
+		}
+	}
+	for _, e := range tr.TraceEvents {
+		if e.Ph != "X" || !strings.HasPrefix(e.Name, "global ") {
+			continue
+		}
+		lane := lanes[[2]int{e.Pid, e.Tid}]
+		if e.Ts < last[lane] {
+			t.Errorf("%s on %s starts before the step before it", e.Name, lane)
+		}
+		last[lane] = e.Ts + e.Dur
+		steps[lane] = append(steps[lane], strings.TrimPrefix(e.Name, "global "))
+	}
+	want := "COMM_INIT PREPARE IMPORT_TABLE COMMIT STAGE_TO RELEASE_DOMAIN"
+	for _, lane := range []string{"child_worker 0", "child_worker 1"} {
+		if got := strings.Join(steps[lane], " "); got != want {
+			t.Errorf("%s: global steps %q, want %q", lane, got, want)
+		}
+	}
+}
