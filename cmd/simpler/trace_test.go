@@ -220,7 +220,7 @@ func TestRunTraceGlobalSteps(t *testing.T) {
 	if err := json.Unmarshal(raw, &tr); err != nil {
 		t.Fatal(err)
 	}
-	lanes := map[[2]int]string{} // (pid, tid) → lane name
+	lanes := map[[2]int]string{}   // (pid, tid) → lane name
 	steps := map[string][]string{} // lane → commands in time order
 	last := map[string]float64{}
 	for _, e := range tr.TraceEvents {
