@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"slices"
@@ -67,7 +69,8 @@ func (d *GlobalDomain) BufferRange(name string) (int, int, error) {
 func (d *GlobalDomain) DeviceRanks() []int { return d.devRanks }
 
 // Topology is the canonical topology hash: "sha256:" over the profile,
-// the size and every rank's (node, local worker, global device rank).
+// the broker's cluster id, the size and every rank's (node, local worker,
+// global device rank).
 func (d *GlobalDomain) Topology() string { return d.topology }
 
 // Released and Freed report the handle's state.
@@ -122,8 +125,21 @@ func (w *Worker) nodeDevices(node int) (int, []int) {
 	return len(w.children[node].cfg.DeviceIDs), w.children[node].cfg.GlobalDeviceRanks
 }
 
+// clusterID names this broker's cluster in every topology it sends, so a
+// node can tell domains of different brokers apart. Drawn once per worker.
+func (w *Worker) clusterID() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for w.cluster == 0 {
+		var b [8]byte
+		rand.Read(b[:])
+		w.cluster = binary.LittleEndian.Uint64(b[:])
+	}
+	return w.cluster
+}
+
 // assignTopology gives each member its global device rank, refuses two
-// members with the same one, and hashes the placement.
+// members with the same one, and hashes the placement with the cluster id.
 func (w *Worker) assignTopology(members [][2]int) ([]int, string, error) {
 	base := make([]int, len(w.children)) // each node's first rank in node order
 	for id := 1; id < len(w.children); id++ {
@@ -134,6 +150,7 @@ func (w *Worker) assignTopology(members [][2]int) ([]int, string, error) {
 	owner := map[int]int{}
 	var e wire.Encoder
 	e.String("sim")
+	e.U64(w.clusterID())
 	e.U32(uint32(len(members)))
 	for r, m := range members {
 		ranks[r] = base[m[0]] + m[1]
@@ -253,7 +270,7 @@ func (d *GlobalDomain) command(s gtxnStep, places []GlobalPlace, table []comm.De
 			c.Domain.WindowSize = uint64(d.spec.WindowSize)
 			c.Domain.Table = encodePrepareExtra(d.spec.Name, d.spec.Buffers)
 		} else {
-			t := nodeTopology{NodeRank: slices.Index(d.nodes, s.Node), Nodes: len(d.nodes), Hash: d.topology}
+			t := nodeTopology{Cluster: d.w.clusterID(), NodeRank: slices.Index(d.nodes, s.Node), Nodes: len(d.nodes), Hash: d.topology}
 			for _, p := range places {
 				t.DeviceRanks = append(t.DeviceRanks, d.devRanks[p.Rank])
 			}

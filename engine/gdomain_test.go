@@ -388,11 +388,11 @@ func TestGlobalDomainTopology(t *testing.T) {
 		c := wire.Control{Cmd: wire.CmdCommInit, Domain: wire.Domain{ID: 99, Generation: 1, Size: 4, Ranks: []wire.DomainRank{{Rank: 2, Worker: 0}}, Table: table}}
 		return node.globalCommand(c, &wire.ControlReply{})
 	}
-	if err := initCmd(nodeTopology{NodeRank: 1, Nodes: 2, Hash: "sha256:x", DeviceRanks: []int{2}}.encode()); err != nil {
+	if err := initCmd(nodeTopology{Cluster: 7, NodeRank: 1, Nodes: 2, Hash: "sha256:x", DeviceRanks: []int{2}}.encode()); err != nil {
 		t.Errorf("a consistent COMM_INIT: %v", err)
 	}
 	node.cfg.GlobalDeviceRanks = []int{20, 21}
-	if err := initCmd(nodeTopology{NodeRank: 1, Nodes: 2, Hash: "sha256:x", DeviceRanks: []int{2}}.encode()); err == nil || !strings.Contains(err.Error(), "the broker assumes global device rank 2, this node's is 20") {
+	if err := initCmd(nodeTopology{Cluster: 7, NodeRank: 1, Nodes: 2, Hash: "sha256:x", DeviceRanks: []int{2}}.encode()); err == nil || !strings.Contains(err.Error(), "the broker assumes global device rank 2, this node's is 20") {
 		t.Errorf("a device rank the node disagrees with: %v", err)
 	}
 	node.cfg.GlobalDeviceRanks = nil
@@ -400,7 +400,7 @@ func TestGlobalDomainTopology(t *testing.T) {
 		t.Errorf("a malformed topology: %v", err)
 	}
 	node.cfg.CommProfile = "a3-fabric-v1"
-	if err := initCmd(nodeTopology{NodeRank: 1, Nodes: 2, Hash: "sha256:x", DeviceRanks: []int{2}}.encode()); err == nil || !strings.Contains(err.Error(), `runs comm profile "a3-fabric-v1"`) {
+	if err := initCmd(nodeTopology{Cluster: 7, NodeRank: 1, Nodes: 2, Hash: "sha256:x", DeviceRanks: []int{2}}.encode()); err == nil || !strings.Contains(err.Error(), `runs comm profile "a3-fabric-v1"`) {
 		t.Errorf("a node of another profile: %v", err)
 	}
 	node.cfg.CommProfile = ""

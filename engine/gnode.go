@@ -288,10 +288,11 @@ func (w *Worker) globalCommand(c wire.Control, r *wire.ControlReply) error {
 }
 
 // nodeTopology is what COMM_INIT tells a node of the domain's placement:
-// its rank among the member nodes, their number, the topology hash, and
-// the global device rank of each of its ranks (in the command's rank
-// order).
+// the broker's cluster id, the node's rank among the member nodes, their
+// number, the topology hash, and the global device rank of each of its
+// ranks (in the command's rank order).
 type nodeTopology struct {
+	Cluster         uint64
 	NodeRank, Nodes int
 	Hash            string
 	DeviceRanks     []int
@@ -299,6 +300,7 @@ type nodeTopology struct {
 
 func (t nodeTopology) encode() []byte {
 	var e wire.Encoder
+	e.U64(t.Cluster)
 	e.U32(uint32(t.NodeRank))
 	e.U32(uint32(t.Nodes))
 	e.String(t.Hash)
@@ -311,7 +313,7 @@ func (t nodeTopology) encode() []byte {
 
 func decodeTopology(b []byte) (nodeTopology, error) {
 	d := wire.NewDecoder(b)
-	t := nodeTopology{NodeRank: int(d.U32()), Nodes: int(d.U32()), Hash: d.String()}
+	t := nodeTopology{Cluster: d.U64(), NodeRank: int(d.U32()), Nodes: int(d.U32()), Hash: d.String()}
 	n := d.Count(wire.MaxRanks, 4)
 	for i := 0; i < n && d.Err() == nil; i++ {
 		t.DeviceRanks = append(t.DeviceRanks, int(d.U32()))
@@ -327,8 +329,8 @@ func (w *Worker) checkTopology(dm wire.Domain) error {
 	switch {
 	case err != nil:
 		return Errorf(ValueError, "COMM_INIT: a malformed topology: %v", err)
-	case len(t.DeviceRanks) != len(dm.Ranks) || t.Nodes < 1 || t.NodeRank < 0 || t.NodeRank >= t.Nodes:
-		return Errorf(ValueError, "COMM_INIT: a topology of node %d of %d with %d device ranks for %d ranks", t.NodeRank, t.Nodes, len(t.DeviceRanks), len(dm.Ranks))
+	case t.Cluster == 0 || len(t.DeviceRanks) != len(dm.Ranks) || t.Nodes < 1 || t.NodeRank < 0 || t.NodeRank >= t.Nodes:
+		return Errorf(ValueError, "COMM_INIT: a topology of cluster %#x, node %d of %d, with %d device ranks for %d ranks", t.Cluster, t.NodeRank, t.Nodes, len(t.DeviceRanks), len(dm.Ranks))
 	case w.cfg.CommProfile != "" && w.cfg.CommProfile != "sim" || !w.cfg.Platform.Simulated():
 		return Errorf(ValueError, "COMM_INIT: this node runs comm profile %q on %s; the domain uses \"sim\", served on simulated platforms only", w.cfg.CommProfile, w.cfg.Platform.Name())
 	}

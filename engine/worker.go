@@ -94,6 +94,7 @@ type Worker struct {
 	globals      map[uint64]*nodeGlobal     // level 3: global domains this node hosts ranks of
 	gdomains     map[uint64]*GlobalDomain   // level 4+: global domains this worker brokered, live
 	globalSeq    uint64
+	cluster      uint64 // this broker's cluster id (clusterID), drawn on first use
 	next         []*endpoint
 	subs         []*endpoint
 	sched        *Sched

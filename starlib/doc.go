@@ -310,7 +310,7 @@ var docTable = []Doc{
 	{"GlobalCommDomainHandle.members", DocMember, "h.members -> list of (node, local_worker)", "The members in domain-rank order."},
 	{"GlobalCommDomainHandle.member", DocMember, "h.member(rank) -> (node, local_worker)", "Where domain rank `rank` lives."},
 	{"GlobalCommDomainHandle.global_device_ranks", DocMember, "h.global_device_ranks -> list of int", "Each rank's global device rank: its node's global_device_ranks, or its place among all nodes' devices in node order."},
-	{"GlobalCommDomainHandle.topology_hash", DocMember, "h.topology_hash -> string", "\"sha256:...\" over the profile and every rank's node, local worker and global device rank; the same placement gives the same hash."},
+	{"GlobalCommDomainHandle.topology_hash", DocMember, "h.topology_hash -> string", "\"sha256:...\" over the broker's cluster id, the profile and every rank's node, local worker and global device rank; the same placement by the same worker gives the same hash."},
 	{"GlobalCommDomainHandle.mapping_size", DocMember, "h.mapping_size -> int", "Bytes of each member's window."},
 	{"GlobalCommDomainHandle.buffer_range", DocMember, "h.buffer_range(name) -> (offset, nbytes)", "Where a named buffer lies in every member's window."},
 	{"GlobalCommDomainHandle.retain_after_run", DocMember, "h.retain_after_run -> bool", "Whether the domain outlives its run's fence (release it yourself)."},
