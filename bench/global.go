@@ -3,8 +3,6 @@ package bench
 import (
 	"fmt"
 	"io"
-	"net"
-	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -36,17 +34,11 @@ func Global(w io.Writer) (ok bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	exe, err := os.Executable()
+	d, addr, err := startDaemon()
 	if err != nil {
 		return false, err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return false, err
-	}
-	d := engine.NewDaemon(ln, &engine.Launcher{Path: exe, Args: []string{"__session"}}, os.Stderr)
-	go d.Serve()
-	defer d.Close() // also closes ln
+	defer d.Close()
 
 	p, err := hal.Lookup("a2a3sim")
 	if err != nil {
@@ -70,7 +62,7 @@ func Global(w io.Writer) (ok bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	remote, err := top.AddRemoteWorker(engine.RemoteSpec{Endpoint: ln.Addr().String(), Platform: "a2a3sim", DeviceIDs: []int{0, 1}})
+	remote, err := top.AddRemoteWorker(engine.RemoteSpec{Endpoint: addr, Platform: "a2a3sim", DeviceIDs: []int{0, 1}})
 	if err != nil {
 		return false, err
 	}

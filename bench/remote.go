@@ -129,6 +129,22 @@ def main(ctx):
     w.close()
 `
 
+// startDaemon serves remote level-3 sessions on a free loopback port, each
+// a session process of this binary (`simpler __session`), until Close.
+func startDaemon() (*engine.Daemon, string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, "", err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, "", err
+	}
+	d := engine.NewDaemon(ln, &engine.Launcher{Path: exe, Args: []string{"__session"}}, os.Stderr)
+	go d.Serve()
+	return d, ln.Addr().String(), nil
+}
+
 // Remote prints the remote-node figures against loopback TCP measured in
 // the same run: bulk copies against raw bandwidth, a no-op task against
 // the round trip, and tasks per second.
@@ -137,16 +153,10 @@ func Remote(w io.Writer) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	exe, err := os.Executable()
+	d, addr, err := startDaemon()
 	if err != nil {
 		return false, err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return false, err
-	}
-	d := engine.NewDaemon(ln, &engine.Launcher{Path: exe, Args: []string{"__session"}}, os.Stderr)
-	go d.Serve()
 	defer d.Close()
 
 	dir, err := os.MkdirTemp("", "simpler-bench-")
@@ -158,7 +168,7 @@ func Remote(w io.Writer) (bool, error) {
 	os.WriteFile(path, []byte(remoteScript), 0o600)
 	os.WriteFile(filepath.Join(dir, "kernels.star"), []byte(remoteKernels), 0o600)
 	var out bytes.Buffer
-	s := starlib.NewSession("a2a3sim", nil, "thread", []string{ln.Addr().String()}, &out, &out)
+	s := starlib.NewSession("a2a3sim", nil, "thread", []string{addr}, &out, &out)
 	err = s.RunFile(path)
 	if cerr := s.Close(); err == nil {
 		err = cerr

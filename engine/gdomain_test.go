@@ -13,11 +13,20 @@ import (
 	"simpler/wire"
 )
 
-// l4Nodes makes a level-4 worker over two thread-mode level-3 nodes of two
-// chips each.
-func l4Nodes(t *testing.T) *Worker {
+// l4Nodes makes a level-4 worker over two level-3 nodes of two chips
+// each, in this process.
+func l4Nodes(t *testing.T) *Worker { return l4NodesIn(t, Config{}) }
+
+// l4ProcNodes is l4Nodes in process mode: each node is a child process.
+func l4ProcNodes(t *testing.T) *Worker {
+	exe, _ := os.Executable()
+	return l4NodesIn(t, Config{Mode: "process", Launcher: &Launcher{Path: exe, Env: []string{childEnv + "=1"}}})
+}
+
+func l4NodesIn(t *testing.T, cfg Config) *Worker {
 	t.Helper()
-	w, err := NewWorker(Config{Level: 4, Platform: sim(t)})
+	cfg.Level, cfg.Platform = 4, sim(t)
+	w, err := NewWorker(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,32 +256,6 @@ func TestGlobalDomainRemoteRollback(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-}
-
-// l4ProcNodes makes a level-4 worker in process mode: each of its two
-// level-3 nodes (two chips each) is a child process.
-func l4ProcNodes(t *testing.T) *Worker {
-	t.Helper()
-	exe, _ := os.Executable()
-	w, err := NewWorker(Config{Level: 4, Platform: sim(t), Mode: "process", Launcher: &Launcher{Path: exe, Env: []string{childEnv + "=1"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for n := 0; n < 2; n++ {
-		c, _ := NewWorker(Config{Level: 3, Platform: sim(t), DeviceIDs: []int{2 * n, 2*n + 1}})
-		if _, err := w.AddWorker(c); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := w.Init(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := w.Close(); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
-	return w
 }
 
 // nodeObjects counts the shared-memory objects the node processes hold
