@@ -391,7 +391,7 @@ func TestRemoteRegisterAndUnregisterCommands(t *testing.T) {
 func TestUncertainImportRetiresTheNode(t *testing.T) {
 	_, a := startDaemon(t)
 	db, b := startDaemon(t)
-	w, err := NewWorker(Config{Level: 4, Platform: sim(t), SessionTimeout: 300 * time.Millisecond})
+	w, err := NewWorker(Config{Level: 4, Platform: sim(t), SessionTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
