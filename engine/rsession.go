@@ -46,15 +46,15 @@ type session struct {
 	inflight  int     // tasks received and not yet completed
 	running   bool    // a goroutine is running tasks
 	queued    []frame // tasks read while one runs, in arrival order
-	// runnerReads: the goroutine running tasks also holds the reading
-	// role (until the watchdog hands it on); taskSeq counts finished
-	// tasks so the watchdog sees one that runs across a whole tick.
-	runnerReads bool
-	taskSeq     uint64
+	// reader names the goroutine holding the reading role (read's role);
+	// readerBusy says it is running a command or tasks, and workSeq
+	// counts finished work, so the watchdog sees work that spans a tick.
+	reader     uint64
+	readerBusy bool
+	workSeq    uint64
 
-	controls chan frame     // the command lane
-	readEnd  chan error     // the reading role ended: why
-	readers  sync.WaitGroup // goroutines reading, running tasks or watching
+	readEnd chan error     // the reading role ended: why
+	readers sync.WaitGroup // goroutines reading, working or watching
 }
 
 // sbuf is a remote buffer as its session holds it: owned memory (a
@@ -167,40 +167,37 @@ func (s *session) accept(hello wire.Hello, token []byte, ch wire.Challenge, newR
 }
 
 // serve reads frames: HEALTH is answered at once, whatever else runs;
-// CONTROL runs in order on the command lane; TASKs run one after another.
+// CONTROL commands run in order (the parent sends one at a time); TASKs
+// run one after another.
 //
-// A task runs on the goroutine that read it: waking another goroutine
-// costs more than a small task does, so a task starts without a hand-off
-// and its completion goes out from where it ran. Frames must still be read
-// while a long task runs (health probes, commands, the next tasks), so a
-// watchdog hands the reading role to a new goroutine once one task has
-// run for a whole tick; tasks read meanwhile queue for the running one.
+// A command or task runs on the goroutine that read it: waking another
+// goroutine costs more than a small command does, so the work starts
+// without a hand-off and its reply goes out from where it ran. Frames must
+// still be read while long work runs (health probes, the next tasks), so a
+// watchdog hands the reading role to a new goroutine once one piece of
+// work has run for a whole tick; tasks read meanwhile queue for the
+// goroutine running tasks.
 func (s *session) serve() error {
-	controls := make(chan frame, 64)
-	var lane sync.WaitGroup
-	lane.Add(1)
-	go func() { defer lane.Done(); s.lane(controls, s.control) }()
-	s.controls, s.readEnd = controls, make(chan error, 1)
+	s.readEnd = make(chan error, 1)
 	stop := make(chan struct{})
 	s.readers.Add(2)
 	go s.watchdog(stop)
-	go s.read()
+	go s.read(0)
 	err := <-s.readEnd
 	close(stop)
-	s.readers.Wait() // queued tasks finish before the session closes
-	close(controls)
-	lane.Wait()
+	s.readers.Wait() // work in hand and queued tasks finish before the session closes
 	if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
 		return nil // the parent went away, or abandon closed the connection
 	}
 	return err
 }
 
-// handOffTick is how long one task may run on the reading goroutine
-// before the watchdog starts another reader (at most two ticks).
+// handOffTick is how long one piece of work may run on the reading
+// goroutine before the watchdog starts another reader (at most two ticks).
 const handOffTick = 5 * time.Millisecond
 
-// watchdog hands the reading role on when a task has run for a tick.
+// watchdog hands the reading role on when the reader's work has run for a
+// tick.
 func (s *session) watchdog(stop chan struct{}) {
 	defer s.readers.Done()
 	tick := time.NewTicker(handOffTick)
@@ -213,19 +210,20 @@ func (s *session) watchdog(stop chan struct{}) {
 		case <-tick.C:
 		}
 		s.mu.Lock()
-		if s.running && s.runnerReads && s.taskSeq == seen {
-			s.runnerReads = false
+		if s.readerBusy && s.workSeq == seen {
+			s.readerBusy = false
+			s.reader++
 			s.readers.Add(1)
-			go s.read()
+			go s.read(s.reader)
 		}
-		seen = s.taskSeq
+		seen = s.workSeq
 		s.mu.Unlock()
 	}
 }
 
-// read is the reading role: it reads frames until the connection ends or
-// the role passed to another goroutine while this one ran a task.
-func (s *session) read() {
+// read is the reading role, held while role == s.reader: it reads frames
+// until the connection ends or the role passed on while it worked.
+func (s *session) read(role uint64) {
 	defer s.readers.Done()
 	for {
 		f, err := s.readFrame()
@@ -244,7 +242,9 @@ func (s *session) read() {
 				return
 			}
 		case wire.TypeControl:
-			s.controls <- f
+			if !s.work(role, func() { s.control(f); f.done() }) {
+				return // another goroutine reads now
+			}
 		case wire.TypeTask:
 			s.mu.Lock()
 			s.inflight++
@@ -253,10 +253,10 @@ func (s *session) read() {
 				s.mu.Unlock()
 				continue
 			}
-			s.running, s.runnerReads = true, true
+			s.running = true
 			s.mu.Unlock()
-			if !s.runTasks(f) {
-				return // another goroutine reads now
+			if !s.work(role, func() { s.runTasks(f) }) {
+				return
 			}
 		case wire.TypeShutdown:
 			s.readEnd <- nil
@@ -266,6 +266,23 @@ func (s *session) read() {
 			return
 		}
 	}
+}
+
+// work runs fn on the reading goroutine and reports whether that goroutine
+// still holds the reading role afterwards.
+func (s *session) work(role uint64, fn func()) bool {
+	s.mu.Lock()
+	s.readerBusy = true
+	s.mu.Unlock()
+	fn()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.workSeq++
+	if s.reader != role {
+		return false
+	}
+	s.readerBusy = false
+	return true
 }
 
 // readFrame reads the next frame; a large CONTROL may be read straight
@@ -282,19 +299,16 @@ func (s *session) readFrame() (frame, error) {
 	return frame{h: h, payload: payload, done: done}, err
 }
 
-// runTasks runs f and every task queued meanwhile, in order, and reports
-// whether this goroutine still holds the reading role.
-func (s *session) runTasks(f frame) bool {
+// runTasks runs f and every task queued meanwhile, in order.
+func (s *session) runTasks(f frame) {
 	for {
 		s.task(f)
 		f.done()
 		s.mu.Lock()
-		s.taskSeq++
 		if len(s.queued) == 0 {
 			s.running = false
-			reads := s.runnerReads
 			s.mu.Unlock()
-			return reads
+			return
 		}
 		f = s.queued[0]
 		s.queued = s.queued[1:]
@@ -307,13 +321,6 @@ type frame struct {
 	payload []byte
 	done    func() // called once the payload is no longer needed
 	copied  bool   // a COPY_TO whose data the reader already placed
-}
-
-func (s *session) lane(in chan frame, handle func(frame)) {
-	for f := range in {
-		handle(f)
-		f.done()
-	}
 }
 
 func errBody(err error) *wire.ErrorBody {
@@ -625,9 +632,9 @@ func (s *session) readPayload(h wire.Header) ([]byte, func(), error) {
 
 // readBulk reads a large CONTROL frame. A COPY_TO into an owned buffer is
 // read straight into the buffer's memory: the data crosses this process
-// once. Anything else is read whole and handled on the command lane as
-// usual. (The parent has one command in flight, so nothing else on the
-// lane touches the buffer meanwhile.)
+// once. Anything else is read whole and handled as usual. (The parent has
+// one command in flight, so no other command touches the buffer
+// meanwhile.)
 func (s *session) readBulk(h wire.Header) (frame, error) {
 	prefix := make([]byte, wire.CopyToPrefixSize)
 	if _, err := io.ReadFull(s.in, prefix); err != nil {
