@@ -388,3 +388,36 @@ func TestGlobalDomainTopology(t *testing.T) {
 	}
 	node.cfg.CommProfile = ""
 }
+
+// The same against a real daemon that fails its own IMPORT and then its
+// ABORT: the primary error names the import, the worker refuses work
+// naming the abort, and close still ends the session cleanly (the session
+// frees what the failed abort left when its connection closes).
+func TestGlobalDomainRemoteAbortFailurePoisons(t *testing.T) {
+	_, addr := startDaemon(t, fault.Env+"=global.import,global.abort")
+	w, err := NewWorker(Config{Level: 4, Platform: sim(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := NewWorker(Config{Level: 3, Platform: sim(t), DeviceIDs: []int{0}})
+	w.AddWorker(c)
+	w.AddRemoteWorker(RemoteSpec{Endpoint: addr, Platform: "a2a3sim", DeviceIDs: []int{0}})
+	if err := w.Init(); err != nil {
+		t.Fatal(err)
+	}
+	spec := GlobalSpec{Name: "g", Members: [][2]int{{0, 0}, {1, 0}}, WindowSize: 256}
+	err = submitRun(t, w, func(o *Orchestrator) error { _, err := o.AllocateGlobalDomain(spec); return err })
+	if err == nil || !strings.Contains(err.Error(), "IMPORT on node 1") || !strings.Contains(err.Error(), "injected fault at global.import") {
+		t.Fatalf("primary error: %v", err)
+	}
+	if n := nodeGlobals(w); n != 0 {
+		t.Errorf("the local node kept %d domains: its ABORT went through", n)
+	}
+	_, err = w.Submit(asBuild(func(o *Orchestrator) error { return nil }))
+	if err == nil || !strings.Contains(err.Error(), "unusable") || !strings.Contains(err.Error(), "injected fault at global.abort") {
+		t.Fatalf("a poisoned worker accepted work: %v", err)
+	}
+	if err := w.Close(); err != nil && !strings.Contains(err.Error(), "unusable") {
+		t.Errorf("close: %v", err)
+	}
+}
