@@ -108,7 +108,7 @@ func TestSpinAdapts(t *testing.T) {
 	// sixteenth.
 	ms := time.Millisecond
 	for i, want := range []time.Duration{4 * ms, 2 * ms, ms, ms / 2, ms / 2} {
-		go func() { time.Sleep(20 * time.Millisecond); client.Write([]byte("q")) }()
+		go func() { time.Sleep(100 * time.Millisecond); client.Write([]byte("q")) }()
 		if _, err := r.Read(got); err != nil {
 			t.Fatal(err)
 		}
@@ -119,7 +119,7 @@ func TestSpinAdapts(t *testing.T) {
 	// Busy: data that is there at once doubles it again, up to the maximum.
 	for _, want := range []time.Duration{ms, 2 * ms, 4 * ms, 8 * ms, 8 * ms} {
 		client.Write([]byte("b"))
-		time.Sleep(time.Millisecond) // it has arrived
+		time.Sleep(20 * time.Millisecond) // it has arrived
 		if _, err := r.Read(got); err != nil {
 			t.Fatal(err)
 		}
