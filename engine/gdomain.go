@@ -87,6 +87,7 @@ func (w *Worker) validateGlobal(spec *GlobalSpec) ([]int, error) {
 		return nil, Errorf(ValueError, "%s: %d members; a global domain has 1..%d", op, n, MaxGlobalMembers)
 	}
 	seen := map[[2]int]bool{}
+	first := -1 // the first member's node: its profile is the domain's
 	for _, m := range spec.Members {
 		node, local := m[0], m[1]
 		if seen[m] {
@@ -103,17 +104,38 @@ func (w *Worker) validateGlobal(spec *GlobalSpec) ([]int, error) {
 		if local < 0 || local >= devices {
 			return nil, Errorf(ValueError, "%s: node %d has no local worker %d (0..%d)", op, node, local, devices-1)
 		}
-		if profile != "sim" {
-			return nil, Errorf(ValueError, "%s: node %d uses comm profile %q; every node of a domain must use one profile, and this build brokers \"sim\"", op, node, profile)
+		if first < 0 {
+			first = node
 		}
-		if p, err := hal.Lookup(platform); err != nil || !p.Simulated() {
-			return nil, Errorf(ValueError, "%s: node %d runs %s; the sim profile needs a simulated platform", op, node, platform)
+		if _, _, want, _ := w.nodeShape(op, first); profile != want {
+			return nil, Errorf(ValueError, "%s: node %d uses comm profile %q and node %d %q; every node of a domain must use one profile", op, first, want, node, profile)
+		}
+		if err := profileServed(op, node, platform, profile); err != nil {
+			return nil, err
 		}
 	}
 	if spec.WindowSize <= 0 {
 		return nil, Errorf(ValueError, "%s: window_size must be > 0, got %d", op, spec.WindowSize)
 	}
 	return bufferOffsets(op, spec.Buffers, spec.WindowSize)
+}
+
+// profileServed refuses a platform/profile pair no node can serve: "sim"
+// runs on the simulated platforms; "a3-fabric-v1" belongs to a2a3, whose
+// fabric backend this build does not have.
+func profileServed(op string, node int, platform, profile string) error {
+	p, err := hal.Lookup(platform)
+	switch {
+	case err != nil:
+		return Wrap(err, fmt.Sprintf("%s: node %d", op, node))
+	case profile == "sim" && p.Simulated():
+		return nil
+	case profile == "sim":
+		return Errorf(ValueError, "%s: node %d runs %s; the sim profile needs a simulated platform", op, node, platform)
+	case profile == "a3-fabric-v1" && p.Name() == "a2a3":
+		return Errorf(ValueError, "%s: node %d: comm profile a3-fabric-v1 on a2a3 needs the fabric backend, which this build does not have (it brokers \"sim\")", op, node)
+	}
+	return Errorf(ValueError, "%s: node %d: comm profile %q on %s is not supported (\"sim\" on simulated platforms, \"a3-fabric-v1\" on a2a3)", op, node, profile, platform)
 }
 
 // nodeDevices is node's chip count and explicit global device ranks.
@@ -149,7 +171,7 @@ func (w *Worker) assignTopology(members [][2]int) ([]int, string, error) {
 	ranks := make([]int, len(members))
 	owner := map[int]int{}
 	var e wire.Encoder
-	e.String("sim")
+	e.String("sim") // the only profile this build brokers (profileServed)
 	e.U64(w.clusterID())
 	e.U32(uint32(len(members)))
 	for r, m := range members {
@@ -184,7 +206,11 @@ func (w *Worker) nodeShape(op string, node int) (int, string, string, error) {
 	if child.cfg.Mode == "process" {
 		return 0, "", "", Errorf(ValueError, "%s: node %d runs its chips as processes (mode=\"process\"); a global domain maps its windows in the node's own process, so give that level-3 node mode=\"thread\" (the level-4 worker may still run it as a process)", op, node)
 	}
-	return len(child.cfg.DeviceIDs), child.cfg.Platform.Name(), "sim", nil
+	profile := child.cfg.CommProfile
+	if profile == "" {
+		profile = "sim"
+	}
+	return len(child.cfg.DeviceIDs), child.cfg.Platform.Name(), profile, nil
 }
 
 // AllocateGlobalDomain runs the transaction over the member nodes. On any

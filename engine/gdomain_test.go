@@ -210,6 +210,33 @@ func TestGlobalDomainValidation(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "brokered by a level-4") {
 		t.Errorf("at level 3: %v", err)
 	}
+	// One profile for every node, and only pairs a node can serve.
+	w.children[1].cfg.CommProfile = "a3-fabric-v1"
+	err = submitRun(t, w, func(o *Orchestrator) error { _, err := o.AllocateGlobalDomain(fourRanks(false)); return err })
+	if KindOf(err) != ValueError || !strings.Contains(err.Error(), `node 0 uses comm profile "sim" and node 1 "a3-fabric-v1"`) {
+		t.Errorf("two profiles: %v", err)
+	}
+	err = submitRun(t, w, func(o *Orchestrator) error {
+		_, err := o.AllocateGlobalDomain(GlobalSpec{Name: "g", Members: [][2]int{{1, 0}}, WindowSize: 64})
+		return err
+	})
+	if KindOf(err) != ValueError || !strings.Contains(err.Error(), `comm profile "a3-fabric-v1" on a2a3sim is not supported`) {
+		t.Errorf("fabric on a simulated platform: %v", err)
+	}
+	w.children[1].cfg.CommProfile = ""
+	for _, c := range []struct{ platform, profile, want string }{
+		{"a2a3sim", "sim", ""},
+		{"a5sim", "sim", ""},
+		{"a2a3", "sim", "the sim profile needs a simulated platform"},
+		{"a2a3", "a3-fabric-v1", "needs the fabric backend"},
+		{"a5", "a3-fabric-v1", `"a3-fabric-v1" on a5 is not supported`},
+		{"tpu", "sim", "unknown platform"},
+	} {
+		err := profileServed("allocate_global_domain", 0, c.platform, c.profile)
+		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("%s on %s: %v, want %q", c.profile, c.platform, err, c.want)
+		}
+	}
 }
 
 // The same rollback with a remote node: the daemon fails the phase on
