@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"simpler/bench"
 )
 
 // Version is the release of this build.
@@ -39,6 +40,11 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return cmdRemote(args[1:], stdout, stderr)
 	case sessionCommand:
 		return cmdSession(args[1:], stderr)
+	case bench.EchoCommand: // the peer of the benchmark's ping-pong
+		if len(args) != 2 || bench.EchoPeer(args[1]) != nil {
+			return 1
+		}
+		return 0
 	case "bench":
 		return cmdBench(args[1:], stdout, stderr)
 	case "repl":
