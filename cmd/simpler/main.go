@@ -6,7 +6,7 @@
 //	simpler test [-update] [-run regex] [paths...]
 //	simpler doc [name]
 //	simpler remote-l3-worker --listen HOST:PORT [--token-file F]
-//	simpler bench
+//	simpler bench [dispatch|process|collectives|remote|global]...
 //	simpler platforms
 //	simpler version
 package main
@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+
 	"simpler/bench"
 )
 
