@@ -449,3 +449,49 @@ func TestUncertainImportRetiresTheNode(t *testing.T) {
 		t.Errorf("close: %v", err)
 	}
 }
+
+// A node that dies with a full pipeline: the tasks sent to it fail with
+// the lost connection, the tasks still queued for it fail as they are
+// routed to the dead node, the run reports the failure, and close is
+// clean.
+func TestRemoteSessionKilledWithAFullPipeline(t *testing.T) {
+	d, addr := startDaemon(t)
+	w := remoteWorker(t, addr)
+	register(t, w, nodeOrch{procKernel{"node_hang"}})
+	register(t, w, procKernel{"hang"})
+	hang, _ := w.Lookup(nodeOrch{procKernel{"node_hang"}}.Digest())
+	const tasks = 3 * RemoteDepth
+	bufs := make([]*RemoteBuffer, tasks)
+	for i := range bufs {
+		bufs[i] = must(w.RemoteMalloc(0, 8))
+	}
+	r, err := w.Submit(asBuild(func(o *Orchestrator) error {
+		for _, h := range bufs {
+			if _, err := o.SubmitNext(hang, mkArgs(Tensor{Shape: []int{1}, DType: 7, Remote: &RemoteRef{Buf: h}}, OutputExisting), nil, 0); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := make([]byte, 8)
+	poll(t, "the first task to start on the node", func() bool {
+		return w.RemoteCopyFrom(bufs[0], sb, 0) == nil && get64(sb) == 1
+	})
+	if n := locked(w, func() int { return w.sched.nextLoad[0] }); n != RemoteDepth {
+		t.Errorf("%d tasks on the wire, want %d", n, RemoteDepth)
+	}
+	d.mu.Lock()
+	for cmd := range d.sessions {
+		cmd.Process.Kill()
+	}
+	d.mu.Unlock()
+	if err := r.Wait(10 * time.Second); err == nil || !strings.Contains(err.Error(), "remote_worker 0") {
+		t.Fatalf("run error %v", err)
+	}
+	if n := locked(w, func() int { return r.inflight }); n != 0 {
+		t.Errorf("%d tasks never completed", n)
+	}
+}
