@@ -10,7 +10,10 @@
 //
 // The spin adapts: a spin that sees data doubles the next one (up to the
 // maximum), one that times out halves it (down to a sixteenth), so a busy
-// connection keeps polling and a quiet one soon costs next to nothing.
+// connection keeps polling and a quiet one soon costs next to nothing. And
+// at most half the processors spin at once (at least one): a process with
+// many connections, a parent of many remote nodes say, keeps the rest for
+// its work, and a reader that finds the spinners busy blocks at once.
 package netspin
 
 import (
@@ -18,6 +21,7 @@ import (
 	"io"
 	"net"
 	"runtime"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -28,6 +32,12 @@ import (
 // the gap between two requests of a busy parent (its own work between
 // them), short enough that it is small against anything a human waits on.
 const DefaultSpin = time.Millisecond
+
+// spinning counts the readers spinning now; maxSpinners bounds it.
+var (
+	spinning    atomic.Int32
+	maxSpinners = int32(max(1, runtime.GOMAXPROCS(0)/2))
+)
 
 // Reader reads conn, spinning before each blocking read. It is used by
 // one goroutine at a time.
@@ -55,6 +65,11 @@ func (r *Reader) Read(p []byte) (int, error) {
 	if r.raw == nil || len(p) == 0 {
 		return r.conn.Read(p)
 	}
+	if spinning.Add(1) > maxSpinners {
+		spinning.Add(-1)
+		return r.conn.Read(p)
+	}
+	defer spinning.Add(-1)
 	start := time.Now()
 	for {
 		var n int

@@ -128,3 +128,34 @@ func TestSpinAdapts(t *testing.T) {
 		}
 	}
 }
+
+func TestAtMostHalfTheProcessorsSpin(t *testing.T) {
+	defer func(n int32) { maxSpinners = n }(maxSpinners)
+	maxSpinners = 1
+	c1, s1 := pair(t)
+	c2, s2 := pair(t)
+	a := NewReader(s1, time.Hour) // spins until its data comes
+	b := NewReader(s2, 8*time.Millisecond)
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.Read(make([]byte, 1))
+		done <- err
+	}()
+	for spinning.Load() != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	go func() { time.Sleep(50 * time.Millisecond); c2.Write([]byte("b")) }()
+	if _, err := b.Read(make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if b.spin != 8*time.Millisecond {
+		t.Errorf("the second reader spun (its spin is now %v) while the only spinner was busy", b.spin)
+	}
+	c1.Write([]byte("a"))
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := spinning.Load(); n != 0 {
+		t.Errorf("%d spinners left", n)
+	}
+}
