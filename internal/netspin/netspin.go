@@ -11,9 +11,10 @@
 // The spin adapts: a spin that sees data doubles the next one (up to the
 // maximum), one that times out halves it (down to a sixteenth), so a busy
 // connection keeps polling and a quiet one soon costs next to nothing. And
-// at most half the processors spin at once (at least one): a process with
-// many connections, a parent of many remote nodes say, keeps the rest for
-// its work, and a reader that finds the spinners busy blocks at once.
+// at most half the machine's processors spin at once: a process with many
+// connections, a parent of many remote nodes say, keeps the rest for its
+// work, and a reader that finds the spinners busy blocks at once. On one
+// processor nothing spins (the peer could not run meanwhile).
 package netspin
 
 import (
@@ -36,7 +37,7 @@ const DefaultSpin = time.Millisecond
 // spinning counts the readers spinning now; maxSpinners bounds it.
 var (
 	spinning    atomic.Int32
-	maxSpinners = int32(max(1, runtime.GOMAXPROCS(0)/2))
+	maxSpinners = int32(runtime.NumCPU() / 2)
 )
 
 // Reader reads conn, spinning before each blocking read. It is used by
