@@ -34,6 +34,10 @@ func Global(w io.Writer) (ok bool, err error) {
 	if err != nil {
 		return false, err
 	}
+	prtt, err := processRTT()
+	if err != nil {
+		return false, err
+	}
 	d, addr, err := startDaemon()
 	if err != nil {
 		return false, err
@@ -155,6 +159,7 @@ func Global(w io.Writer) (ok bool, err error) {
 
 	fmt.Fprintf(w, "global: allocate + release of a 4-rank global domain over 2 level-3 nodes (one local, one remote on 127.0.0.1)\n")
 	fmt.Fprintf(w, "  %-34s %8.1f us\n", "loopback TCP 64-byte round trip", micros(rtt))
+	fmt.Fprintf(w, "  %-34s %8.1f us (for scale: %.1f of these end to end)\n", "round trip between two processes", micros(prtt), float64(end)/float64(prtt))
 	fmt.Fprintf(w, "  %-34s %8.1f us\n", "empty run (fixed cost)", micros(empty))
 	fmt.Fprintf(w, "  %-34s %8.1f us   median of %d runs\n", "allocate + release, end to end", micros(end), iters)
 	fmt.Fprintf(w, "  node commands, median per run: both nodes, then the remote node's share\n")
