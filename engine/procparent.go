@@ -51,11 +51,7 @@ func startProc(l *Launcher, name string, role uint8, worker int, deadline time.T
 	}
 	cmd := exec.Command(l.Path, append(append([]string(nil), l.Args...), mb.seg.Name)...)
 	cmd.Stdout, cmd.Stderr = orStd(l.Stdout, os.Stdout), orStd(l.Stderr, os.Stderr)
-	// Fault points are the parent's to apply, per node (fault.Hit with
-	// the node's id); a child inheriting them would fire them again.
-	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool {
-		return strings.HasPrefix(kv, fault.Env+"=")
-	}), l.Env...)
+	cmd.Env = append(childEnviron(), l.Env...)
 	if err := cmd.Start(); err != nil {
 		mb.seg.Close()
 		return nil, Errorf(RuntimeError, "%s: cannot start a child process: %v", name, err)
@@ -167,6 +163,18 @@ func (p *proc) register(c Callable) error {
 		e.String(c.Name())
 	})
 	return Wrap(err, p.name)
+}
+
+// childEnviron is this process's environment for a child, with only the
+// fault points a child may fire itself (fault.Inherited).
+func childEnviron() []string {
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		return strings.HasPrefix(kv, fault.Env+"=")
+	})
+	if spec := fault.Inherited(os.Getenv(fault.Env)); spec != "" {
+		env = append(env, fault.Env+"="+spec)
+	}
+	return env
 }
 
 // stageChunk bounds the data of one staging command through the mailbox.

@@ -102,6 +102,21 @@ func Hit(point string, node int) error {
 	return nil
 }
 
+// Inherited is the part of spec a process-mode child of this process keeps:
+// every point but the global-domain ones. Those the broker applies itself,
+// per node (Hit with the node's id), so a node process that inherited them
+// would fire them a second time.
+func Inherited(spec string) string {
+	var keep []string
+	for _, item := range strings.Split(spec, ",") {
+		item = strings.TrimSpace(item)
+		if item != "" && !strings.HasPrefix(item, "global.") {
+			keep = append(keep, item)
+		}
+	}
+	return strings.Join(keep, ",")
+}
+
 // Err is the error from parsing the environment, if any.
 func Err() error {
 	mu.Lock()

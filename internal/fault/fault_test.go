@@ -32,3 +32,16 @@ func TestUnknownPointIsRefused(t *testing.T) {
 		}
 	}
 }
+
+func TestInheritedKeepsAllButGlobalPoints(t *testing.T) {
+	for spec, want := range map[string]string{
+		"global.import@1,domain.alloc, global.prepare,remote.free@2": "domain.alloc,remote.free@2",
+		"global.abort":   "",
+		"":               "",
+		"domain.release": "domain.release",
+	} {
+		if got := Inherited(spec); got != want {
+			t.Errorf("Inherited(%q) = %q, want %q", spec, got, want)
+		}
+	}
+}
