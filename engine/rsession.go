@@ -166,9 +166,9 @@ func (s *session) accept(hello wire.Hello, token []byte, ch wire.Challenge, newR
 	return s.inner.Init()
 }
 
-// serve reads frames: HEALTH is answered at once, whatever else runs;
-// CONTROL commands run in order (the parent sends one at a time); TASKs
-// run one after another.
+// serve reads frames: HEALTH is answered as soon as it is read, never
+// queued behind work; CONTROL commands run in order (the parent sends one
+// at a time); TASKs run one after another.
 //
 // A command or task runs on the goroutine that read it: waking another
 // goroutine costs more than a small command does, so the work starts
