@@ -229,10 +229,13 @@ func (o *Orchestrator) AllocateGlobalDomain(spec GlobalSpec) (*GlobalDomain, err
 	if err != nil {
 		return nil, err
 	}
-	if err := o.direct("allocate_global_domain"); err != nil {
+	// Allocation may follow submits in the same run (one per collective
+	// call): it touches no memory a running task uses.
+	w.mu.Lock()
+	if err := o.building("allocate_global_domain"); err != nil {
+		w.mu.Unlock()
 		return nil, err
 	}
-	w.mu.Lock()
 	w.globalSeq++
 	d := &GlobalDomain{w: w, run: o.run, spec: spec, id: w.globalSeq, gen: 1, offsets: offsets, devRanks: devRanks, topology: topology}
 	w.mu.Unlock()
