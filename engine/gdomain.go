@@ -97,20 +97,20 @@ func (w *Worker) validateGlobal(spec *GlobalSpec) ([]int, error) {
 		if node < 0 || node >= len(w.children) {
 			return nil, Errorf(ValueError, "%s: node %d is not a level-3 node of this worker (0..%d)", op, node, len(w.children)-1)
 		}
-		devices, platform, profile, err := w.nodeShape(op, node)
-		if err != nil {
+		if err := w.canHostRanks(op, node); err != nil {
 			return nil, err
 		}
-		if local < 0 || local >= devices {
-			return nil, Errorf(ValueError, "%s: node %d has no local worker %d (0..%d)", op, node, local, devices-1)
+		ns := w.nodeSpec(node)
+		if local < 0 || local >= len(ns.DeviceIDs) {
+			return nil, Errorf(ValueError, "%s: node %d has no local worker %d (0..%d)", op, node, local, len(ns.DeviceIDs)-1)
 		}
 		if first < 0 {
 			first = node
 		}
-		if _, _, want, _ := w.nodeShape(op, first); profile != want {
-			return nil, Errorf(ValueError, "%s: node %d uses comm profile %q and node %d %q; every node of a domain must use one profile", op, first, want, node, profile)
+		if want := w.nodeSpec(first).CommProfile; ns.CommProfile != want {
+			return nil, Errorf(ValueError, "%s: node %d uses comm profile %q and node %d %q; every node of a domain must use one profile", op, first, want, node, ns.CommProfile)
 		}
-		if err := profileServed(op, node, platform, profile); err != nil {
+		if err := profileServed(op, node, ns.Platform, ns.CommProfile); err != nil {
 			return nil, err
 		}
 	}
@@ -138,15 +138,6 @@ func profileServed(op string, node int, platform, profile string) error {
 	return Errorf(ValueError, "%s: node %d: comm profile %q on %s is not supported (\"sim\" on simulated platforms, \"a3-fabric-v1\" on a2a3)", op, node, profile, platform)
 }
 
-// nodeDevices is node's chip count and explicit global device ranks.
-func (w *Worker) nodeDevices(node int) (int, []int) {
-	if w.IsRemote(node) {
-		s := w.remoteSpecs[node]
-		return len(s.DeviceIDs), s.GlobalDeviceRanks
-	}
-	return len(w.children[node].cfg.DeviceIDs), w.children[node].cfg.GlobalDeviceRanks
-}
-
 // clusterID names this broker's cluster in every topology it sends, so a
 // node can tell domains of different brokers apart. Drawn once per worker.
 func (w *Worker) clusterID() uint64 {
@@ -165,8 +156,7 @@ func (w *Worker) clusterID() uint64 {
 func (w *Worker) assignTopology(members [][2]int) ([]int, string, error) {
 	base := make([]int, len(w.children)) // each node's first rank in node order
 	for id := 1; id < len(w.children); id++ {
-		n, _ := w.nodeDevices(id - 1)
-		base[id] = base[id-1] + n
+		base[id] = base[id-1] + len(w.nodeSpec(id-1).DeviceIDs)
 	}
 	ranks := make([]int, len(members))
 	owner := map[int]int{}
@@ -176,7 +166,7 @@ func (w *Worker) assignTopology(members [][2]int) ([]int, string, error) {
 	e.U32(uint32(len(members)))
 	for r, m := range members {
 		ranks[r] = base[m[0]] + m[1]
-		if _, explicit := w.nodeDevices(m[0]); explicit != nil {
+		if explicit := w.nodeSpec(m[0]).GlobalDeviceRanks; explicit != nil {
 			ranks[r] = explicit[m[1]]
 		}
 		if first, dup := owner[ranks[r]]; dup {
@@ -192,25 +182,34 @@ func (w *Worker) assignTopology(members [][2]int) ([]int, string, error) {
 	return ranks, "sha256:" + hex.EncodeToString(sum[:]), nil
 }
 
-// nodeShape is what the broker knows of node: its chip count, platform
-// and comm profile, for a local thread-mode child or a remote node.
-func (w *Worker) nodeShape(op string, node int) (int, string, string, error) {
+// nodeSpec is what the broker knows of node, in the form a remote node is
+// described in: platform, chips, comm profile, global device ranks. (A
+// level-4 or deeper child has no chips.)
+func (w *Worker) nodeSpec(node int) RemoteSpec {
 	if w.IsRemote(node) {
-		s := w.remoteSpecs[node]
-		return len(s.DeviceIDs), s.Platform, s.CommProfile, nil
+		return *w.remoteSpecs[node]
 	}
-	child := w.children[node]
-	if child.cfg.Level != 3 {
-		return 0, "", "", Errorf(ValueError, "%s: node %d is a level-%d worker; a global domain's members are chips of level-3 nodes", op, node, child.cfg.Level)
-	}
-	if child.cfg.Mode == "process" {
-		return 0, "", "", Errorf(ValueError, "%s: node %d runs its chips as processes (mode=\"process\"); a global domain maps its windows in the node's own process, so give that level-3 node mode=\"thread\" (the level-4 worker may still run it as a process)", op, node)
-	}
-	profile := child.cfg.CommProfile
+	c := w.children[node].cfg
+	profile := c.CommProfile
 	if profile == "" {
 		profile = "sim"
 	}
-	return len(child.cfg.DeviceIDs), child.cfg.Platform.Name(), profile, nil
+	return RemoteSpec{Platform: c.Platform.Name(), DeviceIDs: c.DeviceIDs, CommProfile: profile, GlobalDeviceRanks: c.GlobalDeviceRanks}
+}
+
+// canHostRanks refuses a local child that cannot host global ranks: one
+// that is not a level-3 node, or whose chips are processes.
+func (w *Worker) canHostRanks(op string, node int) error {
+	if w.IsRemote(node) {
+		return nil
+	}
+	switch c := w.children[node].cfg; {
+	case c.Level != 3:
+		return Errorf(ValueError, "%s: node %d is a level-%d worker; a global domain's members are chips of level-3 nodes", op, node, c.Level)
+	case c.Mode == "process":
+		return Errorf(ValueError, "%s: node %d runs its chips as processes (mode=\"process\"); a global domain maps its windows in the node's own process, so give that level-3 node mode=\"thread\" (the level-4 worker may still run it as a process)", op, node)
+	}
+	return nil
 }
 
 // AllocateGlobalDomain runs the transaction over the member nodes. On any
@@ -267,13 +266,8 @@ func (o *Orchestrator) AllocateGlobalDomain(spec GlobalSpec) (*GlobalDomain, err
 	return d, nil
 }
 
-// step sends one transaction command to a node, after its fault point.
+// step sends one transaction command to a node.
 func (d *GlobalDomain) step(s gtxnStep, places []GlobalPlace, table []comm.Descriptor) ([]comm.Descriptor, error) {
-	points := map[gtxnOp]string{opGlobalCommInit: "global.comm_init", opGlobalPrepare: "global.prepare",
-		opGlobalImport: "global.import", opGlobalCommit: "global.commit", opGlobalAbort: "global.abort"}
-	if err := fault.Hit(points[s.Op], s.Node); err != nil {
-		return nil, Wrap(err, fmt.Sprintf("%s on node %d", s.Op, s.Node))
-	}
 	r, err := d.nodeCmd(s.Node, d.command(s, places, table))
 	var descs []comm.Descriptor
 	if err == nil && s.Op == opGlobalPrepare {
@@ -286,9 +280,7 @@ func (d *GlobalDomain) step(s gtxnStep, places []GlobalPlace, table []comm.Descr
 // places.
 func (d *GlobalDomain) command(s gtxnStep, places []GlobalPlace, table []comm.Descriptor) *wire.Control {
 	op := s.Op
-	cmds := map[gtxnOp]wire.Command{opGlobalCommInit: wire.CmdCommInit, opGlobalPrepare: wire.CmdPrepare,
-		opGlobalImport: wire.CmdImportTable, opGlobalCommit: wire.CmdCommit, opGlobalAbort: wire.CmdAbort}
-	c := &wire.Control{Cmd: cmds[op], Domain: wire.Domain{ID: d.id, Generation: d.gen}}
+	c := &wire.Control{Cmd: gtxnCommands[op], Domain: wire.Domain{ID: d.id, Generation: d.gen}}
 	switch op {
 	case opGlobalCommInit, opGlobalPrepare: // only these carry the ranks
 		c.Domain.Size = len(d.spec.Members)
@@ -311,17 +303,23 @@ func (d *GlobalDomain) command(s gtxnStep, places []GlobalPlace, table []comm.De
 	return c
 }
 
-// nodeCmd runs a global-domain command on a member node: over CONTROL for
-// a remote node, through the mailbox for a process-mode local one, and by
-// a call for a local node in this process. Every kind of node serves the
-// same commands with the same code (globalCommand), and the broker times
-// each one (a GlobalStep event).
+// gtxnCommands is the command each transaction step sends.
+var gtxnCommands = map[gtxnOp]wire.Command{opGlobalCommInit: wire.CmdCommInit, opGlobalPrepare: wire.CmdPrepare,
+	opGlobalImport: wire.CmdImportTable, opGlobalCommit: wire.CmdCommit, opGlobalAbort: wire.CmdAbort}
+
+// nodeCmd runs a global-domain command on a member node, after the
+// command's fault point for that node: over CONTROL for a remote node,
+// through the mailbox for a process-mode local one, and by a call for a
+// local node in this process. Every kind of node serves the same commands
+// with the same code (globalCommand), and the broker times each one (a
+// GlobalStep event).
 func (d *GlobalDomain) nodeCmd(node int, c *wire.Control) (wire.ControlReply, error) {
 	w := d.w
 	start := time.Now()
 	var r wire.ControlReply
-	var err error
+	err := fault.Hit(globalFaultPoints[c.Cmd], node)
 	switch {
+	case err != nil:
 	case w.IsRemote(node):
 		r, err = w.remoteCmdReply(node, c)
 	case w.nodeProcs != nil:
@@ -375,10 +373,7 @@ func (d *GlobalDomain) free() error {
 	}
 	var first error
 	for _, n := range d.nodes {
-		err := fault.Hit("global.release", n)
-		if err == nil {
-			_, err = d.nodeCmd(n, &wire.Control{Cmd: wire.CmdReleaseDomain, Domain: wire.Domain{ID: d.id, Generation: d.gen}})
-		}
+		_, err := d.nodeCmd(n, &wire.Control{Cmd: wire.CmdReleaseDomain, Domain: wire.Domain{ID: d.id, Generation: d.gen}})
 		if err != nil && first == nil {
 			first = Wrap(err, fmt.Sprintf("releasing global domain %q on node %d", d.spec.Name, n))
 		}

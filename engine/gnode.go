@@ -245,13 +245,17 @@ func decodeDescs(b []byte) ([]comm.Descriptor, error) {
 	return ds, nil
 }
 
+// globalFaultPoints names the fault point of each global-domain command;
+// the broker hits it for the node it sends to (nodeCmd), and a node hits
+// its bare form for itself (globalCommand). Staging has none.
+var globalFaultPoints = map[wire.Command]string{wire.CmdCommInit: "global.comm_init", wire.CmdPrepare: "global.prepare",
+	wire.CmdImportTable: "global.import", wire.CmdCommit: "global.commit", wire.CmdAbort: "global.abort", wire.CmdReleaseDomain: "global.release"}
+
 // globalCommand serves a global-domain CONTROL command on a node (the
 // remote session's side of the transaction). A daemon applies bare fault
 // points to itself.
 func (w *Worker) globalCommand(c wire.Control, r *wire.ControlReply) error {
-	points := map[wire.Command]string{wire.CmdCommInit: "global.comm_init", wire.CmdPrepare: "global.prepare",
-		wire.CmdImportTable: "global.import", wire.CmdCommit: "global.commit", wire.CmdAbort: "global.abort", wire.CmdReleaseDomain: "global.release"}
-	if err := fault.Hit(points[c.Cmd], -1); err != nil {
+	if err := fault.Hit(globalFaultPoints[c.Cmd], -1); err != nil {
 		return err
 	}
 	dm := c.Domain
