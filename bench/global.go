@@ -30,19 +30,12 @@ type globalStep struct {
 // in the same run. The broker's GlobalStep events split the time by phase
 // and by node.
 func Global(w io.Writer) (ok bool, err error) {
-	_, rtt, err := loopbackTCP()
-	if err != nil {
-		return false, err
-	}
-	prtt, err := processRTT()
-	if err != nil {
-		return false, err
-	}
-	d, addr, err := startDaemon()
+	lim, d, addr, err := remoteSetup()
 	if err != nil {
 		return false, err
 	}
 	defer d.Close()
+	rtt, prtt := lim.rtt, lim.prtt
 
 	p, err := hal.Lookup("a2a3sim")
 	if err != nil {

@@ -43,14 +43,7 @@ func loopbackTCP() (bw float64, rtt time.Duration, err error) {
 			got += n
 		}
 		c.Write([]byte{1})
-		ping := make([]byte, 64)
-		for {
-			if _, err := io.ReadFull(c, ping); err != nil {
-				errc <- nil
-				return
-			}
-			c.Write(ping)
-		}
+		errc <- echo(c)
 	}()
 	c, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
@@ -91,14 +84,19 @@ func loopbackTCP() (bw float64, rtt time.Duration, err error) {
 // of the ping-pong between two processes.
 const EchoCommand = "__echo"
 
-// EchoPeer connects to addr and sends back every 64-byte message until the
-// connection ends.
+// EchoPeer connects to addr and echoes (see echo) until the connection
+// ends.
 func EchoPeer(addr string) error {
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
+	return echo(c)
+}
+
+// echo sends back every 64-byte message until the connection ends.
+func echo(c net.Conn) error {
 	ping := make([]byte, 64)
 	for {
 		if _, err := io.ReadFull(c, ping); err != nil {
@@ -189,6 +187,29 @@ def main(ctx):
     w.close()
 `
 
+// limits are what the remote figures are compared with, measured in the
+// same run: loopback bulk bandwidth (bytes/s), the 64-byte round trip in
+// this process, and the same between two processes.
+type limits struct {
+	bw        float64
+	rtt, prtt time.Duration
+}
+
+// remoteSetup measures the limits and starts a daemon for a remote
+// benchmark; the caller closes the daemon.
+func remoteSetup() (limits, *engine.Daemon, string, error) {
+	var l limits
+	var err error
+	if l.bw, l.rtt, err = loopbackTCP(); err != nil {
+		return l, nil, "", err
+	}
+	if l.prtt, err = processRTT(); err != nil {
+		return l, nil, "", err
+	}
+	d, addr, err := startDaemon()
+	return l, d, addr, err
+}
+
 // startDaemon serves remote level-3 sessions on a free loopback port, each
 // a session process of this binary (`simpler __session`), until Close.
 func startDaemon() (*engine.Daemon, string, error) {
@@ -209,19 +230,12 @@ func startDaemon() (*engine.Daemon, string, error) {
 // the same run: bulk copies against raw bandwidth, a no-op task against
 // the round trip, and tasks per second.
 func Remote(w io.Writer) (bool, error) {
-	bw, rtt, err := loopbackTCP()
-	if err != nil {
-		return false, err
-	}
-	prtt, err := processRTT()
-	if err != nil {
-		return false, err
-	}
-	d, addr, err := startDaemon()
+	lim, d, addr, err := remoteSetup()
 	if err != nil {
 		return false, err
 	}
 	defer d.Close()
+	bw, rtt, prtt := lim.bw, lim.rtt, lim.prtt
 
 	dir, err := os.MkdirTemp("", "simpler-bench-")
 	if err != nil {
