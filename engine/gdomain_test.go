@@ -239,25 +239,34 @@ func TestGlobalDomainValidation(t *testing.T) {
 	}
 }
 
+// mixedNodes makes a level-4 worker over a local level-3 node (node 0) and
+// a remote one (node 1, served by a daemon with env), one chip each. The
+// caller closes it.
+func mixedNodes(t *testing.T, env ...string) *Worker {
+	t.Helper()
+	_, addr := startDaemon(t, env...)
+	w, err := NewWorker(Config{Level: 4, Platform: sim(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := NewWorker(Config{Level: 3, Platform: sim(t), DeviceIDs: []int{0}})
+	w.AddWorker(c)
+	w.AddRemoteWorker(RemoteSpec{Endpoint: addr, Platform: "a2a3sim", DeviceIDs: []int{0}})
+	if err := w.Init(); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
 // The same rollback with a remote node: the daemon fails the phase on
 // itself (SIMPLER_INJECT_FAULT in its environment, a bare point), the
 // local node is aborted too, and the next allocation on the same session
 // works.
 func TestGlobalDomainRemoteRollback(t *testing.T) {
 	for _, phase := range []string{"comm_init", "prepare", "import", "commit"} {
-		_, addr := startDaemon(t, fault.Env+"=global."+phase)
-		w, err := NewWorker(Config{Level: 4, Platform: sim(t)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, _ := NewWorker(Config{Level: 3, Platform: sim(t), DeviceIDs: []int{0}})
-		w.AddWorker(c)
-		w.AddRemoteWorker(RemoteSpec{Endpoint: addr, Platform: "a2a3sim", DeviceIDs: []int{0}})
-		if err := w.Init(); err != nil {
-			t.Fatal(err)
-		}
+		w := mixedNodes(t, fault.Env+"=global."+phase)
 		spec := GlobalSpec{Name: "g", Members: [][2]int{{0, 0}, {1, 0}}, WindowSize: 256}
-		err = submitRun(t, w, func(o *Orchestrator) error { _, err := o.AllocateGlobalDomain(spec); return err })
+		err := submitRun(t, w, func(o *Orchestrator) error { _, err := o.AllocateGlobalDomain(spec); return err })
 		if err == nil || !strings.Contains(err.Error(), "injected fault at global."+phase) || !strings.Contains(err.Error(), "on node 1") {
 			t.Errorf("%s: got %v", phase, err)
 		}
@@ -421,19 +430,9 @@ func TestGlobalDomainTopology(t *testing.T) {
 // naming the abort, and close still ends the session cleanly (the session
 // frees what the failed abort left when its connection closes).
 func TestGlobalDomainRemoteAbortFailurePoisons(t *testing.T) {
-	_, addr := startDaemon(t, fault.Env+"=global.import,global.abort")
-	w, err := NewWorker(Config{Level: 4, Platform: sim(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, _ := NewWorker(Config{Level: 3, Platform: sim(t), DeviceIDs: []int{0}})
-	w.AddWorker(c)
-	w.AddRemoteWorker(RemoteSpec{Endpoint: addr, Platform: "a2a3sim", DeviceIDs: []int{0}})
-	if err := w.Init(); err != nil {
-		t.Fatal(err)
-	}
+	w := mixedNodes(t, fault.Env+"=global.import,global.abort")
 	spec := GlobalSpec{Name: "g", Members: [][2]int{{0, 0}, {1, 0}}, WindowSize: 256}
-	err = submitRun(t, w, func(o *Orchestrator) error { _, err := o.AllocateGlobalDomain(spec); return err })
+	err := submitRun(t, w, func(o *Orchestrator) error { _, err := o.AllocateGlobalDomain(spec); return err })
 	if err == nil || !strings.Contains(err.Error(), "IMPORT on node 1") || !strings.Contains(err.Error(), "injected fault at global.import") {
 		t.Fatalf("primary error: %v", err)
 	}

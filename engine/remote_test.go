@@ -233,34 +233,65 @@ func TestRemoteEndpointRefusals(t *testing.T) {
 	}
 }
 
+// sessionProcs are the daemon's session processes, for tests that stop or
+// kill them.
+func sessionProcs(d *Daemon) []*os.Process {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var ps []*os.Process
+	for cmd := range d.sessions {
+		ps = append(ps, cmd.Process)
+	}
+	return ps
+}
+
 // A session process killed mid-task fails the run within the session
-// timeout, and close is clean.
+// timeout, with one task in flight or a full pipeline: the tasks sent fail
+// with the lost connection, those still queued fail as they are routed to
+// the dead node; close is clean.
 func TestRemoteSessionKilledMidTask(t *testing.T) {
+	for _, tasks := range []int{1, 3 * RemoteDepth} {
+		t.Run(fmt.Sprintf("tasks=%d", tasks), func(t *testing.T) { killMidTask(t, tasks) })
+	}
+}
+
+func killMidTask(t *testing.T, tasks int) {
 	d, addr := startDaemon(t)
 	w := remoteWorker(t, addr)
 	register(t, w, nodeOrch{procKernel{"node_hang"}})
 	register(t, w, procKernel{"hang"})
 	hang, _ := w.Lookup(nodeOrch{procKernel{"node_hang"}}.Digest())
-	h := must(w.RemoteMalloc(0, 8))
+	bufs := make([]*RemoteBuffer, tasks)
+	for i := range bufs {
+		bufs[i] = must(w.RemoteMalloc(0, 8))
+	}
 	r, err := w.Submit(asBuild(func(o *Orchestrator) error {
-		_, err := o.SubmitNext(hang, mkArgs(Tensor{Shape: []int{1}, DType: 7, Remote: &RemoteRef{Buf: h}}, OutputExisting), nil, 0)
-		return err
+		for _, h := range bufs {
+			if _, err := o.SubmitNext(hang, mkArgs(Tensor{Shape: []int{1}, DType: 7, Remote: &RemoteRef{Buf: h}}, OutputExisting), nil, 0); err != nil {
+				return err
+			}
+		}
+		return nil
 	}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	sb := make([]byte, 8)
-	poll(t, "the kernel to start on the node", func() bool {
-		return w.RemoteCopyFrom(h, sb, 0) == nil && get64(sb) == 1
+	poll(t, "the first kernel to start on the node", func() bool {
+		return w.RemoteCopyFrom(bufs[0], sb, 0) == nil && get64(sb) == 1
 	})
-	d.mu.Lock()
-	for cmd := range d.sessions {
-		cmd.Process.Kill()
+	if n := locked(w, func() int { return w.sched.nextLoad[0] }); n != min(tasks, RemoteDepth) {
+		t.Errorf("%d tasks on the wire, want %d", n, min(tasks, RemoteDepth))
 	}
-	d.mu.Unlock()
+	for _, p := range sessionProcs(d) {
+		p.Kill()
+	}
 	err = r.Wait(10 * time.Second)
 	if err == nil || !strings.Contains(err.Error(), "remote_worker 0") || !strings.Contains(err.Error(), "connection to") {
 		t.Fatalf("run error %v", err)
+	}
+	if n := locked(w, func() int { return r.inflight }); n != 0 {
+		t.Errorf("%d tasks never completed", n)
 	}
 }
 
@@ -405,13 +436,10 @@ func TestUncertainImportRetiresTheNode(t *testing.T) {
 	}
 	owner := must(w.RemoteMalloc(0, 8))
 	exp := must(w.RemoteExportRange(owner, 0, 8, AccessRW))
-	db.mu.Lock()
-	var stopped []*os.Process
-	for cmd := range db.sessions {
-		cmd.Process.Signal(syscall.SIGSTOP) // node 1 stops answering
-		stopped = append(stopped, cmd.Process)
+	stopped := sessionProcs(db)
+	for _, p := range stopped {
+		p.Signal(syscall.SIGSTOP) // node 1 stops answering
 	}
-	db.mu.Unlock()
 	defer func() {
 		for _, p := range stopped {
 			p.Signal(syscall.SIGCONT)
@@ -447,51 +475,5 @@ func TestUncertainImportRetiresTheNode(t *testing.T) {
 	})
 	if err := w.Close(); err != nil {
 		t.Errorf("close: %v", err)
-	}
-}
-
-// A node that dies with a full pipeline: the tasks sent to it fail with
-// the lost connection, the tasks still queued for it fail as they are
-// routed to the dead node, the run reports the failure, and close is
-// clean.
-func TestRemoteSessionKilledWithAFullPipeline(t *testing.T) {
-	d, addr := startDaemon(t)
-	w := remoteWorker(t, addr)
-	register(t, w, nodeOrch{procKernel{"node_hang"}})
-	register(t, w, procKernel{"hang"})
-	hang, _ := w.Lookup(nodeOrch{procKernel{"node_hang"}}.Digest())
-	const tasks = 3 * RemoteDepth
-	bufs := make([]*RemoteBuffer, tasks)
-	for i := range bufs {
-		bufs[i] = must(w.RemoteMalloc(0, 8))
-	}
-	r, err := w.Submit(asBuild(func(o *Orchestrator) error {
-		for _, h := range bufs {
-			if _, err := o.SubmitNext(hang, mkArgs(Tensor{Shape: []int{1}, DType: 7, Remote: &RemoteRef{Buf: h}}, OutputExisting), nil, 0); err != nil {
-				return err
-			}
-		}
-		return nil
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sb := make([]byte, 8)
-	poll(t, "the first task to start on the node", func() bool {
-		return w.RemoteCopyFrom(bufs[0], sb, 0) == nil && get64(sb) == 1
-	})
-	if n := locked(w, func() int { return w.sched.nextLoad[0] }); n != RemoteDepth {
-		t.Errorf("%d tasks on the wire, want %d", n, RemoteDepth)
-	}
-	d.mu.Lock()
-	for cmd := range d.sessions {
-		cmd.Process.Kill()
-	}
-	d.mu.Unlock()
-	if err := r.Wait(10 * time.Second); err == nil || !strings.Contains(err.Error(), "remote_worker 0") {
-		t.Fatalf("run error %v", err)
-	}
-	if n := locked(w, func() int { return r.inflight }); n != 0 {
-		t.Errorf("%d tasks never completed", n)
 	}
 }
