@@ -167,14 +167,7 @@ func (n *rnode) sendBulk(t wire.Type, seq uint64, m wire.Message, bulk []byte) e
 	h := wire.Header{Version: wire.ProtocolVersion, Type: t, Session: n.session, Worker: uint32(n.id), Seq: seq}
 	n.wmu.Lock()
 	defer n.wmu.Unlock()
-	if bulk != nil {
-		return wire.WriteBulk(n.conn, h, m, bulk)
-	}
-	var e wire.Encoder
-	if m != nil {
-		m.Encode(&e)
-	}
-	return wire.WriteFrame(n.conn, h, e.Bytes())
+	return wire.WriteMessage(n.conn, h, m, bulk)
 }
 
 // read routes replies to their waiters and completions to their tasks

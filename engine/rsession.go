@@ -91,14 +91,7 @@ func (s *session) writeBulk(t wire.Type, seq uint64, m wire.Message, bulk []byte
 	h := wire.Header{Version: wire.ProtocolVersion, Type: t, Session: s.id, Worker: s.worker, Seq: seq}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	if bulk != nil {
-		return wire.WriteBulk(s.conn, h, m, bulk)
-	}
-	var e wire.Encoder
-	if m != nil {
-		m.Encode(&e)
-	}
-	return wire.WriteFrame(s.conn, h, e.Bytes())
+	return wire.WriteMessage(s.conn, h, m, bulk)
 }
 
 // handshake: CHALLENGE, HELLO (manifest, code, proof), HELLO_REPLY.
@@ -109,9 +102,7 @@ func (s *session) handshake(token []byte, newResolver SourceResolver) error {
 	}
 	s.conn.SetDeadline(time.Now().Add(HelloTimeout))
 	defer s.conn.SetDeadline(time.Time{})
-	var e wire.Encoder
-	ch.Encode(&e)
-	if err := wire.WriteFrame(s.conn, wire.Header{Version: wire.ProtocolVersion, Type: wire.TypeChallenge}, e.Bytes()); err != nil {
+	if err := wire.WriteMessage(s.conn, wire.Header{Version: wire.ProtocolVersion, Type: wire.TypeChallenge}, &ch, nil); err != nil {
 		return err
 	}
 	h, payload, err := wire.ReadFrame(s.conn, wire.TypeHello.MaxPayload())

@@ -38,6 +38,20 @@ func WriteBulk(w io.Writer, h Header, m Message, data []byte) error {
 	return err
 }
 
+// WriteMessage writes m (nil: an empty payload) as one frame with header
+// h. A bulk that is not nil is m's trailing blob, written from where it
+// lies (WriteBulk).
+func WriteMessage(w io.Writer, h Header, m Message, bulk []byte) error {
+	if bulk != nil {
+		return WriteBulk(w, h, m, bulk)
+	}
+	var e Encoder
+	if m != nil {
+		m.Encode(&e)
+	}
+	return WriteFrame(w, h, e.Bytes())
+}
+
 // ReadFrameInto is ReadFrame reading the payload into buf when it is big
 // enough (else into new memory); the payload aliases buf, so the caller
 // must not reuse buf while the payload is in use.

@@ -400,6 +400,13 @@ func TestWriteBulkMatchesWriteFrame(t *testing.T) {
 	if !bytes.Equal(a.Bytes(), b.Bytes()) {
 		t.Fatal("a bulk frame differs from the same frame written whole")
 	}
+	// WriteMessage is either, by whether it is given bulk data.
+	var c, d bytes.Buffer
+	WriteMessage(&c, h, &Control{Cmd: CmdCopyTo, Buffer: BufferRef{ID: 1, Generation: 1}, Offset: 8}, data)
+	WriteMessage(&d, h, &Control{Cmd: CmdCopyTo, Buffer: BufferRef{ID: 1, Generation: 1}, Offset: 8, Data: data}, nil)
+	if !bytes.Equal(c.Bytes(), a.Bytes()) || !bytes.Equal(d.Bytes(), a.Bytes()) {
+		t.Fatal("WriteMessage differs from WriteBulk or WriteFrame")
+	}
 	buf := make([]byte, 0, len(data)+64)
 	_, p, err := ReadFrameInto(&b, 0, buf)
 	if err != nil || &p[0] != &buf[:1][0] {
