@@ -87,7 +87,7 @@ func (w *Worker) validateGlobal(spec *GlobalSpec) ([]int, error) {
 		return nil, Errorf(ValueError, "%s: %d members; a global domain has 1..%d", op, n, MaxGlobalMembers)
 	}
 	seen := map[[2]int]bool{}
-	first := -1 // the first member's node: its profile is the domain's
+	first, profile := -1, "" // the first member's node and its profile, the domain's
 	for _, m := range spec.Members {
 		node, local := m[0], m[1]
 		if seen[m] {
@@ -105,10 +105,10 @@ func (w *Worker) validateGlobal(spec *GlobalSpec) ([]int, error) {
 			return nil, Errorf(ValueError, "%s: node %d has no local worker %d (0..%d)", op, node, local, len(ns.DeviceIDs)-1)
 		}
 		if first < 0 {
-			first = node
+			first, profile = node, ns.CommProfile
 		}
-		if want := w.nodeSpec(first).CommProfile; ns.CommProfile != want {
-			return nil, Errorf(ValueError, "%s: node %d uses comm profile %q and node %d %q; every node of a domain must use one profile", op, first, want, node, ns.CommProfile)
+		if ns.CommProfile != profile {
+			return nil, Errorf(ValueError, "%s: node %d uses comm profile %q and node %d %q; every node of a domain must use one profile", op, first, profile, node, ns.CommProfile)
 		}
 		if err := profileServed(op, node, ns.Platform, ns.CommProfile); err != nil {
 			return nil, err
