@@ -48,8 +48,13 @@ func median(reps int, f func() error) (time.Duration, error) {
 		}
 		ds[i] = time.Since(start)
 	}
+	return mid(ds), nil
+}
+
+// mid is the median of ds, which it sorts.
+func mid(ds []time.Duration) time.Duration {
 	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
-	return ds[reps/2], nil
+	return ds[len(ds)/2]
 }
 
 // Sizes are the tasks-per-run points of the dispatch benchmarks.

@@ -3,7 +3,6 @@ package bench
 import (
 	"fmt"
 	"io"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -165,10 +164,4 @@ func Global(w io.Writer) (ok bool, err error) {
 	}
 	ok = verdict(w, "global alloc+release / TCP round trip", float64(end)/float64(rtt), 10, "x")
 	return ok, nil
-}
-
-// mid is the median of ds (sorted in place).
-func mid(ds []time.Duration) time.Duration {
-	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
-	return ds[len(ds)/2]
 }
