@@ -7,6 +7,13 @@
 // closed once mapped. A Segment that created its object unlinks it on
 // Close, so a clean exit leaves nothing behind; Leftovers lets tests prove
 // that.
+//
+// Every open is checked, because /dev/shm is writable by every user: it
+// never follows a symlink (O_NOFOLLOW), and the object must be a regular
+// file owned by this process's effective uid with mode 0600 exactly. So a
+// name, even one that reached this process from another, can only ever
+// map an object this user made for simpler, never a file a symlink points
+// at or another user's object (ErrNotOurs).
 package shm
 
 import (
@@ -36,6 +43,10 @@ var (
 // one its creator has not sized yet, or the wrong object.
 var ErrTooSmall = errors.New("object smaller than asked")
 
+// ErrNotOurs is wrapped by the error for an object that is not a regular
+// file owned by this user with mode 0600, or is a symlink.
+var ErrNotOurs = errors.New("not a shared-memory object of this user")
+
 // Prefix is the first part of every object name this process creates:
 // "simpler-<pid>-".
 func Prefix() string { return prefix }
@@ -49,6 +60,7 @@ type Segment struct {
 	owner    bool // created here: Close unlinks
 	unlinked bool
 	closed   bool
+	dev, ino uint64 // the object's identity, so Reopen finds this one only
 }
 
 // Create makes a fresh object named Prefix()+tag+"-"+n, n unique in this
@@ -84,7 +96,7 @@ func create(name string, size int) (*Segment, error) {
 		return nil, fmt.Errorf("shm: create %s: size must be > 0, got %d", name, size)
 	}
 	path := dir + "/" + name
-	fd, err := unix.Open(path, unix.O_CREAT|unix.O_EXCL|unix.O_RDWR|unix.O_CLOEXEC, 0o600)
+	fd, err := unix.Open(path, unix.O_CREAT|unix.O_EXCL|unix.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("shm: create %s: %w", name, err)
 	}
@@ -93,6 +105,14 @@ func create(name string, size int) (*Segment, error) {
 		unix.Unlink(path) // a half-made object must not leak
 		return nil, fmt.Errorf("shm: %s %s: %w", what, name, err)
 	}
+	// The umask may have taken bits away; opens insist on exactly 0600.
+	if err := unix.Fchmod(fd, 0o600); err != nil {
+		return fail("chmod", err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fail("stat", err)
+	}
 	if err := unix.Ftruncate(fd, int64(size)); err != nil {
 		return fail("truncate", err)
 	}
@@ -100,7 +120,7 @@ func create(name string, size int) (*Segment, error) {
 	if err != nil {
 		return fail("map", err)
 	}
-	return &Segment{Name: name, Mem: mem, owner: true}, nil
+	return &Segment{Name: name, Mem: mem, owner: true, dev: st.Dev, ino: st.Ino}, nil
 }
 
 // Open maps the first size bytes of an existing object. The Segment does
@@ -112,15 +132,70 @@ func Open(name string, size int) (*Segment, error) {
 	if size <= 0 {
 		return nil, fmt.Errorf("shm: open %s: size must be > 0, got %d", name, size)
 	}
-	fd, err := unix.Open(dir+"/"+name, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	fd, st, err := openChecked(name)
 	if err != nil {
-		return nil, fmt.Errorf("shm: open %s: %w", name, err)
+		return nil, err
 	}
 	defer unix.Close(fd)
+	return mapChecked(fd, st, name, size)
+}
+
+// OpenFD maps a whole object from a descriptor another process passed
+// (SCM_RIGHTS), with the same checks as Open; name is for messages. The
+// caller keeps fd and closes it.
+func OpenFD(fd int, name string) (*Segment, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return nil, fmt.Errorf("shm: stat %s: %w", name, err)
 	}
+	if err := checkStat(&st, name); err != nil {
+		return nil, err
+	}
+	if st.Size <= 0 || st.Size > int64(^uint(0)>>1) {
+		return nil, fmt.Errorf("shm: open %s: the object has %d bytes", name, st.Size)
+	}
+	return mapChecked(fd, st, name, int(st.Size))
+}
+
+// openChecked opens an existing object read/write without following a
+// symlink and checks it is one of ours.
+func openChecked(name string) (int, unix.Stat_t, error) {
+	var st unix.Stat_t
+	fd, err := unix.Open(dir+"/"+name, unix.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	switch {
+	case errors.Is(err, unix.ELOOP):
+		return -1, st, fmt.Errorf("shm: open %s: a symlink: %w", name, ErrNotOurs)
+	case errors.Is(err, unix.EISDIR):
+		return -1, st, fmt.Errorf("shm: open %s: a directory: %w", name, ErrNotOurs)
+	}
+	if err != nil {
+		return -1, st, fmt.Errorf("shm: open %s: %w", name, err)
+	}
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, st, fmt.Errorf("shm: stat %s: %w", name, err)
+	}
+	if err := checkStat(&st, name); err != nil {
+		unix.Close(fd)
+		return -1, st, err
+	}
+	return fd, st, nil
+}
+
+// checkStat accepts a regular file of this effective uid with mode 0600.
+func checkStat(st *unix.Stat_t, name string) error {
+	switch {
+	case st.Mode&unix.S_IFMT != unix.S_IFREG:
+		return fmt.Errorf("shm: open %s: not a regular file (mode %#o): %w", name, st.Mode, ErrNotOurs)
+	case int(st.Uid) != os.Geteuid():
+		return fmt.Errorf("shm: open %s: owned by uid %d, this process is uid %d: %w", name, st.Uid, os.Geteuid(), ErrNotOurs)
+	case st.Mode&0o7777 != 0o600:
+		return fmt.Errorf("shm: open %s: mode %#o, want 0600: %w", name, st.Mode&0o7777, ErrNotOurs)
+	}
+	return nil
+}
+
+func mapChecked(fd int, st unix.Stat_t, name string, size int) (*Segment, error) {
 	// Mapping past the object's end would succeed but fault on touch.
 	if int64(size) > st.Size {
 		return nil, fmt.Errorf("shm: open %s: want %d bytes but the object has %d: %w", name, size, st.Size, ErrTooSmall)
@@ -129,7 +204,28 @@ func Open(name string, size int) (*Segment, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shm: map %s: %w", name, err)
 	}
-	return &Segment{Name: name, Mem: mem}, nil
+	return &Segment{Name: name, Mem: mem, dev: st.Dev, ino: st.Ino}, nil
+}
+
+// Reopen returns a new descriptor of the object behind s, which this
+// process created and still names, for passing to another process. It
+// refuses a name that now holds another object.
+func (s *Segment) Reopen() (int, error) {
+	s.mu.Lock()
+	gone := s.closed || s.unlinked || !s.owner
+	s.mu.Unlock()
+	if gone {
+		return -1, fmt.Errorf("shm: reopen %s: not a live object of this process", s.Name)
+	}
+	fd, st, err := openChecked(s.Name)
+	if err != nil {
+		return -1, err
+	}
+	if st.Dev != s.dev || st.Ino != s.ino {
+		unix.Close(fd)
+		return -1, fmt.Errorf("shm: reopen %s: the name holds another object: %w", s.Name, ErrNotOurs)
+	}
+	return fd, nil
 }
 
 // Addr is the address of Mem[0] in this process.

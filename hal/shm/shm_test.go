@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -203,5 +204,113 @@ func TestSweepDeadRemovesOnlyOrphans(t *testing.T) {
 	}
 	if _, err := os.Stat(dir + "/" + live); err != nil {
 		t.Errorf("a live process's object was removed: %v", err)
+	}
+}
+
+// Open maps only objects this user made for simpler: never through a
+// symlink, never another user's object, never a looser mode or a
+// non-regular file. The target of a refused symlink is untouched.
+func TestOpenRefusesWhatIsNotOurs(t *testing.T) {
+	secret := t.TempDir() + "/secret"
+	if err := os.WriteFile(secret, []byte("root only"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	name := Prefix() + "hostile-" + strconv.Itoa(int(counter.Add(1)))
+	path := dir + "/" + name
+	cases := []struct {
+		what string
+		make func() error
+	}{
+		{"a symlink", func() error { return os.Symlink(secret, path) }},
+		{"mode 0644", func() error { return os.WriteFile(path, make([]byte, 4096), 0o644) }},
+		{"a directory", func() error { return os.Mkdir(path, 0o700) }},
+		{"a fifo", func() error { return unix.Mkfifo(path, 0o600) }},
+		{"another uid", func() error {
+			if err := os.WriteFile(path, make([]byte, 4096), 0o600); err != nil {
+				return err
+			}
+			return os.Chown(path, os.Geteuid()+1, os.Getegid())
+		}},
+	}
+	for _, c := range cases {
+		if err := c.make(); err != nil {
+			t.Fatalf("%s: %v", c.what, err)
+		}
+		seg, err := Open(name, 4)
+		if err == nil {
+			seg.Close()
+		}
+		os.Remove(path)
+		if !errors.Is(err, ErrNotOurs) {
+			t.Errorf("%s: Open = %v, want ErrNotOurs", c.what, err)
+		}
+	}
+	if b, err := os.ReadFile(secret); err != nil || string(b) != "root only" {
+		t.Errorf("the symlink's target changed: %q %v", b, err)
+	}
+}
+
+// The unprivileged-user attack: another user plants a symlink in
+// /dev/shm under a name this process would open; the open refuses it.
+func TestOpenRefusesAnotherUsersSymlink(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Log("not root: planting the symlink as this user instead of as nobody")
+	}
+	secret := t.TempDir() + "/secret"
+	if err := os.WriteFile(secret, []byte("root only"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	name := Prefix() + "planted-" + strconv.Itoa(int(counter.Add(1)))
+	ln := exec.Command("ln", "-s", secret, dir+"/"+name)
+	if os.Geteuid() == 0 {
+		ln = exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "ln", "-s", secret, dir+"/"+name)
+	}
+	if out, err := ln.CombinedOutput(); err != nil {
+		t.Fatalf("planting the symlink: %v: %s", err, out)
+	}
+	defer os.Remove(dir + "/" + name)
+	if seg, err := Open(name, 4); err == nil || !errors.Is(err, ErrNotOurs) {
+		if seg != nil {
+			seg.Close()
+		}
+		t.Fatalf("Open of a planted symlink = %v, want ErrNotOurs", err)
+	}
+	if b, err := os.ReadFile(secret); err != nil || string(b) != "root only" {
+		t.Errorf("the symlink's target changed: %q %v", b, err)
+	}
+}
+
+// Reopen hands out a descriptor of the very object a Segment made, and
+// OpenFD maps it with the same checks.
+func TestReopenAndOpenFD(t *testing.T) {
+	a, err := Create("reopen", 8192)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	copy(a.Mem, "shared")
+	fd, err := a.Reopen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := OpenFD(fd, a.Name)
+	unix.Close(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if len(b.Mem) != 8192 || string(b.Mem[:6]) != "shared" {
+		t.Fatalf("OpenFD mapped %d bytes starting %q", len(b.Mem), b.Mem[:6])
+	}
+	// A name that now holds another object is refused.
+	if err := a.Unlink(); err != nil {
+		t.Fatal(err)
+	}
+	if fd, err := a.Reopen(); err == nil {
+		unix.Close(fd)
+		t.Fatal("Reopen after Unlink succeeded")
+	}
+	if _, err := b.Reopen(); err == nil {
+		t.Fatal("Reopen of an opened (not created) segment succeeded")
 	}
 }
