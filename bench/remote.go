@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"simpler/engine"
+	"simpler/internal/token"
 	"simpler/starlib"
 )
 
@@ -197,7 +198,7 @@ type limits struct {
 
 // remoteSetup measures the limits and starts a daemon for a remote
 // benchmark; the caller closes the daemon.
-func remoteSetup() (limits, *engine.Daemon, string, error) {
+func remoteSetup() (limits, *daemon, string, error) {
 	var l limits
 	var err error
 	if l.bw, l.rtt, err = loopbackTCP(); err != nil {
@@ -210,9 +211,22 @@ func remoteSetup() (limits, *engine.Daemon, string, error) {
 	return l, d, addr, err
 }
 
+// daemon is a benchmark's daemon and the token file it wrote, where the
+// script's add_remote_worker finds it.
+type daemon struct {
+	*engine.Daemon
+	tokenPath string
+}
+
+func (d *daemon) Close() error {
+	err := d.Daemon.Close()
+	token.Remove(d.tokenPath)
+	return err
+}
+
 // startDaemon serves remote level-3 sessions on a free loopback port, each
 // a session process of this binary (`simpler __session`), until Close.
-func startDaemon() (*engine.Daemon, string, error) {
+func startDaemon() (*daemon, string, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, "", err
@@ -221,9 +235,19 @@ func startDaemon() (*engine.Daemon, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	d := engine.NewDaemon(ln, &engine.Launcher{Path: exe, Args: []string{"__session"}}, os.Stderr)
+	path, tok, err := token.Generate(ln.Addr().(*net.TCPAddr).Port)
+	if err != nil {
+		ln.Close()
+		return nil, "", err
+	}
+	d, err := engine.NewDaemon(ln, engine.DaemonConfig{Token: tok, Log: os.Stderr, Session: &engine.Launcher{Path: exe, Args: []string{"__session"}}})
+	if err != nil {
+		ln.Close()
+		token.Remove(path)
+		return nil, "", err
+	}
 	go d.Serve()
-	return d, ln.Addr().String(), nil
+	return &daemon{d, path}, ln.Addr().String(), nil
 }
 
 // Remote prints the remote-node figures against loopback TCP measured in

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -12,26 +14,142 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"simpler/hal/shm"
+	"simpler/wire"
 )
 
-// Daemon serves remote L3 sessions: each accepted connection is handed to
-// a session process of its own (the same binary), so a session that fails
-// or a client that misbehaves never takes the daemon down.
-type Daemon struct {
-	ln      net.Listener
-	session *Launcher // the command that runs one session; the connection is its fd 3
-	log     io.Writer
-
-	mu       sync.Mutex
-	sessions map[*exec.Cmd]struct{}
-	wg       sync.WaitGroup
-	closed   bool
+// DaemonConfig says whom a daemon admits and what each session may hold.
+type DaemonConfig struct {
+	Token       []byte      // what a parent must prove; required
+	Session     *Launcher   // starts a session process: fd 3 is the connection, fd 4 the link
+	Log         io.Writer   // refusals and session failures; nil: discarded
+	Limits      wire.Limits // per session; zero fields take DefaultLimits' values
+	MaxPending  int         // connections that have not yet proved the token; the oldest is dropped (default 32)
+	MaxSessions int         // sessions at once (default 64)
+	// HelloTimeout bounds a connection's CHALLENGE/HELLO exchange
+	// (default HelloTimeout).
+	HelloTimeout time.Duration
 }
 
-// NewDaemon serves ln; session says how to start a session process.
-func NewDaemon(ln net.Listener, session *Launcher, log io.Writer) *Daemon {
-	return &Daemon{ln: ln, session: session, log: log, sessions: map[*exec.Cmd]struct{}{}}
+// HelloTimeout bounds the handshake of a new connection.
+var HelloTimeout = 10 * time.Second
+
+// DefaultLimits are a session's bounds unless the daemon is told others.
+// BufferBytes is a placeholder: the CLI sets half of /dev/shm's free space.
+var DefaultLimits = wire.Limits{
+	BufferBytes: 4 << 30,
+	CopyBytes:   wire.MaxCopy,
+	QueuedTasks: 1024,
+	QueuedBytes: 256 << 20,
+	LoadSteps:   10_000_000,
+}
+
+// Daemon serves remote L3 sessions. The accepting process does nothing
+// for a connection but the handshake until the parent has proved the
+// token: it sends the CHALLENGE, reads a HELLO of at most wire.MaxHello
+// bytes and checks the proof, with at most MaxPending such connections at
+// once and failed proofs from one address slowed down. Only then is the
+// connection handed to a session process of its own (the same binary), so
+// a session that fails or a client that misbehaves never takes the daemon
+// down. Sessions reach each other's exports through the daemon (the link),
+// never by naming shared memory.
+type Daemon struct {
+	ln   net.Listener
+	cfg  DaemonConfig
+	id   uint64    // random: export ids name it, and its peer socket is named by it
+	peer *peerSock // where other daemons of this user on this host resolve this one's exports
+	gate proofGate
+	done chan struct{} // closed by Close
+
+	mu       sync.Mutex
+	pending  []net.Conn            // connections still proving, oldest first
+	sessions map[uint64]*dsession  // by slot
+	routes   map[uint64]linkRoute  // resolves forwarded to an owner, by the daemon's request number
+	slots    uint64                // the last slot given out
+	reqs     uint64                // the last request number used
+	closed   bool
+	wg       sync.WaitGroup
+}
+
+// dsession is a session process as its daemon sees it.
+type dsession struct {
+	slot uint64
+	cmd  *exec.Cmd
+	link *link
+}
+
+// linkRoute is one LINK_RESOLVE in flight: which session was asked, and
+// how its answer goes back to whoever asked (a session of this daemon or
+// a peer daemon), under the asker's request number.
+type linkRoute struct {
+	owner uint64
+	from  uint64 // the asking session's slot; 0 for a peer daemon
+	reply func(m *wire.Link, fd int)
+}
+
+// NewDaemon serves ln under cfg.
+func NewDaemon(ln net.Listener, cfg DaemonConfig) (*Daemon, error) {
+	if len(cfg.Token) == 0 {
+		return nil, Errorf(ValueError, "remote-l3-worker: a daemon needs a token")
+	}
+	if cfg.Log == nil {
+		cfg.Log = io.Discard
+	}
+	cfg.Limits = withDefaults(cfg.Limits)
+	if cfg.MaxPending <= 0 {
+		cfg.MaxPending = 32
+	}
+	if cfg.MaxSessions <= 0 {
+		cfg.MaxSessions = 64
+	}
+	if cfg.HelloTimeout <= 0 {
+		cfg.HelloTimeout = HelloTimeout
+	}
+	d := &Daemon{ln: ln, cfg: cfg, id: randomID(), done: make(chan struct{}), sessions: map[uint64]*dsession{}, routes: map[uint64]linkRoute{}}
+	p, err := listenPeer(d.id)
+	if err != nil {
+		return nil, Wrap(err, "remote-l3-worker: the socket for peer daemons")
+	}
+	d.peer = p
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		p.serve(d)
+	}()
+	return d, nil
+}
+
+// randomID draws a non-zero id from crypto/rand.
+func randomID() uint64 {
+	var b [8]byte
+	for {
+		rand.Read(b[:])
+		if v := binary.LittleEndian.Uint64(b[:]); v != 0 {
+			return v
+		}
+	}
+}
+
+func withDefaults(l wire.Limits) wire.Limits {
+	d := DefaultLimits
+	if l.BufferBytes == 0 {
+		l.BufferBytes = d.BufferBytes
+	}
+	if l.CopyBytes == 0 {
+		l.CopyBytes = d.CopyBytes
+	}
+	if l.QueuedTasks == 0 {
+		l.QueuedTasks = d.QueuedTasks
+	}
+	if l.QueuedBytes == 0 {
+		l.QueuedBytes = d.QueuedBytes
+	}
+	if l.LoadSteps == 0 {
+		l.LoadSteps = d.LoadSteps
+	}
+	return l
 }
 
 // Serve accepts connections until Close.
@@ -47,57 +165,353 @@ func (d *Daemon) Serve() error {
 			}
 			return err
 		}
-		if err := d.start(conn); err != nil {
-			fmt.Fprintf(d.log, "simpler remote-l3-worker: session from %s: %v\n", conn.RemoteAddr(), err)
+		if !d.addPending(conn) {
+			conn.Close()
+			continue
+		}
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			d.admit(conn)
+		}()
+	}
+}
+
+// addPending counts conn among the unauthenticated connections, dropping
+// the oldest when there are MaxPending already: a flood of idle
+// connections costs a bounded number of descriptors and goroutines.
+func (d *Daemon) addPending(conn net.Conn) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return false
+	}
+	if len(d.pending) >= d.cfg.MaxPending {
+		d.pending[0].Close() // its handshake fails at once
+		d.pending = d.pending[1:]
+	}
+	d.pending = append(d.pending, conn)
+	return true
+}
+
+func (d *Daemon) unpend(conn net.Conn) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for i, c := range d.pending {
+		if c == conn {
+			d.pending = append(d.pending[:i], d.pending[i+1:]...)
+			return
 		}
 	}
 }
 
-// start hands conn to a new session process.
-func (d *Daemon) start(conn net.Conn) error {
-	defer conn.Close() // the session process has its own descriptor
-	tc, ok := conn.(*net.TCPConn)
-	if !ok {
-		return fmt.Errorf("not a TCP connection")
+// admit runs the handshake on conn and starts its session, or refuses it.
+func (d *Daemon) admit(conn net.Conn) {
+	start, err := d.handshake(conn)
+	d.unpend(conn)
+	if err == nil {
+		err = d.startSession(conn, start)
 	}
-	f, err := tc.File()
 	if err != nil {
-		return err
+		fmt.Fprintf(d.cfg.Log, "simpler remote-l3-worker: refused %s: %v\n", conn.RemoteAddr(), err)
 	}
-	defer f.Close()
-	cmd := exec.Command(d.session.Path, d.session.Args...)
-	cmd.ExtraFiles = []*os.File{f}
-	cmd.Stdout, cmd.Stderr = orStd(d.session.Stdout, os.Stdout), orStd(d.session.Stderr, os.Stderr)
-	if d.session.Env != nil {
-		cmd.Env = append(os.Environ(), d.session.Env...)
+	conn.Close() // a session process has its own descriptor
+}
+
+// handshake sends the CHALLENGE, reads the HELLO and checks the proof.
+// It returns what the session process is started with.
+func (d *Daemon) handshake(conn net.Conn) (*wire.Link, error) {
+	deadline := time.Now().Add(d.cfg.HelloTimeout)
+	conn.SetDeadline(deadline)
+	var ch wire.Challenge
+	if _, err := rand.Read(ch.Nonce[:]); err != nil {
+		return nil, err
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
-		return fmt.Errorf("the daemon is closing")
+	if err := wire.WriteMessage(conn, wire.Header{Version: wire.ProtocolVersion, Type: wire.TypeChallenge}, &ch, nil); err != nil {
+		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
-		return err
+	h, err := wire.ReadHeader(conn, wire.MaxHello)
+	if errors.Is(err, wire.ErrVersion) && h.Type == wire.TypeHello {
+		return nil, refuse(conn, h, Errorf(ValueError, "HELLO of protocol version %d; this daemon speaks version %d", h.Version, wire.ProtocolVersion))
 	}
-	d.sessions[cmd] = struct{}{}
-	d.wg.Add(1)
-	go func() {
-		defer d.wg.Done()
-		cmd.Wait()
-		d.mu.Lock()
-		delete(d.sessions, cmd)
-		d.mu.Unlock()
-	}()
+	if err != nil {
+		return nil, err
+	}
+	if h.Type != wire.TypeHello {
+		return nil, fmt.Errorf("first frame is %s, want HELLO", h.Type)
+	}
+	payload, err := wire.ReadPayload(conn, h, nil)
+	if err != nil {
+		return nil, err
+	}
+	hello, err := wire.DecodeHello(payload)
+	if err != nil {
+		return nil, refuse(conn, h, Errorf(ValueError, "HELLO: %v", err))
+	}
+	if hello.Version < wire.ProtocolVersion {
+		return nil, refuse(conn, h, Errorf(ValueError, "HELLO from a parent that speaks protocol version %d; this daemon speaks version %d", hello.Version, wire.ProtocolVersion))
+	}
+	if err := d.checkProof(conn, h, hello, ch, deadline); err != nil {
+		return nil, err
+	}
+	conn.SetDeadline(time.Time{})
+	return &wire.Link{Kind: wire.LinkStart, Daemon: d.id, Session: h.Session, Worker: h.Worker, Limits: d.cfg.Limits, Hello: payload}, nil
+}
+
+// checkProof checks the HELLO's proof, no sooner than the proof gate
+// allows for the peer's address.
+func (d *Daemon) checkProof(conn net.Conn, h wire.Header, hello wire.Hello, ch wire.Challenge, deadline time.Time) error {
+	addr := hostOf(conn.RemoteAddr())
+	at := d.gate.reserve(addr, time.Now())
+	if at.After(deadline) {
+		return refuse(conn, h, Errorf(RuntimeError, "too many failed token proofs from %s; try again in %v", addr, time.Until(at).Round(time.Second)))
+	}
+	select {
+	case <-time.After(time.Until(at)):
+	case <-d.done:
+		return errors.New("the daemon is closing")
+	}
+	if !wire.Verify(d.cfg.Token, ch.Nonce, h.Session, hello.Parent, hello.Proof) {
+		d.gate.failed(addr, time.Now())
+		// One fixed message: it does not say what was wrong.
+		return refuse(conn, h, Errorf(ValueError, "HELLO: the token proof does not match"))
+	}
+	d.gate.passed(addr)
 	return nil
 }
 
-// Close stops accepting, ends the session processes it started and waits
-// for them.
+func hostOf(a net.Addr) string {
+	if t, ok := a.(*net.TCPAddr); ok {
+		return t.IP.String()
+	}
+	return a.String()
+}
+
+// refuse answers a HELLO with a refused HELLO_REPLY and returns why. The
+// reply is written in the parent's protocol version when it is one whose
+// HELLO_REPLY layout is this one's (every version so far), so a parent of
+// another version can read why it was refused.
+func refuse(conn net.Conn, h wire.Header, why error) error {
+	body := errBody(why)
+	session := h.Session
+	if session == 0 {
+		session = 1 // a reply must name a session; this one names none
+	}
+	r := &wire.HelloReply{Session: session, Worker: h.Worker, Version: wire.ProtocolVersion, CommProfile: "sim", Err: body}
+	rh := wire.Header{Version: wire.ProtocolVersion, Type: wire.TypeHelloReply, Session: session, Worker: h.Worker}
+	if h.Version >= 1 && h.Version <= wire.ProtocolVersion {
+		rh.Version = h.Version
+	}
+	p := wire.Payload(r)
+	rh.Length = uint32(len(p))
+	hb := wire.EncodeHeader(rh)
+	conn.Write(append(hb[:], p...))
+	return why
+}
+
+// startSession starts the session process for an authenticated
+// connection and hands it the connection and its end of a new link.
+func (d *Daemon) startSession(conn net.Conn, start *wire.Link) error {
+	d.mu.Lock()
+	if d.closed || len(d.sessions) >= d.cfg.MaxSessions {
+		n, closed := len(d.sessions), d.closed
+		d.mu.Unlock()
+		h := wire.Header{Version: wire.ProtocolVersion, Session: start.Session, Worker: start.Worker}
+		if closed {
+			return refuse(conn, h, Errorf(RuntimeError, "the daemon is closing"))
+		}
+		return refuse(conn, h, Errorf(RuntimeError, "the daemon serves %d sessions, its bound (--max-sessions)", n))
+	}
+	d.slots++
+	s := &dsession{slot: d.slots}
+	d.mu.Unlock()
+	start.Slot = s.slot
+	cmd, l, err := d.spawn(conn)
+	if err != nil {
+		return err
+	}
+	s.cmd, s.link = cmd, l
+	if err := l.send(start, -1); err != nil {
+		cmd.Process.Kill()
+	}
+	d.mu.Lock()
+	d.sessions[s.slot] = s
+	d.wg.Add(1)
+	d.mu.Unlock()
+	go d.serveLink(s)
+	return nil
+}
+
+// spawn starts a session process with conn as fd 3 and a link as fd 4.
+func (d *Daemon) spawn(conn net.Conn) (*exec.Cmd, *link, error) {
+	tc, ok := conn.(*net.TCPConn)
+	if !ok {
+		return nil, nil, fmt.Errorf("not a TCP connection")
+	}
+	f, err := tc.File()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	l, theirs, err := linkPair()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer theirs.Close()
+	ls := d.cfg.Session
+	cmd := exec.Command(ls.Path, ls.Args...)
+	cmd.ExtraFiles = []*os.File{f, theirs}
+	cmd.Stdout, cmd.Stderr = orStd(ls.Stdout, os.Stdout), orStd(ls.Stderr, os.Stderr)
+	if ls.Env != nil {
+		cmd.Env = append(os.Environ(), ls.Env...)
+	}
+	if err := cmd.Start(); err != nil {
+		l.close()
+		return nil, nil, err
+	}
+	return cmd, l, nil
+}
+
+// serveLink forwards the session's export resolution until its process
+// ends, then forgets it.
+func (d *Daemon) serveLink(s *dsession) {
+	defer d.wg.Done()
+	buf, oob := linkBuffers()
+	for {
+		m, fd, err := s.link.recv(buf, oob)
+		if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
+			break
+		}
+		if err != nil {
+			fmt.Fprintf(d.cfg.Log, "simpler remote-l3-worker: session %d: %v; ending it\n", s.slot, err)
+			s.cmd.Process.Kill()
+			break
+		}
+		switch m.Kind {
+		case wire.LinkResolve:
+			closeFD(fd)
+			d.forwardResolve(s, m)
+		case wire.LinkGrant:
+			d.forwardGrant(s, m, fd)
+			closeFD(fd)
+		default:
+			closeFD(fd)
+		}
+	}
+	s.link.close()
+	s.cmd.Wait()
+	d.dropSession(s)
+}
+
+func closeFD(fd int) {
+	if fd >= 0 {
+		unix.Close(fd)
+	}
+}
+
+// forwardResolve passes a session's import to the export's owner: a
+// session of this daemon, or one of a peer daemon on this host.
+func (d *Daemon) forwardResolve(from *dsession, m wire.Link) {
+	req := m.Req
+	reply := func(g *wire.Link, fd int) {
+		g.Req = req
+		from.link.send(g, fd)
+	}
+	if m.ID.Daemon != d.id {
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			resolveAtPeer(m, reply)
+		}()
+		return
+	}
+	d.route(m, from.slot, reply)
+}
+
+// route asks the owning session of this daemon for an export and has its
+// grant sent with reply.
+func (d *Daemon) route(m wire.Link, from uint64, reply func(*wire.Link, int)) {
+	d.mu.Lock()
+	owner := d.sessions[m.ID.Slot]
+	if owner == nil {
+		d.mu.Unlock()
+		reply(grantError(0, errStaleExport), -1)
+		return
+	}
+	d.reqs++
+	r := d.reqs
+	d.routes[r] = linkRoute{owner: owner.slot, from: from, reply: reply}
+	d.mu.Unlock()
+	if err := owner.link.send(&wire.Link{Kind: wire.LinkResolve, Req: r, ID: m.ID, Parent: m.Parent}, -1); err != nil {
+		d.mu.Lock()
+		delete(d.routes, r)
+		d.mu.Unlock()
+		reply(grantError(0, errStaleExport), -1)
+	}
+}
+
+var errStaleExport = Errorf(RuntimeError, "IMPORT: the session that made this export has ended (a stale export id)")
+
+// forwardGrant passes an owner's answer back to whoever asked. Only the
+// session that was asked may answer, once.
+func (d *Daemon) forwardGrant(owner *dsession, m wire.Link, fd int) {
+	d.mu.Lock()
+	rt, ok := d.routes[m.Req]
+	if ok && rt.owner == owner.slot {
+		delete(d.routes, m.Req)
+	}
+	d.mu.Unlock()
+	if !ok || rt.owner != owner.slot {
+		return
+	}
+	if m.Err == nil && fd < 0 {
+		rt.reply(grantError(0, Errorf(RuntimeError, "IMPORT: the exporting session sent no memory")), -1)
+		return
+	}
+	rt.reply(&m, fd)
+}
+
+func grantError(req uint64, err error) *wire.Link {
+	return &wire.Link{Kind: wire.LinkGrant, Req: req, Err: errBody(err)}
+}
+
+// dropSession forgets an ended session; resolves it was asked fail, and
+// answers meant for it are dropped.
+func (d *Daemon) dropSession(s *dsession) {
+	d.mu.Lock()
+	delete(d.sessions, s.slot)
+	var failed []func(*wire.Link, int)
+	for r, rt := range d.routes {
+		switch {
+		case rt.owner == s.slot && rt.from != s.slot:
+			failed = append(failed, rt.reply)
+			delete(d.routes, r)
+		case rt.from == s.slot:
+			delete(d.routes, r)
+		}
+	}
+	d.mu.Unlock()
+	for _, reply := range failed {
+		reply(grantError(0, errStaleExport), -1)
+	}
+}
+
+// Close stops accepting, drops connections still proving, ends the
+// session processes and waits for them.
 func (d *Daemon) Close() error {
 	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
 	d.closed = true
-	for cmd := range d.sessions {
-		cmd.Process.Signal(os.Interrupt)
+	close(d.done)
+	d.peer.close()
+	for _, c := range d.pending {
+		c.Close()
+	}
+	for _, s := range d.sessions {
+		s.cmd.Process.Signal(os.Interrupt)
 	}
 	d.mu.Unlock()
 	err := d.ln.Close()
@@ -106,57 +520,84 @@ func (d *Daemon) Close() error {
 }
 
 // ServeSessionFD runs the session whose connection is file descriptor 3
-// (how Daemon starts it).
-func ServeSessionFD(token []byte, newResolver SourceResolver) error {
+// and whose link to the daemon is descriptor 4 (how Daemon starts it).
+func ServeSessionFD(newResolver SourceResolver) error {
 	shm.SweepDead() // names under this pid left by an earlier process would collide
+	l, err := fileLink(os.NewFile(4, "link"))
+	if err != nil {
+		return err
+	}
 	f := os.NewFile(3, "session")
 	conn, err := net.FileConn(f)
 	f.Close()
 	if err != nil {
+		l.close()
 		return err
 	}
-	// An interrupt (the daemon closing) ends the session the clean way:
-	// closing the connection ends serve, which frees what it holds.
+	start, err := readStart(l)
+	if err != nil {
+		conn.Close()
+		l.close()
+		return err
+	}
+	// An interrupt (the daemon closing), the daemon's death or the
+	// parent's disconnect ends the session the clean way: closing the
+	// connection ends serve, which frees what it holds.
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	done := make(chan struct{})
-	go func() {
-		// A session outlives neither an interrupt nor its daemon: a daemon
-		// that is killed takes its sessions with it, so the parent sees the
-		// connection drop and fails the task in flight.
-		ppid := os.Getppid()
-		tick := time.NewTicker(pollEvery)
-		defer tick.Stop()
-		for {
-			select {
-			case <-sig:
-				abandon(conn)
-				return
-			case <-tick.C:
-				if os.Getppid() != ppid {
-					abandon(conn)
-					return
-				}
-			case <-done:
-				return
-			}
-		}
-	}()
-	err = RunSession(conn, token, newResolver)
+	go watchSession(conn, sig, done)
+	err = RunSession(conn, l, start, newResolver, func() { abandon(conn) })
 	signal.Stop(sig)
 	close(done)
 	return err
+}
+
+// readStart reads the daemon's LINK_START.
+func readStart(l *link) (wire.Link, error) {
+	l.conn.SetReadDeadline(time.Now().Add(HelloTimeout))
+	defer l.conn.SetReadDeadline(time.Time{})
+	buf, oob := linkBuffers()
+	m, fd, err := l.recv(buf, oob)
+	closeFD(fd)
+	if err == nil && m.Kind != wire.LinkStart {
+		err = fmt.Errorf("link: first message is %d, want LINK_START", m.Kind)
+	}
+	return m, err
+}
+
+// watchSession ends the session when it is interrupted or its daemon is
+// gone. A session outlives neither: a daemon that is killed takes its
+// sessions with it, so the parent sees the connection drop.
+func watchSession(conn net.Conn, sig chan os.Signal, done chan struct{}) {
+	ppid := os.Getppid()
+	tick := time.NewTicker(pollEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-sig:
+			abandon(conn)
+			return
+		case <-tick.C:
+			if os.Getppid() != ppid {
+				abandon(conn)
+				return
+			}
+		case <-done:
+			return
+		}
+	}
 }
 
 // sessionGrace is how long an abandoned session may take to finish the
 // task it is running before the process ends without it.
 const sessionGrace = 2 * time.Second
 
-// abandon ends a session whose daemon is gone or that was interrupted:
-// closing the connection ends serve, which frees what the session holds
-// once its running task returns. A task that does not return in time
-// (a kernel in a long loop) must not keep the process alive: its shared
-// memory is removed and the process exits.
+// abandon ends a session whose daemon or parent is gone or that was
+// interrupted: closing the connection ends serve, which frees what the
+// session holds once its running work returns. Work that does not return
+// in time (a kernel in a long loop) must not keep the process alive: its
+// shared memory is removed and the process exits.
 func abandon(conn net.Conn) {
 	conn.Close()
 	time.AfterFunc(sessionGrace, func() {

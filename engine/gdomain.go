@@ -139,10 +139,16 @@ func profileServed(op string, node int, platform, profile string) error {
 }
 
 // clusterID names this broker's cluster in every topology it sends, so a
-// node can tell domains of different brokers apart. Drawn once per worker.
+// node can tell domains of different brokers apart, and is the parent id a
+// remote node's exports are bound to. Drawn once per worker.
 func (w *Worker) clusterID() uint64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	return w.clusterIDLocked()
+}
+
+// clusterIDLocked is clusterID for a caller holding w.mu.
+func (w *Worker) clusterIDLocked() uint64 {
 	for w.cluster == 0 {
 		var b [8]byte
 		rand.Read(b[:])

@@ -55,6 +55,7 @@ func (w *Worker) dialRemotes() error {
 		return nil
 	}
 	deadline := time.Now().Add(w.cfg.StartupTimeout)
+	parent := w.clusterIDLocked()
 	w.remotes = make([]*rnode, len(w.remoteSpecs))
 	errs := make([]error, len(w.remoteSpecs))
 	var wg sync.WaitGroup
@@ -65,7 +66,7 @@ func (w *Worker) dialRemotes() error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w.remotes[id], errs[id] = dialNode(fmt.Sprintf("remote_worker %d", id), id, *spec, w.cfg.Sources, w.cfg.SessionTimeout, deadline)
+			w.remotes[id], errs[id] = dialNode(fmt.Sprintf("remote_worker %d", id), id, *spec, w.cfg.Sources, parent, w.cfg.SessionTimeout, deadline)
 		}()
 	}
 	wg.Wait()

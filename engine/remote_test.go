@@ -2,7 +2,6 @@ package engine
 
 import (
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"strings"
@@ -10,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"simpler/internal/token"
 	"simpler/wire"
 )
 
@@ -47,11 +47,7 @@ func (sessionResolver) Resolve(digest, module, name string) (Callable, error) {
 }
 
 func runTestSession() int {
-	var token []byte
-	if t := os.Getenv(sessionEnv + "_TOKEN"); t != "" {
-		token = []byte(t)
-	}
-	err := ServeSessionFD(token, func(string, []wire.Module) (Resolver, error) { return sessionResolver{}, nil })
+	err := ServeSessionFD(func(wire.Bundle, uint64) (Resolver, error) { return sessionResolver{}, nil })
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "test session:", err)
 		return 1
@@ -59,19 +55,36 @@ func runTestSession() int {
 	return 0
 }
 
-// startDaemon serves sessions on a free loopback port until the test ends.
+// startDaemon serves sessions on a free loopback port until the test ends,
+// with a token it writes where a client on this host finds it.
 func startDaemon(t testing.TB, env ...string) (*Daemon, string) {
+	return startDaemonConfig(t, DaemonConfig{}, env...)
+}
+
+// startDaemonConfig is startDaemon with cfg's bounds (its Token and
+// Session are filled in).
+func startDaemonConfig(t testing.TB, cfg DaemonConfig, env ...string) (*Daemon, string) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	path, tok, err := token.Generate(ln.Addr().(*net.TCPAddr).Port)
+	if err != nil {
+		t.Fatal(err)
+	}
 	exe, _ := os.Executable()
-	d := NewDaemon(ln, &Launcher{Path: exe, Env: append([]string{sessionEnv + "=1"}, env...)}, io.Discard)
+	cfg.Token = tok
+	cfg.Session = &Launcher{Path: exe, Env: append([]string{sessionEnv + "=1"}, env...)}
+	d, err := NewDaemon(ln, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	done := make(chan error, 1)
 	go func() { done <- d.Serve() }()
 	t.Cleanup(func() {
 		d.Close()
+		token.Remove(path)
 		if err := <-done; err != nil {
 			t.Errorf("daemon: %v", err)
 		}
@@ -225,11 +238,19 @@ func TestRemoteEndpointRefusals(t *testing.T) {
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	dead := ln.Addr().String()
 	ln.Close() // nothing listens there now
-	if _, err := w.AddRemoteWorker(RemoteSpec{Endpoint: dead, Platform: "a2a3sim", DeviceIDs: []int{0}}); err != nil {
+	if _, err := w.AddRemoteWorker(RemoteSpec{Endpoint: dead, Platform: "a2a3sim", DeviceIDs: []int{0}, Token: []byte("0123456789abcdef")}); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.Init(); err == nil || !strings.Contains(err.Error(), "cannot reach") {
 		t.Fatalf("unreachable endpoint: %v", err)
+	}
+	// Without a token, the client looks for the one a daemon on this host
+	// wrote for that port, and says where it looked.
+	w2 := must(NewWorker(Config{Level: 4, Platform: sim(t), StartupTimeout: 2 * time.Second}))
+	defer w2.Close()
+	must(w2.AddRemoteWorker(RemoteSpec{Endpoint: dead, Platform: "a2a3sim", DeviceIDs: []int{0}}))
+	if err := w2.Init(); err == nil || !strings.Contains(err.Error(), "no token for "+dead) || !strings.Contains(err.Error(), "looked in") {
+		t.Fatalf("no token: %v", err)
 	}
 }
 
@@ -239,8 +260,8 @@ func sessionProcs(d *Daemon) []*os.Process {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var ps []*os.Process
-	for cmd := range d.sessions {
-		ps = append(ps, cmd.Process)
+	for _, s := range d.sessions {
+		ps = append(ps, s.cmd.Process)
 	}
 	return ps
 }
@@ -299,7 +320,7 @@ func killMidTask(t *testing.T, tasks int) {
 // session.
 func TestDaemonSurvivesBadClients(t *testing.T) {
 	_, addr := startDaemon(t)
-	hdr := wire.EncodeHeader(wire.Header{Version: 1})
+	hdr := wire.EncodeHeader(wire.Header{Version: wire.ProtocolVersion})
 	bad := [][]byte{
 		[]byte("GET / HTTP/1.0\r\n\r\n"), // not a frame at all
 		hdr[:10],                         // a truncated header
@@ -313,25 +334,10 @@ func TestDaemonSurvivesBadClients(t *testing.T) {
 		c.Write(b)
 		c.Close()
 	}
-	// A HELLO that breaks a manifest rule is refused with a reason.
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if _, _, err := wire.ReadFrame(c, 0); err != nil {
-		t.Fatal(err)
-	}
-	var e wire.Encoder
-	(&wire.Hello{Version: 1, Platform: "tpu", DeviceIDs: []int{0}, CommProfile: "sim"}).Encode(&e)
-	wire.WriteFrame(c, wire.Header{Version: 1, Type: wire.TypeHello, Session: 9, Worker: 0}, e.Bytes())
-	h, payload, err := wire.ReadFrame(c, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := wire.DecodeHelloReply(payload)
-	if err != nil || h.Type != wire.TypeHelloReply || r.Accepted || !strings.Contains(r.Err.Message, "unknown platform") {
-		t.Fatalf("refusal %+v %v", r, err)
+	// A proven HELLO that breaks a manifest rule is refused with a reason.
+	r := rawHello(t, addr, defaultToken(t, addr), &wire.Hello{Version: wire.ProtocolVersion, Platform: "tpu", DeviceIDs: []int{0}, CommProfile: "sim"})
+	if r.Accepted || !strings.Contains(r.Err.Message, "unknown platform") {
+		t.Fatalf("refusal %+v", r)
 	}
 	// And a well-behaved parent still gets a session.
 	w := remoteWorker(t, addr)
@@ -341,15 +347,15 @@ func TestDaemonSurvivesBadClients(t *testing.T) {
 }
 
 func TestDaemonTokenProof(t *testing.T) {
-	_, addr := startDaemon(t, sessionEnv+"_TOKEN=s3cret")
-	spec := RemoteSpec{Endpoint: addr, Platform: "a2a3sim", DeviceIDs: []int{0}, Token: []byte("wrong")}
+	_, addr := startDaemon(t)
+	spec := RemoteSpec{Endpoint: addr, Platform: "a2a3sim", DeviceIDs: []int{0}, Token: []byte("wrong-but-long-enough")}
 	w, _ := NewWorker(Config{Level: 4, Platform: sim(t)})
 	w.AddRemoteWorker(spec)
 	if err := w.Init(); err == nil || !strings.Contains(err.Error(), "token proof does not match") {
 		t.Fatalf("a wrong token: %v", err)
 	}
 	w.Close()
-	spec.Token = []byte("s3cret")
+	spec.Token = defaultToken(t, addr)
 	w, _ = NewWorker(Config{Level: 4, Platform: sim(t)})
 	w.AddRemoteWorker(spec)
 	if err := w.Init(); err != nil {
@@ -383,7 +389,7 @@ func TestRemoteRegisterAndUnregisterCommands(t *testing.T) {
 	if _, err := n.control(&wire.Control{Cmd: wire.CmdFree, Buffer: wire.BufferRef{ID: 99, Generation: 1}}); err == nil || !strings.Contains(err.Error(), "not an owned buffer") {
 		t.Fatalf("free of an unknown buffer: %v", err)
 	}
-	if _, err := n.control(&wire.Control{Cmd: wire.CmdImport, Token: []byte("garbage"), Access: wire.AccessRead}); err == nil || !strings.Contains(err.Error(), "malformed export token") {
+	if _, err := n.control(&wire.Control{Cmd: wire.CmdImport, Token: []byte("garbage"), Access: wire.AccessRead}); err == nil || !strings.Contains(err.Error(), "malformed export id") {
 		t.Fatalf("import of a bad token: %v", err)
 	}
 	// The node checks on its own what the parent checks first, so a
@@ -476,4 +482,50 @@ func TestUncertainImportRetiresTheNode(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Errorf("close: %v", err)
 	}
+}
+
+// defaultToken is the token the daemon at addr wrote for clients on this
+// host.
+func defaultToken(t testing.TB, addr string) []byte {
+	t.Helper()
+	tok, err := token.ForEndpoint(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// rawHello runs the handshake by hand with hello (its proof made from tok,
+// its parent 1 unless set) and returns the daemon's HELLO_REPLY.
+func rawHello(t testing.TB, addr string, tok []byte, hello *wire.Hello) wire.HelloReply {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	_, p, err := wire.ReadFrame(c, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := wire.DecodeChallenge(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hello.Parent == 0 {
+		hello.Parent = 1
+	}
+	const session = 9
+	hello.Proof = wire.Prove(tok, ch.Nonce, session, hello.Parent)
+	wire.WriteFrame(c, wire.Header{Version: wire.ProtocolVersion, Type: wire.TypeHello, Session: session}, wire.Payload(hello))
+	h, payload, err := wire.ReadFrame(c, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := wire.DecodeHelloReply(payload)
+	if err != nil || h.Type != wire.TypeHelloReply {
+		t.Fatalf("reply %s %+v %v", h.Type, r, err)
+	}
+	return r
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"simpler/internal/netspin"
+	"simpler/internal/token"
 	"simpler/wire"
 )
 
@@ -24,7 +25,7 @@ type RemoteSpec struct {
 	NumSubWorkers     int
 	CommProfile       string
 	GlobalDeviceRanks []int
-	Token             []byte // nil: the daemon must be on loopback and take no token
+	Token             []byte // nil: the token the daemon wrote on this host (token.ForEndpoint)
 }
 
 // Sources is the code a remote node runs: the module bundle with its
@@ -87,8 +88,16 @@ type rreply struct {
 	sunk    bool   // a COPY_FROM whose data went straight into the waiter's sink
 }
 
-// dialNode connects to a daemon, proves the token and brings the node up.
-func dialNode(name string, id int, spec RemoteSpec, src *Sources, timeout time.Duration, deadline time.Time) (*rnode, error) {
+// dialNode connects to a daemon, proves the token on behalf of parent (the
+// level-4 worker's id), brings the node up and ships it the code.
+func dialNode(name string, id int, spec RemoteSpec, src *Sources, parent uint64, timeout time.Duration, deadline time.Time) (*rnode, error) {
+	if spec.Token == nil {
+		tok, err := token.ForEndpoint(spec.Endpoint)
+		if err != nil {
+			return nil, Wrap(err, name)
+		}
+		spec.Token = tok
+	}
 	conn, err := net.DialTimeout("tcp", spec.Endpoint, time.Until(deadline))
 	if err != nil {
 		return nil, Errorf(RuntimeError, "%s: cannot reach %s: %v", name, spec.Endpoint, errors.Unwrap(err))
@@ -98,7 +107,7 @@ func dialNode(name string, id int, spec RemoteSpec, src *Sources, timeout time.D
 	var sid [8]byte
 	rand.Read(sid[:])
 	n.session = binary.LittleEndian.Uint64(sid[:]) | 1
-	if err := n.hello(src, deadline); err != nil {
+	if err := n.hello(parent, deadline); err != nil {
 		conn.Close()
 		return nil, Wrap(err, fmt.Sprintf("%s at %s", name, spec.Endpoint))
 	}
@@ -106,10 +115,18 @@ func dialNode(name string, id int, spec RemoteSpec, src *Sources, timeout time.D
 	n.reader.Add(2)
 	go n.read()
 	go n.monitor()
+	b := &wire.Control{Cmd: wire.CmdBundle}
+	if src != nil {
+		b.Bundle = wire.Bundle{Root: src.Root, Modules: src.Modules}
+	}
+	if _, err := n.control(b); err != nil {
+		n.close()
+		return nil, Wrap(err, fmt.Sprintf("%s at %s: shipping the code", name, spec.Endpoint))
+	}
 	return n, nil
 }
 
-func (n *rnode) hello(src *Sources, deadline time.Time) error {
+func (n *rnode) hello(parent uint64, deadline time.Time) error {
 	n.conn.SetDeadline(deadline)
 	defer n.conn.SetDeadline(time.Time{})
 	h, payload, err := wire.ReadFrame(n.conn, wire.TypeChallenge.MaxPayload())
@@ -123,14 +140,9 @@ func (n *rnode) hello(src *Sources, deadline time.Time) error {
 	if err != nil {
 		return err
 	}
-	hello := &wire.Hello{Version: wire.ProtocolVersion, Platform: n.spec.Platform, DeviceIDs: n.spec.DeviceIDs,
-		NumSubWorkers: n.spec.NumSubWorkers, CommProfile: n.spec.CommProfile, GlobalDeviceRanks: n.spec.GlobalDeviceRanks}
-	if src != nil {
-		hello.Root, hello.Modules = src.Root, src.Modules
-	}
-	if n.spec.Token != nil {
-		hello.Proof = wire.Prove(n.spec.Token, ch.Nonce, n.session)
-	}
+	hello := &wire.Hello{Version: wire.ProtocolVersion, Parent: parent, Platform: n.spec.Platform, DeviceIDs: n.spec.DeviceIDs,
+		NumSubWorkers: n.spec.NumSubWorkers, CommProfile: n.spec.CommProfile, GlobalDeviceRanks: n.spec.GlobalDeviceRanks,
+		Proof: wire.Prove(n.spec.Token, ch.Nonce, n.session, parent)}
 	if err := n.send(wire.TypeHello, 0, hello); err != nil {
 		return err
 	}

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -18,34 +17,48 @@ import (
 	"simpler/wire"
 )
 
-// SourceResolver makes a resolver from shipped module sources: a remote
-// node has no copy of the parent's files.
-type SourceResolver func(root string, modules []wire.Module) (Resolver, error)
-
-// HelloTimeout bounds the handshake of a new session.
-var HelloTimeout = 10 * time.Second
+// SourceResolver makes a resolver from the module bundle a parent ships
+// (a remote node has no copy of the parent's files); module top-level code
+// runs under loadSteps Starlark steps. A resolver that also has a
+// Cancel(reason string) method has its loads cancelled when the parent
+// disconnects.
+type SourceResolver func(b wire.Bundle, loadSteps uint64) (Resolver, error)
 
 // session is one remote L3 node as its daemon runs it: the connection to
 // the parent, an inner level-3 Worker, the remote buffers it owns and the
-// imports it holds. It runs in a process of its own.
+// imports it holds. It runs in a process of its own, within the limits its
+// daemon set.
 type session struct {
-	conn    net.Conn
-	in      io.Reader // conn, read spinning briefly before blocking
-	id      uint64
-	worker  uint32
-	inner   *Worker
-	resolve Resolver
+	conn        net.Conn
+	in          io.Reader // conn, read spinning briefly before blocking
+	id          uint64
+	worker      uint32
+	daemon      uint64 // the daemon's id and its number for this session: export ids name both
+	slot        uint64
+	parent      uint64 // the parent's id from its HELLO: exports are bound to it
+	limits      wire.Limits
+	link        *link
+	inner       *Worker
+	newResolver SourceResolver
+	onLost      func() // the parent went away without a SHUTDOWN
 
 	wmu sync.Mutex  // serialises frames written
 	big chan []byte // the reusable buffer for large frames (COPY_TO data)
 
-	mu        sync.Mutex
-	callables map[string]Callable
-	bufs      map[wire.BufferRef]*sbuf // owned and imported, by the ref handed out
-	bufSeq    uint64
-	inflight  int     // tasks received and not yet completed
-	running   bool    // a goroutine is running tasks
-	queued    []frame // tasks read while one runs, in arrival order
+	mu          sync.Mutex
+	resolve     Resolver // set by BUNDLE
+	callables   map[string]Callable
+	bufs        map[wire.BufferRef]*sbuf // owned and imported, by the ref handed out
+	bufSeq      uint64
+	owned       uint64            // bytes of owned buffers and global windows: limits.BufferBytes bounds it
+	windows     map[uint64]uint64 // a global domain's window bytes here, by domain id
+	exports     map[[16]byte]export
+	grants      map[uint64]chan grant // imports waiting for the daemon, by request
+	linkSeq     uint64
+	inflight    int     // tasks received and not yet completed
+	running     bool    // a goroutine is running tasks
+	queued      []frame // tasks read while one runs, in arrival order
+	queuedBytes uint64
 	// reader names the goroutine holding the reading role (read's role);
 	// readerBusy says it is running a command or tasks, and workSeq
 	// counts finished work, so the watchdog sees work that spans a tick.
@@ -69,13 +82,35 @@ type sbuf struct {
 
 func (b *sbuf) bytes() []byte { return b.seg.Mem[b.off : b.off+b.len] }
 
-// RunSession serves one session on conn until the parent shuts it down or
-// goes away. token, if not nil, is what the parent must prove it knows.
-func RunSession(conn net.Conn, token []byte, newResolver SourceResolver) error {
-	s := &session{conn: conn, callables: map[string]Callable{}, bufs: map[wire.BufferRef]*sbuf{}, big: make(chan []byte, 1)}
+// export is one EXPORT as its owner records it: the id handed out names
+// this record, and an import learns the range and access only from here.
+type export struct {
+	ref    wire.BufferRef
+	off, n uint64
+	access wire.Access
+}
+
+// maxExports bounds one session's export table.
+const maxExports = 1 << 16
+
+// fits reports whether [off, off+n) lies within size bytes, for values
+// from a peer: the sum is never formed, so it cannot wrap.
+func fits(off, n uint64, size int) bool {
+	return size >= 0 && off <= uint64(size) && n <= uint64(size)-off
+}
+
+// RunSession serves one session on conn, authenticated by the daemon that
+// sent start over l, until the parent shuts it down or goes away; onLost
+// is called when the parent goes away without a SHUTDOWN.
+func RunSession(conn net.Conn, l *link, start wire.Link, newResolver SourceResolver, onLost func()) error {
+	s := &session{conn: conn, link: l, id: start.Session, worker: start.Worker, daemon: start.Daemon, slot: start.Slot, limits: start.Limits,
+		newResolver: newResolver, onLost: onLost, callables: map[string]Callable{}, bufs: map[wire.BufferRef]*sbuf{},
+		windows: map[uint64]uint64{}, exports: map[[16]byte]export{}, grants: map[uint64]chan grant{}, big: make(chan []byte, 1)}
 	s.big <- nil
+	s.readers.Add(1)
+	go s.serveLink()
 	defer s.close()
-	if err := s.handshake(token, newResolver); err != nil {
+	if err := s.handshake(start.Hello); err != nil {
 		return err
 	}
 	s.in = netspin.NewReader(conn, netspin.DefaultSpin)
@@ -94,60 +129,37 @@ func (s *session) writeBulk(t wire.Type, seq uint64, m wire.Message, bulk []byte
 	return wire.WriteMessage(s.conn, h, m, bulk)
 }
 
-// handshake: CHALLENGE, HELLO (manifest, code, proof), HELLO_REPLY.
-func (s *session) handshake(token []byte, newResolver SourceResolver) error {
-	var ch wire.Challenge
-	if _, err := rand.Read(ch.Nonce[:]); err != nil {
-		return err
-	}
-	s.conn.SetDeadline(time.Now().Add(HelloTimeout))
-	defer s.conn.SetDeadline(time.Time{})
-	if err := wire.WriteMessage(s.conn, wire.Header{Version: wire.ProtocolVersion, Type: wire.TypeChallenge}, &ch, nil); err != nil {
-		return err
-	}
-	h, payload, err := wire.ReadFrame(s.conn, wire.TypeHello.MaxPayload())
-	if err != nil {
-		return err
-	}
-	if h.Type != wire.TypeHello {
-		return fmt.Errorf("first frame is %s, want HELLO", h.Type)
-	}
-	s.id, s.worker = h.Session, h.Worker
+// handshake answers the HELLO the daemon checked: the node is brought up
+// from its manifest and HELLO_REPLY says whether it is READY.
+func (s *session) handshake(payload []byte) error {
 	hello, err := wire.DecodeHello(payload)
 	if err == nil {
-		err = s.accept(hello, token, ch, newResolver)
+		s.parent = hello.Parent
+		err = s.accept(hello)
 	}
 	reply := &wire.HelloReply{Accepted: err == nil, Session: s.id, Worker: s.worker, Version: wire.ProtocolVersion, CommProfile: hello.CommProfile}
 	if hello.CommProfile == "" {
 		reply.CommProfile = "sim"
 	}
 	if err != nil {
-		k, msg, _ := SplitKind(err.Error())
-		if k == "" {
-			k = RuntimeError
-		}
-		reply.Err = &wire.ErrorBody{Kind: string(k), Message: msg}
+		reply.Err = errBody(err)
 	}
+	s.conn.SetWriteDeadline(time.Now().Add(HelloTimeout))
+	defer s.conn.SetWriteDeadline(time.Time{})
 	if werr := s.write(wire.TypeHelloReply, 0, reply); werr != nil && err == nil {
 		err = werr
 	}
 	return err
 }
 
-// accept checks the parent's proof and manifest and brings the node up.
-func (s *session) accept(hello wire.Hello, token []byte, ch wire.Challenge, newResolver SourceResolver) error {
-	if token != nil && !wire.Verify(token, ch.Nonce, s.id, hello.Proof) {
-		return Errorf(ValueError, "HELLO: the token proof does not match")
-	}
+// accept checks the parent's manifest and brings the node up.
+func (s *session) accept(hello wire.Hello) error {
 	p, err := hal.Lookup(hello.Platform)
 	if err != nil {
 		return err
 	}
 	if !p.Simulated() || hello.CommProfile != "sim" && !slices.Contains(p.CommProfiles(), hello.CommProfile) {
 		return Errorf(ValueError, "HELLO: comm profile %q is not served on %s", hello.CommProfile, p.Name())
-	}
-	if s.resolve, err = newResolver(hello.Root, hello.Modules); err != nil {
-		return err
 	}
 	s.inner, err = NewWorker(Config{Level: 3, Platform: p, DeviceIDs: hello.DeviceIDs, NumSubWorkers: hello.NumSubWorkers,
 		CommProfile: hello.CommProfile, GlobalDeviceRanks: hello.GlobalDeviceRanks})
@@ -176,11 +188,28 @@ func (s *session) serve() error {
 	go s.read(0)
 	err := <-s.readEnd
 	close(stop)
+	if err != nil {
+		s.lost()
+	}
 	s.readers.Wait() // work in hand and queued tasks finish before the session closes
 	if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
 		return nil // the parent went away, or abandon closed the connection
 	}
 	return err
+}
+
+// lost stops what the session runs for a parent that is gone: module
+// loads are cancelled, and onLost bounds how long the rest may take.
+func (s *session) lost() {
+	s.mu.Lock()
+	r := s.resolve
+	s.mu.Unlock()
+	if c, ok := r.(interface{ Cancel(string) }); ok {
+		c.Cancel("the parent disconnected")
+	}
+	if s.onLost != nil {
+		s.onLost()
+	}
 }
 
 // handOffTick is how long one piece of work may run on the reading
@@ -238,9 +267,17 @@ func (s *session) read(role uint64) {
 			}
 		case wire.TypeTask:
 			s.mu.Lock()
+			if s.running && (len(s.queued) >= int(s.limits.QueuedTasks) || s.queuedBytes+uint64(len(f.payload)) > s.limits.QueuedBytes) {
+				n := len(s.queued)
+				s.mu.Unlock()
+				f.done()
+				s.refuseTask(f.h.Seq, n)
+				continue
+			}
 			s.inflight++
 			if s.running {
 				s.queued = append(s.queued, f)
+				s.queuedBytes += uint64(len(f.payload))
 				s.mu.Unlock()
 				continue
 			}
@@ -303,8 +340,16 @@ func (s *session) runTasks(f frame) {
 		}
 		f = s.queued[0]
 		s.queued = s.queued[1:]
+		s.queuedBytes -= uint64(len(f.payload))
 		s.mu.Unlock()
 	}
+}
+
+// refuseTask fails a task the queue has no room for, at once.
+func (s *session) refuseTask(seq uint64, queued int) {
+	fail := &wire.TaskFailure{Kind: string(RuntimeError), Message: fmt.Sprintf(
+		"this node has %d tasks (or %d bytes of them) queued, its bound (the daemon's --max-queued-tasks, --max-queued-bytes)", queued, s.limits.QueuedBytes)}
+	s.write(wire.TypeCompletion, seq, &wire.Completion{Seq: seq, Err: fail})
 }
 
 type frame struct {
@@ -383,7 +428,7 @@ func (s *session) taskArgs(t wire.Task) (*TaskArgs, []*shm.Segment, error) {
 			if b == nil {
 				return nil, scratch, Errorf(ValueError, "TASK: tensor %d names buffer %d (generation %d), which this node does not hold", i, ta.Remote.Buffer.ID, ta.Remote.Buffer.Generation)
 			}
-			if int(ta.Remote.Offset)+n > b.len {
+			if !fits(ta.Remote.Offset, uint64(n), b.len) {
 				return nil, scratch, Errorf(ValueError, "TASK: tensor %d (%d bytes at offset %d) overruns its %d-byte buffer", i, n, ta.Remote.Offset, b.len)
 			}
 			if ta.Remote.Access&^b.access != 0 {
@@ -439,149 +484,129 @@ func (s *session) control(f frame) {
 
 func (s *session) command(c wire.Control, r *wire.ControlReply) error {
 	switch c.Cmd {
+	case wire.CmdBundle:
+		return s.bundle(c.Bundle)
 	case wire.CmdRegister:
-		fn, err := s.resolve.Resolve(c.Digest, c.Module, c.Name)
-		if err != nil {
-			return err
-		}
-		if _, err := s.inner.Register(fn, nil); err != nil {
-			return err
-		}
-		s.mu.Lock()
-		s.callables[c.Digest] = fn
-		s.mu.Unlock()
-		return nil
+		return s.register(c)
 	case wire.CmdUnregister:
-		h, ok := s.inner.Lookup(c.Digest)
-		if !ok {
-			return Errorf(ValueError, "UNREGISTER: %s is not registered on this node", c.Digest)
-		}
-		if err := s.inner.Unregister(h); err != nil {
-			return err
-		}
-		if _, still := s.inner.Lookup(c.Digest); !still {
-			s.mu.Lock()
-			delete(s.callables, c.Digest)
-			s.mu.Unlock()
-		}
-		return nil
+		return s.unregister(c)
 	case wire.CmdMalloc:
-		seg, err := shm.Create("rbuf", int(c.NBytes))
-		if err != nil {
-			return err
-		}
-		hostmem.Register(seg)
-		r.Buffer = s.add(&sbuf{seg: seg, len: int(c.NBytes), access: wire.AccessReadWrite, owned: true})
-		return nil
+		return s.malloc(c.NBytes, r)
 	case wire.CmdFree, wire.CmdReleaseImport:
 		return s.drop(c.Buffer, c.Cmd == wire.CmdFree)
 	case wire.CmdCopyTo, wire.CmdCopyFrom:
-		b, err := s.buf(c.Buffer, true)
-		if err != nil {
-			return err
-		}
-		n := int(c.NBytes)
-		if c.Cmd == wire.CmdCopyTo {
-			n = len(c.Data)
-		}
-		if int(c.Offset)+n > b.len {
-			return Errorf(ValueError, "%s: %d bytes at offset %d overrun the %d-byte buffer", c.Cmd, n, c.Offset, b.len)
-		}
-		if c.Cmd == wire.CmdCopyTo {
-			copy(b.bytes()[c.Offset:], c.Data)
-		} else {
-			r.Data = b.bytes()[c.Offset : int(c.Offset)+n] // sent in place, see control
-		}
-		return nil
+		return s.copy(c, r)
 	case wire.CmdExport:
-		b, err := s.buf(c.Buffer, true)
-		if err != nil {
-			return err
-		}
-		if c.Offset+c.NBytes > uint64(b.len) || c.NBytes == 0 {
-			return Errorf(ValueError, "EXPORT: %d bytes at offset %d do not fit the %d-byte buffer", c.NBytes, c.Offset, b.len)
-		}
-		r.Data = exportToken(b.seg, c.Offset, c.NBytes, c.Access)
-		return nil
+		return s.export(c, r)
 	case wire.CmdImport:
-		seg, off, n, access, err := s.importToken(c.Token)
+		return s.importExport(c, r)
+	}
+	return s.global(c, r)
+}
+
+// bundle loads the parent's code, once.
+func (s *session) bundle(b wire.Bundle) error {
+	s.mu.Lock()
+	had := s.resolve != nil
+	s.mu.Unlock()
+	if had {
+		return Errorf(ValueError, "BUNDLE: this node already has its code")
+	}
+	r, err := s.newResolver(b, s.limits.LoadSteps)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.resolve = r
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *session) register(c wire.Control) error {
+	s.mu.Lock()
+	res := s.resolve
+	s.mu.Unlock()
+	if res == nil {
+		return Errorf(RuntimeError, "REGISTER: this node has no code yet (the parent sends BUNDLE first)")
+	}
+	fn, err := res.Resolve(c.Digest, c.Module, c.Name)
+	if err != nil {
+		return err
+	}
+	if _, err := s.inner.Register(fn, nil); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.callables[c.Digest] = fn
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *session) unregister(c wire.Control) error {
+	h, ok := s.inner.Lookup(c.Digest)
+	if !ok {
+		return Errorf(ValueError, "UNREGISTER: %s is not registered on this node", c.Digest)
+	}
+	if err := s.inner.Unregister(h); err != nil {
+		return err
+	}
+	if _, still := s.inner.Lookup(c.Digest); !still {
+		s.mu.Lock()
+		delete(s.callables, c.Digest)
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+// global runs a global-domain command on the inner worker; PREPARE's
+// windows count against the session's memory bound until the domain is
+// released or aborted.
+func (s *session) global(c wire.Control, r *wire.ControlReply) error {
+	id := c.Domain.ID
+	if c.Cmd == wire.CmdPrepare {
+		need := c.Domain.WindowSize * uint64(len(c.Domain.Ranks)) // both bounded by the decoder: no overflow
+		s.mu.Lock()
+		_, had := s.windows[id]
+		err := s.reserve(need, had, "PREPARE")
+		s.mu.Unlock()
 		if err != nil {
 			return err
 		}
-		if c.Access != 0 {
-			if c.Access&^access != 0 {
-				seg.Close()
-				return Errorf(ValueError, "IMPORT: %s access asked of an export that allows %s", c.Access, access)
+		if err := s.inner.globalCommand(c, r); err != nil {
+			if !had {
+				s.mu.Lock()
+				s.owned -= need
+				s.mu.Unlock()
 			}
-			access = c.Access
+			return err
 		}
-		hostmem.Register(seg)
-		r.Buffer = s.add(&sbuf{seg: seg, off: off, len: n, access: access})
+		s.mu.Lock()
+		s.windows[id] = need
+		s.mu.Unlock()
 		return nil
 	}
-	return s.inner.globalCommand(c, r)
-}
-
-func (s *session) add(b *sbuf) wire.BufferRef {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.bufSeq++
-	ref := wire.BufferRef{ID: s.bufSeq, Generation: 1}
-	s.bufs[ref] = b
-	return ref
-}
-
-func (s *session) buf(ref wire.BufferRef, owned bool) (*sbuf, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	b := s.bufs[ref]
-	if b == nil || b.owned != owned {
-		return nil, Errorf(ValueError, "buffer %d (generation %d) is not an owned buffer of this node", ref.ID, ref.Generation)
-	}
-	return b, nil
-}
-
-// drop frees an owned buffer or releases an import.
-func (s *session) drop(ref wire.BufferRef, owned bool) error {
-	s.mu.Lock()
-	b := s.bufs[ref]
-	if b == nil || b.owned != owned {
+	err := s.inner.globalCommand(c, r)
+	if err == nil && (c.Cmd == wire.CmdAbort || c.Cmd == wire.CmdReleaseDomain) {
+		s.mu.Lock()
+		s.owned -= s.windows[id]
+		delete(s.windows, id)
 		s.mu.Unlock()
-		what := "an imported buffer"
-		if owned {
-			what = "an owned buffer"
-		}
-		return Errorf(ValueError, "buffer %d (generation %d) is not %s of this node", ref.ID, ref.Generation, what)
 	}
-	delete(s.bufs, ref)
-	s.mu.Unlock()
-	hostmem.Unregister(b.seg)
-	return b.seg.Close()
+	return err
 }
 
-// exportToken describes a range of a buffer for a peer on this host: the
-// shared-memory object, the range and the access. It is opaque to scripts.
-func exportToken(seg *shm.Segment, off, n uint64, access wire.Access) []byte {
-	var e wire.Encoder
-	e.String(seg.Name)
-	e.Int(len(seg.Mem))
-	e.U64(off)
-	e.U64(n)
-	e.U8(uint8(access))
-	return e.Bytes()
-}
-
-func (s *session) importToken(tok []byte) (*shm.Segment, int, int, wire.Access, error) {
-	d := wire.NewDecoder(tok)
-	name, size, off, n, access := d.String(), d.Int(1<<40), d.Int(1<<40), d.Int(1<<40), wire.Access(d.U8())
-	if err := d.Finish(); err != nil || !access.Valid() || off+n > size {
-		return nil, 0, 0, 0, Errorf(ValueError, "IMPORT: a malformed export token")
+// reserve counts n more bytes against the session's memory bound (none if
+// already is set: a repeated PREPARE). Caller holds s.mu.
+func (s *session) reserve(n uint64, already bool, op string) error {
+	if already {
+		return nil
 	}
-	seg, err := shm.Open(name, size)
-	if err != nil {
-		return nil, 0, 0, 0, Errorf(RuntimeError, "IMPORT: the exported buffer is gone: %v", err)
+	if n > s.limits.BufferBytes || s.owned > s.limits.BufferBytes-n {
+		return Errorf(RuntimeError, "%s: %d bytes more would bring this session's memory to %d bytes, beyond its bound of %d (the daemon's --max-buffer-bytes)",
+			op, n, s.owned+n, s.limits.BufferBytes)
 	}
-	return seg, off, n, access, nil
+	s.owned += n
+	return nil
 }
 
 // close frees everything the session holds: imports first, then owned
@@ -633,8 +658,8 @@ func (s *session) readBulk(h wire.Header) (frame, error) {
 	}
 	ref, off, n, ok := wire.DecodeCopyToPrefix(prefix, int(h.Length))
 	if ok {
-		if b, err := s.buf(ref, true); err == nil && int(off)+n <= b.len {
-			if _, err := io.ReadFull(s.in, b.bytes()[off:int(off)+n]); err != nil {
+		if b, err := s.buf(ref, true); err == nil && s.checkCopy(wire.CmdCopyTo, off, uint64(n), b.len) == nil {
+			if _, err := io.ReadFull(s.in, b.bytes()[off:off+uint64(n)]); err != nil {
 				return frame{}, err
 			}
 			return frame{h: h, done: func() {}, copied: true}, nil

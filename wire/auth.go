@@ -30,13 +30,14 @@ func DecodeChallenge(b []byte) (Challenge, error) {
 }
 
 // Prove is the parent's answer to a challenge: HMAC-SHA256 keyed by the
-// shared token over nonce || session (the session id as 8 little-endian
-// bytes). The token itself never crosses the wire.
-func Prove(token []byte, nonce [32]byte, session uint64) [32]byte {
+// shared token over nonce || session || parent (the ids as 8 little-endian
+// bytes each). The token itself never crosses the wire.
+func Prove(token []byte, nonce [32]byte, session, parent uint64) [32]byte {
 	m := hmac.New(sha256.New, token)
 	m.Write(nonce[:])
-	var s [8]byte
-	binary.LittleEndian.PutUint64(s[:], session)
+	var s [16]byte
+	binary.LittleEndian.PutUint64(s[:8], session)
+	binary.LittleEndian.PutUint64(s[8:], parent)
 	m.Write(s[:])
 	var p [32]byte
 	m.Sum(p[:0])
@@ -44,7 +45,7 @@ func Prove(token []byte, nonce [32]byte, session uint64) [32]byte {
 }
 
 // Verify checks a proof in constant time.
-func Verify(token []byte, nonce [32]byte, session uint64, proof [32]byte) bool {
-	want := Prove(token, nonce, session)
+func Verify(token []byte, nonce [32]byte, session, parent uint64, proof [32]byte) bool {
+	want := Prove(token, nonce, session, parent)
 	return hmac.Equal(want[:], proof[:])
 }

@@ -25,6 +25,7 @@ const (
 	CmdReleaseDomain                    // Domain{ID, Generation} → ()
 	CmdStageTo                          // Domain{ID, Generation}, Rank, Offset, Data (≤ MaxStage) → ()
 	CmdStageFrom                        // Domain{ID, Generation}, Rank, Offset, NBytes (≤ MaxStage) → Data
+	CmdBundle                           // Bundle → ()
 	numCommands
 )
 
@@ -46,6 +47,7 @@ var commandNames = [...]string{
 	CmdReleaseDomain: "RELEASE_DOMAIN",
 	CmdStageTo:       "STAGE_TO",
 	CmdStageFrom:     "STAGE_FROM",
+	CmdBundle:        "BUNDLE",
 }
 
 // Valid reports whether c is a known command.
@@ -88,8 +90,9 @@ type Control struct {
 	Data   []byte    // COPY_TO: 1..MaxCopy bytes; STAGE_TO: 1..MaxStage
 	Rank   uint32    // STAGE_TO, STAGE_FROM: the domain rank whose window it is
 	Access Access    // EXPORT, IMPORT
-	Token  []byte    // IMPORT: 1..MaxExportToken bytes
+	Token  []byte    // IMPORT: the export id, 1..MaxExportToken bytes
 	Domain Domain    // COMM_INIT … RELEASE_DOMAIN; STAGE_*: ID and Generation
+	Bundle Bundle    // BUNDLE
 }
 
 // Encode writes the CONTROL payload.
@@ -122,6 +125,8 @@ func (c *Control) Encode(e *Encoder) {
 	case CmdImport:
 		e.Blob(c.Token)
 		e.U8(uint8(c.Access))
+	case CmdBundle:
+		c.Bundle.encode(e)
 	case CmdStageTo, CmdStageFrom:
 		e.U64(c.Domain.ID)
 		e.U64(c.Domain.Generation)
@@ -199,6 +204,8 @@ func DecodeControl(b []byte) (Control, error) {
 			d.FailBounds("empty export token")
 		}
 		c.Access = decodeAccess(d, true)
+	case CmdBundle:
+		c.Bundle = decodeBundle(d)
 	case CmdStageTo, CmdStageFrom:
 		c.Domain.ID, c.Domain.Generation = d.U64(), d.U64()
 		if d.err == nil && (c.Domain.ID == 0 || c.Domain.Generation == 0) {

@@ -25,8 +25,11 @@ const HeaderSize = 36
 // Magic opens every frame.
 const Magic = "SMPL"
 
-// ProtocolVersion is the only version this build speaks.
-const ProtocolVersion uint16 = 1
+// ProtocolVersion is the only version this build speaks. Version 2 moved
+// the code out of HELLO (a BUNDLE command after READY), so that a daemon
+// checks the proof before it reads anything large, and bound the proof to
+// the parent's id.
+const ProtocolVersion uint16 = 2
 
 // MaxPayload bounds any frame's payload: a 64 MiB bulk copy (MaxCopy) plus
 // its command fields fits in one frame, so copies are never chunked inside
@@ -101,7 +104,9 @@ func (t Type) MaxPayload() int {
 		return 128 << 10
 	case TypeTask:
 		return 16 << 20
-	case TypeHello, TypeControl, TypeControlReply:
+	case TypeHello:
+		return MaxHello
+	case TypeControl, TypeControlReply:
 		return MaxPayload
 	}
 	return 0

@@ -16,7 +16,7 @@ func goodHeader() Header {
 func TestHeaderLayout(t *testing.T) {
 	h := goodHeader()
 	b := EncodeHeader(h)
-	want := []byte{'S', 'M', 'P', 'L', 1, 0, byte(TypeTask), 0,
+	want := []byte{'S', 'M', 'P', 'L', byte(ProtocolVersion), 0, byte(TypeTask), 0,
 		0xef, 0xcd, 0xab, 0, 0, 0, 0, 0, // session
 		3, 0, 0, 0, // worker
 		17, 0, 0, 0, 0, 0, 0, 0, // seq
@@ -58,7 +58,7 @@ func TestHeaderRejections(t *testing.T) {
 	}{
 		{"bad magic", func(b []byte) { b[0] = 'X' }, ErrMagic},
 		{"version 0", func(b []byte) { binary.LittleEndian.PutUint16(b[4:], 0) }, ErrVersion},
-		{"version 2", func(b []byte) { binary.LittleEndian.PutUint16(b[4:], 2) }, ErrVersion},
+		{"version 3", func(b []byte) { binary.LittleEndian.PutUint16(b[4:], 3) }, ErrVersion},
 		{"type 0", func(b []byte) { b[6] = 0 }, ErrType},
 		{"type unknown", func(b []byte) { b[6] = uint8(numTypes) }, ErrType},
 		{"unknown flag", func(b []byte) { b[7] = 0x80 }, ErrFlags},
@@ -78,15 +78,15 @@ func TestHeaderRejections(t *testing.T) {
 	}
 	// Per-type session and sequence rules.
 	rules := []Header{
-		{Version: 1, Type: TypeChallenge, Session: 1},
-		{Version: 1, Type: TypeChallenge, Worker: 1},
-		{Version: 1, Type: TypeChallenge, Seq: 1},
-		{Version: 1, Type: TypeHello, Seq: 1, Session: 1},
-		{Version: 1, Type: TypeHello},
-		{Version: 1, Type: TypeHelloReply, Session: 1, Seq: 2},
-		{Version: 1, Type: TypeShutdown, Session: 1, Seq: 2},
-		{Version: 1, Type: TypeCompletion, Session: 1},
-		{Version: 1, Type: TypeHealthReply, Seq: 1},
+		{Version: ProtocolVersion, Type: TypeChallenge, Session: 1},
+		{Version: ProtocolVersion, Type: TypeChallenge, Worker: 1},
+		{Version: ProtocolVersion, Type: TypeChallenge, Seq: 1},
+		{Version: ProtocolVersion, Type: TypeHello, Seq: 1, Session: 1},
+		{Version: ProtocolVersion, Type: TypeHello},
+		{Version: ProtocolVersion, Type: TypeHelloReply, Session: 1, Seq: 2},
+		{Version: ProtocolVersion, Type: TypeShutdown, Session: 1, Seq: 2},
+		{Version: ProtocolVersion, Type: TypeCompletion, Session: 1},
+		{Version: ProtocolVersion, Type: TypeHealthReply, Seq: 1},
 	}
 	for _, h := range rules {
 		b := EncodeHeader(h)
@@ -104,11 +104,11 @@ func TestHeaderRejections(t *testing.T) {
 	// A frame of another version still shows its fields, so a daemon can
 	// refuse it by name.
 	h := goodHeader()
-	h.Version = 2
+	h.Version = 3
 	b = EncodeHeader(h)
 	got, err := DecodeHeader(b[:])
-	if !errors.Is(err, ErrVersion) || got != h || !strings.Contains(err.Error(), "version 2") {
-		t.Errorf("version 2: %+v, %v", got, err)
+	if !errors.Is(err, ErrVersion) || got != h || !strings.Contains(err.Error(), "version 3") {
+		t.Errorf("version 3: %+v, %v", got, err)
 	}
 }
 
@@ -119,11 +119,11 @@ func TestFrameRoundTrip(t *testing.T) {
 		h Header
 		p []byte
 	}{
-		{Header{Version: 1, Type: TypeChallenge}, Payload(&Challenge{Nonce: nonce(3)})},
-		{Header{Version: 1, Type: TypeHello, Session: 77, Worker: 2}, Payload(sampleHello())},
-		{Header{Version: 1, Type: TypeControl, Session: 77, Worker: 2, Seq: 1}, Payload(&Control{Cmd: CmdCopyTo, Buffer: BufferRef{1, 1}, Data: big})},
-		{Header{Version: 1, Type: TypeHealth, Session: 77, Worker: 2, Seq: 2}, Payload(&Health{Timestamp: 5})},
-		{Header{Version: 1, Type: TypeShutdown, Session: 77, Worker: 2, Flags: FlagDrain}, nil},
+		{Header{Version: ProtocolVersion, Type: TypeChallenge}, Payload(&Challenge{Nonce: nonce(3)})},
+		{Header{Version: ProtocolVersion, Type: TypeHello, Session: 77, Worker: 2}, Payload(sampleHello())},
+		{Header{Version: ProtocolVersion, Type: TypeControl, Session: 77, Worker: 2, Seq: 1}, Payload(&Control{Cmd: CmdCopyTo, Buffer: BufferRef{1, 1}, Data: big})},
+		{Header{Version: ProtocolVersion, Type: TypeHealth, Session: 77, Worker: 2, Seq: 2}, Payload(&Health{Timestamp: 5})},
+		{Header{Version: ProtocolVersion, Type: TypeShutdown, Session: 77, Worker: 2, Flags: FlagDrain}, nil},
 	}
 	for _, f := range frames {
 		if err := WriteFrame(&buf, f.h, f.p); err != nil {
@@ -170,7 +170,7 @@ func TestReadFrameTruncated(t *testing.T) {
 
 // A large frame cut short: the reader allocates as bytes arrive.
 func TestReadFrameTruncatedLarge(t *testing.T) {
-	h := Header{Version: 1, Type: TypeControl, Session: 1, Seq: 1, Length: MaxPayload}
+	h := Header{Version: ProtocolVersion, Type: TypeControl, Session: 1, Seq: 1, Length: MaxPayload}
 	hb := EncodeHeader(h)
 	r := io.MultiReader(bytes.NewReader(hb[:]), bytes.NewReader(make([]byte, 3*readChunk+7)))
 	_, _, err := ReadFrame(r, 0)
@@ -201,19 +201,19 @@ func TestWriteFrameChecks(t *testing.T) {
 	var buf bytes.Buffer
 	bad := []Header{
 		{Type: TypeTask, Session: 1, Seq: 1},             // version 0
-		{Version: 1, Type: 0, Session: 1, Seq: 1},        // no type
-		{Version: 1, Type: TypeTask, Session: 1},         // seq 0
-		{Version: 1, Type: TypeTask, Seq: 1, Flags: 0x2}, // unknown flag
+		{Version: ProtocolVersion, Type: 0, Session: 1, Seq: 1},        // no type
+		{Version: ProtocolVersion, Type: TypeTask, Session: 1},         // seq 0
+		{Version: ProtocolVersion, Type: TypeTask, Seq: 1, Flags: 0x2}, // unknown flag
 	}
 	for _, h := range bad {
 		if err := WriteFrame(&buf, h, nil); err == nil {
 			t.Errorf("%v: written", h)
 		}
 	}
-	if err := WriteFrame(&buf, Header{Version: 1, Type: TypeHealth, Session: 1, Seq: 1}, make([]byte, 5000)); !errors.Is(err, ErrTooLarge) {
+	if err := WriteFrame(&buf, Header{Version: ProtocolVersion, Type: TypeHealth, Session: 1, Seq: 1}, make([]byte, 5000)); !errors.Is(err, ErrTooLarge) {
 		t.Errorf("oversize health: %v", err)
 	}
-	if err := WriteFrame(&buf, Header{Version: 1, Type: TypeControl, Session: 1, Seq: 1}, make([]byte, MaxPayload+1)); !errors.Is(err, ErrTooLarge) {
+	if err := WriteFrame(&buf, Header{Version: ProtocolVersion, Type: TypeControl, Session: 1, Seq: 1}, make([]byte, MaxPayload+1)); !errors.Is(err, ErrTooLarge) {
 		t.Errorf("oversize control: %v", err)
 	}
 	if buf.Len() != 0 {

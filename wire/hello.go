@@ -7,35 +7,32 @@ type Module struct {
 	Source []byte
 }
 
-// Hello is the parent's first frame: the manifest of the L3 node it wants,
-// the code it runs, and its proof of the token.
+// Hello is the parent's first frame after the CHALLENGE: its proof of the
+// token and the manifest of the L3 node it wants. It is small (MaxHello)
+// because the daemon reads and checks it before it does any other work for
+// the connection; the code the node runs follows once the node is up, as a
+// BUNDLE command.
 type Hello struct {
-	Version           uint16 // the highest protocol version the parent speaks (≥ 1)
+	Version           uint16   // the highest protocol version the parent speaks (≥ 1)
+	Parent            uint64   // the parent's id, non-zero: drawn once per level-4 worker; exports are bound to it
+	Proof             [32]byte // Prove(token, challenge nonce, header session, Parent)
 	Platform          string
 	DeviceIDs         []int
 	NumSubWorkers     int
 	CommProfile       string
-	GlobalDeviceRanks []int    // empty, or one per device id
-	Root              string   // the root module's name; "" iff Modules is empty
-	Modules           []Module // sorted by name, unique; source bytes ≤ MaxBundle in all
-	Proof             [32]byte // Prove(token, challenge nonce, header session)
+	GlobalDeviceRanks []int // empty, or one per device id
 }
 
 // Encode writes the HELLO payload.
 func (h *Hello) Encode(e *Encoder) {
 	e.U16(h.Version)
+	e.U64(h.Parent)
+	e.Raw(h.Proof[:])
 	e.String(h.Platform)
 	encodeInts(e, h.DeviceIDs)
 	e.Int(h.NumSubWorkers)
 	e.String(h.CommProfile)
 	encodeInts(e, h.GlobalDeviceRanks)
-	e.String(h.Root)
-	e.U32(uint32(len(h.Modules)))
-	for _, m := range h.Modules {
-		e.String(m.Name)
-		e.Blob(m.Source)
-	}
-	e.Raw(h.Proof[:])
 }
 
 // DecodeHello reads a HELLO payload.
@@ -46,6 +43,11 @@ func DecodeHello(b []byte) (Hello, error) {
 	if d.err == nil && h.Version == 0 {
 		d.FailBounds("hello protocol version 0")
 	}
+	h.Parent = d.U64()
+	if d.err == nil && h.Parent == 0 {
+		d.FailBounds("hello from parent 0")
+	}
+	copy(h.Proof[:], d.take(32))
 	h.Platform = decodeIdent(d, "platform")
 	if d.err == nil && h.Platform == "" {
 		d.FailBounds("empty platform")
@@ -57,33 +59,63 @@ func DecodeHello(b []byte) (Hello, error) {
 	if d.err == nil && len(h.GlobalDeviceRanks) != 0 && len(h.GlobalDeviceRanks) != len(h.DeviceIDs) {
 		d.FailBounds("%d global device ranks for %d device ids", len(h.GlobalDeviceRanks), len(h.DeviceIDs))
 	}
-	h.Root = d.StringMax(MaxName)
+	if err := d.Finish(); err != nil {
+		return Hello{}, err
+	}
+	return h, nil
+}
+
+// PeekHelloVersion reads the version a HELLO payload of any protocol
+// version starts with (its first two bytes in every version), so that a
+// daemon can refuse a parent of another version by name.
+func PeekHelloVersion(b []byte) (uint16, bool) {
+	if len(b) < 2 {
+		return 0, false
+	}
+	return uint16(b[0]) | uint16(b[1])<<8, true
+}
+
+// Bundle is the code a remote node runs: the parent loader's modules, by
+// the names its loader knows them by. It is the body of a BUNDLE command.
+type Bundle struct {
+	Root    string   // the root module's name; "" iff Modules is empty
+	Modules []Module // sorted by name, unique; source bytes ≤ MaxBundle in all
+}
+
+func (b *Bundle) encode(e *Encoder) {
+	e.String(b.Root)
+	e.U32(uint32(len(b.Modules)))
+	for _, m := range b.Modules {
+		e.String(m.Name)
+		e.Blob(m.Source)
+	}
+}
+
+func decodeBundle(d *Decoder) Bundle {
+	var b Bundle
+	b.Root = d.StringMax(MaxName)
 	n := d.Count(MaxModules, minModuleSize)
 	total := 0
 	rootFound := false
 	for i := 0; i < n && d.err == nil; i++ {
 		m := Module{Name: decodeName(d, "module name")}
-		if d.err == nil && i > 0 && m.Name <= h.Modules[i-1].Name {
-			d.FailBounds("module %q after %q: names must be sorted and unique", m.Name, h.Modules[i-1].Name)
+		if d.err == nil && i > 0 && m.Name <= b.Modules[i-1].Name {
+			d.FailBounds("module %q after %q: names must be sorted and unique", m.Name, b.Modules[i-1].Name)
 		}
 		m.Source = d.Blob(MaxBundle - total)
 		total += len(m.Source)
-		rootFound = rootFound || m.Name == h.Root
-		h.Modules = append(h.Modules, m)
+		rootFound = rootFound || m.Name == b.Root
+		b.Modules = append(b.Modules, m)
 	}
 	if d.err == nil {
-		if len(h.Modules) == 0 && h.Root != "" {
-			d.FailBounds("root module %q in an empty bundle", h.Root)
+		if len(b.Modules) == 0 && b.Root != "" {
+			d.FailBounds("root module %q in an empty bundle", b.Root)
 		}
-		if len(h.Modules) > 0 && !rootFound {
-			d.FailBounds("root module %q is not in the bundle", h.Root)
+		if len(b.Modules) > 0 && !rootFound {
+			d.FailBounds("root module %q is not in the bundle", b.Root)
 		}
 	}
-	copy(h.Proof[:], d.take(32))
-	if err := d.Finish(); err != nil {
-		return Hello{}, err
-	}
-	return h, nil
+	return b
 }
 
 // HelloReply is the daemon's answer to HELLO: the node is up (the READY),

@@ -87,6 +87,7 @@ func TestHelloBounds(t *testing.T) {
 		want   string
 	}{
 		{"version 0", func(h *Hello) { h.Version = 0 }, "version 0"},
+		{"parent 0", func(h *Hello) { h.Parent = 0 }, "parent 0"},
 		{"empty platform", func(h *Hello) { h.Platform = "" }, "empty platform"},
 		{"platform chars", func(h *Hello) { h.Platform = "a2 a3" }, "platform"},
 		{"long platform", func(h *Hello) { h.Platform = strings.Repeat("a", MaxIdent+1) }, "exceeds its bound"},
@@ -95,20 +96,51 @@ func TestHelloBounds(t *testing.T) {
 		{"too many devices", func(h *Hello) { h.DeviceIDs = make([]int, MaxDevices+1); h.GlobalDeviceRanks = nil }, "count"},
 		{"sub workers", func(h *Hello) { h.NumSubWorkers = MaxSubWorkers + 1 }, "exceeds its bound"},
 		{"ranks length", func(h *Hello) { h.GlobalDeviceRanks = h.GlobalDeviceRanks[:3] }, "global device ranks"},
-		{"module order", func(h *Hello) { h.Modules[0], h.Modules[1] = h.Modules[1], h.Modules[0] }, "sorted"},
-		{"module dup", func(h *Hello) { h.Modules[1].Name = h.Modules[0].Name; h.Root = h.Modules[0].Name }, "sorted"},
-		{"empty module name", func(h *Hello) { h.Modules[0].Name = "" }, "empty module name"},
-		{"root missing", func(h *Hello) { h.Root = "other.star" }, "not in the bundle"},
-		{"root without bundle", func(h *Hello) { h.Modules = nil }, "empty bundle"},
-		{"bundle too big", func(h *Hello) { h.Modules[1].Source = make([]byte, MaxBundle-len(h.Modules[0].Source)+1) }, "exceeds its bound"},
 	}
 	for _, c := range cases {
 		mutate(t, c.name, sampleHello(), c.change, decHello, c.want)
 	}
-	// The proof is a fixed 32 bytes at the end.
-	b := Payload(sampleHello())
-	if _, err := DecodeHello(b[:len(b)-1]); !errors.Is(err, ErrTruncated) {
-		t.Errorf("short proof: %v", err)
+	// Every version's HELLO starts with its version.
+	if v, ok := PeekHelloVersion(Payload(sampleHello())); !ok || v != 2 {
+		t.Errorf("PeekHelloVersion = %d %v", v, ok)
+	}
+}
+
+func TestBundleBounds(t *testing.T) {
+	cases := []struct {
+		name   string
+		change func(*Bundle)
+		want   string
+	}{
+		{"module order", func(b *Bundle) { b.Modules[0], b.Modules[1] = b.Modules[1], b.Modules[0] }, "sorted"},
+		{"module dup", func(b *Bundle) { b.Modules[1].Name = b.Modules[0].Name; b.Root = b.Modules[0].Name }, "sorted"},
+		{"empty module name", func(b *Bundle) { b.Modules[0].Name = "" }, "empty module name"},
+		{"root missing", func(b *Bundle) { b.Root = "other.star" }, "not in the bundle"},
+		{"root without bundle", func(b *Bundle) { b.Modules = nil }, "empty bundle"},
+		{"bundle too big", func(b *Bundle) { b.Modules[1].Source = make([]byte, MaxBundle-len(b.Modules[0].Source)+1) }, "exceeds its bound"},
+	}
+	for _, c := range cases {
+		mutate(t, c.name, &Control{Cmd: CmdBundle, Bundle: sampleBundle()}, func(m *Control) { c.change(&m.Bundle) }, decControl, c.want)
+	}
+}
+
+func TestExportIDAndLinkBounds(t *testing.T) {
+	mutate(t, "daemon 0", &Link{Kind: LinkResolve, Req: 1, ID: ExportID{Slot: 1, Secret: [16]byte{1}}, Parent: 1}, func(*Link) {}, decLink, "daemon 0")
+	mutate(t, "slot 0", &Link{Kind: LinkResolve, Req: 1, ID: ExportID{Daemon: 1, Secret: [16]byte{1}}, Parent: 1}, func(*Link) {}, decLink, "slot 0")
+	mutate(t, "zero secret", &Link{Kind: LinkResolve, Req: 1, ID: ExportID{Daemon: 1, Slot: 1}, Parent: 1}, func(*Link) {}, decLink, "all-zero secret")
+	mutate(t, "parent 0", &Link{Kind: LinkResolve, Req: 1, ID: sampleExportID()}, func(*Link) {}, decLink, "parent 0")
+	mutate(t, "request 0", &Link{Kind: LinkGrant, NBytes: 1, Access: AccessRead}, func(*Link) {}, decLink, "request 0")
+	mutate(t, "grant range", &Link{Kind: LinkGrant, Req: 1, Offset: 1 << 63, NBytes: 1 << 40, Access: AccessRead}, func(*Link) {}, decLink, "ends beyond")
+	mutate(t, "grant wraps", &Link{Kind: LinkGrant, Req: 1, Offset: ^uint64(0), NBytes: 2, Access: AccessRead}, func(*Link) {}, decLink, "ends beyond")
+	mutate(t, "limits", &Link{Kind: LinkStart, Daemon: 1, Slot: 1, Session: 1, Limits: Limits{BufferBytes: 1, CopyBytes: MaxCopy + 1, QueuedTasks: 1, QueuedBytes: 1, LoadSteps: 1}}, func(*Link) {}, decLink, "copy limit")
+	mutate(t, "unknown kind", &Link{Kind: numLinkKinds}, func(*Link) {}, decLink, "unknown link message")
+	b := sampleExportID().Bytes()
+	b[0] = 2
+	if _, err := DecodeExportID(b); !errors.Is(err, ErrBounds) {
+		t.Errorf("export id version 2: %v", err)
+	}
+	if len(sampleExportID().Bytes()) != ExportIDSize || ExportIDSize > MaxExportToken {
+		t.Errorf("export id of %d bytes, bound %d", len(sampleExportID().Bytes()), MaxExportToken)
 	}
 }
 
@@ -301,14 +333,15 @@ func TestMaximalMessagesFit(t *testing.T) {
 		}
 		maxTask.Tensors = append(maxTask.Tensors, a)
 	}
-	hello := &Hello{Version: 1, Platform: long(MaxIdent), DeviceIDs: make([]int, MaxDevices), NumSubWorkers: MaxSubWorkers,
+	hello := &Hello{Version: 1, Parent: 1, Platform: long(MaxIdent), DeviceIDs: make([]int, MaxDevices), NumSubWorkers: MaxSubWorkers,
 		CommProfile: long(MaxIdent), GlobalDeviceRanks: make([]int, MaxDevices)}
+	var bundle Bundle
 	for i := range MaxModules {
 		name := long(MaxName-4) + string(rune('A'+i/(26*26)%26)) + string(rune('A'+i/26%26)) + string(rune('A'+i%26)) + "z"
-		hello.Modules = append(hello.Modules, Module{Name: name})
+		bundle.Modules = append(bundle.Modules, Module{Name: name})
 	}
-	hello.Modules[len(hello.Modules)-1].Source = make([]byte, MaxBundle)
-	hello.Root = hello.Modules[0].Name
+	bundle.Modules[len(bundle.Modules)-1].Source = make([]byte, MaxBundle)
+	bundle.Root = bundle.Modules[0].Name
 	ranks := make([]DomainRank, MaxRanks)
 	for i := range ranks {
 		ranks[i] = DomainRank{Rank: uint32(i)}
@@ -325,6 +358,7 @@ func TestMaximalMessagesFit(t *testing.T) {
 		{TypeCompletion, &Completion{Seq: 1, Err: &TaskFailure{kind, long(MaxMessage), long(MaxName), MaxTaskID, long(MaxName)}}, decCompletion},
 		{TypeControl, &Control{Cmd: CmdCopyTo, Buffer: BufferRef{1, 1}, Data: make([]byte, MaxCopy)}, decControl},
 		{TypeControl, &Control{Cmd: CmdRegister, Digest: digest, Module: long(MaxName), Name: long(MaxName)}, decControl},
+		{TypeControl, &Control{Cmd: CmdBundle, Bundle: bundle}, decControl},
 		{TypeControl, &Control{Cmd: CmdPrepare, Domain: Domain{1, 1, MaxRanks, ranks, MaxWindow, make([]byte, MaxDomainTable)}}, decControl},
 		{TypeControlReply, &ControlReply{Seq: 1, Cmd: CmdCopyFrom, Data: make([]byte, MaxCopy)}, decControlReply},
 		{TypeControlReply, &ControlReply{Seq: 1, Cmd: CmdCopyFrom, Err: &ErrorBody{kind, long(MaxMessage)}}, decControlReply},
@@ -341,29 +375,39 @@ func TestMaximalMessagesFit(t *testing.T) {
 			t.Errorf("%s: maximal message of %d bytes exceeds the type's bound %d", c.typ, len(b), c.typ.MaxPayload())
 		}
 	}
+	start := &Link{Kind: LinkStart, Daemon: 1, Slot: 1, Session: 1, Limits: sampleLimits(), Hello: Payload(hello)}
+	grant := &Link{Kind: LinkGrant, Req: 1, Err: &ErrorBody{kind, long(MaxMessage)}}
+	for _, m := range []*Link{start, grant} {
+		if b := Payload(m); len(b) > MaxLink {
+			t.Errorf("link message %d of %d bytes exceeds MaxLink %d", m.Kind, len(b), MaxLink)
+		}
+	}
 }
 
 func TestProof(t *testing.T) {
-	token, n, session := []byte("correct horse battery staple"), nonce(9), uint64(0xfeedface)
-	p := Prove(token, n, session)
-	if p != Prove(token, n, session) {
+	token, n, session, parent := []byte("correct horse battery staple"), nonce(9), uint64(0xfeedface), uint64(77)
+	p := Prove(token, n, session, parent)
+	if p != Prove(token, n, session, parent) {
 		t.Fatal("Prove is not deterministic")
 	}
-	if !Verify(token, n, session, p) {
+	if !Verify(token, n, session, parent, p) {
 		t.Fatal("Verify refused a good proof")
 	}
-	if Verify([]byte("wrong"), n, session, p) {
+	if Verify([]byte("wrong"), n, session, parent, p) {
 		t.Error("Verify accepted the wrong token")
 	}
-	if Verify(token, nonce(10), session, p) {
+	if Verify(token, nonce(10), session, parent, p) {
 		t.Error("Verify accepted another nonce")
 	}
-	if Verify(token, n, session+1, p) {
+	if Verify(token, n, session+1, parent, p) {
 		t.Error("Verify accepted another session")
+	}
+	if Verify(token, n, session, parent+1, p) {
+		t.Error("Verify accepted another parent")
 	}
 	q := p
 	q[31] ^= 1
-	if Verify(token, n, session, q) {
+	if Verify(token, n, session, parent, q) {
 		t.Error("Verify accepted a corrupted proof")
 	}
 	// The token never appears in a HELLO.

@@ -39,6 +39,8 @@ var (
 	decHealth       = dec(DecodeHealth)
 	decHealthReply  = dec(DecodeHealthReply)
 	decShutdown     = dec(DecodeShutdown)
+	decExportID     = dec(DecodeExportID)
+	decLink         = dec(DecodeLink)
 )
 
 func nonce(b byte) (n [32]byte) {
@@ -50,19 +52,26 @@ func nonce(b byte) (n [32]byte) {
 
 func sampleHello() *Hello {
 	return &Hello{
-		Version:           1,
+		Version:           2,
+		Parent:            0xc1a55,
 		Platform:          "a2a3sim",
 		DeviceIDs:         []int{0, 1, 2, 3},
 		NumSubWorkers:     2,
 		CommProfile:       "sim",
 		GlobalDeviceRanks: []int{4, 5, 6, 7},
-		Root:              "main.star",
-		Modules: []Module{
-			{Name: "lib/kernels.star", Source: []byte("def k(chip, args):\n    pass\n")},
-			{Name: "main.star", Source: []byte("load(\"lib/kernels.star\", \"k\")\n")},
-		},
-		Proof: Prove([]byte("secret"), nonce(7), 0x1234),
+		Proof:             Prove([]byte("secret"), nonce(7), 0x1234, 0xc1a55),
 	}
+}
+
+func sampleBundle() Bundle {
+	return Bundle{Root: "main.star", Modules: []Module{
+		{Name: "lib/kernels.star", Source: []byte("def k(chip, args):\n    pass\n")},
+		{Name: "main.star", Source: []byte("load(\"lib/kernels.star\", \"k\")\n")},
+	}}
+}
+
+func sampleExportID() ExportID {
+	return ExportID{Daemon: 0xd43, Slot: 3, Secret: [16]byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}}
 }
 
 func sampleTask() *Task {
@@ -87,7 +96,7 @@ func samples() []sample {
 	s := []sample{
 		{"challenge", &Challenge{Nonce: nonce(1)}, decChallenge},
 		{"hello", sampleHello(), decHello},
-		{"hello/empty-bundle", &Hello{Version: 3, Platform: "a5", DeviceIDs: []int{0}}, decHello},
+		{"hello/minimal", &Hello{Version: 3, Parent: 1, Platform: "a5", DeviceIDs: []int{0}}, decHello},
 		{"hello-reply/accepted", &HelloReply{Accepted: true, Session: 0x1234, Worker: 1, Version: 1, CommProfile: "sim"}, decHelloReply},
 		{"hello-reply/refused", &HelloReply{Session: 0x1234, Worker: 1, Version: 1, CommProfile: "a3-fabric-v1", Err: &ErrorBody{Kind: "RuntimeError", Message: "bad proof"}}, decHelloReply},
 		{"task", sampleTask(), decTask},
@@ -102,7 +111,9 @@ func samples() []sample {
 		{"control/copy-to", &Control{Cmd: CmdCopyTo, Buffer: buf, Offset: 16, Data: []byte("hello")}, decControl},
 		{"control/copy-from", &Control{Cmd: CmdCopyFrom, Buffer: buf, Offset: 16, NBytes: 5}, decControl},
 		{"control/export", &Control{Cmd: CmdExport, Buffer: buf, Offset: 0, NBytes: 4096, Access: AccessRead}, decControl},
-		{"control/import", &Control{Cmd: CmdImport, Token: []byte("opaque-token"), Access: 0}, decControl},
+		{"control/import", &Control{Cmd: CmdImport, Token: sampleExportID().Bytes(), Access: 0}, decControl},
+		{"control/bundle", &Control{Cmd: CmdBundle, Bundle: sampleBundle()}, decControl},
+		{"control/bundle-empty", &Control{Cmd: CmdBundle}, decControl},
 		{"control/import-rw", &Control{Cmd: CmdImport, Token: []byte("opaque-token"), Access: AccessReadWrite}, decControl},
 		{"control/release-import", &Control{Cmd: CmdReleaseImport, Buffer: buf}, decControl},
 		{"control/comm-init", &Control{Cmd: CmdCommInit, Domain: Domain{ID: 5, Generation: 2, Size: 4, Ranks: []DomainRank{{Rank: 0, Worker: 1}}, Table: []byte("topology")}}, decControl},
@@ -126,8 +137,17 @@ func samples() []sample {
 		{"health-reply", &HealthReply{Seq: 15, Timestamp: 1700000000123456789, InFlight: 3}, decHealthReply},
 		{"shutdown", &Shutdown{Reason: "close()"}, decShutdown},
 		{"shutdown/empty", &Shutdown{}, decShutdown},
+		{"export-id", func() *ExportID { x := sampleExportID(); return &x }(), decExportID},
+		{"link/start", &Link{Kind: LinkStart, Daemon: 5, Slot: 7, Session: 0x1234, Worker: 2, Limits: sampleLimits(), Hello: Payload(sampleHello())}, decLink},
+		{"link/resolve", &Link{Kind: LinkResolve, Req: 9, ID: sampleExportID(), Parent: 0xc1a55}, decLink},
+		{"link/grant", &Link{Kind: LinkGrant, Req: 9, Offset: 4096, NBytes: 8192, Access: AccessRead}, decLink},
+		{"link/grant-refused", &Link{Kind: LinkGrant, Req: 9, Err: &ErrorBody{Kind: "ValueError", Message: "no such export"}}, decLink},
 	}
 	return s
+}
+
+func sampleLimits() Limits {
+	return Limits{BufferBytes: 1 << 30, CopyBytes: MaxCopy, QueuedTasks: 64, QueuedBytes: 256 << 20, LoadSteps: 1e7}
 }
 
 // seed adds the valid encodings the decoder accepts as fuzz seeds.

@@ -26,7 +26,8 @@ const (
 	MaxSubWorkers  = 1 << 16  // num_sub_workers
 	MaxModules     = 4096     // modules in a bundle
 	MaxBundle      = 32 << 20 // source bytes of all modules in a bundle
-	MaxExportToken = 4 << 10  // an export token
+	MaxExportToken = 64       // an export id (ExportIDSize bytes in this version)
+	MaxHello       = 72 << 10 // a HELLO payload: the proof and the manifest, never code
 	MaxRanks       = 4096     // ranks of a global domain
 	MaxWindow      = 1 << 40  // a domain's window size
 	MaxDomainTable = 4 << 20  // a domain descriptor table

@@ -1,63 +1,124 @@
 package main
 
 import (
-	"bufio"
 	"flag"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"simpler/engine"
 	"simpler/hal/shm"
+	"simpler/internal/token"
 	"simpler/starlib"
+	"simpler/wire"
 )
 
 // sessionCommand is the hidden subcommand that serves one remote session;
-// the daemon passes it the connection as file descriptor 3.
+// the daemon passes it the connection as file descriptor 3 and its link to
+// the daemon as descriptor 4.
 const sessionCommand = "__session"
 
-// cmdRemote is `simpler remote-l3-worker --listen HOST:PORT [--token-file F]`.
+// cmdRemote is `simpler remote-l3-worker --listen HOST:PORT [--token-file F] [bounds]`.
 func cmdRemote(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("remote-l3-worker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:7700", "address to serve on (port 0 picks a free one)")
-	tokenFile := fs.String("token-file", "", "file holding the shared token parents must prove (required off loopback)")
+	tokenFile := fs.String("token-file", "", "file holding the token parents must prove (mode 0600, at least 16 bytes); without it the daemon makes one in its runtime directory")
+	lim := engine.DefaultLimits
+	lim.BufferBytes = 0
+	fs.Uint64Var(&lim.BufferBytes, "max-buffer-bytes", 0, "bytes of remote buffers and global windows one session may hold (default: half of /dev/shm's free space at start)")
+	fs.Uint64Var(&lim.CopyBytes, "max-copy-bytes", lim.CopyBytes, "bytes of one remote copy or staging")
+	var queued uint
+	fs.UintVar(&queued, "max-queued-tasks", uint(lim.QueuedTasks), "tasks one session may have queued")
+	fs.Uint64Var(&lim.QueuedBytes, "max-queued-bytes", lim.QueuedBytes, "payload bytes of one session's queued tasks")
+	fs.Uint64Var(&lim.LoadSteps, "max-load-steps", lim.LoadSteps, "Starlark steps of one shipped module's top-level code")
+	maxSessions := fs.Int("max-sessions", 64, "sessions served at once")
+	maxPending := fs.Int("max-pending", 32, "connections still proving the token at once (the oldest is dropped)")
 	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
 		return 2
 	}
-	host, _, err := net.SplitHostPort(*listen)
-	if err != nil {
-		fmt.Fprintf(stderr, "simpler remote-l3-worker: --listen %q is not host:port\n", *listen)
-		return 2
+	fail := func(code int, format string, a ...any) int {
+		fmt.Fprintf(stderr, "simpler remote-l3-worker: "+format+"\n", a...)
+		return code
 	}
-	if ip := net.ParseIP(host); (ip == nil || !ip.IsLoopback()) && host != "localhost" && *tokenFile == "" {
-		fmt.Fprintf(stderr, "simpler remote-l3-worker: listening on %s (not loopback) needs --token-file\n", host)
-		return 2
+	if _, _, err := net.SplitHostPort(*listen); err != nil {
+		return fail(2, "--listen %q is not host:port", *listen)
 	}
-	sessionArgs := []string{sessionCommand}
+	if err := checkLimits(&lim, queued); err != nil {
+		return fail(2, "%v", err)
+	}
+	var tok []byte
 	if *tokenFile != "" {
-		if _, err := readToken(*tokenFile); err != nil {
-			fmt.Fprintf(stderr, "simpler remote-l3-worker: %v\n", err)
-			return 2
+		t, err := token.Read(*tokenFile)
+		if err != nil {
+			return fail(2, "%v", err)
 		}
-		sessionArgs = append(sessionArgs, *tokenFile)
+		tok = t
 	}
 	shm.SweepDead()
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
-		fmt.Fprintf(stderr, "simpler remote-l3-worker: %v\n", err)
-		return 1
+		return fail(1, "%v", err)
+	}
+	tokenPath := ""
+	if tok == nil {
+		if tokenPath, tok, err = token.Generate(ln.Addr().(*net.TCPAddr).Port); err != nil {
+			ln.Close()
+			return fail(1, "%v", err)
+		}
+		defer token.Remove(tokenPath)
 	}
 	exe, err := os.Executable()
 	if err != nil {
-		fmt.Fprintf(stderr, "simpler remote-l3-worker: %v\n", err)
-		return 1
+		ln.Close()
+		return fail(1, "%v", err)
 	}
-	d := engine.NewDaemon(ln, &engine.Launcher{Path: exe, Args: sessionArgs, Stdout: stdout, Stderr: stderr}, stderr)
+	d, err := engine.NewDaemon(ln, engine.DaemonConfig{Token: tok, Log: stderr, Limits: lim, MaxSessions: *maxSessions, MaxPending: *maxPending,
+		Session: &engine.Launcher{Path: exe, Args: []string{sessionCommand}, Stdout: stdout, Stderr: stderr}})
+	if err != nil {
+		ln.Close()
+		return fail(1, "%v", err)
+	}
+	return serveDaemon(d, ln, tokenPath, stdout, stderr)
+}
+
+// checkLimits validates the bound flags and fills the memory default.
+func checkLimits(lim *wire.Limits, queued uint) error {
+	if lim.BufferBytes == 0 {
+		lim.BufferBytes = shmFree() / 2
+	}
+	if queued == 0 || queued > 1<<20 {
+		return fmt.Errorf("--max-queued-tasks must be in 1..%d, got %d", 1<<20, queued)
+	}
+	lim.QueuedTasks = uint32(queued)
+	switch {
+	case lim.BufferBytes == 0:
+		return fmt.Errorf("--max-buffer-bytes must be > 0 (/dev/shm has no free space to take half of)")
+	case lim.CopyBytes == 0 || lim.CopyBytes > wire.MaxCopy:
+		return fmt.Errorf("--max-copy-bytes must be in 1..%d, got %d", wire.MaxCopy, lim.CopyBytes)
+	case lim.QueuedBytes == 0 || lim.LoadSteps == 0:
+		return fmt.Errorf("--max-queued-bytes and --max-load-steps must be > 0")
+	}
+	return nil
+}
+
+// shmFree is the free space of /dev/shm, where sessions put their memory.
+func shmFree() uint64 {
+	var st unix.Statfs_t
+	if err := unix.Statfs("/dev/shm", &st); err != nil {
+		return 0
+	}
+	return st.Bavail * uint64(st.Bsize)
+}
+
+// serveDaemon runs d until an interrupt, after saying where it listens
+// (and where its token is) on stdout.
+func serveDaemon(d *engine.Daemon, ln net.Listener, tokenPath string, stdout, stderr io.Writer) int {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sig)
@@ -67,10 +128,13 @@ func cmdRemote(args []string, stdout, stderr io.Writer) int {
 	}()
 	// Tests and scripts wait for this line: the daemon is ready.
 	fmt.Fprintf(stdout, "simpler remote-l3-worker: listening on %s\n", ln.Addr())
+	if tokenPath != "" {
+		fmt.Fprintf(stdout, "simpler remote-l3-worker: token in %s (clients on this host find it there)\n", tokenPath)
+	}
 	if f, ok := stdout.(interface{ Sync() error }); ok {
 		f.Sync()
 	}
-	err = d.Serve()
+	err := d.Serve()
 	d.Close()
 	if err != nil {
 		fmt.Fprintf(stderr, "simpler remote-l3-worker: %v\n", err)
@@ -79,34 +143,21 @@ func cmdRemote(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func readToken(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	line, _ := bufio.NewReader(f).ReadString('\n')
-	tok := strings.TrimSpace(line)
-	if tok == "" {
-		return nil, fmt.Errorf("token file %s is empty", path)
-	}
-	return []byte(tok), nil
-}
-
 // cmdSession serves one session (started by the daemon).
 func cmdSession(args []string, stderr io.Writer) int {
-	var token []byte
-	if len(args) == 1 {
-		t, err := readToken(args[0])
-		if err != nil {
-			fmt.Fprintf(stderr, "simpler session: %v\n", err)
-			return 1
-		}
-		token = t
+	if len(args) != 0 {
+		fmt.Fprintln(stderr, "simpler session: started by remote-l3-worker, takes no arguments")
+		return 2
 	}
-	if err := engine.ServeSessionFD(token, starlib.NewSourceResolver); err != nil {
+	if err := engine.ServeSessionFD(sessionResolver); err != nil {
 		fmt.Fprintf(stderr, "simpler session: %v\n", err)
 		return 1
 	}
 	return 0
+}
+
+// sessionResolver loads a shipped bundle under the daemon's step bound.
+func sessionResolver(b wire.Bundle, loadSteps uint64) (engine.Resolver, error) {
+	starlib.MaxLoadSteps = loadSteps
+	return starlib.NewSourceResolver(b.Root, b.Modules)
 }

@@ -1,0 +1,163 @@
+package engine
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"simpler/internal/token"
+	"simpler/wire"
+)
+
+// Daemons of one user on one host resolve each other's exports through a
+// Unix seqpacket socket each keeps in the user's private runtime directory
+// (internal/token.RuntimeDir: mode 0700, owned by the user), named by the
+// daemon's random id. A daemon accepts a peer only if the kernel says it
+// runs as the same user (SO_PEERCRED); the peer sends one LINK_RESOLVE and
+// gets one LINK_GRANT, with the buffer's memory as a descriptor. An export
+// id names a daemon by its id alone, so the path a forged id can reach is
+// always one of this user's daemon sockets, which checks the rest.
+
+// peerSock is a daemon's socket for its peers.
+type peerSock struct {
+	ln   *net.UnixListener
+	path string
+	once sync.Once
+}
+
+// peerPath is where the daemon with id keeps its peer socket.
+func peerPath(id uint64) (string, error) {
+	dir, err := token.RuntimeDir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, fmt.Sprintf("daemon-%016x.sock", id)), nil
+}
+
+func listenPeer(id uint64) (*peerSock, error) {
+	path, err := peerPath(id)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
+	if err != nil {
+		return nil, err
+	}
+	ln.SetUnlinkOnClose(true)
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return &peerSock{ln: ln, path: path}, nil
+}
+
+func (p *peerSock) close() { p.once.Do(func() { p.ln.Close() }) }
+
+// serve answers peers until the socket closes.
+func (p *peerSock) serve(d *Daemon) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		c, err := p.ln.AcceptUnix()
+		if err != nil {
+			return
+		}
+		if !sameUser(c) {
+			c.Close()
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d.answerPeer(&link{conn: c})
+		}()
+	}
+}
+
+// sameUser reports whether the process at the other end of c runs as this
+// process's effective uid.
+func sameUser(c *net.UnixConn) bool {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return false
+	}
+	var cred *unix.Ucred
+	raw.Control(func(fd uintptr) {
+		cred, err = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	})
+	return err == nil && cred != nil && int(cred.Uid) == os.Geteuid()
+}
+
+// answerPeer serves one resolve from a peer daemon.
+func (d *Daemon) answerPeer(l *link) {
+	l.conn.SetDeadline(time.Now().Add(importTimeout))
+	buf, oob := linkBuffers()
+	m, fd, err := l.recv(buf, oob)
+	closeFD(fd)
+	if err != nil || m.Kind != wire.LinkResolve {
+		l.close()
+		return
+	}
+	done := make(chan struct{})
+	var once sync.Once
+	reply := func(g *wire.Link, fd int) {
+		once.Do(func() {
+			g.Req = m.Req
+			l.send(g, fd)
+			close(done)
+		})
+	}
+	if m.ID.Daemon != d.id {
+		reply(grantError(0, errNoDaemon), -1)
+	} else {
+		d.route(m, 0, reply)
+	}
+	select {
+	case <-done:
+	case <-time.After(importTimeout):
+	case <-d.done:
+	}
+	l.close()
+}
+
+var errNoDaemon = Errorf(ValueError, "IMPORT: no daemon on this host made this export (a forged or stale export id)")
+
+// resolveAtPeer asks the daemon named by m's export id, on this host, for
+// the export and passes its answer to reply.
+func resolveAtPeer(m wire.Link, reply func(*wire.Link, int)) {
+	path, err := peerPath(m.ID.Daemon)
+	if err != nil {
+		reply(grantError(0, Wrap(err, "IMPORT")), -1)
+		return
+	}
+	c, err := net.DialTimeout("unixpacket", path, importTimeout)
+	if err != nil {
+		reply(grantError(0, errNoDaemon), -1)
+		return
+	}
+	l := &link{conn: c.(*net.UnixConn)}
+	defer l.close()
+	if !sameUser(l.conn) {
+		reply(grantError(0, errNoDaemon), -1)
+		return
+	}
+	l.conn.SetDeadline(time.Now().Add(importTimeout))
+	if err := l.send(&wire.Link{Kind: wire.LinkResolve, Req: 1, ID: m.ID, Parent: m.Parent}, -1); err != nil {
+		reply(grantError(0, errNoDaemon), -1)
+		return
+	}
+	buf, oob := linkBuffers()
+	g, fd, err := l.recv(buf, oob)
+	if err != nil || g.Kind != wire.LinkGrant || (g.Err == nil && fd < 0) {
+		closeFD(fd)
+		reply(grantError(0, Errorf(RuntimeError, "IMPORT: the daemon that made this export did not answer: %v", err)), -1)
+		return
+	}
+	reply(&g, fd)
+	closeFD(fd)
+}

@@ -1,0 +1,294 @@
+package engine
+
+import (
+	"crypto/rand"
+	"fmt"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"simpler/engine/hostmem"
+	"simpler/hal/shm"
+	"simpler/wire"
+)
+
+// A session's remote buffers: owned memory it allocated, and imports of
+// other buffers' exports. An export is a capability the owner records: the
+// id it hands out is 128 random bits in its table, and an import, in this
+// session or another of the same daemon, resolves it only by asking the
+// owner through the daemon (the link), which answers with the memory
+// itself as a descriptor. No name, size or range is ever taken from the
+// parent.
+
+// malloc allocates an owned buffer within the session's memory bound.
+func (s *session) malloc(n uint64, r *wire.ControlReply) error {
+	s.mu.Lock()
+	err := s.reserve(n, false, "REMOTE_MALLOC")
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	seg, err := shm.Create("rbuf", int(n)) // n ≤ wire.MaxBufferBytes
+	if err != nil {
+		s.release(n)
+		return Errorf(RuntimeError, "REMOTE_MALLOC of %d bytes: %v", n, err)
+	}
+	hostmem.Register(seg)
+	r.Buffer = s.add(&sbuf{seg: seg, len: int(n), access: wire.AccessReadWrite, owned: true})
+	return nil
+}
+
+func (s *session) release(n uint64) {
+	s.mu.Lock()
+	s.owned -= n
+	s.mu.Unlock()
+}
+
+// copy runs COPY_TO or COPY_FROM on an owned buffer.
+func (s *session) copy(c wire.Control, r *wire.ControlReply) error {
+	b, err := s.buf(c.Buffer, true)
+	if err != nil {
+		return err
+	}
+	n := c.NBytes
+	if c.Cmd == wire.CmdCopyTo {
+		n = uint64(len(c.Data))
+	}
+	if err := s.checkCopy(c.Cmd, c.Offset, n, b.len); err != nil {
+		return err
+	}
+	if c.Cmd == wire.CmdCopyTo {
+		copy(b.bytes()[c.Offset:], c.Data)
+	} else {
+		r.Data = b.bytes()[c.Offset : c.Offset+n] // sent in place, see control
+	}
+	return nil
+}
+
+// checkCopy applies the copy bound and the buffer's bounds.
+func (s *session) checkCopy(cmd wire.Command, off, n uint64, size int) error {
+	if n > s.limits.CopyBytes {
+		return Errorf(ValueError, "%s of %d bytes: this node copies at most %d bytes at a time (the daemon's --max-copy-bytes)", cmd, n, s.limits.CopyBytes)
+	}
+	if !fits(off, n, size) {
+		return Errorf(ValueError, "%s: %d bytes at offset %d overrun the %d-byte buffer", cmd, n, off, size)
+	}
+	return nil
+}
+
+// export records a range of an owned buffer and returns its id.
+func (s *session) export(c wire.Control, r *wire.ControlReply) error {
+	b, err := s.buf(c.Buffer, true)
+	if err != nil {
+		return err
+	}
+	if c.NBytes == 0 || !fits(c.Offset, c.NBytes, b.len) {
+		return Errorf(ValueError, "EXPORT: %d bytes at offset %d do not fit the %d-byte buffer", c.NBytes, c.Offset, b.len)
+	}
+	id := wire.ExportID{Daemon: s.daemon, Slot: s.slot}
+	for id.Secret == ([16]byte{}) {
+		if _, err := rand.Read(id.Secret[:]); err != nil {
+			return err
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.exports) >= maxExports {
+		return Errorf(RuntimeError, "EXPORT: this node holds %d exports, its bound", len(s.exports))
+	}
+	s.exports[id.Secret] = export{ref: c.Buffer, off: c.Offset, n: c.NBytes, access: c.Access}
+	r.Data = id.Bytes()
+	return nil
+}
+
+// importTimeout bounds an import's round trip through the daemon.
+const importTimeout = 10 * time.Second
+
+// importExport maps an export, named by its id, as an imported buffer.
+func (s *session) importExport(c wire.Control, r *wire.ControlReply) error {
+	id, err := wire.DecodeExportID(c.Token)
+	if err != nil {
+		return Errorf(ValueError, "IMPORT: a malformed export id: %v", err)
+	}
+	g, err := s.resolveExport(id)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(g.fd)
+	if c.Access != 0 && c.Access&^g.m.Access != 0 {
+		return Errorf(ValueError, "IMPORT: %s access asked of an export that allows %s", c.Access, g.m.Access)
+	}
+	seg, err := shm.OpenFD(g.fd, fmt.Sprintf("export of session %d", id.Slot))
+	if err != nil {
+		return Errorf(RuntimeError, "IMPORT: %v", err)
+	}
+	if !fits(g.m.Offset, g.m.NBytes, len(seg.Mem)) {
+		seg.Close()
+		return Errorf(RuntimeError, "IMPORT: the export's range does not fit its memory")
+	}
+	access := g.m.Access
+	if c.Access != 0 {
+		access = c.Access
+	}
+	hostmem.Register(seg)
+	r.Buffer = s.add(&sbuf{seg: seg, off: int(g.m.Offset), len: int(g.m.NBytes), access: access})
+	return nil
+}
+
+// grant is the owner's answer to a resolve: the export's range and access,
+// and its memory as a descriptor the receiver closes.
+type grant struct {
+	m   wire.Link
+	fd  int
+	err error
+}
+
+// resolveExport asks the export's owner, through the daemon, for it.
+func (s *session) resolveExport(id wire.ExportID) (grant, error) {
+	ch := make(chan grant, 1)
+	s.mu.Lock()
+	s.linkSeq++
+	req := s.linkSeq
+	s.grants[req] = ch
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.grants, req)
+		s.mu.Unlock()
+	}()
+	if err := s.link.send(&wire.Link{Kind: wire.LinkResolve, Req: req, ID: id, Parent: s.parent}, -1); err != nil {
+		return grant{}, Errorf(RuntimeError, "IMPORT: the daemon is gone: %v", err)
+	}
+	select {
+	case g := <-ch:
+		if g.err != nil {
+			closeFD(g.fd)
+			return grant{}, g.err
+		}
+		return g, nil
+	case <-time.After(importTimeout):
+		return grant{}, Errorf(TimeoutError, "IMPORT: no answer from the exporting session within %v", importTimeout)
+	}
+}
+
+// serveLink reads the daemon's messages: grants for this session's
+// imports, and resolves of its own exports asked by other sessions (or
+// itself). It runs until the link closes; then the daemon is gone.
+func (s *session) serveLink() {
+	defer s.readers.Done()
+	buf, oob := linkBuffers()
+	for {
+		m, fd, err := s.link.recv(buf, oob)
+		if err != nil {
+			s.failGrants(Errorf(RuntimeError, "IMPORT: the link to the daemon closed: %v", err))
+			return
+		}
+		switch m.Kind {
+		case wire.LinkResolve:
+			closeFD(fd)
+			s.answerResolve(m)
+		case wire.LinkGrant:
+			s.deliverGrant(m, fd)
+		default:
+			closeFD(fd)
+		}
+	}
+}
+
+func (s *session) deliverGrant(m wire.Link, fd int) {
+	g := grant{m: m, fd: fd}
+	if m.Err != nil {
+		g.err = m.Err
+	} else if fd < 0 {
+		g.err = Errorf(RuntimeError, "IMPORT: the grant carries no memory")
+	}
+	s.mu.Lock()
+	ch := s.grants[m.Req]
+	delete(s.grants, m.Req)
+	s.mu.Unlock()
+	if ch == nil {
+		closeFD(fd) // a grant that came too late
+		return
+	}
+	ch <- g
+}
+
+func (s *session) failGrants(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for req, ch := range s.grants {
+		ch <- grant{fd: -1, err: err}
+		delete(s.grants, req)
+	}
+}
+
+// answerResolve grants an export of this session's to the importer the
+// daemon asks for: only by its id, only to a session of the same parent,
+// only while its buffer is live.
+func (s *session) answerResolve(m wire.Link) {
+	reply := func(err error) { s.link.send(grantError(m.Req, err), -1) }
+	s.mu.Lock()
+	e, ok := s.exports[m.ID.Secret]
+	b := s.bufs[e.ref]
+	s.mu.Unlock()
+	switch {
+	case m.ID.Daemon != s.daemon || m.ID.Slot != s.slot || !ok || b == nil:
+		reply(Errorf(ValueError, "IMPORT: no such export (a forged id, or its buffer was freed)"))
+		return
+	case m.Parent != s.parent:
+		reply(Errorf(ValueError, "IMPORT: the export belongs to another parent's session"))
+		return
+	}
+	fd, err := b.seg.Reopen()
+	if err != nil {
+		reply(Errorf(RuntimeError, "IMPORT: the exported buffer is gone: %v", err))
+		return
+	}
+	defer unix.Close(fd)
+	s.link.send(&wire.Link{Kind: wire.LinkGrant, Req: m.Req, Offset: e.off, NBytes: e.n, Access: e.access}, fd)
+}
+
+func (s *session) add(b *sbuf) wire.BufferRef {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.bufSeq++
+	ref := wire.BufferRef{ID: s.bufSeq, Generation: 1}
+	s.bufs[ref] = b
+	return ref
+}
+
+func (s *session) buf(ref wire.BufferRef, owned bool) (*sbuf, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := s.bufs[ref]
+	if b == nil || b.owned != owned {
+		return nil, Errorf(ValueError, "buffer %d (generation %d) is not an owned buffer of this node", ref.ID, ref.Generation)
+	}
+	return b, nil
+}
+
+// drop frees an owned buffer (its exports with it) or releases an import.
+func (s *session) drop(ref wire.BufferRef, owned bool) error {
+	s.mu.Lock()
+	b := s.bufs[ref]
+	if b == nil || b.owned != owned {
+		s.mu.Unlock()
+		what := "an imported buffer"
+		if owned {
+			what = "an owned buffer"
+		}
+		return Errorf(ValueError, "buffer %d (generation %d) is not %s of this node", ref.ID, ref.Generation, what)
+	}
+	delete(s.bufs, ref)
+	if owned {
+		s.owned -= uint64(b.len)
+		for k, e := range s.exports {
+			if e.ref == ref {
+				delete(s.exports, k)
+			}
+		}
+	}
+	s.mu.Unlock()
+	hostmem.Unregister(b.seg)
+	return b.seg.Close()
+}
