@@ -64,11 +64,11 @@ type Daemon struct {
 	done chan struct{} // closed by Close
 
 	mu       sync.Mutex
-	pending  []net.Conn            // connections still proving, oldest first
-	sessions map[uint64]*dsession  // by slot
-	routes   map[uint64]linkRoute  // resolves forwarded to an owner, by the daemon's request number
-	slots    uint64                // the last slot given out
-	reqs     uint64                // the last request number used
+	pending  []net.Conn           // connections still proving, oldest first
+	sessions map[uint64]*dsession // by slot
+	routes   map[uint64]linkRoute // resolves forwarded to an owner, by the daemon's request number
+	slots    uint64               // the last slot given out
+	reqs     uint64               // the last request number used
 	closed   bool
 	wg       sync.WaitGroup
 }

@@ -4,56 +4,41 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
 
-	"simpler/internal/token"
 	"simpler/wire"
 )
 
 // Daemons of one user on one host resolve each other's exports through a
-// Unix seqpacket socket each keeps in the user's private runtime directory
-// (internal/token.RuntimeDir: mode 0700, owned by the user), named by the
-// daemon's random id. A daemon accepts a peer only if the kernel says it
-// runs as the same user (SO_PEERCRED); the peer sends one LINK_RESOLVE and
-// gets one LINK_GRANT, with the buffer's memory as a descriptor. An export
-// id names a daemon by its id alone, so the path a forged id can reach is
-// always one of this user's daemon sockets, which checks the rest.
+// Unix seqpacket socket each listens on, in the abstract namespace, named
+// by the user's uid and the daemon's random id. Both ends insist that the
+// kernel says the other runs as the same user (SO_PEERCRED), so another
+// user can neither ask nor impersonate a daemon; the peer sends one
+// LINK_RESOLVE and gets one LINK_GRANT, with the buffer's memory as a
+// descriptor. An export id names a daemon by its id alone, so what a
+// forged id can reach is one of this user's daemons, which checks the rest.
+// (Abstract names leave no file behind when a daemon is killed.)
 
 // peerSock is a daemon's socket for its peers.
 type peerSock struct {
 	ln   *net.UnixListener
-	path string
 	once sync.Once
 }
 
-// peerPath is where the daemon with id keeps its peer socket.
-func peerPath(id uint64) (string, error) {
-	dir, err := token.RuntimeDir()
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(dir, fmt.Sprintf("daemon-%016x.sock", id)), nil
+// peerAddr is the socket of the daemon with id.
+func peerAddr(id uint64) *net.UnixAddr {
+	return &net.UnixAddr{Name: fmt.Sprintf("@simpler-daemon-%d-%016x", os.Geteuid(), id), Net: "unixpacket"}
 }
 
 func listenPeer(id uint64) (*peerSock, error) {
-	path, err := peerPath(id)
+	ln, err := net.ListenUnix("unixpacket", peerAddr(id))
 	if err != nil {
 		return nil, err
 	}
-	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
-	if err != nil {
-		return nil, err
-	}
-	ln.SetUnlinkOnClose(true)
-	if err := os.Chmod(path, 0o600); err != nil {
-		ln.Close()
-		return nil, err
-	}
-	return &peerSock{ln: ln, path: path}, nil
+	return &peerSock{ln: ln}, nil
 }
 
 func (p *peerSock) close() { p.once.Do(func() { p.ln.Close() }) }
@@ -130,12 +115,7 @@ var errNoDaemon = Errorf(ValueError, "IMPORT: no daemon on this host made this e
 // resolveAtPeer asks the daemon named by m's export id, on this host, for
 // the export and passes its answer to reply.
 func resolveAtPeer(m wire.Link, reply func(*wire.Link, int)) {
-	path, err := peerPath(m.ID.Daemon)
-	if err != nil {
-		reply(grantError(0, Wrap(err, "IMPORT")), -1)
-		return
-	}
-	c, err := net.DialTimeout("unixpacket", path, importTimeout)
+	c, err := net.DialTimeout("unixpacket", peerAddr(m.ID.Daemon).Name, importTimeout)
 	if err != nil {
 		reply(grantError(0, errNoDaemon), -1)
 		return

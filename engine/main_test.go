@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"fmt"
 	"os"
 	"testing"
 
@@ -18,18 +17,5 @@ func TestMain(m *testing.M) {
 	if os.Getenv(sessionEnv) != "" {
 		os.Exit(runTestSession())
 	}
-	os.Exit(withRuntimeDir(func() int { return leakcheck.Run(m) }))
-}
-
-// withRuntimeDir runs f with XDG_RUNTIME_DIR set to a fresh private
-// directory (daemons write their tokens there) and removes it after.
-func withRuntimeDir(f func() int) int {
-	dir, err := os.MkdirTemp("", "simpler-runtime-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	os.Setenv("XDG_RUNTIME_DIR", dir)
-	return f()
+	leakcheck.Main(m)
 }

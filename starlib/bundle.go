@@ -40,29 +40,49 @@ func (s *Session) bundle() []byte {
 // as the loader knows it.
 func (c *callable) Module() string { return c.fn.Position().Filename() }
 
-// resolver finds callables for a child process.
+// resolver finds callables for a child process or a remote node.
 type resolver struct{ s *Session }
 
-// NewResolver makes a child's resolver from its parent's bundle.
+// NewResolver makes a child's resolver from its parent's bundle. The
+// child reads only the files its parent loaded, with the same checks
+// (regular files within the size bound, below the parent's root; the
+// bundle does not carry --load-path, so each file it names is allowed
+// as itself), and refuses one whose sha256 differs.
 func NewResolver(bundle []byte) (engine.Resolver, error) {
 	if len(bundle) == 0 {
 		return noCode{}, nil
 	}
-	d := wire.NewDecoder(bundle)
-	root := d.String()
-	n := int(d.U32())
-	expect := map[string]string{}
-	for i := 0; i < n && d.Err() == nil; i++ {
-		name := d.String()
-		expect[name] = d.String()
-	}
-	if err := d.Finish(); err != nil {
-		return nil, fmt.Errorf("RuntimeError: bad module bundle: %v", err)
+	root, expect, err := decodeBundle(bundle)
+	if err != nil {
+		return nil, err
 	}
 	s := NewSession("", nil, "thread", nil, os.Stdout, os.Stderr)
 	s.loader.root = root
 	s.loader.expect = expect
 	return &resolver{s: s}, nil
+}
+
+// decodeBundle reads a bundle as Session.bundle writes it: the root, then
+// each module's name and sha256, names strictly ascending. bundle sorts
+// them, so an unsorted or repeated name is refused: it would not re-encode
+// to the same bytes, and a repeat would silently replace the first sum.
+func decodeBundle(b []byte) (root string, expect map[string]string, err error) {
+	d := wire.NewDecoder(b)
+	root = d.String()
+	n := d.Count(wire.MaxModules, 8) // a name and a sum, each at least a length
+	expect = make(map[string]string, n)
+	prev := ""
+	for i := 0; i < n && d.Err() == nil; i++ {
+		name, sum := d.String(), d.String()
+		if d.Err() == nil && i > 0 && name <= prev {
+			d.FailBounds("module %q after %q: names must ascend", name, prev)
+		}
+		expect[name], prev = sum, name
+	}
+	if err := d.Finish(); err != nil {
+		return "", nil, fmt.Errorf("RuntimeError: bad module bundle: %v", err)
+	}
+	return root, expect, nil
 }
 
 func (r *resolver) Resolve(digest, module, name string) (engine.Callable, error) {
@@ -116,7 +136,16 @@ func (s *Session) sources() *engine.Sources {
 	return src
 }
 
-// NewSourceResolver makes a remote node's resolver from shipped sources.
+// Cancel stops every module load in progress (a shipped module's top
+// level looping, say) and makes every later load fail at once with
+// "RuntimeError: reason". A remote session calls it when its client goes
+// away.
+func (r *resolver) Cancel(reason string) { r.s.loader.cancel(reason) }
+
+// NewSourceResolver makes a remote node's resolver from shipped sources:
+// modules come from the shipped map only (and @simpler//), never from
+// this node's disk, and each top level runs under MaxLoadSteps. The
+// resolver has a Cancel method.
 func NewSourceResolver(root string, modules []wire.Module) (engine.Resolver, error) {
 	s := NewSession("", nil, "thread", nil, os.Stdout, os.Stderr)
 	s.loader.root, s.loader.main = filepath.Dir(root), root

@@ -40,25 +40,34 @@ func (c *callable) state(local any, name string) *endpointState {
 	return st
 }
 
+// thread returns the endpoint's thread for one more task: a step bound
+// (--max-steps) counts per task, not over the endpoint's life, and one
+// task past it does not fail the next.
+func (st *endpointState) thread() *starlark.Thread {
+	st.th.Steps = 0
+	st.th.Uncancel()
+	return st.th
+}
+
 func (c *callable) RunChip(ctx *engine.ChipCtx, args *engine.TaskArgs) error {
 	st := c.state(ctx.Local, "chip")
 	if st.chip == nil || st.chip.ctx.Chip != ctx.Chip || st.chip.ctx.WorkerID != ctx.WorkerID {
 		st.chip = &Chip{ctx: &engine.ChipCtx{WorkerID: ctx.WorkerID, Chip: ctx.Chip}}
 	}
-	_, err := starlark.Call(st.th, c.fn, starlark.Tuple{st.chip, &TaskArgs{a: args, chip: ctx.Chip}}, nil)
-	return kernelError(err)
+	_, err := starlark.Call(st.thread(), c.fn, starlark.Tuple{st.chip, &TaskArgs{a: args, chip: ctx.Chip}}, nil)
+	return kernelError(kindCanceled(err))
 }
 
 func (c *callable) RunSub(ctx *engine.SubCtx, args *engine.TaskArgs) error {
 	st := c.state(ctx.Local, "sub")
-	_, err := starlark.Call(st.th, c.fn, starlark.Tuple{&TaskArgs{a: args}}, nil)
-	return kernelError(err)
+	_, err := starlark.Call(st.thread(), c.fn, starlark.Tuple{&TaskArgs{a: args}}, nil)
+	return kernelError(kindCanceled(err))
 }
 
 func (c *callable) RunOrch(o *engine.Orchestrator, args *engine.TaskArgs, cfg *engine.CallConfig) error {
 	th := c.s.newThread("orch")
 	_, err := starlark.Call(th, c.fn, starlark.Tuple{&Orchestrator{s: c.s, o: o}, &TaskArgs{a: args}, &CallConfig{c: *cfg}}, nil)
-	return kernelError(err)
+	return kernelError(kindCanceled(err))
 }
 
 // callableFor returns the callable of a top-level function, refusing

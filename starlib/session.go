@@ -7,13 +7,21 @@
 // Loading a module has no side effects: engine builtins refuse to run
 // while a module's top level executes, so any process can load a module to
 // find a registered function.
+//
+// load() reads only regular files of at most MaxModuleSize bytes below the
+// load roots: the main script's directory and the directories given to
+// AddLoadPath (--load-path). A module's top level runs at most
+// MaxLoadSteps steps; SetMaxSteps (--max-steps) bounds every thread of the
+// script.
 package starlib
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"go.starlark.net/starlark"
@@ -63,7 +71,65 @@ func (s *Session) print(_ *starlark.Thread, msg string) {
 }
 
 func (s *Session) newThread(name string) *starlark.Thread {
-	return &starlark.Thread{Name: name, Print: s.print}
+	th := &starlark.Thread{Name: name, Print: s.print}
+	if n := s.loader.maxSteps; n != 0 {
+		boundSteps(th, n, fmt.Sprintf("RuntimeError: too many steps (--max-steps %d)", n))
+	}
+	return th
+}
+
+// SetMaxSteps bounds the Starlark steps of every thread the script runs
+// on (main, each orchestration function, each task of a thread-mode
+// kernel or SUB callable) and of each module's top level: past n, the
+// thread fails with a RuntimeError. 0, the default, means no bound. Call
+// it before RunFile.
+func (s *Session) SetMaxSteps(n uint64) { s.loader.maxSteps = n }
+
+// AddLoadPath lets load() read files below dir as well as below the main
+// script's directory (simpler run --load-path).
+func (s *Session) AddLoadPath(dir string) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("ValueError: load path %q: %v", dir, unwrapPathError(err))
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("ValueError: load path %q: not a directory", dir)
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return fmt.Errorf("ValueError: load path %q: %v", dir, err)
+	}
+	s.loader.loadPath = append(s.loader.loadPath, abs)
+	return nil
+}
+
+// boundSteps limits th to n steps; past them it fails with reason, a
+// message that starts with its kind.
+func boundSteps(th *starlark.Thread, n uint64, reason string) {
+	if n == 0 {
+		return
+	}
+	th.SetMaxExecutionSteps(n)
+	th.OnMaxSteps = func(th *starlark.Thread) { th.Cancel(reason) }
+}
+
+// canceledPrefix is how go.starlark.net starts the error of a cancelled
+// thread, ahead of the reason.
+const canceledPrefix = "Starlark computation cancelled: "
+
+// kindCanceled drops canceledPrefix from err's message when the reason
+// has a kind, as every reason given here does, so that the message
+// starts with the kind like any other error.
+func kindCanceled(err error) error {
+	var ee *starlark.EvalError
+	if errors.As(err, &ee) {
+		if rest, ok := strings.CutPrefix(ee.Msg, canceledPrefix); ok {
+			if _, _, kinded := engine.SplitKind(rest); kinded {
+				ee.Msg = rest
+			}
+		}
+	}
+	return err
 }
 
 func (s *Session) track(w *Worker) {
@@ -111,7 +177,7 @@ func (s *Session) RunFile(path string) error {
 	}
 	th := s.newThread("main")
 	_, err = starlark.Call(th, fn, starlark.Tuple{s.ctx()}, nil)
-	return err
+	return kindCanceled(err)
 }
 
 // displayName shows a script path relative to the working directory when

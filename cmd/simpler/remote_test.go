@@ -13,11 +13,11 @@ import (
 
 // startRemoteDaemon runs `simpler remote-l3-worker` on a free loopback
 // port and returns it with its address, read from its own ready line.
-func startRemoteDaemon(t *testing.T) (*exec.Cmd, string) {
+func startRemoteDaemon(t *testing.T, env ...string) (*exec.Cmd, string) {
 	t.Helper()
 	exe, _ := os.Executable()
 	d := exec.Command(exe, "remote-l3-worker", "--listen", "127.0.0.1:0")
-	d.Env = cliEnv()
+	d.Env = cliEnv(env...)
 	out, err := d.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -41,7 +41,10 @@ func startRemoteDaemon(t *testing.T) (*exec.Cmd, string) {
 // the run fails with a connection error within the session timeout, and
 // the script still closes cleanly.
 func TestRemoteDaemonKilledMidTask(t *testing.T) {
-	daemon, addr := startRemoteDaemon(t)
+	// A daemon killed outright leaves its token and socket: give it a
+	// runtime directory of its own, removed with the test.
+	runtimeEnv := "XDG_RUNTIME_DIR=" + t.TempDir()
+	daemon, addr := startRemoteDaemon(t, runtimeEnv)
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{"main.star": `
 def spin(chip, args):
@@ -73,7 +76,7 @@ def main(ctx):
 `})
 	exe, _ := os.Executable()
 	run := exec.Command(exe, "run", filepath.Join(dir, "main.star"), addr)
-	run.Env = cliEnv()
+	run.Env = cliEnv(runtimeEnv)
 	stdout, err := run.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -17,7 +17,7 @@ import (
 	"simpler/starlib"
 )
 
-const replUsage = "usage: simpler repl [--platform P] [--devices 0-3] [--mode thread|process] [--sub-workers N]"
+const replUsage = "usage: simpler repl [--platform P] [--devices 0-3] [--mode thread|process] [--sub-workers N] [--load-path DIR]..."
 
 const replHelp = `Type Starlark statements; an expression's value is printed.
 A line ending in ':' or with open brackets continues; a blank line ends a block.
@@ -234,6 +234,9 @@ func (r *repl) readChunk(first string) (c *starlib.Chunk, eof bool, err error) {
 func (r *repl) start() {
 	r.s = starlib.NewSession(r.flags.platform, r.devices, r.flags.mode, nil, r.out, r.errOut)
 	r.s.Launcher = launcher()
+	if err := r.flags.apply(r.s); err != nil { // checked at start; a directory removed since
+		r.printError(err)
+	}
 	r.s.OnWorker = r.observe
 	r.mu.Lock()
 	r.workers = nil

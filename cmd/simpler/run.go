@@ -18,7 +18,14 @@ type runFlags struct {
 	platform string
 	devices  string
 	mode     string
+	loadPath pathList
 }
+
+// pathList is a flag that may be given many times, each adding a path.
+type pathList []string
+
+func (p *pathList) String() string     { return strings.Join(*p, ",") }
+func (p *pathList) Set(v string) error { *p = append(*p, v); return nil }
 
 func (f *runFlags) register(fs *flag.FlagSet) {
 	def := os.Getenv("SIMPLER_PLATFORM")
@@ -28,6 +35,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.platform, "platform", def, "platform: a2a3sim, a5sim, a2a3 or a5 (default $SIMPLER_PLATFORM, else a2a3sim)")
 	fs.StringVar(&f.devices, "devices", "0,1", "device ids: a list such as 0,2,3 or a range such as 0-3")
 	fs.StringVar(&f.mode, "mode", "thread", "worker mode: thread or process")
+	fs.Var(&f.loadPath, "load-path", "a directory load() may also read below (repeatable)")
 }
 
 // check validates the flags and returns the device ids.
@@ -38,7 +46,22 @@ func (f *runFlags) check() ([]int, error) {
 	if f.mode != "thread" && f.mode != "process" {
 		return nil, fmt.Errorf("ValueError: --mode must be thread or process, got %q", f.mode)
 	}
+	for _, dir := range f.loadPath {
+		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("ValueError: --load-path %s: not a directory", dir)
+		}
+	}
 	return parseDevices(f.devices)
+}
+
+// apply gives a session the flags' load roots.
+func (f *runFlags) apply(s *starlib.Session) error {
+	for _, dir := range f.loadPath {
+		if err := s.AddLoadPath(dir); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // parseDevices accepts "0-3", "0,2,5" or a mix such as "0-1,4".
@@ -73,11 +96,12 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	var f runFlags
 	f.register(fs)
 	tracePath := fs.String("trace", "", "write a Chrome/Perfetto trace (JSON) of every task to this file")
+	maxSteps := fs.Uint64("max-steps", 0, "bound each Starlark thread of the script (main, each task of a thread-mode kernel, each module top level) to N steps; 0: no bound")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if fs.NArg() == 0 {
-		fmt.Fprintln(stderr, "usage: simpler run [--platform P] [--devices 0-3] [--mode thread|process] [--trace trace.json] script.star [ARGS...]")
+		fmt.Fprintln(stderr, "usage: simpler run [--platform P] [--devices 0-3] [--mode thread|process] [--trace trace.json] [--load-path DIR]... [--max-steps N] script.star [ARGS...]")
 		return 2
 	}
 	devices, err := f.check()
@@ -88,6 +112,12 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	shm.SweepDead() // objects of simpler processes that died without cleaning up
 	s := starlib.NewSession(f.platform, devices, f.mode, fs.Args()[1:], stdout, stderr)
 	s.Launcher = launcher()
+	s.SetMaxSteps(*maxSteps)
+	if err := f.apply(s); err != nil {
+		fmt.Fprintln(stderr, err)
+		s.Close()
+		return 2
+	}
 	obs := newRunObservers(*tracePath, stderr)
 	obs.attach(s)
 	err = s.RunFile(fs.Arg(0))

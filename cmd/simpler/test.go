@@ -7,8 +7,10 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,7 +21,7 @@ import (
 	"simpler/golden"
 )
 
-const testUsage = "usage: simpler test [-update] [-run regex] [-v] [-p N] [-timeout D] [--platform P] [--devices 0-3] [paths...]"
+const testUsage = "usage: simpler test [-update] [-run regex] [-v] [-p N] [-timeout D] [--platform P] [--devices 0-3] [--load-path DIR]... [--max-steps N] [paths...]"
 
 // cmdTest runs users' golden tests: every script in a fresh child process
 // of this binary (`simpler run`), its exit code, stdout and stderr
@@ -39,12 +41,19 @@ func cmdTest(args []string, stdout, stderr io.Writer) int {
 	platform := fs.String("platform", golden.DefaultArgs[1], "--platform each script runs with")
 	devices := fs.String("devices", golden.DefaultArgs[3], "--devices each script runs with")
 	mode := fs.String("mode", "thread", "--mode each script runs with")
+	var loadPath pathList
+	fs.Var(&loadPath, "load-path", "--load-path each script runs with (repeatable)")
+	maxSteps := fs.Uint64("max-steps", 0, "--max-steps each script runs with; 0: no bound")
 	if err := parseInterspersed(fs, args); err != nil {
+		return 2
+	}
+	runArgs, err := scriptRunArgs(*platform, *devices, *mode, loadPath, *maxSteps)
+	if err != nil {
+		fmt.Fprintf(stderr, "simpler test: %v\n", err)
 		return 2
 	}
 	var re *regexp.Regexp
 	if *runPat != "" {
-		var err error
 		if re, err = regexp.Compile(*runPat); err != nil {
 			fmt.Fprintf(stderr, "simpler test: -run: %v\n", err)
 			return 2
@@ -83,8 +92,7 @@ func cmdTest(args []string, stdout, stderr io.Writer) int {
 	// which the terminal's SIGINT does not reach) and still reports.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	runner := &golden.Runner{Binary: bin, Timeout: *timeout, Context: ctx,
-		Args: []string{"--platform", *platform, "--devices", *devices, "--mode", *mode}}
+	runner := &golden.Runner{Binary: bin, Timeout: *timeout, Context: ctx, Args: runArgs}
 	outcomes := make([]chan golden.Outcome, len(scripts))
 	for i := range outcomes {
 		outcomes[i] = make(chan golden.Outcome, 1)
@@ -148,6 +156,26 @@ func cmdTest(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// scriptRunArgs are the `simpler run` flags of every script. Each runs in
+// its own directory, so a relative --load-path is made absolute here.
+func scriptRunArgs(platform, devices, mode string, loadPath []string, maxSteps uint64) ([]string, error) {
+	args := []string{"--platform", platform, "--devices", devices, "--mode", mode}
+	for _, dir := range loadPath {
+		abs, err := filepath.Abs(dir)
+		if err != nil {
+			return nil, err
+		}
+		if fi, err := os.Stat(abs); err != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("--load-path %s: not a directory", dir)
+		}
+		args = append(args, "--load-path", abs)
+	}
+	if maxSteps > 0 {
+		args = append(args, "--max-steps", strconv.FormatUint(maxSteps, 10))
+	}
+	return args, nil
 }
 
 // parseInterspersed parses flags that may come before, between or after

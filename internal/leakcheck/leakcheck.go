@@ -1,7 +1,9 @@
 // Package leakcheck makes a test binary fail when its tests leave
 // something behind: shared-memory objects this process created, goroutines
 // beyond those running when the tests started, child processes still
-// running, or files in the private temporary directory the tests run with.
+// running, files in the private temporary directory the tests run with, or
+// files in the private runtime directory (XDG_RUNTIME_DIR) they run with,
+// where daemons keep their tokens and sockets.
 //
 // Use it from TestMain:
 //
@@ -39,6 +41,13 @@ func RunThen(m *testing.M, release func() error) int {
 		fmt.Fprintln(os.Stderr, "leakcheck:", err)
 		return 1
 	}
+	runtimeDir, err := os.MkdirTemp("", "simpler-runtime-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "leakcheck:", err)
+		return 1
+	}
+	defer os.RemoveAll(runtimeDir)
+	os.Setenv("XDG_RUNTIME_DIR", runtimeDir)
 	outer := os.Getenv("TMPDIR")
 	os.Setenv("TMPDIR", tmp)
 	// Under -race every process sleeps a second at exit (to catch late
@@ -56,6 +65,9 @@ func RunThen(m *testing.M, release func() error) int {
 		}
 	}
 	problems = append(problems, Check(before)...)
+	if left := listDir(runtimeDir + "/simpler"); len(left) > 0 {
+		problems = append(problems, fmt.Sprintf("runtime files (tokens, sockets) left behind: %v", left))
+	}
 	os.Setenv("TMPDIR", outer)
 	os.RemoveAll(tmp)
 	if len(problems) > 0 {
@@ -83,14 +95,20 @@ func Check(goroutinesBefore int) []string {
 	if kids := children(); len(kids) > 0 {
 		problems = append(problems, fmt.Sprintf("child processes left running: %v", kids))
 	}
-	if entries, _ := os.ReadDir(os.TempDir()); len(entries) > 0 {
-		var names []string
-		for _, e := range entries {
-			names = append(names, e.Name())
-		}
+	if names := listDir(os.TempDir()); len(names) > 0 {
 		problems = append(problems, fmt.Sprintf("temporary files left behind: %v", names))
 	}
 	return problems
+}
+
+// listDir names the entries of dir (none if it does not exist).
+func listDir(dir string) []string {
+	entries, _ := os.ReadDir(dir)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
 }
 
 // children lists the live child processes of this process (from /proc),
