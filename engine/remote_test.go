@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"simpler/hal/comm"
 	"simpler/internal/token"
 	"simpler/wire"
 )
@@ -409,7 +410,7 @@ func TestRemoteRegisterAndUnregisterCommands(t *testing.T) {
 			Table: nodeTopology{Cluster: 7, NodeRank: 0, Nodes: 1, Hash: "sha256:t", DeviceRanks: []int{9}}.encode()}}, "local worker 9 is not a chip of this node"},
 		{wire.Control{Cmd: wire.CmdCommInit, Domain: wire.Domain{ID: 1, Generation: 1, Size: 1, Ranks: []wire.DomainRank{{Rank: 0, Worker: 0}}}}, "a malformed topology"},
 		{wire.Control{Cmd: wire.CmdStageTo, Domain: wire.Domain{ID: 5, Generation: 1}, Rank: 0, Data: []byte{1}}, "no committed global domain 5 (generation 1) on this node"},
-		{wire.Control{Cmd: wire.CmdImportTable, Domain: wire.Domain{ID: 5, Generation: 1, Table: make([]byte, 112)}}, "bad global domain descriptor"},
+		{wire.Control{Cmd: wire.CmdImportTable, Domain: wire.Domain{ID: 5, Generation: 1, Table: make([]byte, comm.DescriptorSize)}}, "bad global domain descriptor"},
 		{wire.Control{Cmd: wire.CmdCommit, Domain: wire.Domain{ID: 5, Generation: 1}}, "no global domain 5 on this node"},
 	}
 	for _, r := range refusals {

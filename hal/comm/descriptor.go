@@ -14,10 +14,14 @@ package comm
 //	    32    4 rank
 //	    36    4 rank count
 //	    40    8 mapping size: the bytes of the rank's window
-//	    48   64 backend handle, NUL-padded; for ProfileSim the name of the
-//	            shm object behind the rank's window, at most 63 bytes so
+//	    48  128 backend handle, NUL-padded; for ProfileSim the name of the
+//	            shm object behind the rank's window, at most 127 bytes so
 //	            that the field always ends in a NUL
-//	   112      end (DescriptorSize)
+//	   176      end (DescriptorSize)
+//
+// Version 2 widened the handle so a window's name can carry 128 random
+// bits: the name is what another node opens the window by, so it must not
+// be guessable by a client that was never given it.
 
 import (
 	"bytes"
@@ -43,9 +47,9 @@ func (p Profile) String() string {
 
 const (
 	// DescriptorSize is the encoded size of every descriptor.
-	DescriptorSize = 112
+	DescriptorSize = 176
 	// DescriptorVersion is the layout version written and accepted.
-	DescriptorVersion = 1
+	DescriptorVersion = 2
 	// DescriptorHandleMax is the longest backend handle, in bytes.
 	DescriptorHandleMax = descHandleLen - 1
 
@@ -58,7 +62,7 @@ const (
 	descOffRanks       = 36
 	descOffMappingSize = 40
 	descOffHandle      = 48
-	descHandleLen      = 64
+	descHandleLen      = 128
 )
 
 var descMagic = binary.LittleEndian.Uint64([]byte("SMPLGDSC"))

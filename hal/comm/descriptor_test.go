@@ -26,12 +26,12 @@ func validDescriptor() Descriptor {
 // The layout is a wire contract: every offset and width is pinned here by
 // reading the encoding independently of the decoder.
 func TestDescriptorLayout(t *testing.T) {
-	if DescriptorSize != 112 || DescriptorHandleMax != 63 || DescriptorVersion != 1 || ProfileSim != 1 {
+	if DescriptorSize != 176 || DescriptorHandleMax != 127 || DescriptorVersion != 2 || ProfileSim != 1 {
 		t.Fatalf("size %d, handle max %d, version %d, sim %d", DescriptorSize, DescriptorHandleMax, DescriptorVersion, ProfileSim)
 	}
 	d := sampleDescriptor()
 	b := EncodeDescriptor(d)
-	if len(b) != 112 {
+	if len(b) != 176 {
 		t.Fatalf("encoded %d bytes", len(b))
 	}
 	le := binary.LittleEndian
@@ -40,7 +40,7 @@ func TestDescriptorLayout(t *testing.T) {
 		off, size int
 		want      uint64
 	}{
-		{"version", 8, 4, 1},
+		{"version", 8, 4, 2},
 		{"profile", 12, 4, 1},
 		{"domain id", 16, 8, d.DomainID},
 		{"generation", 24, 8, d.Generation},
@@ -70,14 +70,14 @@ func TestDescriptorLayout(t *testing.T) {
 	if end != 48 {
 		t.Errorf("handle starts at %d, want 48", end)
 	}
-	handle := b[48:112]
+	handle := b[48:176]
 	if !bytes.HasPrefix(handle, []byte(d.Handle)) || bytes.ContainsFunc(handle[len(d.Handle):], func(r rune) bool { return r != 0 }) {
 		t.Errorf("handle field %q", handle)
 	}
 	// The unexported offsets agree with the pinned ones.
 	offs := []int{descOffMagic, descOffVersion, descOffProfile, descOffDomainID, descOffGeneration,
 		descOffRank, descOffRanks, descOffMappingSize, descOffHandle, descOffHandle + descHandleLen}
-	if !slices.Equal(offs, []int{0, 8, 12, 16, 24, 32, 36, 40, 48, 112}) {
+	if !slices.Equal(offs, []int{0, 8, 12, 16, 24, 32, 36, 40, 48, 176}) {
 		t.Errorf("offsets %v", offs)
 	}
 }
@@ -104,12 +104,12 @@ func TestDescriptorRejects(t *testing.T) {
 		mut  func([]byte) []byte
 		want string
 	}{
-		{"empty", func(b []byte) []byte { return nil }, "0 bytes, want 112"},
-		{"short", func(b []byte) []byte { return b[:111] }, "111 bytes, want 112"},
-		{"long", func(b []byte) []byte { return append(b, 0) }, "113 bytes, want 112"},
+		{"empty", func(b []byte) []byte { return nil }, "0 bytes, want 176"},
+		{"short", func(b []byte) []byte { return b[:175] }, "175 bytes, want 176"},
+		{"long", func(b []byte) []byte { return append(b, 0) }, "177 bytes, want 176"},
 		{"magic", func(b []byte) []byte { b[3] ^= 1; return b }, "magic"},
-		{"version 0", func(b []byte) []byte { le.PutUint32(b[8:], 0); return b }, "version 0, want 1"},
-		{"version 2", func(b []byte) []byte { le.PutUint32(b[8:], 2); return b }, "version 2, want 1"},
+		{"version 0", func(b []byte) []byte { le.PutUint32(b[8:], 0); return b }, "version 0, want 2"},
+		{"version 1", func(b []byte) []byte { le.PutUint32(b[8:], 1); return b }, "version 1, want 2"},
 		{"no profile", func(b []byte) []byte { le.PutUint32(b[12:], 0); return b }, "unknown profile 0"},
 		{"fabric profile", func(b []byte) []byte { le.PutUint32(b[12:], 2); return b }, "unknown profile 2"},
 		{"no ranks", func(b []byte) []byte { le.PutUint32(b[36:], 0); return b }, "rank count 0"},
@@ -118,10 +118,10 @@ func TestDescriptorRejects(t *testing.T) {
 		{"no mapping", func(b []byte) []byte { le.PutUint64(b[40:], 0); return b }, "mapping size 0"},
 		{"empty handle", func(b []byte) []byte { clear(b[48:]); return b }, "empty handle"},
 		{"unterminated handle", func(b []byte) []byte {
-			copy(b[48:], bytes.Repeat([]byte{'x'}, 64))
+			copy(b[48:], bytes.Repeat([]byte{'x'}, 128))
 			return b
-		}, "fills its 64 bytes without a NUL"},
-		{"garbage after NUL", func(b []byte) []byte { b[111] = 'z'; return b }, "byte 63 of the handle's NUL padding is 0x7a"},
+		}, "fills its 128 bytes without a NUL"},
+		{"garbage after NUL", func(b []byte) []byte { b[175] = 'z'; return b }, "byte 127 of the handle's NUL padding is 0x7a"},
 		{"garbage right after NUL", func(b []byte) []byte { b[48+23] = 1; return b }, "byte 23 of the handle's NUL padding is 0x1"},
 	}
 	for _, c := range cases {
@@ -136,7 +136,7 @@ func TestDescriptorRejects(t *testing.T) {
 			}
 		})
 	}
-	for _, h := range []string{strings.Repeat("h", 64), "a\x00b"} {
+	for _, h := range []string{strings.Repeat("h", 128), "a\x00b"} {
 		func() {
 			defer func() {
 				if recover() == nil {

@@ -16,15 +16,19 @@ package comm
 //
 // The sim profile: every window is a POSIX shm object named
 //
-//	<prefix>gdom-<domain id, hex>-<generation, hex>-r<rank, decimal>
+//	<prefix>gdom-<domain id, hex>-<generation, hex>-<key>-r<rank, decimal>
 //
 // where <prefix> is the preparing node's (GlobalRequest.Prefix, by default
-// shm.Prefix() of its process: "simpler-<pid>-"). The name is the
-// descriptor's handle, so nodes need not share a prefix. The header (the
-// barrier and wait-sequence words that View uses, same layout as a local
-// domain's) is created zeroed by rank 0's Prepare under
+// shm.Prefix() of its process: "simpler-<pid>-") and <key> is 128 random
+// bits (32 hex digits) the rank draws at Prepare. The name is the
+// descriptor's handle, so nodes need not share a prefix; and since another
+// node opens the window by that name, which a broker relays, the key makes
+// the name a capability: a client that was not given it cannot guess a
+// window of someone else's domain into its table. The header (the barrier
+// and wait-sequence words that View uses, same layout as a local domain's)
+// is created zeroed by rank 0's Prepare under
 //
-//	<rank 0's prefix>gdom-<domain id, hex>-<generation, hex>-hdr
+//	<rank 0's window name without "-r0">-hdr
 //
 // and every other rank derives that name from the table's descriptor of
 // rank 0 at Import, retrying until it exists, within GlobalRequest.Timeout.
@@ -41,6 +45,8 @@ package comm
 // stale mapping).
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -84,16 +90,46 @@ func globalStem(domainID, generation uint64) string {
 	return "gdom-" + strconv.FormatUint(domainID, 16) + "-" + strconv.FormatUint(generation, 16) + "-"
 }
 
-func globalWindowSuffix(domainID, generation uint64, rank int) string {
-	return globalStem(domainID, generation) + "r" + strconv.Itoa(rank)
+// globalKeyLen is the length of a window name's key: 128 bits in hex.
+const globalKeyLen = 32
+
+// newGlobalKey draws a window name's key.
+func newGlobalKey() string {
+	var b [globalKeyLen / 2]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand does not fail on Linux
+	}
+	return hex.EncodeToString(b[:])
 }
 
-func globalHeaderName(prefix string, domainID, generation uint64) string {
-	return prefix + globalStem(domainID, generation) + "hdr"
+func globalWindowSuffix(domainID, generation uint64, key string, rank int) string {
+	return globalStem(domainID, generation) + key + "-r" + strconv.Itoa(rank)
 }
 
-func (q *GlobalRequest) windowName(rank int) string {
-	return q.prefix() + globalWindowSuffix(q.DomainID, q.Generation, rank)
+// globalHeaderOf is the header's name, made from rank 0's window name.
+func globalHeaderOf(window0 string) string {
+	return strings.TrimSuffix(window0, "-r0") + "-hdr"
+}
+
+func (q *GlobalRequest) windowName(key string, rank int) string {
+	return q.prefix() + globalWindowSuffix(q.DomainID, q.Generation, key, rank)
+}
+
+// windowKey returns the key of a window name of this domain's rank, if
+// handle is one: a good prefix, this domain's stem, a key of lowercase
+// hex, this rank.
+func (q *GlobalRequest) windowKey(handle string, rank int) (string, bool) {
+	stem := globalStem(q.DomainID, q.Generation)
+	i := strings.Index(handle, stem)
+	if i < 0 || !goodPrefix(handle[:i]) || len(handle) > DescriptorHandleMax {
+		return "", false
+	}
+	rest := handle[i+len(stem):]
+	key, r, ok := strings.Cut(rest, "-r")
+	if !ok || len(key) != globalKeyLen || strings.Trim(key, "0123456789abcdef") != "" || r != strconv.Itoa(rank) {
+		return "", false
+	}
+	return key, true
 }
 
 // goodPrefix reports whether p may start an shm name of a domain.
@@ -129,7 +165,7 @@ func (q *GlobalRequest) check(rank int, chip hal.Chip) error {
 	case !slices.Contains(chip.Platform().CommProfiles(), ProfileSim.String()):
 		return bad("device %d is on platform %s, which has no %q comm profile", chip.DeviceID(), chip.Platform().Name(), ProfileSim.String())
 	}
-	if name := q.windowName(rank); len(name) > DescriptorHandleMax {
+	if name := q.windowName(strings.Repeat("0", globalKeyLen), rank); len(name) > DescriptorHandleMax {
 		return bad("the window name %q is longer than %d bytes (shorten the prefix)", name, DescriptorHandleMax)
 	}
 	return nil
@@ -143,6 +179,7 @@ type GlobalRank struct {
 	rank int
 	chip hal.Chip
 	desc Descriptor
+	key  preparedKey
 
 	mu          sync.Mutex
 	imported    bool
@@ -174,8 +211,12 @@ func PrepareGlobal(req GlobalRequest, rank int, chip hal.Chip) (*GlobalRank, Des
 	if err := req.check(rank, chip); err != nil {
 		return nil, Descriptor{}, err
 	}
+	key := preparedKey{req.prefix(), req.DomainID, req.Generation, rank}
+	if !claimPrepared(key) {
+		return nil, Descriptor{}, fmt.Errorf("RuntimeError: comm: global domain %s rank %d is already prepared in this process (file exists): a retry takes a new generation", req.domain(), rank)
+	}
 	g := &GlobalRank{
-		req: req, rank: rank, chip: chip,
+		req: req, rank: rank, chip: chip, key: key,
 		peers: make([]*object, req.Ranks),
 		bases: make([]uint64, req.Ranks),
 	}
@@ -190,15 +231,15 @@ func PrepareGlobal(req GlobalRequest, rank int, chip hal.Chip) (*GlobalRank, Des
 
 func (g *GlobalRank) prepare() error {
 	q := &g.req
+	window := q.windowName(newGlobalKey(), g.rank)
 	if g.rank == 0 {
-		name := globalHeaderName(q.prefix(), q.DomainID, q.Generation)
-		o, err := createOwned(name, headerSize(q.Ranks))
+		o, err := createOwned(globalHeaderOf(window), headerSize(q.Ranks))
 		if err != nil {
 			return g.errorf("RuntimeError", "creating the header: %v", err)
 		}
 		g.hdr, g.hdrCreated = o, true
 	}
-	o, err := createOwned(q.windowName(g.rank), roundPage(q.WindowSize))
+	o, err := createOwned(window, roundPage(q.WindowSize))
 	if err != nil {
 		return g.errorf("RuntimeError", "creating the window: %v", err)
 	}
@@ -332,8 +373,7 @@ func (g *GlobalRank) checkTable(table []Descriptor) error {
 		case d.MappingSize != uint64(q.WindowSize):
 			return bad("mapping size %d, want %d", d.MappingSize, q.WindowSize)
 		}
-		p, ok := strings.CutSuffix(d.Handle, globalWindowSuffix(q.DomainID, q.Generation, j))
-		if !ok || !goodPrefix(p) || len(d.Handle) > DescriptorHandleMax {
+		if _, ok := q.windowKey(d.Handle, j); !ok {
 			return bad("handle %q is not the name of rank %d's window of this domain", d.Handle, j)
 		}
 	}
@@ -349,8 +389,7 @@ func (g *GlobalRank) importTable(table []Descriptor) error {
 	q := &g.req
 	n := q.Ranks
 	if !g.hdrCreated {
-		prefix0 := strings.TrimSuffix(table[0].Handle, globalWindowSuffix(q.DomainID, q.Generation, 0))
-		if err := g.openHeader(globalHeaderName(prefix0, q.DomainID, q.Generation), time.Now().Add(q.Timeout)); err != nil {
+		if err := g.openHeader(globalHeaderOf(table[0].Handle), time.Now().Add(q.Timeout)); err != nil {
 			return err
 		}
 	}
@@ -582,7 +621,40 @@ func (g *GlobalRank) teardown() error {
 		g.hdr = nil
 	}
 	g.imported = false
+	if len(errs) == 0 {
+		unclaimPrepared(g.key) // a rank whose objects could not all go stays claimed
+	}
 	return errors.Join(errs...)
+}
+
+// preparedKey names one rank of one generation of a domain made by this
+// process: window names carry a random key, so it is this set, not the
+// names, that refuses preparing the same rank twice.
+type preparedKey struct {
+	prefix         string
+	id, generation uint64
+	rank           int
+}
+
+var (
+	preparedMu sync.Mutex
+	prepared   = map[preparedKey]bool{}
+)
+
+func claimPrepared(k preparedKey) bool {
+	preparedMu.Lock()
+	defer preparedMu.Unlock()
+	if prepared[k] {
+		return false
+	}
+	prepared[k] = true
+	return true
+}
+
+func unclaimPrepared(k preparedKey) {
+	preparedMu.Lock()
+	defer preparedMu.Unlock()
+	delete(prepared, k)
 }
 
 // Descriptor is what PrepareGlobal returned.

@@ -19,7 +19,7 @@ func TestGlobalImportIsAtomic(t *testing.T) {
 	d := prepareDomain(t, req, chips, 2)
 	g, chip := d.ranks[1], chips[1]
 	before := liveOf(chip)
-	hdrName := globalHeaderName(shm.Prefix(), req.DomainID, req.Generation)
+	hdrName := globalHeaderOf(d.table[0].Handle)
 
 	// The third peer mapping fails: the two before it are taken back.
 	var calls int
@@ -69,7 +69,7 @@ func TestGlobalImportIsAtomic(t *testing.T) {
 	// A failure while opening: rank 3's window under a name that does not
 	// exist (a well-formed one, so the table passes the checks).
 	bad := slices.Clone(d.table)
-	bad[3].Handle = "simpler-0-" + globalWindowSuffix(req.DomainID, req.Generation, 3)
+	bad[3].Handle = "simpler-0-" + globalWindowSuffix(req.DomainID, req.Generation, newGlobalKey(), 3)
 	err = g.Import(bad)
 	if err == nil || !strings.Contains(err.Error(), "the window of rank 3 (simpler-0-gdom-") {
 		t.Errorf("import of a missing window: %v", err)
@@ -160,8 +160,10 @@ func TestGlobalImportChecksTable(t *testing.T) {
 		{"mapping size", with(0, func(x *Descriptor) { x.MappingSize = 8192 }), "descriptor 0 of the table: mapping size 8192, want 4096"},
 		{"another rank's window", with(2, func(x *Descriptor) { x.Handle = d.table[0].Handle }), "is not the name of rank 2's window of this domain"},
 		{"not simpler's", with(0, func(x *Descriptor) { x.Handle = strings.Replace(x.Handle, "simpler-", "other-", 1) }), "is not the name of rank 0's window"},
-		{"a path", with(0, func(x *Descriptor) { x.Handle = "simpler-/../" + globalWindowSuffix(id, 1, 0) }), "is not the name of rank 0's window"},
-		{"not ours", with(1, func(x *Descriptor) { x.Handle = "simpler-1-" + globalWindowSuffix(id, 1, 1) }),
+		{"a path", with(0, func(x *Descriptor) { x.Handle = "simpler-/../" + globalWindowSuffix(id, 1, newGlobalKey(), 0) }), "is not the name of rank 0's window"},
+		{"a short key", with(0, func(x *Descriptor) { x.Handle = "simpler-1-" + globalWindowSuffix(id, 1, "00ff", 0) }), "is not the name of rank 0's window"},
+		{"a key not in hex", with(0, func(x *Descriptor) { x.Handle = "simpler-1-" + globalWindowSuffix(id, 1, strings.Repeat("g", globalKeyLen), 0) }), "is not the name of rank 0's window"},
+		{"not ours", with(1, func(x *Descriptor) { x.Handle = "simpler-1-" + globalWindowSuffix(id, 1, newGlobalKey(), 1) }),
 			"descriptor 1 of the table is {sim domain"},
 	}
 	for _, c := range cases {
@@ -193,7 +195,7 @@ func TestGlobalImportIdempotent(t *testing.T) {
 	}
 	// A conflicting table, even a well-formed one, is refused.
 	other := slices.Clone(d.table)
-	other[1].Handle = "simpler-1-" + globalWindowSuffix(req.DomainID, req.Generation, 1)
+	other[1].Handle = "simpler-1-" + globalWindowSuffix(req.DomainID, req.Generation, newGlobalKey(), 1)
 	err := g.Import(other)
 	if err == nil || !strings.Contains(err.Error(), "already imported with a different table (descriptor 1 is {sim") {
 		t.Errorf("a conflicting import: %v", err)
@@ -239,7 +241,7 @@ func TestGlobalImportHeaderTimeout(t *testing.T) {
 	start := time.Now()
 	err := d.ranks[1].Import(d.table)
 	wantErrPrefix(t, err, fmt.Sprintf("TimeoutError: comm: global domain \"gtest\" (id %d, generation 1) rank 1: waited 50ms for rank 0's header %s",
-		req.DomainID, globalHeaderName(shm.Prefix(), req.DomainID, 1)))
+		req.DomainID, globalHeaderOf(d.table[0].Handle)))
 	if el := time.Since(start); el < 50*time.Millisecond || el > 10*time.Second {
 		t.Errorf("gave up after %v", el)
 	}
@@ -375,7 +377,7 @@ func TestGlobalReleaseOrder(t *testing.T) {
 	if err := d.ranks[0].Release(); err != nil {
 		t.Fatal(err)
 	}
-	if left, _ := shm.Leftovers(globalHeaderName(shm.Prefix(), req.DomainID, req.Generation)); len(left) != 0 {
+	if left, _ := shm.Leftovers(globalHeaderOf(d.table[0].Handle)); len(left) != 0 {
 		t.Errorf("the header is still named after its creator released: %v", left)
 	}
 	if err := d.ranks[0].Release(); err != nil {
@@ -431,7 +433,7 @@ func TestPrepareGlobalChecks(t *testing.T) {
 		{"window", func(q *GlobalRequest) { q.WindowSize = 0 }, 0, chip, "ValueError: comm: preparing global domain \"gtest\" (id %d, generation 1): window size must be in 1..1099511627776, got 0"},
 		{"timeout", func(q *GlobalRequest) { q.Timeout = 0 }, 0, chip, "ValueError: comm: preparing global domain \"gtest\" (id %d, generation 1): timeout must be > 0, got 0s"},
 		{"prefix", func(q *GlobalRequest) { q.Prefix = "other-" }, 0, chip, "ValueError: comm: preparing global domain \"gtest\" (id %d, generation 1): name prefix \"other-\" must start with \"simpler-\" and contain no \"/\""},
-		{"long prefix", func(q *GlobalRequest) { q.Prefix = "simpler-" + strings.Repeat("p", 40) + "-" }, 1, chip,
+		{"long prefix", func(q *GlobalRequest) { q.Prefix = "simpler-" + strings.Repeat("p", 80) + "-" }, 1, chip,
 			"ValueError: comm: preparing global domain \"gtest\" (id %d, generation 1): the window name \"simpler-ppp"},
 		{"profile", nil, 0, onPlatform{chip, fabricOnly{chip.Platform()}},
 			"ValueError: comm: preparing global domain \"gtest\" (id %d, generation 1): device 0 is on platform a2a3sim, which has no \"sim\" comm profile"},
@@ -450,7 +452,7 @@ func TestPrepareGlobalChecks(t *testing.T) {
 	wantGone(t, good, chips)
 }
 
-// Names are exclusive: preparing a rank twice fails and leaves the first
+// A rank is prepared once: preparing it twice fails and leaves the first
 // untouched; other generations and other domains never collide.
 func TestPrepareGlobalNames(t *testing.T) {
 	clean(t)
@@ -460,7 +462,7 @@ func TestPrepareGlobalNames(t *testing.T) {
 	for r := range 2 {
 		before := liveOf(chips[r])
 		_, _, err := PrepareGlobal(req, r, chips[r])
-		if err == nil || !strings.Contains(err.Error(), "file exists") {
+		if err == nil || !strings.Contains(err.Error(), "already prepared") {
 			t.Errorf("rank %d prepared twice: %v", r, err)
 		}
 		if got := liveOf(chips[r]); got != before {

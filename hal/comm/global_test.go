@@ -221,9 +221,20 @@ func TestGlobalFourRanksTwoNodes(t *testing.T) {
 	d := prepareDomain(t, req, chips, 2)
 	for r, g := range d.ranks {
 		want := Descriptor{Profile: ProfileSim, DomainID: req.DomainID, Generation: 1, Rank: uint32(r), Ranks: 4,
-			MappingSize: size, Handle: fmt.Sprintf("%sgdom-%x-1-r%d", shm.Prefix(), req.DomainID, r)}
+			MappingSize: size, Handle: d.table[r].Handle}
 		if d.table[r] != want || g.Descriptor() != want {
 			t.Errorf("rank %d exported %v, want %v", r, d.table[r], want)
+		}
+		// The name is this process's, of this domain and rank, with a key
+		// of 128 random bits that no other rank shares.
+		key, ok := req.windowKey(d.table[r].Handle, r)
+		if !ok || !strings.HasPrefix(d.table[r].Handle, fmt.Sprintf("%sgdom-%x-1-", shm.Prefix(), req.DomainID)) {
+			t.Errorf("rank %d's window is named %q", r, d.table[r].Handle)
+		}
+		for j := range r {
+			if k, _ := req.windowKey(d.table[j].Handle, j); k == key {
+				t.Errorf("ranks %d and %d share the key %s", j, r, key)
+			}
 		}
 		if b := mustBytes(t, chips[r], g.WindowBase(), size); slices.ContainsFunc(b, func(x byte) bool { return x != 0 }) {
 			t.Errorf("rank %d's window is not zero", r)
