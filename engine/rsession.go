@@ -66,8 +66,9 @@ type session struct {
 	readerBusy bool
 	workSeq    uint64
 
-	readEnd chan error     // the reading role ended: why
-	readers sync.WaitGroup // goroutines reading, working or watching
+	readEnd  chan error     // the reading role ended: why
+	readers  sync.WaitGroup // goroutines reading, working or watching
+	linkDone chan struct{}  // closed when serveLink returns
 }
 
 // sbuf is a remote buffer as its session holds it: owned memory (a
@@ -107,7 +108,7 @@ func RunSession(conn net.Conn, l *link, start wire.Link, newResolver SourceResol
 		newResolver: newResolver, onLost: onLost, callables: map[string]Callable{}, bufs: map[wire.BufferRef]*sbuf{},
 		windows: map[uint64]uint64{}, exports: map[[16]byte]export{}, grants: map[uint64]chan grant{}, big: make(chan []byte, 1)}
 	s.big <- nil
-	s.readers.Add(1)
+	s.linkDone = make(chan struct{})
 	go s.serveLink()
 	defer s.close()
 	if err := s.handshake(start.Hello); err != nil {
@@ -628,6 +629,8 @@ func (s *session) close() {
 		s.inner.Close()
 	}
 	s.conn.Close()
+	s.link.close() // ends serveLink
+	<-s.linkDone
 }
 
 // readPayload reads a payload; a large one goes into the reused buffer,

@@ -175,7 +175,7 @@ func (s *session) resolveExport(id wire.ExportID) (grant, error) {
 // imports, and resolves of its own exports asked by other sessions (or
 // itself). It runs until the link closes; then the daemon is gone.
 func (s *session) serveLink() {
-	defer s.readers.Done()
+	defer close(s.linkDone)
 	buf, oob := linkBuffers()
 	for {
 		m, fd, err := s.link.recv(buf, oob)
