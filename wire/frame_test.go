@@ -200,7 +200,7 @@ func TestReadFrameLimits(t *testing.T) {
 func TestWriteFrameChecks(t *testing.T) {
 	var buf bytes.Buffer
 	bad := []Header{
-		{Type: TypeTask, Session: 1, Seq: 1},             // version 0
+		{Type: TypeTask, Session: 1, Seq: 1},                           // version 0
 		{Version: ProtocolVersion, Type: 0, Session: 1, Seq: 1},        // no type
 		{Version: ProtocolVersion, Type: TypeTask, Session: 1},         // seq 0
 		{Version: ProtocolVersion, Type: TypeTask, Seq: 1, Flags: 0x2}, // unknown flag

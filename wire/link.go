@@ -39,7 +39,7 @@ type Limits struct {
 
 // Link is one link message; only the fields of its Kind are encoded.
 type Link struct {
-	Kind   LinkKind
+	Kind    LinkKind
 	Daemon  uint64 // START: the daemon's id, non-zero
 	Slot    uint64 // START: the session's slot, non-zero
 	Session uint64 // START: the HELLO header's session id, non-zero

@@ -162,7 +162,9 @@ func TestGlobalImportChecksTable(t *testing.T) {
 		{"not simpler's", with(0, func(x *Descriptor) { x.Handle = strings.Replace(x.Handle, "simpler-", "other-", 1) }), "is not the name of rank 0's window"},
 		{"a path", with(0, func(x *Descriptor) { x.Handle = "simpler-/../" + globalWindowSuffix(id, 1, newGlobalKey(), 0) }), "is not the name of rank 0's window"},
 		{"a short key", with(0, func(x *Descriptor) { x.Handle = "simpler-1-" + globalWindowSuffix(id, 1, "00ff", 0) }), "is not the name of rank 0's window"},
-		{"a key not in hex", with(0, func(x *Descriptor) { x.Handle = "simpler-1-" + globalWindowSuffix(id, 1, strings.Repeat("g", globalKeyLen), 0) }), "is not the name of rank 0's window"},
+		{"a key not in hex", with(0, func(x *Descriptor) {
+			x.Handle = "simpler-1-" + globalWindowSuffix(id, 1, strings.Repeat("g", globalKeyLen), 0)
+		}), "is not the name of rank 0's window"},
 		{"not ours", with(1, func(x *Descriptor) { x.Handle = "simpler-1-" + globalWindowSuffix(id, 1, newGlobalKey(), 1) }),
 			"descriptor 1 of the table is {sim domain"},
 	}
