@@ -423,3 +423,11 @@ func TestProofGateSteps(t *testing.T) {
 		t.Errorf("an old failure still delays: %v", at)
 	}
 }
+
+// A client refuses a short token before it dials anything.
+func TestShortTokenRefused(t *testing.T) {
+	w := must(NewWorker(Config{Level: 4, Platform: sim(t)}))
+	defer w.Close()
+	_, err := w.AddRemoteWorker(RemoteSpec{Endpoint: "127.0.0.1:7700", Platform: "a2a3sim", DeviceIDs: []int{0}, Token: []byte("short")})
+	wantRefusal(t, "a 5-byte token", err, ValueError, "add_remote_worker: the token is 5 bytes, shorter than the minimum of 16")
+}

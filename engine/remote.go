@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"simpler/internal/fault"
+	"simpler/internal/token"
 	"simpler/wire"
 )
 
@@ -23,6 +24,11 @@ func (w *Worker) AddRemoteWorker(spec RemoteSpec) (int, error) {
 	}
 	if err := checkGlobalRanks("add_remote_worker", spec.GlobalDeviceRanks, len(spec.DeviceIDs)); err != nil {
 		return 0, err
+	}
+	if spec.Token != nil {
+		if err := token.Check(spec.Token); err != nil {
+			return 0, Wrap(err, "add_remote_worker")
+		}
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
