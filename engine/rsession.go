@@ -42,8 +42,9 @@ type session struct {
 	newResolver SourceResolver
 	onLost      func() // the parent went away without a SHUTDOWN
 
-	wmu sync.Mutex  // serialises frames written
-	big chan []byte // the reusable buffer for large frames (COPY_TO data)
+	wmu      sync.Mutex  // serialises frames written
+	big      chan []byte // the reusable buffer for large frames (COPY_TO data)
+	bigFrame int         // payloads above this go to big, or straight to their buffer (bigFrame; less in the fuzzer)
 
 	mu          sync.Mutex
 	resolve     Resolver // set by BUNDLE
@@ -104,18 +105,25 @@ func fits(off, n uint64, size int) bool {
 // sent start over l, until the parent shuts it down or goes away; onLost
 // is called when the parent goes away without a SHUTDOWN.
 func RunSession(conn net.Conn, l *link, start wire.Link, newResolver SourceResolver, onLost func()) error {
-	s := &session{conn: conn, link: l, id: start.Session, worker: start.Worker, daemon: start.Daemon, slot: start.Slot, limits: start.Limits,
-		newResolver: newResolver, onLost: onLost, callables: map[string]Callable{}, bufs: map[wire.BufferRef]*sbuf{},
-		windows: map[uint64]uint64{}, exports: map[[16]byte]export{}, grants: map[uint64]chan grant{}, big: make(chan []byte, 1)}
-	s.big <- nil
-	s.linkDone = make(chan struct{})
-	go s.serveLink()
+	s := newSession(conn, l, start, newResolver, onLost)
 	defer s.close()
 	if err := s.handshake(start.Hello); err != nil {
 		return err
 	}
 	s.in = netspin.NewReader(conn, netspin.DefaultSpin)
 	return s.serve()
+}
+
+// newSession makes the session start describes; its link is served from
+// now until close.
+func newSession(conn net.Conn, l *link, start wire.Link, newResolver SourceResolver, onLost func()) *session {
+	s := &session{conn: conn, link: l, id: start.Session, worker: start.Worker, daemon: start.Daemon, slot: start.Slot, limits: start.Limits,
+		newResolver: newResolver, onLost: onLost, callables: map[string]Callable{}, bufs: map[wire.BufferRef]*sbuf{},
+		windows: map[uint64]uint64{}, exports: map[[16]byte]export{}, grants: map[uint64]chan grant{}, big: make(chan []byte, 1), bigFrame: bigFrame,
+		linkDone: make(chan struct{})}
+	s.big <- nil
+	go s.serveLink()
+	return s
 }
 
 func (s *session) write(t wire.Type, seq uint64, m wire.Message) error {
@@ -321,7 +329,7 @@ func (s *session) readFrame() (frame, error) {
 	if err != nil {
 		return frame{}, err
 	}
-	if h.Type == wire.TypeControl && int(h.Length) > bigFrame {
+	if h.Type == wire.TypeControl && int(h.Length) > s.bigFrame {
 		return s.readBulk(h)
 	}
 	payload, done, err := s.readPayload(h)
@@ -636,7 +644,7 @@ func (s *session) close() {
 // readPayload reads a payload; a large one goes into the reused buffer,
 // which comes back when done is called.
 func (s *session) readPayload(h wire.Header) ([]byte, func(), error) {
-	if int(h.Length) <= bigFrame {
+	if int(h.Length) <= s.bigFrame {
 		p, err := wire.ReadPayload(s.in, h, nil)
 		return p, func() {}, err
 	}
