@@ -43,6 +43,10 @@ var (
 // one its creator has not sized yet, or the wrong object.
 var ErrTooSmall = errors.New("object smaller than asked")
 
+// euid is the user every object must belong to (a variable so that tests
+// can stand in for another user without root).
+var euid = os.Geteuid
+
 // ErrNotOurs is wrapped by the error for an object that is not a regular
 // file owned by this user with mode 0600, or is a symlink.
 var ErrNotOurs = errors.New("not a shared-memory object of this user")
@@ -187,8 +191,8 @@ func checkStat(st *unix.Stat_t, name string) error {
 	switch {
 	case st.Mode&unix.S_IFMT != unix.S_IFREG:
 		return fmt.Errorf("shm: open %s: not a regular file (mode %#o): %w", name, st.Mode, ErrNotOurs)
-	case int(st.Uid) != os.Geteuid():
-		return fmt.Errorf("shm: open %s: owned by uid %d, this process is uid %d: %w", name, st.Uid, os.Geteuid(), ErrNotOurs)
+	case int(st.Uid) != euid():
+		return fmt.Errorf("shm: open %s: owned by uid %d, this process is uid %d: %w", name, st.Uid, euid(), ErrNotOurs)
 	case st.Mode&0o7777 != 0o600:
 		return fmt.Errorf("shm: open %s: mode %#o, want 0600: %w", name, st.Mode&0o7777, ErrNotOurs)
 	}

@@ -150,7 +150,7 @@ func Check(tok []byte) error {
 // (mode 0700) if missing and refuses one that is not private to us.
 func RuntimeDir() (string, error) {
 	xdg := os.Getenv("XDG_RUNTIME_DIR")
-	dir := runtimeDirPath(xdg, os.Geteuid())
+	dir := runtimeDirPath(xdg, euid())
 	// Mkdir, not MkdirAll: XDG_RUNTIME_DIR is made by the login session,
 	// and /tmp exists. A missing parent is a misconfiguration to report.
 	err := os.Mkdir(dir, 0o700)
@@ -201,9 +201,9 @@ func checkDir(dir string, fi fs.FileInfo) error {
 		return fmt.Errorf("ValueError: runtime directory %s is not a directory (it is a %s); remove it and it will be made again",
 			dir, kindOrRegular(fi.Mode()))
 	}
-	if uid, ok := owner(fi); ok && uid != os.Geteuid() {
+	if uid, ok := owner(fi); ok && uid != euid() {
 		return fmt.Errorf("ValueError: runtime directory %s is owned by uid %d, not by us (uid %d); remove it, or set XDG_RUNTIME_DIR to a directory of our own",
-			dir, uid, os.Geteuid())
+			dir, uid, euid())
 	}
 	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
 		return fmt.Errorf("ValueError: runtime directory %s has mode %04o: group and others must have no access; run `chmod 700 %s`",
@@ -279,8 +279,8 @@ func removeStale(path string) error {
 	if !fi.Mode().IsRegular() {
 		return fmt.Errorf("ValueError: %s exists and is not a regular file (it is a %s); remove it by hand", path, kind(fi.Mode()))
 	}
-	if uid, ok := owner(fi); ok && uid != os.Geteuid() {
-		return fmt.Errorf("ValueError: %s exists and is owned by uid %d, not by us (uid %d); remove it by hand", path, uid, os.Geteuid())
+	if uid, ok := fileOwner(fi); ok && uid != euid() {
+		return fmt.Errorf("ValueError: %s exists and is owned by uid %d, not by us (uid %d); remove it by hand", path, uid, euid())
 	}
 	// Nobody else can swap the file between the Lstat and the Remove: the
 	// directory is ours, mode 0700 (RuntimeDir checked it).
@@ -354,3 +354,11 @@ func isLoopback(host string) bool {
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
 }
+
+// fileOwner is owner, for the token file itself (a variable for the same
+// reason as euid).
+var fileOwner = owner
+
+// euid is the user the files must belong to (a variable so tests can
+// pretend to be another user without root).
+var euid = os.Geteuid

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -257,19 +258,47 @@ func TestRuntimeDirRefusesFile(t *testing.T) {
 	wantRefusal(t, err, dir, "not a directory", "regular file")
 }
 
-func TestRuntimeDirRefusesOtherOwner(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("giving a directory to another uid needs root")
+// giveAway makes path another user's: as root by chown, else by making
+// this package believe it runs as another uid. It returns the owner the
+// refusal must name.
+func giveAway(t *testing.T, path string) string {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		if err := os.Chown(path, 12345, 12345); err != nil {
+			t.Fatal(err)
+		}
+		return "owned by uid 12345"
 	}
+	real := os.Geteuid()
+	euid = func() int { return real + 1 }
+	t.Cleanup(func() { euid = os.Geteuid })
+	return fmt.Sprintf("owned by uid %d", real)
+}
+
+// giveAwayFile is giveAway for a token file alone.
+func giveAwayFile(t *testing.T, path string) string {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		return giveAway(t, path)
+	}
+	fileOwner = func(fi fs.FileInfo) (int, bool) {
+		if fi.Name() == filepath.Base(path) {
+			return 12345, true
+		}
+		return owner(fi)
+	}
+	t.Cleanup(func() { fileOwner = owner })
+	return "owned by uid 12345"
+}
+
+func TestRuntimeDirRefusesOtherOwner(t *testing.T) {
 	dir := filepath.Join(useXDG(t), "simpler")
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chown(dir, 12345, 12345); err != nil {
-		t.Fatal(err)
-	}
+	owned := giveAway(t, dir)
 	_, err := RuntimeDir()
-	wantRefusal(t, err, dir, "owned by uid 12345", "XDG_RUNTIME_DIR")
+	wantRefusal(t, err, dir, owned, "XDG_RUNTIME_DIR")
 }
 
 func TestRuntimeDirMissingXDG(t *testing.T) {
@@ -403,20 +432,15 @@ func TestGenerateRefusesSymlink(t *testing.T) {
 }
 
 func TestGenerateRefusesOtherOwner(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("giving a file to another uid needs root")
-	}
 	useXDG(t)
 	path, err := PathFor(7004)
 	if err != nil {
 		t.Fatal(err)
 	}
 	writeFile(t, filepath.Dir(path), filepath.Base(path), "theirs\n", 0o600)
-	if err := os.Chown(path, 12345, 12345); err != nil {
-		t.Fatal(err)
-	}
+	owned := giveAwayFile(t, path)
 	_, _, err = Generate(7004)
-	wantRefusal(t, err, path, "owned by uid 12345", "remove it by hand")
+	wantRefusal(t, err, path, owned, "remove it by hand")
 	if got, _ := os.ReadFile(path); string(got) != "theirs\n" {
 		t.Errorf("%s now holds %q; want it untouched", path, got)
 	}
