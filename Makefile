@@ -22,14 +22,12 @@ test:
 	$(MAKE) fuzz FUZZTIME=20000x
 	$(GO) test -race -count=1 ./...
 
-# Every decoder's fuzz target, briefly (longer: make fuzz FUZZTIME=1m;
-# make test runs a fixed number of inputs, so load cannot make it fail).
+# Every fuzz target of every package, briefly (longer: make fuzz
+# FUZZTIME=1m; make test runs a fixed number of inputs, so load cannot make
+# it fail). scripts/fuzz.sh finds the targets with go test -list.
 FUZZTIME ?= 10s
 fuzz:
-	@for f in $$($(GO) test -list 'Fuzz.*' ./wire/ | grep '^Fuzz'); do \
-	  echo "fuzz $$f ($(FUZZTIME))"; \
-	  $(GO) test ./wire/ -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) > /tmp/simpler-fuzz.log 2>&1 || { cat /tmp/simpler-fuzz.log; exit 1; }; \
-	done
+	@GO='$(GO)' FUZZTIME='$(FUZZTIME)' sh scripts/fuzz.sh
 
 bench: build
 	$(GO) run ./cmd/simpler bench

@@ -5,6 +5,7 @@ import (
 
 	"simpler/engine/hostmem"
 	"simpler/hal"
+	"simpler/internal/bounds"
 )
 
 // runKernel runs a chip kernel. The kernel sees device tensors only: a
@@ -29,7 +30,11 @@ func runKernel(ctx *ChipCtx, k ChipKernel, args *TaskArgs) error {
 		if t.ChildMemory {
 			continue
 		}
-		host, err := hostmem.Resolve(t.Addr, t.NBytes())
+		nbytes, ok := tensorBytes(t)
+		if !ok {
+			return Errorf(ValueError, "tensor %d: shape %v of %s exceeds %d bytes", i, t.Shape, t.DType, maxBytes)
+		}
+		host, err := hostmem.Resolve(t.Addr, nbytes)
 		if err != nil {
 			return Wrap(err, fmt.Sprintf("tensor %d", i))
 		}
@@ -44,6 +49,15 @@ func runKernel(ctx *ChipCtx, k ChipKernel, args *TaskArgs) error {
 		dev.Tensors[i].Addr, dev.Tensors[i].ChildMemory = p, true
 	}
 	return k.RunChip(ctx, &dev)
+}
+
+// tensorBytes is t.NBytes() checked: false when a dimension is negative or
+// the bytes exceed maxBytes, where NBytes would wrap (a shape of 2^32 by
+// 2^32 has 0 bytes by int arithmetic) and a kernel would be handed a
+// tensor larger than the memory checked for it.
+func tensorBytes(t Tensor) (int, bool) {
+	n, ok := bounds.Product(t.Shape, t.DType.Size(), maxBytes)
+	return int(n), ok
 }
 
 // RunKernel runs a kernel synchronously on a level-2 worker's chip.
@@ -71,6 +85,9 @@ func (w *Worker) RunKernel(h *Handle, args *TaskArgs) error {
 	for i, t := range a.Tensors {
 		if t.Addr == 0 {
 			return Errorf(ValueError, "run: tensor %d has address 0; a level-2 run has no heap, so pass allocated memory", i)
+		}
+		if t.DType.Size() == 0 { // as submit checks; a child refuses such a tensor too
+			return Errorf(ValueError, "run: tensor %d has no dtype", i)
 		}
 	}
 	if w.chipProcs != nil {

@@ -12,6 +12,7 @@ import (
 
 	"simpler/hal"
 	"simpler/hal/comm"
+	"simpler/internal/bounds"
 	"simpler/internal/fault"
 	"simpler/wire"
 )
@@ -467,7 +468,7 @@ func (d *GlobalDomain) stagingRange(op, buffer string, offset, n int) (int, erro
 	if n <= 0 || n > MaxGlobalCopy {
 		return 0, Errorf(ValueError, "%s: %d bytes; a staging copy moves 1..%d", op, n, MaxGlobalCopy)
 	}
-	if offset < 0 || offset+n > limit {
+	if !bounds.FitsInt(offset, n, limit) {
 		return 0, Errorf(ValueError, "%s: %d bytes at offset %d overrun the %d-byte %s", op, n, offset, limit, map[bool]string{true: "buffer " + buffer, false: "window"}[buffer != ""])
 	}
 	return base + offset, nil

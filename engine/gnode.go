@@ -5,6 +5,7 @@ import (
 
 	"simpler/hal/comm"
 	"simpler/hal/dtype"
+	"simpler/internal/bounds"
 	"simpler/internal/fault"
 	"simpler/wire"
 )
@@ -211,10 +212,14 @@ func encodePrepareExtra(name string, buffers []BufferSpec) []byte {
 	return e.Bytes()
 }
 
+// minBufferSpec is the fewest bytes an encoded BufferSpec takes: an empty
+// name, the dtype, the count and the bytes.
+const minBufferSpec = 4 + 1 + 8 + 8
+
 func decodePrepareExtra(b []byte) (string, []BufferSpec, error) {
 	d := wire.NewDecoder(b)
 	name := d.String()
-	n := d.Count(4096, 4)
+	n := d.Count(4096, minBufferSpec)
 	var bufs []BufferSpec
 	for i := 0; i < n && d.Err() == nil; i++ {
 		bufs = append(bufs, BufferSpec{Name: d.String(), DType: dtype.DType(d.U8()), Count: d.Int(1 << 40), NBytes: d.Int(1 << 40)})
@@ -233,6 +238,9 @@ func encodeDescs(ds []comm.Descriptor) []byte {
 func decodeDescs(b []byte) ([]comm.Descriptor, error) {
 	if len(b)%comm.DescriptorSize != 0 {
 		return nil, Errorf(ValueError, "a descriptor table of %d bytes is not whole descriptors", len(b))
+	}
+	if n := len(b) / comm.DescriptorSize; n > wire.MaxRanks {
+		return nil, Errorf(ValueError, "a descriptor table of %d descriptors exceeds the bound %d", n, wire.MaxRanks)
 	}
 	var ds []comm.Descriptor
 	for off := 0; off < len(b); off += comm.DescriptorSize {
@@ -342,7 +350,7 @@ func (w *Worker) checkTopology(dm wire.Domain) error {
 		if int(rk.Worker) >= len(w.cfg.DeviceIDs) {
 			return Errorf(ValueError, "COMM_INIT: local worker %d is not a chip of this node (0..%d)", rk.Worker, len(w.cfg.DeviceIDs)-1)
 		}
-		if own := w.cfg.GlobalDeviceRanks; own != nil && own[rk.Worker] != t.DeviceRanks[i] {
+		if own := w.cfg.GlobalDeviceRanks; len(own) != 0 && own[rk.Worker] != t.DeviceRanks[i] {
 			return Errorf(ValueError, "COMM_INIT: rank %d on local worker %d: the broker assumes global device rank %d, this node's is %d", rk.Rank, rk.Worker, t.DeviceRanks[i], own[rk.Worker])
 		}
 	}
@@ -364,13 +372,17 @@ func (w *Worker) globalStage(c wire.Control, r *wire.ControlReply) error {
 	if i < 0 {
 		return Errorf(ValueError, "%s: rank %d of global domain %d is not on this node", op, c.Rank, c.Domain.ID)
 	}
-	n := int(c.NBytes)
+	// The wire decoder bounds both, but a node in the broker's own process
+	// gets the command as the broker built it: NBytes as an int may be
+	// negative, and Offset+n may wrap past 2^64 to a small number.
+	want := c.NBytes
 	if c.Cmd == wire.CmdStageTo {
-		n = len(c.Data)
+		want = uint64(len(c.Data))
 	}
-	if c.Offset+uint64(n) > uint64(g.req.WindowSize) {
-		return Errorf(ValueError, "%s: %d bytes at offset %d overrun the %d-byte window", op, n, c.Offset, g.req.WindowSize)
+	if !bounds.Fits(c.Offset, want, uint64(max(g.req.WindowSize, 0))) {
+		return Errorf(ValueError, "%s: %d bytes at offset %d overrun the %d-byte window", op, want, c.Offset, g.req.WindowSize)
 	}
+	n := int(want) // at most the window's size, an int
 	chip, at := w.chips[g.req.Places[i].Local], g.ranks[i].WindowBase()+c.Offset
 	if c.Cmd == wire.CmdStageTo {
 		return chip.CopyIn(at, c.Data)

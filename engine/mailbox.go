@@ -2,6 +2,7 @@ package engine
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -62,11 +63,28 @@ func newMailbox() (*mailbox, error) {
 		return nil, err
 	}
 	m := layoutMailbox(seg)
-	copy(seg.Mem, mboxMagic)
-	binary.LittleEndian.PutUint32(seg.Mem[8:], mboxVersion)
-	binary.LittleEndian.PutUint32(seg.Mem[12:], mboxLanes)
-	binary.LittleEndian.PutUint32(seg.Mem[16:], mboxArea)
+	writeMailboxHeader(seg.Mem)
 	return m, nil
+}
+
+// writeMailboxHeader writes the layout words of a mailbox header (the
+// child's ready and gone words stay as they are).
+func writeMailboxHeader(b []byte) {
+	copy(b, mboxMagic)
+	binary.LittleEndian.PutUint32(b[8:], mboxVersion)
+	binary.LittleEndian.PutUint32(b[12:], mboxLanes)
+	binary.LittleEndian.PutUint32(b[16:], mboxArea)
+}
+
+// checkMailboxHeader checks the layout words of a mailbox header another
+// process wrote: this version's magic, version, lanes and area size.
+func checkMailboxHeader(b []byte) error {
+	le := binary.LittleEndian
+	if len(b) < mboxHeader || string(b[:8]) != mboxMagic || le.Uint32(b[8:]) != mboxVersion ||
+		le.Uint32(b[12:]) != mboxLanes || le.Uint32(b[16:]) != mboxArea {
+		return errors.New("an unknown layout (a different simpler version?)")
+	}
+	return nil
 }
 
 // openMailbox maps a mailbox made by the parent and checks its header.
@@ -75,13 +93,21 @@ func openMailbox(name string) (*mailbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := seg.Mem
-	if string(b[:8]) != mboxMagic || binary.LittleEndian.Uint32(b[8:]) != mboxVersion ||
-		binary.LittleEndian.Uint32(b[12:]) != mboxLanes || binary.LittleEndian.Uint32(b[16:]) != mboxArea {
+	if err := checkMailboxHeader(seg.Mem); err != nil {
 		seg.Close()
-		return nil, fmt.Errorf("RuntimeError: mailbox %s has an unknown layout (a different simpler version?)", name)
+		return nil, fmt.Errorf("RuntimeError: mailbox %s has %v", name, err)
 	}
 	return layoutMailbox(seg), nil
+}
+
+// laneBytes is the first n bytes of a lane's area, n being a length word
+// the other process wrote: a length beyond the area (a corrupt or hostile
+// peer) is an error, not a slice past the area's end.
+func laneBytes(area []byte, n uint32, what string) ([]byte, error) {
+	if uint64(n) > uint64(len(area)) {
+		return nil, Errorf(RuntimeError, "%s of %d bytes exceeds the mailbox's %d", what, n, len(area))
+	}
+	return area[:n], nil
 }
 
 func layoutMailbox(seg *shm.Segment) *mailbox {
@@ -125,8 +151,7 @@ func (l *lane) call(req []byte, deadline time.Time, alive func() error) ([]byte,
 			until = deadline
 		}
 		if futex.SleepUntil(l.respSeq, l.respSleep, until, answered) {
-			n := atomic.LoadUint32(l.respLen)
-			return l.resp[:n], nil
+			return laneBytes(l.resp, atomic.LoadUint32(l.respLen), "the child's reply")
 		}
 		if err := alive(); err != nil {
 			return nil, err
@@ -137,18 +162,20 @@ func (l *lane) call(req []byte, deadline time.Time, alive func() error) ([]byte,
 	}
 }
 
-// next waits in the child for the next request; it returns nil when stop
-// reports a reason to give up (the parent is gone).
-func (l *lane) next(stop func() bool) []byte {
+// next waits in the child for the next request. live is false when stop
+// reports a reason to give up (the parent is gone); err is a request whose
+// length word is out of bounds, to be answered with that error.
+func (l *lane) next(stop func() bool) (req []byte, live bool, err error) {
 	want := l.sent + 1
 	arrived := func() bool { return atomic.LoadUint32(l.reqSeq) == want }
 	for !futex.SleepUntil(l.reqSeq, l.reqSleep, time.Now().Add(pollEvery), arrived) {
 		if stop() {
-			return nil
+			return nil, false, nil
 		}
 	}
 	l.sent = want
-	return l.req[:atomic.LoadUint32(l.reqLen)]
+	req, err = laneBytes(l.req, atomic.LoadUint32(l.reqLen), "a request")
+	return req, true, err
 }
 
 // reply sends the child's answer to the request just taken.

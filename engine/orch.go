@@ -175,6 +175,9 @@ func (o *Orchestrator) checkTensors(op string, job schedJob, m int, a *TaskArgs)
 		if t.DType.Size() == 0 {
 			return Errorf(ValueError, "%s: tensor %d has no dtype", op, i)
 		}
+		if _, ok := tensorBytes(t); !ok {
+			return Errorf(ValueError, "%s: tensor %d: shape %v of %s is more than %d bytes", op, i, t.Shape, t.DType, maxBytes)
+		}
 		if t.Addr == 0 {
 			if a.Tags[i] != Output || t.ChildMemory {
 				return Errorf(ValueError, "%s: tensor %d has address 0; only a host OUTPUT tensor may leave its address to the runtime", op, i)

@@ -11,6 +11,7 @@ import (
 	"simpler/hal"
 	"simpler/hal/comm"
 	"simpler/hal/shm"
+	"simpler/internal/bounds"
 	"simpler/internal/futex"
 	"simpler/wire"
 )
@@ -75,11 +76,14 @@ func RunChild(name string, newResolver func(bundle []byte) (Resolver, error)) er
 	c := &child{mb: mb, ppid: os.Getppid(), callables: map[string]Callable{}, attached: map[string]*shm.Segment{},
 		ranks: map[uint64]*comm.Rank{}, done: make(chan struct{})}
 	ctl := mb.lanes[laneControl]
-	req := ctl.next(c.parentGone)
-	if req == nil {
+	req, live, err := ctl.next(c.parentGone)
+	if !live {
 		return nil
 	}
-	if err := c.init(req, newResolver); err != nil {
+	if err == nil {
+		err = c.init(req, newResolver)
+	}
+	if err != nil {
 		ctl.reply(encodeError(err)) // the parent reports it
 		c.shutdown()
 		return nil
@@ -139,37 +143,19 @@ func (c *child) parentGone() bool {
 }
 
 func (c *child) init(req []byte, newResolver func([]byte) (Resolver, error)) error {
-	d := wire.NewDecoder(req)
-	if op := d.U8(); op != opInit {
-		return Errorf(RuntimeError, "child: first message is op %d, want init", op)
+	m, err := decodeInit(req)
+	if err != nil {
+		return err
 	}
-	c.role = d.U8()
-	c.workerID = d.Int(1 << 20)
-	c.prefix = d.String()
-	l := &Launcher{Path: d.String()}
-	nargs := int(d.U32())
-	for i := 0; i < nargs && i < 64 && d.Err() == nil; i++ {
-		l.Args = append(l.Args, d.String())
-	}
-	l.Bundle = d.Blob(wire.MaxString * 64)
-	var err error
+	c.role, c.workerID, c.prefix = m.role, m.workerID, m.prefix
 	switch c.role {
-	case roleChip, roleSub:
-		platform, device := d.String(), int(d.I64())
-		if err := d.Finish(); err != nil {
+	case roleChip:
+		if c.chip, err = openChip(m.platform, m.device); err != nil {
 			return err
-		}
-		if c.role == roleChip {
-			if c.chip, err = openChip(platform, device); err != nil {
-				return err
-			}
 		}
 	case roleNode:
-		cfg := decodeConfig(d)
-		if err := d.Finish(); err != nil {
-			return err
-		}
-		cfg.Launcher = l
+		cfg := m.cfg
+		cfg.Launcher = &m.launcher
 		if c.node, err = NewWorker(cfg); err != nil {
 			return err
 		}
@@ -178,10 +164,8 @@ func (c *child) init(req []byte, newResolver func([]byte) (Resolver, error)) err
 			c.node = nil
 			return err
 		}
-	default:
-		return Errorf(RuntimeError, "child: unknown role %d", c.role)
 	}
-	c.resolver, err = newResolver(l.Bundle)
+	c.resolver, err = newResolver(m.launcher.Bundle)
 	return err
 }
 
@@ -196,14 +180,17 @@ func openChip(platform string, device int) (hal.Chip, error) {
 // serve answers requests on one lane until shutdown or the parent goes.
 func (c *child) serve(l *lane, handle func(op uint8, d *wire.Decoder) ([]byte, error)) {
 	for {
-		req := l.next(c.parentGone)
-		if req == nil {
+		req, live, err := l.next(c.parentGone)
+		if !live {
 			return
 		}
 		c.fence.Load()
 		d := wire.NewDecoder(req)
 		op := d.U8()
-		resp, err := handle(op, d)
+		var resp []byte
+		if err == nil {
+			resp, err = handle(op, d)
+		}
 		c.fence.Add(1)
 		if err == nil {
 			err = d.Finish()
@@ -230,20 +217,15 @@ func ok(build func(e *wire.Encoder)) []byte {
 
 // task runs kernels and SUB callables.
 func (c *child) task(op uint8, d *wire.Decoder) ([]byte, error) {
-	digest := d.String()
-	args, err := decodeArgs(d, c.attach)
+	r, err := decodeTask(op, d, c.attach)
 	if err != nil {
 		return nil, err
 	}
-	cfg := decodeCallConfig(d)
-	if err := d.Finish(); err != nil {
-		return nil, err
-	}
 	c.mu.Lock()
-	fn := c.callables[digest]
+	fn := c.callables[r.digest]
 	c.mu.Unlock()
 	if fn == nil {
-		return nil, Errorf(RuntimeError, "callable %s is not registered in this child", digest)
+		return nil, Errorf(RuntimeError, "callable %s is not registered in this child", r.digest)
 	}
 	switch {
 	case op == opRunChip && c.role == roleChip:
@@ -252,19 +234,19 @@ func (c *child) task(op uint8, d *wire.Decoder) ([]byte, error) {
 			return nil, Errorf(TypeError, "%q cannot run as a chip kernel", fn.Name())
 		}
 		c.chipCtx = ChipCtx{WorkerID: c.workerID, Chip: c.chip, Local: &c.local}
-		err = runKernel(&c.chipCtx, k, args)
+		err = runKernel(&c.chipCtx, k, r.args)
 	case op == opRunOrch && c.role == roleNode:
 		oc, isOrch := fn.(OrchCallable)
 		if !isOrch {
 			return nil, Errorf(TypeError, "%q cannot run as an orchestration function", fn.Name())
 		}
-		_, err = c.node.Run(func(o *Orchestrator) (any, error) { return nil, oc.RunOrch(o, args, &cfg) })
+		_, err = c.node.Run(func(o *Orchestrator) (any, error) { return nil, oc.RunOrch(o, r.args, &r.cfg) })
 	case op == opRunSub && c.role == roleSub:
 		s, isSub := fn.(SubCallable)
 		if !isSub {
 			return nil, Errorf(TypeError, "%q cannot run as a SUB callable", fn.Name())
 		}
-		err = s.RunSub(&SubCtx{WorkerID: c.workerID, Local: &c.local}, args)
+		err = s.RunSub(&SubCtx{WorkerID: c.workerID, Local: &c.local}, r.args)
 	default:
 		return nil, Errorf(RuntimeError, "task op %d does not fit a child of role %d", op, c.role)
 	}
@@ -274,16 +256,21 @@ func (c *child) task(op uint8, d *wire.Decoder) ([]byte, error) {
 	return ok(nil), nil
 }
 
-// control answers registration, memory and domain requests.
+// control answers registration, memory and domain requests. The whole
+// request is decoded before any of it runs.
 func (c *child) control(op uint8, d *wire.Decoder) ([]byte, error) {
-	if op == opRegister {
-		digest, module, name := d.String(), d.String(), d.String()
-		fn, err := c.resolver.Resolve(digest, module, name)
+	r, err := decodeCtl(op, d)
+	if err != nil {
+		return nil, err
+	}
+	switch op {
+	case opRegister:
+		fn, err := c.resolver.Resolve(r.digest, r.module, r.name)
 		if err != nil {
 			return nil, err
 		}
 		c.mu.Lock()
-		c.callables[digest] = fn
+		c.callables[r.digest] = fn
 		c.mu.Unlock()
 		if c.node != nil { // registration flows down the node's own tree
 			if _, err := c.node.Register(fn, nil); err != nil {
@@ -291,89 +278,84 @@ func (c *child) control(op uint8, d *wire.Decoder) ([]byte, error) {
 			}
 		}
 		return ok(nil), nil
-	}
-	if op == opShutdown {
+	case opShutdown:
 		return ok(nil), nil
-	}
-	if op == opGlobal {
+	case opGlobal:
 		if c.node == nil {
 			return nil, Errorf(RuntimeError, "a global-domain command needs a level-3 node; this child is a chip or SUB worker")
 		}
-		ctl, err := wire.DecodeControl(d.Raw(d.Remaining()))
-		if err != nil {
-			return nil, Errorf(ValueError, "global-domain command: %v", err)
-		}
-		r := wire.ControlReply{Seq: 1, Cmd: ctl.Cmd} // the mailbox has no sequence; the codec wants one
-		if err := c.node.globalCommand(ctl, &r); err != nil {
+		reply := wire.ControlReply{Seq: 1, Cmd: r.global.Cmd} // the mailbox has no sequence; the codec wants one
+		if err := c.node.globalCommand(r.global, &reply); err != nil {
 			return nil, err
 		}
-		return ok(func(e *wire.Encoder) { r.Encode(e) }), nil
+		return ok(func(e *wire.Encoder) { reply.Encode(e) }), nil
 	}
 	if c.chip == nil {
 		return nil, Errorf(RuntimeError, "op %d needs a chip; this is a SUB worker", op)
 	}
-	switch op {
+	return c.chipControl(&r)
+}
+
+// chipControl answers the requests that need this child's chip.
+func (c *child) chipControl(r *ctlReq) ([]byte, error) {
+	switch r.op {
 	case opMalloc:
-		p, err := c.chip.Malloc(d.Int(1 << 40))
+		p, err := c.chip.Malloc(r.size)
 		return ok(func(e *wire.Encoder) { e.U64(p) }), err
 	case opFree:
-		return ok(nil), c.chip.Free(d.U64())
+		return ok(nil), c.chip.Free(r.ptr)
 	case opCheck:
-		_, err := c.chip.Bytes(d.U64(), d.Int(1<<40))
+		_, err := c.chip.Bytes(r.ptr, r.size)
 		return ok(nil), err
 	case opCopyIn, opCopyOut:
-		dev, ref, n := d.U64(), decodeRef(d), d.Int(1<<40)
-		host, err := c.hostBytes(ref, n)
+		host, err := c.hostBytes(r.ref, r.size)
 		if err != nil {
 			return nil, err
 		}
-		if op == opCopyIn {
-			return ok(nil), c.chip.CopyIn(dev, host)
+		if r.op == opCopyIn {
+			return ok(nil), c.chip.CopyIn(r.ptr, host)
 		}
-		return ok(nil), c.chip.CopyOut(host, dev)
+		return ok(nil), c.chip.CopyOut(host, r.ptr)
 	case opCommAlloc:
-		return c.commAlloc(d)
+		return c.commAlloc(r)
 	case opCommRelease:
-		id := d.U64()
 		c.mu.Lock()
-		r := c.ranks[id]
-		delete(c.ranks, id)
+		rank := c.ranks[r.ptr]
+		delete(c.ranks, r.ptr)
 		c.mu.Unlock()
-		if r == nil {
-			return nil, Errorf(ValueError, "no domain rank with allocation id %d here", id)
+		if rank == nil {
+			return nil, Errorf(ValueError, "no domain rank with allocation id %d here", r.ptr)
 		}
-		return ok(nil), r.Release()
+		return ok(nil), rank.Release()
 	}
-	return nil, Errorf(RuntimeError, "unknown control op %d", op)
+	return nil, Errorf(RuntimeError, "unknown control op %d", r.op)
 }
 
-func (c *child) commAlloc(d *wire.Decoder) ([]byte, error) {
-	req := comm.Request{Namespace: d.String(), AllocationID: d.U64(), Name: d.String(),
-		Ranks: d.Int(1 << 16), WindowSize: d.Int(1 << 40), Timeout: time.Duration(d.I64()), Prefix: c.prefix}
-	rank := d.Int(1 << 16)
-	if err := d.Finish(); err != nil {
-		return nil, err
-	}
-	r, err := comm.Allocate(req, rank, c.chip)
+func (c *child) commAlloc(r *ctlReq) ([]byte, error) {
+	req := r.comm
+	req.Prefix = c.prefix
+	rank, err := comm.Allocate(req, r.rank, c.chip)
 	if err != nil {
 		return nil, err
 	}
 	c.mu.Lock()
-	c.ranks[req.AllocationID] = r
+	c.ranks[req.AllocationID] = rank
 	c.mu.Unlock()
-	return ok(func(e *wire.Encoder) {
-		e.U64(r.DeviceCtx)
-		e.U64(r.WindowBase)
-		e.Int(r.WindowSize)
-	}), nil
+	reply := rankReply{deviceCtx: rank.DeviceCtx, windowBase: rank.WindowBase, windowSize: rank.WindowSize}
+	return ok(reply.encode), nil
 }
 
 // attach maps a parent's shared-memory object (once) and returns its
-// address here.
+// address here. A later reference to the same object must give the same
+// size: an offset is checked against the size its reference gives, so a
+// reference claiming more than is mapped would reach past the mapping.
 func (c *child) attach(ref hostRef) (uint64, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if seg := c.attached[ref.name]; seg != nil {
+		if len(seg.Mem) != ref.size {
+			return 0, Errorf(ValueError, "host memory %s is mapped here with %d bytes, not %d", ref.name, len(seg.Mem), ref.size)
+		}
 		return seg.Addr(), nil
 	}
 	seg, err := shm.Open(ref.name, ref.size)
@@ -385,7 +367,12 @@ func (c *child) attach(ref hostRef) (uint64, error) {
 	return seg.Addr(), nil
 }
 
+// hostBytes is the host side of a copy: n bytes at ref, which decodeCtl
+// checked lie inside ref's object.
 func (c *child) hostBytes(ref hostRef, n int) ([]byte, error) {
+	if !bounds.FitsInt(ref.off, n, ref.size) {
+		return nil, Errorf(ValueError, "%d bytes at offset %d overrun the %d bytes of %s", n, ref.off, ref.size, ref.name)
+	}
 	base, err := c.attach(ref)
 	if err != nil {
 		return nil, err

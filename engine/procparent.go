@@ -12,6 +12,7 @@ import (
 
 	"simpler/hal"
 	"simpler/hal/shm"
+	"simpler/internal/bounds"
 	"simpler/internal/fault"
 	"simpler/wire"
 )
@@ -62,16 +63,7 @@ func startProc(l *Launcher, name string, role uint8, worker int, deadline time.T
 		close(p.exited)
 	}()
 	var e wire.Encoder
-	e.U8(opInit)
-	e.U8(role)
-	e.Int(worker)
-	e.String(shm.Prefix())
-	e.String(l.Path)
-	e.U32(uint32(len(l.Args)))
-	for _, a := range l.Args {
-		e.String(a)
-	}
-	e.Blob(l.Bundle)
+	encodeInitHead(&e, role, worker, shm.Prefix(), l)
 	body(&e)
 	if _, err := p.call(laneControl, e.Bytes(), deadline); err != nil {
 		p.close()
@@ -156,12 +148,8 @@ func (p *proc) register(c Callable) error {
 	if !ok {
 		return Errorf(ValueError, "%q cannot be sent to a child process: it has no module to load it from", c.Name())
 	}
-	_, err := p.control(func(e *wire.Encoder) {
-		e.U8(opRegister)
-		e.String(c.Digest())
-		e.String(loc.Module())
-		e.String(c.Name())
-	})
+	r := ctlReq{op: opRegister, digest: c.Digest(), module: loc.Module(), name: c.Name()}
+	_, err := p.control(r.encode)
 	return Wrap(err, p.name)
 }
 
@@ -186,7 +174,10 @@ const stageChunk = mboxArea / 2
 func (p *proc) global(c *wire.Control) (wire.ControlReply, error) {
 	n := len(c.Data)
 	if c.Cmd == wire.CmdStageFrom {
-		n = int(c.NBytes)
+		var ok bool
+		if n, ok = bounds.Int(c.NBytes, wire.MaxStage); !ok { // int(NBytes) may be negative
+			return wire.ControlReply{}, Errorf(ValueError, "%s of %d bytes exceeds the bound %d", c.Cmd, c.NBytes, wire.MaxStage)
+		}
 	}
 	if (c.Cmd == wire.CmdStageTo || c.Cmd == wire.CmdStageFrom) && n > stageChunk {
 		whole := wire.ControlReply{Cmd: c.Cmd}
@@ -207,10 +198,8 @@ func (p *proc) global(c *wire.Control) (wire.ControlReply, error) {
 		}
 		return whole, nil
 	}
-	d, err := p.control(func(e *wire.Encoder) {
-		e.U8(opGlobal)
-		c.Encode(e)
-	})
+	r := ctlReq{op: opGlobal, global: *c}
+	d, err := p.control(r.encode)
 	if err != nil {
 		return wire.ControlReply{}, Wrap(err, p.name)
 	}
@@ -219,13 +208,14 @@ func (p *proc) global(c *wire.Control) (wire.ControlReply, error) {
 
 // run executes one task member in the child.
 func (p *proc) run(op uint8, h *Handle, args *TaskArgs, cfg *CallConfig) error {
+	r := taskReq{op: op, digest: h.Digest(), args: args, cfg: DefaultCallConfig}
+	if cfg != nil {
+		r.cfg = *cfg
+	}
 	var e wire.Encoder
-	e.U8(op)
-	e.String(h.Digest())
-	if err := encodeArgs(&e, args); err != nil {
+	if err := encodeTask(&e, &r, locateRef); err != nil {
 		return err
 	}
-	encodeCallConfig(&e, cfg)
 	_, err := p.call(laneTask, e.Bytes(), time.Time{})
 	return err
 }
@@ -246,7 +236,8 @@ func (c *procChip) Live() (int, int)       { return 0, 0 }
 func (c *procChip) Close() error           { return nil } // the child closes its chip
 
 func (c *procChip) Malloc(size int) (uint64, error) {
-	d, err := c.p.control(func(e *wire.Encoder) { e.U8(opMalloc); e.Int(size) })
+	r := ctlReq{op: opMalloc, size: size}
+	d, err := c.p.control(r.encode)
 	if err != nil {
 		return 0, err
 	}
@@ -254,14 +245,16 @@ func (c *procChip) Malloc(size int) (uint64, error) {
 }
 
 func (c *procChip) Free(ptr uint64) error {
-	_, err := c.p.control(func(e *wire.Encoder) { e.U8(opFree); e.U64(ptr) })
+	r := ctlReq{op: opFree, ptr: ptr}
+	_, err := c.p.control(r.encode)
 	return err
 }
 
 // Bytes checks the range in the child; the memory itself is not
 // reachable from the parent, so it returns no bytes.
 func (c *procChip) Bytes(ptr uint64, size int) ([]byte, error) {
-	_, err := c.p.control(func(e *wire.Encoder) { e.U8(opCheck); e.U64(ptr); e.Int(size) })
+	r := ctlReq{op: opCheck, ptr: ptr, size: size}
+	_, err := c.p.control(r.encode)
 	return nil, err
 }
 
@@ -270,7 +263,8 @@ func (c *procChip) copy(op uint8, dev uint64, host []byte) error {
 	if err != nil {
 		return err
 	}
-	_, err = c.p.control(func(e *wire.Encoder) { e.U8(op); e.U64(dev); encodeRef(e, ref); e.Int(len(host)) })
+	r := ctlReq{op: op, ptr: dev, ref: ref, size: len(host)}
+	_, err = c.p.control(r.encode)
 	return err
 }
 
@@ -286,24 +280,20 @@ func (c *procChip) UnmapWindow(ptr uint64) error                       { return 
 func (c *procChip) commAlloc(req commRequest, rank int) (domainRank, error) {
 	// The child's own barrier timeout comes first, so its answer (which
 	// ranks never arrived) is the error, not a bare "no answer".
-	d, err := c.p.controlWithin(req.Timeout+5*time.Second, func(e *wire.Encoder) {
-		e.U8(opCommAlloc)
-		e.String(req.Namespace)
-		e.U64(req.AllocationID)
-		e.String(req.Name)
-		e.Int(req.Ranks)
-		e.Int(req.WindowSize)
-		e.I64(int64(req.Timeout))
-		e.Int(rank)
-	})
+	cr := ctlReq{op: opCommAlloc, comm: req, rank: rank}
+	d, err := c.p.controlWithin(req.Timeout+5*time.Second, cr.encode)
 	if err != nil {
 		return domainRank{}, err
 	}
-	r := domainRank{DeviceCtx: d.U64(), WindowBase: d.U64(), WindowSize: d.Int(1 << 40)}
-	id := req.AllocationID
+	reply, err := decodeRankReply(d)
+	if err != nil {
+		return domainRank{}, err
+	}
+	r := domainRank{DeviceCtx: reply.deviceCtx, WindowBase: reply.windowBase, WindowSize: reply.windowSize}
+	release := ctlReq{op: opCommRelease, ptr: req.AllocationID}
 	r.release = func() error {
-		_, err := c.p.control(func(e *wire.Encoder) { e.U8(opCommRelease); e.U64(id) })
+		_, err := c.p.control(release.encode)
 		return err
 	}
-	return r, d.Finish()
+	return r, nil
 }

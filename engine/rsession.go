@@ -13,6 +13,7 @@ import (
 	"simpler/hal"
 	"simpler/hal/dtype"
 	"simpler/hal/shm"
+	"simpler/internal/bounds"
 	"simpler/internal/netspin"
 	"simpler/wire"
 )
@@ -94,12 +95,6 @@ type export struct {
 
 // maxExports bounds one session's export table.
 const maxExports = 1 << 16
-
-// fits reports whether [off, off+n) lies within size bytes, for values
-// from a peer: the sum is never formed, so it cannot wrap.
-func fits(off, n uint64, size int) bool {
-	return size >= 0 && off <= uint64(size) && n <= uint64(size)-off
-}
 
 // RunSession serves one session on conn, authenticated by the daemon that
 // sent start over l, until the parent shuts it down or goes away; onLost
@@ -437,7 +432,7 @@ func (s *session) taskArgs(t wire.Task) (*TaskArgs, []*shm.Segment, error) {
 			if b == nil {
 				return nil, scratch, Errorf(ValueError, "TASK: tensor %d names buffer %d (generation %d), which this node does not hold", i, ta.Remote.Buffer.ID, ta.Remote.Buffer.Generation)
 			}
-			if !fits(ta.Remote.Offset, uint64(n), b.len) {
+			if !bounds.Fits(ta.Remote.Offset, uint64(n), uint64(b.len)) {
 				return nil, scratch, Errorf(ValueError, "TASK: tensor %d (%d bytes at offset %d) overruns its %d-byte buffer", i, n, ta.Remote.Offset, b.len)
 			}
 			if ta.Remote.Access&^b.access != 0 {

@@ -9,6 +9,7 @@ import (
 
 	"simpler/engine/hostmem"
 	"simpler/hal/shm"
+	"simpler/internal/bounds"
 	"simpler/wire"
 )
 
@@ -70,7 +71,7 @@ func (s *session) checkCopy(cmd wire.Command, off, n uint64, size int) error {
 	if n > s.limits.CopyBytes {
 		return Errorf(ValueError, "%s of %d bytes: this node copies at most %d bytes at a time (the daemon's --max-copy-bytes)", cmd, n, s.limits.CopyBytes)
 	}
-	if !fits(off, n, size) {
+	if !bounds.Fits(off, n, uint64(size)) {
 		return Errorf(ValueError, "%s: %d bytes at offset %d overrun the %d-byte buffer", cmd, n, off, size)
 	}
 	return nil
@@ -82,7 +83,7 @@ func (s *session) export(c wire.Control, r *wire.ControlReply) error {
 	if err != nil {
 		return err
 	}
-	if c.NBytes == 0 || !fits(c.Offset, c.NBytes, b.len) {
+	if c.NBytes == 0 || !bounds.Fits(c.Offset, c.NBytes, uint64(b.len)) {
 		return Errorf(ValueError, "EXPORT: %d bytes at offset %d do not fit the %d-byte buffer", c.NBytes, c.Offset, b.len)
 	}
 	id := wire.ExportID{Daemon: s.daemon, Slot: s.slot}
@@ -122,7 +123,7 @@ func (s *session) importExport(c wire.Control, r *wire.ControlReply) error {
 	if err != nil {
 		return Errorf(RuntimeError, "IMPORT: %v", err)
 	}
-	if !fits(g.m.Offset, g.m.NBytes, len(seg.Mem)) {
+	if !bounds.Fits(g.m.Offset, g.m.NBytes, uint64(len(seg.Mem))) {
 		seg.Close()
 		return Errorf(RuntimeError, "IMPORT: the export's range does not fit its memory")
 	}

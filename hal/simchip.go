@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+
+	"simpler/internal/bounds"
 )
 
 // Simulated address spaces. Each chip owns a disjoint 1 TiB range, so a
@@ -242,8 +244,8 @@ func (c *simChip) access(op string, ptr uint64, n int) ([]byte, error) {
 			op, n, ptr, c.id, c.whose(ptr))
 	}
 	r := &c.regions[i]
-	off := ptr - r.start
-	if off > r.size || uint64(n) > r.size-off {
+	off := ptr - r.start // find saw r.start <= ptr
+	if !bounds.Fits(off, uint64(n), r.size) {
 		return nil, fmt.Errorf("ValueError: %s of %d bytes at %#x on device %d overruns %s", op, n, ptr, c.id, r)
 	}
 	return r.mem[off : off+uint64(n) : off+uint64(n)], nil

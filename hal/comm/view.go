@@ -2,6 +2,7 @@ package comm
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"unsafe"
 
 	"simpler/hal"
+	"simpler/internal/bounds"
 	"simpler/internal/futex"
 )
 
@@ -47,48 +49,93 @@ func Open(chip hal.Chip, deviceCtx uint64) (*View, error) {
 	if err != nil {
 		return bad(stripKind(err))
 	}
-	le := binary.LittleEndian
-	if le.Uint64(head[offMagic:]) != ctxMagic {
-		return bad("no CommContext there")
-	}
-	if ver := le.Uint32(head[offVersion:]); ver != ctxVersion {
-		return bad(fmt.Sprintf("CommContext version %d, want %d", ver, ctxVersion))
-	}
-	live := futex.Word32(head, offLive)
-	if atomic.LoadUint32(live) != 1 {
-		return bad("the domain was released")
-	}
-	rank, size := int(le.Uint32(head[offRank:])), int(le.Uint32(head[offSize:]))
-	winSize, hdrSize := le.Uint64(head[offWindowSize:]), le.Uint64(head[offHeaderSize:])
-	nameLen := int(le.Uint32(head[offNameLen:]))
-	if size < 1 || size > maxRanks || rank >= size || nameLen > maxNameLen ||
-		winSize == 0 || winSize > 1<<40 || hdrSize < uint64(headerSize(size)) || hdrSize > 1<<30 {
-		return bad("corrupt CommContext")
+	size, nameLen, err := ctxHead(head)
+	if err != nil {
+		return bad(err.Error())
 	}
 	full, err := chip.Bytes(deviceCtx, ctxLen(size, nameLen))
 	if err != nil {
 		return bad(stripKind(err))
 	}
-	v := &View{
-		chip: chip, live: live, rank: rank, size: size, winSize: int(winSize),
-		allocID: le.Uint64(head[offAllocID:]),
-		name:    string(full[offBases+8*size:]),
-		bases:   make([]uint64, size),
-		wins:    make([][]byte, size),
+	f, err := decodeCtx(full)
+	if err != nil {
+		return bad(err.Error())
 	}
-	for j := range size {
-		v.bases[j] = le.Uint64(full[offBases+8*j:])
-		if v.wins[j], err = chip.Bytes(v.bases[j], v.winSize); err != nil {
+	v := &View{
+		chip: chip, live: futex.Word32(head, offLive), // where it lies: Release clears it
+		rank: f.rank, size: f.size, winSize: f.windowSize, allocID: f.allocID, name: f.name,
+		bases: f.bases, wins: make([][]byte, f.size),
+	}
+	for j, base := range v.bases {
+		if v.wins[j], err = chip.Bytes(base, v.winSize); err != nil {
 			return bad(fmt.Sprintf("the window of rank %d is not mapped: %s", j, stripKind(err)))
 		}
 	}
-	if v.hdr, err = chip.Bytes(le.Uint64(head[offHeaderBase:]), int(hdrSize)); err != nil {
+	if v.hdr, err = chip.Bytes(f.headerBase, f.headerSize); err != nil {
 		return bad("the header is not mapped: " + stripKind(err))
 	}
 	if uintptr(unsafe.Pointer(unsafe.SliceData(v.hdr)))%8 != 0 {
 		return bad("the header is misaligned")
 	}
 	return v, nil
+}
+
+// offReserved is the CommContext's reserved word, after the name length
+// (see the layout in layout.go); encodeCtx leaves it zero.
+const offReserved = offNameLen + 4
+
+// ctxHead checks the fixed part of a CommContext (its first offBases
+// bytes) and returns the rank count and name length that give the whole
+// context's length. Every field read here comes from device memory any
+// kernel may have written, so each is bounded before it is used as a
+// size. b must be 4-byte aligned, as device memory is: the live word is
+// read atomically, since Release clears it concurrently.
+func ctxHead(b []byte) (size, nameLen int, err error) {
+	if len(b) < offBases {
+		return 0, 0, fmt.Errorf("a CommContext of %d bytes, want at least %d", len(b), offBases)
+	}
+	le := binary.LittleEndian
+	switch {
+	case le.Uint64(b[offMagic:]) != ctxMagic:
+		return 0, 0, errors.New("no CommContext there")
+	case le.Uint32(b[offVersion:]) != ctxVersion:
+		return 0, 0, fmt.Errorf("CommContext version %d, want %d", le.Uint32(b[offVersion:]), ctxVersion)
+	case atomic.LoadUint32(futex.Word32(b, offLive)) != 1:
+		return 0, 0, errors.New("the domain was released")
+	}
+	rank, n, name := le.Uint32(b[offRank:]), le.Uint32(b[offSize:]), le.Uint32(b[offNameLen:])
+	winSize, hdrSize := le.Uint64(b[offWindowSize:]), le.Uint64(b[offHeaderSize:])
+	if n < 1 || n > maxRanks || rank >= n || name > maxNameLen || winSize == 0 || winSize > 1<<40 ||
+		hdrSize < uint64(headerSize(int(n))) || hdrSize > 1<<30 || le.Uint32(b[offReserved:]) != 0 {
+		return 0, 0, errors.New("corrupt CommContext")
+	}
+	return int(n), int(name), nil
+}
+
+// decodeCtx parses a whole CommContext, exactly ctxLen bytes of it; its
+// result re-encodes (encodeCtx) to the same bytes.
+func decodeCtx(b []byte) (ctxFields, error) {
+	size, nameLen, err := ctxHead(b)
+	if err != nil {
+		return ctxFields{}, err
+	}
+	if len(b) != ctxLen(size, nameLen) {
+		return ctxFields{}, fmt.Errorf("a CommContext of %d bytes, want %d", len(b), ctxLen(size, nameLen))
+	}
+	le := binary.LittleEndian
+	f := ctxFields{
+		rank: int(le.Uint32(b[offRank:])), size: size,
+		windowSize: int(le.Uint64(b[offWindowSize:])), // at most 2^40: ctxHead checked
+		allocID:    le.Uint64(b[offAllocID:]),
+		headerBase: le.Uint64(b[offHeaderBase:]),
+		headerSize: int(le.Uint64(b[offHeaderSize:])), // at most 2^30
+		name:       string(b[offBases+8*size:]),
+		bases:      make([]uint64, size),
+	}
+	for j := range f.bases {
+		f.bases[j] = le.Uint64(b[offBases+8*j:])
+	}
+	return f, nil
 }
 
 // stripKind drops the "ValueError: " an underlying error starts with, to
@@ -146,7 +193,7 @@ func (v *View) word(op string, rank int, addr uint64, width int) (unsafe.Pointer
 		return nil, fmt.Errorf("ValueError: %s: width must be 4 or 8 bytes, got %d", op, width)
 	}
 	base := v.bases[rank]
-	if off := addr - base; addr < base || off >= uint64(v.winSize) || uint64(v.winSize)-off < uint64(width) {
+	if !bounds.Inside(addr, uint64(width), base, uint64(v.winSize)) {
 		return nil, fmt.Errorf("ValueError: %s: %d-byte word at %#x is not inside rank %d's window [%#x, %#x) of domain %s",
 			op, width, addr, rank, base, base+uint64(v.winSize), v.domain())
 	}
