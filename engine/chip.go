@@ -127,10 +127,19 @@ func (w *Worker) chipFor(op string, worker int) (hal.Chip, error) {
 	return w.chip(op, worker)
 }
 
+// malloc checks size here, before any conversion: a process-mode chip
+// gets it through the mailbox as an unsigned bounded value, so a bad size
+// must be refused the same way in both modes before it gets there.
 func (w *Worker) malloc(op string, worker, size int) (uint64, error) {
 	c, err := w.chipFor(op, worker)
 	if err != nil {
 		return 0, err
+	}
+	if size <= 0 {
+		return 0, Errorf(ValueError, "%s: size must be > 0, got %d", op, size)
+	}
+	if max := w.cfg.Platform.Arch().DeviceMemory; int64(size) > max {
+		return 0, Errorf(ValueError, "%s: size %d exceeds the device memory of one %s chip (%d bytes)", op, size, w.cfg.Platform.Name(), max)
 	}
 	p, err := c.Malloc(size)
 	return p, Wrap(err, op)

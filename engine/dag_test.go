@@ -109,7 +109,7 @@ func TestNoDepCreatesNoEdge(t *testing.T) {
 // Device memory is keyed per NEXT_LEVEL worker: the same device address on
 // two chips is two different tensors.
 func TestDeviceKeysArePerWorker(t *testing.T) {
-	r := &Run{w: &Worker{}, tmap: map[tkey]*Task{}}
+	r := &Run{w: &Worker{}, spaces: map[spaceKey]*rangeMap{}}
 	dev := Tensor{Addr: 0x1000, Shape: []int{1}, DType: dtype.Int64, ChildMemory: true}
 	host := dev
 	host.ChildMemory = false

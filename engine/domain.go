@@ -192,6 +192,11 @@ func bufferOffsets(op string, buffers []BufferSpec, windowSize int) ([]int, erro
 		if b.NBytes <= 0 {
 			return nil, Errorf(ValueError, "%s: buffer %q has nbytes=%d; it must be > 0", op, b.Name, b.NBytes)
 		}
+		// nbytes may pad past count elements, never fall short of them
+		// (a view of count elements would run into the next buffer).
+		if size := b.DType.Size(); b.Count < 0 || size > 0 && b.Count > b.NBytes/size {
+			return nil, Errorf(ValueError, "%s: buffer %q has count=%d of %s, more than its nbytes=%d hold", op, b.Name, b.Count, b.DType, b.NBytes)
+		}
 		offsets[i] = sum
 		sum += b.NBytes
 	}

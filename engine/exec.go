@@ -64,7 +64,8 @@ func (w *Worker) serve(ep *endpoint) {
 		}
 		w.mu.Lock()
 		out = w.complete(a, err, out[:0])
-		fenced := w.checkFence(a.Task.run)
+		var fenced bool
+		fenced, out = w.checkFence(a.Task.run, out)
 		w.mu.Unlock()
 		w.route(out)
 		if fenced {
@@ -118,7 +119,7 @@ func (w *Worker) remoteDone(a Assignment, err error) (after func()) {
 	}
 	w.mu.Lock()
 	out := w.complete(a, err, nil)
-	fenced := w.checkFence(t.run)
+	fenced, out := w.checkFence(t.run, out)
 	w.mu.Unlock()
 	w.route(out)
 	if !fenced {
@@ -194,11 +195,16 @@ func (w *Worker) complete(a Assignment, err error, out []Assignment) []Assignmen
 }
 
 // publish publishes a task whose producers have all retired: a poisoned one
-// retires at once without running. Caller holds w.mu.
+// retires at once without running; one of a run behind another waits for
+// it (checkFence releases it). Caller holds w.mu.
 func (w *Worker) publish(t *Task, out []Assignment) []Assignment {
 	if t.poison != nil {
 		t.err = t.poison
 		return w.retire(t, out)
+	}
+	if !w.head(t.run) {
+		t.run.held = append(t.run.held, t)
+		return out
 	}
 	w.sched.Push(t)
 	return w.sched.Dispatch(out)
@@ -216,6 +222,10 @@ func (w *Worker) retire(t *Task, out []Assignment) []Assignment {
 		w.heap.unref(b)
 	}
 	t.heap = nil
+	for _, b := range t.hostBufs {
+		b.refs--
+	}
+	t.hostBufs = nil
 	w.inflight--
 	r.inflight--
 	if w.waiters > 0 {

@@ -11,6 +11,8 @@ type HostBuffer struct {
 	Token  uint64
 	NBytes int
 	seg    *shm.Segment
+	refs   int  // tasks in flight that use it (w.mu)
+	freed  bool // (w.mu)
 }
 
 // Addr is the buffer's host address.
@@ -35,18 +37,54 @@ func (w *Worker) CreateHostBuffer(nbytes int) (*HostBuffer, error) {
 	w.bufSeq++
 	b := &HostBuffer{Token: w.bufSeq, NBytes: nbytes, seg: seg}
 	w.hostBufs[b.Token] = b
+	w.hostBufSegs[seg] = b
 	return b, nil
 }
 
-// FreeHostBuffer frees a host buffer; freeing it again is a no-op.
+// FreeHostBuffer frees a host buffer; freeing it again is a no-op. A
+// buffer that tasks in flight use is not freed: the free is refused.
 func (w *Worker) FreeHostBuffer(b *HostBuffer) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.hostBufs[b.Token] != b {
 		return nil
 	}
+	if b.refs > 0 {
+		return Errorf(RuntimeError, "free_host_buffer: host buffer %d is used by %d task(s) still in flight; wait for their run first", b.Token, b.refs)
+	}
 	delete(w.hostBufs, b.Token)
+	delete(w.hostBufSegs, b.seg)
+	b.freed = true
 	return b.close()
+}
+
+// Freed reports whether the buffer was freed: a view of it must not be
+// used any more (its memory may be another buffer's by now).
+func (b *HostBuffer) Freed(w *Worker) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return b.freed
+}
+
+// refHostBufs counts t against every host buffer its tensors lie in, so
+// that the buffer is not freed under it. Caller holds w.mu.
+func (w *Worker) refHostBufs(t *Task) {
+	if len(w.hostBufSegs) == 0 {
+		return
+	}
+	for m := range t.args {
+		for _, ten := range t.args[m].Tensors {
+			if ten.ChildMemory || ten.Remote != nil || ten.Inline != nil {
+				continue
+			}
+			if seg, _, ok := hostmem.Locate(ten.Addr); ok {
+				if b := w.hostBufSegs[seg]; b != nil {
+					b.refs++
+					t.hostBufs = append(t.hostBufs, b)
+				}
+			}
+		}
+	}
 }
 
 func (b *HostBuffer) close() error {
@@ -61,7 +99,9 @@ func (w *Worker) closeHostBuffers() error {
 		if err := b.close(); err != nil && first == nil {
 			first = err
 		}
+		b.freed = true
 		delete(w.hostBufs, tok)
+		delete(w.hostBufSegs, b.seg)
 	}
 	return first
 }

@@ -203,6 +203,22 @@ func (o *Orchestrator) checkTensors(op string, job schedJob, m int, a *TaskArgs)
 	return nil
 }
 
+// checkArgBounds applies, in every mode, the bounds a task's args have
+// where they must cross a process (maxArgs tensors and scalars, maxDims
+// dimensions), so a task a thread-mode worker takes is one a process-mode
+// worker takes too, and both refuse it at submit.
+func checkArgBounds(op string, a *TaskArgs) error {
+	if len(a.Tensors) > maxArgs || len(a.Scalars) > maxArgs {
+		return Errorf(ValueError, "%s: %d tensors and %d scalars; a task takes at most %d of each", op, len(a.Tensors), len(a.Scalars), maxArgs)
+	}
+	for i, t := range a.Tensors {
+		if len(t.Shape) > maxDims {
+			return Errorf(ValueError, "%s: tensor %d has %d dimensions; at most %d", op, i, len(t.Shape), maxDims)
+		}
+	}
+	return nil
+}
+
 // submit is the submit path, in order: validate, take a slot (waiting
 // while the task window is full), allocate runtime OUTPUTs, wire
 // dependencies against the run's tensor map, register heap references with
@@ -211,6 +227,9 @@ func (o *Orchestrator) submit(op string, h *Handle, job schedJob, argsList []*Ta
 	for m, a := range argsList {
 		if a == nil {
 			continue // no tensors to check; clone makes it empty
+		}
+		if err := checkArgBounds(op, a); err != nil {
+			return nil, err
 		}
 		if err := o.checkTensors(op, job, m, a); err != nil {
 			return nil, err
@@ -229,7 +248,11 @@ func (o *Orchestrator) submit(op string, h *Handle, job schedJob, argsList []*Ta
 		w.mu.Unlock()
 		return nil, err
 	}
-	for w.inflight >= w.cfg.TaskWindow {
+	if err := o.failedFast(op); err != nil {
+		w.mu.Unlock()
+		return nil, err
+	}
+	for w.windowFull(o.run) {
 		w.wait()
 	}
 	t := &Task{run: o.run, handle: h, job: job, cfg: *cfg}
@@ -251,6 +274,7 @@ func (o *Orchestrator) submit(op string, h *Handle, job schedJob, argsList []*Ta
 	t.remaining = len(argsList)
 	r.wire(t)
 	o.refHeap(t)
+	w.refHostBufs(t)
 	r.captureRemote(t)
 	w.inflight++
 	r.inflight++
@@ -303,7 +327,9 @@ func (o *Orchestrator) heapAlloc(op string, n int) (*heapBlock, error) {
 			o.scope.blocks = append(o.scope.blocks, b)
 			return b, nil
 		}
-		if w.inflight == 0 {
+		// Only retiring tasks free space; the first run's own tasks are the
+		// only ones sure to retire before it does.
+		if w.inflight == 0 || w.head(o.run) && o.run.inflight == 0 {
 			return nil, Errorf(RuntimeError, "%s: heap ring exhausted: %d bytes wanted, %d of heap_ring_size=%d held by live scopes", op, n, w.heap.used, w.heap.size)
 		}
 		w.wait()
@@ -382,9 +408,32 @@ func (o *Orchestrator) Drain() error {
 		w.wait()
 	}
 	if o.run.firstErr != nil {
+		o.run.failSeen = true
 		return o.run.firstErr.err
 	}
 	return nil
+}
+
+// failedFast refuses a submit once the orchestration has seen its run
+// fail (drain returned the failure): the run will fail whatever follows,
+// and upstream stops adding to it. Caller holds w.mu.
+func (o *Orchestrator) failedFast(op string) error {
+	r := o.run
+	if !r.failSeen || r.firstErr == nil {
+		return nil
+	}
+	return &Error{Kind: RuntimeError, Msg: fmt.Sprintf("%s: run %d has already failed, so nothing more is added to it: %v", op, r.id, r.firstErr.err), Cause: r.firstErr.err}
+}
+
+// windowFull reports whether r's next submit must wait for tasks to
+// retire. The first run counts only its own tasks: tasks of later runs are
+// held until it fences, so counting them could keep it from ever
+// finishing. Caller holds w.mu.
+func (w *Worker) windowFull(r *Run) bool {
+	if w.head(r) {
+		return r.inflight >= w.cfg.TaskWindow
+	}
+	return w.inflight >= w.cfg.TaskWindow
 }
 
 // wait blocks on the retire condition. Caller holds w.mu.

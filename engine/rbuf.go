@@ -74,6 +74,21 @@ func release(h *RemoteBuffer) []RemoteAction {
 	return settle(h, nil)
 }
 
+// failed undoes an owner free that could not be carried out (the node
+// refused it, the connection failed, a fault point fired): the memory is
+// still there, so the handle is live again, unreleased, and a later
+// remote_free issues the free anew instead of being a no-op on a handle
+// that only looks freed. It returns whether it undid anything. An import
+// release is not undone: its owner's free may already have followed it.
+func failed(a RemoteAction) bool {
+	h := a.Free
+	if h == nil || h.Imported() || !h.done {
+		return false
+	}
+	h.done, h.released = false, false
+	return true
+}
+
 // capture takes a slot ref for a task that uses h.
 func capture(h *RemoteBuffer) { h.slotRefs++ }
 

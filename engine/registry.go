@@ -12,6 +12,7 @@ type Handle struct {
 	Callable Callable
 	Workers  []int // NEXT_LEVEL ids it may run on; nil means any
 	refs     int
+	owner    *Worker // the worker it was registered on
 }
 
 // Digest is the callable's content digest ("sha256:...").
@@ -45,6 +46,10 @@ func (w *Worker) Register(c Callable, workers []int) (*Handle, error) {
 	defer w.mu.Unlock()
 	if err := w.usable("register"); err != nil {
 		return nil, err
+	}
+	if workers != nil && len(workers) == 0 {
+		// An empty list would allow no worker at all: a handle nothing can run.
+		return nil, Errorf(ValueError, "register: workers must be an explicit non-empty list, or None")
 	}
 	if workers != nil {
 		workers = append([]int(nil), workers...)
@@ -81,7 +86,7 @@ func (w *Worker) Register(c Callable, workers []int) (*Handle, error) {
 	if err := w.registerRemote(c); err != nil {
 		return nil, err
 	}
-	h := &Handle{Callable: c, Workers: workers, refs: 1}
+	h := &Handle{Callable: c, Workers: workers, refs: 1, owner: w}
 	w.reg.byDigest[c.Digest()] = h
 	return h, nil
 }
@@ -92,6 +97,11 @@ func (w *Worker) Unregister(h *Handle) error {
 	defer w.mu.Unlock()
 	if err := w.usable("unregister"); err != nil {
 		return err
+	}
+	if h.owner != nil && h.owner != w {
+		// Dropping this worker's handle of the same function instead would
+		// unregister it here, behind the caller's back.
+		return Errorf(ValueError, "unregister: the handle of %q belongs to another worker; unregister it on the worker that registered it", h.Name())
 	}
 	cur, ok := w.reg.byDigest[h.Digest()]
 	if !ok || cur != h {

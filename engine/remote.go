@@ -13,16 +13,7 @@ import (
 // AddRemoteWorker attaches a remote level-3 node (level 4 and up, before
 // Init) and returns its NEXT_LEVEL id, from the same counter as AddWorker.
 func (w *Worker) AddRemoteWorker(spec RemoteSpec) (int, error) {
-	if err := validateEndpoint(spec.Endpoint); err != nil {
-		return 0, err
-	}
-	if spec.CommProfile == "" {
-		spec.CommProfile = "sim"
-	}
-	if len(spec.DeviceIDs) == 0 {
-		return 0, Errorf(ValueError, "add_remote_worker: device_ids must not be empty")
-	}
-	if err := checkGlobalRanks("add_remote_worker", spec.GlobalDeviceRanks, len(spec.DeviceIDs)); err != nil {
+	if err := checkRemoteSpec(&spec); err != nil {
 		return 0, err
 	}
 	if spec.Token != nil {
@@ -149,25 +140,30 @@ func (w *Worker) releaseRemote(h *RemoteBuffer) error {
 	return w.doRemote(acts)
 }
 
-// doRemote carries out the registry's physical actions.
+// doRemote carries out the registry's physical actions. An owner free
+// that fails leaves its handle live (failed), so remote_free can be tried
+// again; everything else it did is forgotten.
 func (w *Worker) doRemote(acts []RemoteAction) error {
 	var first error
-	for _, a := range acts {
-		var err error
+	errs := make([]error, len(acts))
+	for i, a := range acts {
 		switch {
 		case a.Free != nil:
-			if err = fault.Hit("remote.free", a.Free.Owner); err == nil {
-				err = w.remoteCmd(a.Free.Owner, &wire.Control{Cmd: wire.CmdFree, Buffer: ref(a.Free)})
+			if errs[i] = fault.Hit("remote.free", a.Free.Owner); errs[i] == nil {
+				errs[i] = w.remoteCmd(a.Free.Owner, &wire.Control{Cmd: wire.CmdFree, Buffer: ref(a.Free)})
 			}
 		case a.ReleaseImport != nil:
-			err = w.remoteCmd(a.ReleaseImport.Worker, &wire.Control{Cmd: wire.CmdReleaseImport, Buffer: wire.BufferRef{ID: a.ReleaseImport.ImportID, Generation: 1}})
+			errs[i] = w.remoteCmd(a.ReleaseImport.Worker, &wire.Control{Cmd: wire.CmdReleaseImport, Buffer: wire.BufferRef{ID: a.ReleaseImport.ImportID, Generation: 1}})
 		}
-		if err != nil && first == nil {
-			first = err
+		if errs[i] != nil && first == nil {
+			first = errs[i]
 		}
 	}
 	w.mu.Lock()
-	for _, a := range acts {
+	for i, a := range acts {
+		if errs[i] != nil && failed(a) {
+			continue // still live: it stays tracked
+		}
 		delete(w.rbufs, a.Free)
 		delete(w.rbufs, a.ReleaseImport)
 	}

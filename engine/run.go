@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"slices"
 	"time"
 )
 
@@ -10,10 +11,10 @@ import (
 type Run struct {
 	w        *Worker
 	id       uint64
-	tmap     map[tkey]*Task
-	tasks    int  // submitted
-	inflight int  // submitted and not retired
-	building bool // the orchestration function has not returned
+	spaces   map[spaceKey]*rangeMap // who wrote and read which bytes (deps.go)
+	tasks    int                    // submitted
+	inflight int                    // submitted and not retired
+	building bool                   // the orchestration function has not returned
 	fenced   bool
 	firstErr *Task // the root failure with the lowest task id
 	buildErr error
@@ -24,6 +25,8 @@ type Run struct {
 	captured []*RemoteBuffer // slot refs taken by this run's tasks
 	globals  []*GlobalDomain // brokered by this run
 	retired  bool            // past the fence: a release frees at once
+	held     []*Task         // ready tasks waiting for the runs before this one
+	failSeen bool            // the orchestrator has seen a failure (drain): later submits are refused
 	done     chan struct{}
 	waitErr  error // set before done is closed
 }
@@ -50,9 +53,10 @@ func (w *Worker) Submit(build func(o *Orchestrator) (any, error)) (*Run, error) 
 		return nil, Errorf(ValueError, "submit: a level-2 worker is one chip; use run(kernel, args)")
 	}
 	w.runSeq++
-	r := &Run{w: w, id: w.runSeq, tmap: map[tkey]*Task{}, building: true, done: make(chan struct{})}
+	r := &Run{w: w, id: w.runSeq, spaces: map[spaceKey]*rangeMap{}, building: true, done: make(chan struct{})}
 	r.root = &scope{}
 	w.runs[r] = struct{}{}
+	w.order = append(w.order, r)
 	w.mu.Unlock()
 
 	o := &Orchestrator{w: w, run: r, scope: r.root}
@@ -68,8 +72,9 @@ func (w *Worker) Submit(build func(o *Orchestrator) (any, error)) (*Run, error) 
 		o.scope = o.scope.parent
 	}
 	r.building = false
-	fenced := w.checkFence(r)
+	fenced, out := w.checkFence(r, nil)
 	w.mu.Unlock()
+	w.route(out)
 	if fenced {
 		w.finish(r)
 	}
@@ -162,14 +167,34 @@ func (r *Run) Tasks() int {
 }
 
 // checkFence reports, once, that the run's function has returned and all
-// its tasks have retired. Caller holds w.mu.
-func (w *Worker) checkFence(r *Run) bool {
+// its tasks have retired. Runs are ordered: a run's ready tasks dispatch
+// only while it is the first unfenced run of its Worker, so when the first
+// one fences, the next one's held tasks are released into out. Caller
+// holds w.mu.
+func (w *Worker) checkFence(r *Run, out []Assignment) (bool, []Assignment) {
 	if r.fenced || r.building || r.inflight > 0 {
-		return false
+		return false, out
 	}
 	r.fenced = true
-	return true
+	i := slices.Index(w.order, r)
+	w.order = slices.Delete(w.order, i, i+1)
+	if i == 0 && len(w.order) > 0 {
+		next := w.order[0]
+		for _, t := range next.held {
+			w.sched.Push(t)
+		}
+		next.held = nil
+		out = w.sched.Dispatch(out)
+		if w.waiters > 0 {
+			w.cond.Broadcast() // a submit of the new first run counts its window anew
+		}
+	}
+	return true, out
 }
+
+// head reports whether r is the run whose tasks may dispatch now: the
+// first of the Worker's runs not yet fenced. Caller holds w.mu.
+func (w *Worker) head(r *Run) bool { return len(w.order) > 0 && w.order[0] == r }
 
 // finishesLocally reports whether finishing r needs no reply from a remote
 // node: no remote buffer to drop, no cleanup, no global domain to free.

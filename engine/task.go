@@ -21,7 +21,8 @@ type Task struct {
 	root      bool  // err came from running this task
 	poison    error // the first failed producer's error
 	heap      []*heapBlock
-	deps      []int // producers' ids, kept only while observed
+	hostBufs  []*HostBuffer // host buffers it uses: each counts it until it retires
+	deps      []int         // producers' ids, kept only while observed
 }
 
 // TaskError is a task's failure as the caller sees it: where it failed
@@ -50,56 +51,6 @@ func taskError(id int, worker, callable string, err error) *TaskError {
 		return &TaskError{TaskID: inner.TaskID, Worker: worker + " > " + inner.Worker, Callable: inner.Callable, Err: inner.Err}
 	}
 	return &TaskError{TaskID: id, Worker: worker, Callable: callable, Err: err}
-}
-
-// tkey identifies memory in a run's tensor map by its start: host memory
-// (space -1), a NEXT_LEVEL worker's device memory (space = worker id), or
-// a remote buffer (space -2: owner, buffer and generation, addr the offset
-// in the owner allocation, so owner and imported views of one range are
-// one key).
-type tkey struct {
-	space    int
-	addr     uint64
-	owner    int
-	buf, gen uint64
-}
-
-const remoteSpace = -2
-
-// wire records t's producers and makes t the writer of what it writes. It
-// runs under the Worker's mutex, in submit order.
-func (r *Run) wire(t *Task) {
-	for m := range t.args {
-		a := &t.args[m]
-		space := -1
-		if t.job.pool == NextLevel {
-			space = t.job.worker
-			if t.job.group != nil {
-				space = t.job.group[m]
-			}
-		}
-		for i, ten := range a.Tensors {
-			k := tkey{space: -1, addr: ten.Addr}
-			switch {
-			case ten.Inline != nil:
-				continue // carried in the frame: no memory to depend on
-			case ten.Remote != nil:
-				b := ten.Remote.Buf
-				k = tkey{space: remoteSpace, owner: b.Owner, buf: b.BufferID, gen: b.Gen, addr: uint64(b.Offset + ten.Remote.Offset)}
-			case ten.ChildMemory:
-				k.space = space
-			}
-			tag := a.Tags[i]
-			if tag.reads() {
-				if p := r.tmap[k]; p != nil && p != t {
-					t.dependOn(p)
-				}
-			}
-			if tag.writes() {
-				r.tmap[k] = t
-			}
-		}
-	}
 }
 
 // dependOn adds producer p to t unless it is already there or finished.

@@ -16,12 +16,14 @@ package engine
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"simpler/hal"
 	"simpler/hal/comm"
+	"simpler/hal/shm"
 	"simpler/wire"
 )
 
@@ -102,6 +104,7 @@ type Worker struct {
 	heap         *heapRing
 	inflight     int // tasks submitted and not retired, over all runs
 	runs         map[*Run]struct{}
+	order        []*Run // runs not yet fenced, in submit order: only the first dispatches
 	runSeq       uint64
 
 	namespace string             // unique per Worker in this process; scopes comm names
@@ -111,8 +114,9 @@ type Worker struct {
 	commErr   error
 	commInits atomic.Int32
 
-	hostBufs map[uint64]*HostBuffer // by token
-	bufSeq   uint64
+	hostBufs    map[uint64]*HostBuffer       // by token
+	hostBufSegs map[*shm.Segment]*HostBuffer // by the object behind it
+	bufSeq      uint64
 
 	observer Observer // nil: no events
 }
@@ -123,11 +127,12 @@ func NewWorker(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	w := &Worker{cfg: cfg, runs: map[*Run]struct{}{}, domains: map[string]*Domain{},
-		hostBufs:  map[uint64]*HostBuffer{},
-		rbufs:     map[*RemoteBuffer]struct{}{},
-		globals:   map[uint64]*nodeGlobal{},
-		gdomains:  map[uint64]*GlobalDomain{},
-		namespace: fmt.Sprintf("w%d", workerSeq.Add(1))}
+		hostBufs:    map[uint64]*HostBuffer{},
+		hostBufSegs: map[*shm.Segment]*HostBuffer{},
+		rbufs:       map[*RemoteBuffer]struct{}{},
+		globals:     map[uint64]*nodeGlobal{},
+		gdomains:    map[uint64]*GlobalDomain{},
+		namespace:   fmt.Sprintf("w%d", workerSeq.Add(1))}
 	w.cond = sync.NewCond(&w.mu)
 	w.reg.byDigest = map[string]*Handle{}
 	return w, nil
@@ -143,14 +148,70 @@ func checkGlobalRanks(op string, ranks []int, devices int) error {
 		return Errorf(ValueError, "%s: %d global_device_ranks for %d device_ids", op, len(ranks), devices)
 	}
 	seen := map[int]bool{}
-	for _, r := range ranks {
+	for i, r := range ranks {
 		if r < 0 || r > wire.MaxDeviceID {
-			return Errorf(ValueError, "%s: global device rank %d out of range (0..%d)", op, r, wire.MaxDeviceID)
+			return Errorf(ValueError, "%s: global_device_ranks[%d] = %d is out of range (0..%d)", op, i, r, wire.MaxDeviceID)
 		}
 		if seen[r] {
-			return Errorf(ValueError, "%s: global device rank %d listed twice", op, r)
+			return Errorf(ValueError, "%s: global_device_ranks[%d] = %d is listed twice", op, i, r)
 		}
 		seen[r] = true
+	}
+	return nil
+}
+
+// checkRemoteSpec checks every argument of add_remote_worker where it is
+// given, against the bounds the node's daemon applies when the node comes
+// up at init(): a bad one is a ValueError naming the argument now, not a
+// refusal by the daemon later (num_sub_workers=-1 used to reach it as a
+// 64-bit wire value out of bounds). It defaults comm_profile to "sim".
+func checkRemoteSpec(spec *RemoteSpec) error {
+	const op = "add_remote_worker"
+	if err := validateEndpoint(spec.Endpoint); err != nil {
+		return err
+	}
+	if spec.Platform == "" {
+		return Errorf(ValueError, "%s: platform is required", op)
+	}
+	p, err := hal.Lookup(spec.Platform)
+	if err != nil {
+		return Wrap(err, op+": platform")
+	}
+	if spec.CommProfile == "" {
+		spec.CommProfile = "sim"
+	}
+	if !slices.Contains(p.CommProfiles(), spec.CommProfile) && !(spec.CommProfile == "sim" && p.Simulated()) {
+		return Errorf(ValueError, "%s: comm_profile %q is not supported on %s (supported: %v)", op, spec.CommProfile, p.Name(), p.CommProfiles())
+	}
+	if err := checkRemoteDevices(op, spec.DeviceIDs, p); err != nil {
+		return err
+	}
+	if spec.NumSubWorkers < 0 || spec.NumSubWorkers > wire.MaxSubWorkers {
+		return Errorf(ValueError, "%s: num_sub_workers must be in 0..%d, got %d", op, wire.MaxSubWorkers, spec.NumSubWorkers)
+	}
+	return checkGlobalRanks(op, spec.GlobalDeviceRanks, len(spec.DeviceIDs))
+}
+
+// checkRemoteDevices checks a remote node's device_ids: at least one, at
+// most wire.MaxDevices, each a chip of its platform (and within the wire's
+// bound), none twice.
+func checkRemoteDevices(op string, ids []int, p hal.Platform) error {
+	if len(ids) == 0 {
+		return Errorf(ValueError, "%s: device_ids must not be empty", op)
+	}
+	if len(ids) > wire.MaxDevices {
+		return Errorf(ValueError, "%s: %d device_ids, more than %d", op, len(ids), wire.MaxDevices)
+	}
+	top := min(p.Arch().MaxChips-1, wire.MaxDeviceID)
+	seen := map[int]bool{}
+	for i, id := range ids {
+		if id < 0 || id > top {
+			return Errorf(ValueError, "%s: device_ids[%d] = %d is out of range for %s (0..%d)", op, i, id, p.Name(), top)
+		}
+		if seen[id] {
+			return Errorf(ValueError, "%s: device_ids[%d] = %d is listed twice", op, i, id)
+		}
+		seen[id] = true
 	}
 	return nil
 }
@@ -247,7 +308,8 @@ func (w *Worker) chip(op string, id int) (hal.Chip, error) {
 		return nil, Errorf(ValueError, "%s: a level-%d worker has no chips of its own; its children do", op, w.cfg.Level)
 	}
 	if id < 0 || id >= len(w.chips) {
-		return nil, Errorf(ValueError, "%s: worker_id %d out of range (this worker has chips 0..%d)", op, id, len(w.chips)-1)
+		// An index into the worker's chips: upstream raises IndexError.
+		return nil, Errorf(IndexError, "%s: worker_id %d out of range (this worker has chips 0..%d)", op, id, len(w.chips)-1)
 	}
 	return w.chips[id], nil
 }

@@ -105,7 +105,7 @@ func TestBadInputIsTypedAndHarmless(t *testing.T) {
 		{"double free", ValueError, w.Free(1, freed)},
 		{"copy_to out of range", ValueError, w.CopyTo(1, half, make([]byte, 65))},
 		{"copy_from out of range", ValueError, w.CopyFrom(1, make([]byte, 8), half+60)},
-		{"malloc on a missing chip", ValueError, func() error { _, err := w.Malloc(2, 8); return err }()},
+		{"malloc on a missing chip", IndexError, func() error { _, err := w.Malloc(2, 8); return err }()},
 		{"register out of range", ValueError, func() error { _, err := w.Register(nop("r"), []int{2}); return err }()},
 		{"re-register with other workers", ValueError, func() error { _, err := w.Register(only0.Callable, []int{1}); return err }()},
 		{"add_worker on level 3", ValueError, func() error { _, err := w.AddWorker(&Worker{}); return err }()},

@@ -15,11 +15,11 @@ import (
 var assertModule = &starlarkstruct.Module{
 	Name: "assert",
 	Members: starlark.StringDict{
-		"eq":       starlark.NewBuiltin("assert.eq", assertEq),
-		"ne":       starlark.NewBuiltin("assert.ne", assertNe),
-		"true":     starlark.NewBuiltin("assert.true", assertTrue),
-		"fails":    starlark.NewBuiltin("assert.fails", assertFails),
-		"allclose": starlark.NewBuiltin("assert.allclose", assertAllclose),
+		"eq":       builtin("assert.eq", assertEq),
+		"ne":       builtin("assert.ne", assertNe),
+		"true":     builtin("assert.true", assertTrue),
+		"fails":    builtin("assert.fails", assertFails),
+		"allclose": builtin("assert.allclose", assertAllclose),
 	},
 }
 

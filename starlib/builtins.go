@@ -13,18 +13,18 @@ import (
 // predeclared is every global a script sees.
 func (s *Session) predeclared() starlark.StringDict {
 	d := starlark.StringDict{
-		"Worker":          starlark.NewBuiltin("Worker", s.newWorker),
-		"host_tensor":     starlark.NewBuiltin("host_tensor", s.hostTensor),
-		"make_tensor":     starlark.NewBuiltin("make_tensor", makeTensor),
-		"TaskArgs":        starlark.NewBuiltin("TaskArgs", newTaskArgs),
-		"CallConfig":      starlark.NewBuiltin("CallConfig", newCallConfig),
-		"CommBufferSpec":  starlark.NewBuiltin("CommBufferSpec", newBufferSpec),
-		"catch":           starlark.NewBuiltin("catch", catch),
+		"Worker":          builtin("Worker", s.newWorker),
+		"host_tensor":     builtin("host_tensor", s.hostTensor),
+		"make_tensor":     builtin("make_tensor", makeTensor),
+		"TaskArgs":        builtin("TaskArgs", newTaskArgs),
+		"CallConfig":      builtin("CallConfig", newCallConfig),
+		"CommBufferSpec":  builtin("CommBufferSpec", newBufferSpec),
+		"catch":           builtin("catch", catch),
 		"RemoteTensorRef": newRemoteTensorRefType(),
 		"assert":          assertModule,
 		"array":           array.Module,
 		"time":            starlarktime.Module,
-		"struct":          starlark.NewBuiltin("struct", starlarkstruct.Make),
+		"struct":          builtin("struct", starlarkstruct.Make),
 	}
 	dtypes := starlark.StringDict{}
 	for _, dt := range dtype.All {

@@ -55,19 +55,19 @@ func (c *callable) RunChip(ctx *engine.ChipCtx, args *engine.TaskArgs) error {
 		st.chip = &Chip{ctx: &engine.ChipCtx{WorkerID: ctx.WorkerID, Chip: ctx.Chip}}
 	}
 	_, err := starlark.Call(st.thread(), c.fn, starlark.Tuple{st.chip, &TaskArgs{a: args, chip: ctx.Chip}}, nil)
-	return kernelError(kindCanceled(err))
+	return kernelError(err)
 }
 
 func (c *callable) RunSub(ctx *engine.SubCtx, args *engine.TaskArgs) error {
 	st := c.state(ctx.Local, "sub")
 	_, err := starlark.Call(st.thread(), c.fn, starlark.Tuple{&TaskArgs{a: args}}, nil)
-	return kernelError(kindCanceled(err))
+	return kernelError(err)
 }
 
 func (c *callable) RunOrch(o *engine.Orchestrator, args *engine.TaskArgs, cfg *engine.CallConfig) error {
 	th := c.s.newThread("orch")
 	_, err := starlark.Call(th, c.fn, starlark.Tuple{&Orchestrator{s: c.s, o: o}, &TaskArgs{a: args}, &CallConfig{c: *cfg}}, nil)
-	return kernelError(kindCanceled(err))
+	return kernelError(err)
 }
 
 // callableFor returns the callable of a top-level function, refusing
@@ -161,7 +161,7 @@ func (c *Chip) Attr(name string) (starlark.Value, error) {
 	case "platform":
 		return starlark.String(c.ctx.Chip.Platform().Name()), nil
 	case "comm":
-		return starlark.NewBuiltin("chip.comm", c.openComm), nil
+		return builtin("chip.comm", c.openComm), nil
 	}
 	return nil, nil
 }

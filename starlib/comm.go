@@ -47,7 +47,7 @@ func (c *Comm) Attr(name string) (starlark.Value, error) {
 		return starlark.MakeInt(c.v.WindowSize()), nil
 	}
 	if m, ok := commMethods[name]; ok {
-		return starlark.NewBuiltin("comm."+name, func(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+		return builtin("comm."+name, func(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
 			return m(c, args, kw)
 		}), nil
 	}

@@ -215,7 +215,7 @@ func TestLoadOfAMissingFileNamesIt(t *testing.T) {
 	// From a module in lib/, the message also says where the path led.
 	tree(t, root, map[string]string{"main.star": loadMain("lib/a.star"), "lib/a.star": "load(\"b.star\", \"X\")\n"})
 	_, err = runIn(t, root, nil)
-	wantRefusal(t, err, `ValueError: cannot load "b.star" (`+filepath.Join(root, "lib", "b.star")+`): no such file or directory`)
+	wantRefusal(t, err, `ValueError: cannot load lib/a.star: cannot load "b.star" (`+filepath.Join(root, "lib", "b.star")+`): no such file or directory`)
 }
 
 func TestLoadPathRoots(t *testing.T) {

@@ -37,33 +37,74 @@ func (b *BufferSpec) Attr(name string) (starlark.Value, error) {
 }
 
 // newBufferSpec: nbytes defaults to count × itemsize and count to
-// nbytes / itemsize; given both, they must agree.
+// nbytes / itemsize. Given both, nbytes may exceed count × itemsize (the
+// buffer is padded, as ported upstream scripts align their buffers) but
+// not fall short of it.
 func newBufferSpec(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
 	var name string
 	var dtV starlark.Value = array.DTypeConst(dtype.UInt8)
-	count, nbytes := -1, -1
-	if err := starlark.UnpackArgs("CommBufferSpec", args, kw, "name", &name, "dtype?", &dtV, "count?", &count, "nbytes?", &nbytes); err != nil {
+	var countV, nbytesV starlark.Value = starlark.None, starlark.None
+	if err := starlark.UnpackArgs("CommBufferSpec", args, kw, "name", &name, "dtype?", &dtV, "count?", &countV, "nbytes?", &nbytesV); err != nil {
 		return nil, err
 	}
 	dt, err := array.ParseDType(dtV)
 	if err != nil {
 		return nil, engine.Wrap(err, "CommBufferSpec")
 	}
+	count, err := specSize(name, "count", countV, false)
+	if err != nil {
+		return nil, err
+	}
+	nbytes, err := specSize(name, "nbytes", nbytesV, true)
+	if err != nil {
+		return nil, err
+	}
 	size := dt.Size()
 	switch {
 	case count < 0 && nbytes < 0:
 		return nil, errorf(engine.ValueError, "CommBufferSpec %q: give count or nbytes", name)
+	case count > maxSpecBytes/size:
+		return nil, errorf(engine.ValueError, "CommBufferSpec %q: count=%d of %s is more than %d bytes", name, count, dt, maxSpecBytes)
 	case nbytes < 0:
 		nbytes = count * size
+		if nbytes == 0 {
+			return nil, errorf(engine.ValueError, "CommBufferSpec %q: count=0 gives an empty buffer; nbytes must be > 0", name)
+		}
 	case count < 0:
 		if nbytes%size != 0 {
 			return nil, errorf(engine.ValueError, "CommBufferSpec %q: nbytes=%d is not a multiple of %s's %d bytes", name, nbytes, dt, size)
 		}
 		count = nbytes / size
-	case count*size != nbytes:
-		return nil, errorf(engine.ValueError, "CommBufferSpec %q: count=%d of %s is %d bytes, not nbytes=%d", name, count, dt, count*size, nbytes)
+	case count*size > nbytes:
+		return nil, errorf(engine.ValueError, "CommBufferSpec %q: count=%d of %s is %d bytes, more than nbytes=%d", name, count, dt, count*size, nbytes)
 	}
 	return &BufferSpec{b: engine.BufferSpec{Name: name, DType: dt, Count: count, NBytes: nbytes}}, nil
+}
+
+// maxSpecBytes bounds a buffer's bytes, so that count × itemsize cannot
+// wrap; no window is near it.
+const maxSpecBytes = 1 << 48
+
+// specSize reads CommBufferSpec's count= or nbytes=: -1 when not given,
+// else an int >= 0, or > 0 if positive.
+func specSize(name, key string, v starlark.Value, positive bool) (int, error) {
+	if v == starlark.None {
+		return -1, nil
+	}
+	x, ok := v.(starlark.Int)
+	if !ok {
+		return 0, errorf(engine.TypeError, "CommBufferSpec %q: %s must be an int, got %s", name, key, v.Type())
+	}
+	n, ok := x.Int64()
+	switch {
+	case !ok || n > maxSpecBytes:
+		return 0, errorf(engine.ValueError, "CommBufferSpec %q: %s=%s is too large (at most %d)", name, key, x, int64(maxSpecBytes))
+	case positive && n <= 0:
+		return 0, errorf(engine.ValueError, "CommBufferSpec %q: %s must be > 0, got %d", name, key, n)
+	case n < 0:
+		return 0, errorf(engine.ValueError, "CommBufferSpec %q: %s must be >= 0, got %d", name, key, n)
+	}
+	return int(n), nil
 }
 
 // DomainHandle is a CommDomainHandle.
@@ -93,7 +134,7 @@ func (h *DomainHandle) Attr(name string) (starlark.Value, error) {
 	case "freed":
 		return starlark.Bool(h.d.Freed()), nil
 	case "release":
-		return starlark.NewBuiltin("release", func(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+		return builtin("release", func(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
 			if err := noArgs("release", args, kw); err != nil {
 				return nil, err
 			}
@@ -151,7 +192,7 @@ func (c *ChipDomain) Attr(name string) (starlark.Value, error) {
 		}
 		return d, nil
 	case "buffer":
-		return starlark.NewBuiltin("buffer", c.buffer), nil
+		return builtin("buffer", c.buffer), nil
 	}
 	return nil, nil
 }
@@ -181,7 +222,9 @@ func (c *ChipDomain) buffer(th *starlark.Thread, b *starlark.Builtin, args starl
 		}
 		dt = d
 	}
-	shape := []int{spec.NBytes / dt.Size()}
+	// The default view is the buffer's count elements, not its padded
+	// bytes; in another dtype, as many elements as those bytes hold.
+	shape := []int{spec.Count * spec.DType.Size() / dt.Size()}
 	if shapeV != starlark.None {
 		s, err := toShape("buffer", shapeV)
 		if err != nil {

@@ -34,7 +34,7 @@ func (h *HostBuffer) Attr(name string) (starlark.Value, error) {
 	case "nbytes":
 		return starlark.MakeInt(h.b.NBytes), nil
 	case "tensor":
-		return starlark.NewBuiltin("tensor", h.tensor), nil
+		return builtin("tensor", h.tensor), nil
 	}
 	return nil, nil
 }
@@ -48,6 +48,9 @@ func (h *HostBuffer) tensor(th *starlark.Thread, b *starlark.Builtin, args starl
 	if err := starlark.UnpackArgs("tensor", args, kw, "shape", &shapeV, "dtype?", &dtV, "offset?", &offset); err != nil {
 		return nil, err
 	}
+	if h.b.Freed(h.w.w) {
+		return nil, errorf(engine.RuntimeError, "tensor: host buffer %d was freed", h.b.Token)
+	}
 	shape, err := toShape("tensor", shapeV)
 	if err != nil {
 		return nil, err
@@ -60,7 +63,7 @@ func (h *HostBuffer) tensor(th *starlark.Thread, b *starlark.Builtin, args starl
 	if offset < 0 || offset+t.NBytes() > h.b.NBytes {
 		return nil, errorf(engine.ValueError, "tensor: %d bytes at offset %d overrun host buffer %d of %d bytes", t.NBytes(), offset, h.b.Token, h.b.NBytes)
 	}
-	return &Tensor{t: t, base: h.b.Addr(), size: h.b.NBytes}, nil
+	return &Tensor{t: t, base: h.b.Addr(), size: h.b.NBytes, buf: h}, nil
 }
 
 func (w *Worker) createHostBuffer(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {

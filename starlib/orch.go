@@ -69,7 +69,7 @@ func (o *Orchestrator) Attr(name string) (starlark.Value, error) {
 	if !ok {
 		return nil, nil
 	}
-	b := starlark.NewBuiltin(name, func(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	b := builtin(name, func(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
 		return m(o, th, args, kw)
 	})
 	if o.methods == nil {
@@ -144,6 +144,9 @@ func argsList(op string, v starlark.Value) ([]*engine.TaskArgs, error) {
 		a, ok := it.Index(i).(*TaskArgs)
 		if !ok {
 			return nil, errorf(engine.TypeError, "%s: args_list[%d] must be a TaskArgs, got %s", op, i, it.Index(i).Type())
+		}
+		if err := a.live(op); err != nil {
+			return nil, err
 		}
 		out[i] = a.a
 	}

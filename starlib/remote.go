@@ -129,13 +129,13 @@ type remoteTensorRefType struct{ *starlark.Builtin }
 func (remoteTensorRefType) AttrNames() []string { return []string{"host_inline"} }
 func (remoteTensorRefType) Attr(name string) (starlark.Value, error) {
 	if name == "host_inline" {
-		return starlark.NewBuiltin("RemoteTensorRef.host_inline", hostInline), nil
+		return builtin("RemoteTensorRef.host_inline", hostInline), nil
 	}
 	return nil, nil
 }
 
 func newRemoteTensorRefType() starlark.Value {
-	return remoteTensorRefType{starlark.NewBuiltin("RemoteTensorRef", newRemoteTensorRef)}
+	return remoteTensorRefType{builtin("RemoteTensorRef", newRemoteTensorRef)}
 }
 
 func newRemoteTensorRef(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
@@ -261,6 +261,8 @@ func (w *Worker) remoteFree(th *starlark.Thread, args starlark.Tuple, kw []starl
 	if err != nil {
 		return nil, err
 	}
+	// A free that fails leaves the handle live: the memory is still
+	// there, and remote_free may be called again.
 	return starlark.None, w.w.RemoteFree(h)
 }
 

@@ -16,12 +16,10 @@
 package starlib
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 
 	"go.starlark.net/starlark"
@@ -113,25 +111,6 @@ func boundSteps(th *starlark.Thread, n uint64, reason string) {
 	th.OnMaxSteps = func(th *starlark.Thread) { th.Cancel(reason) }
 }
 
-// canceledPrefix is how go.starlark.net starts the error of a cancelled
-// thread, ahead of the reason.
-const canceledPrefix = "Starlark computation cancelled: "
-
-// kindCanceled drops canceledPrefix from err's message when the reason
-// has a kind, as every reason given here does, so that the message
-// starts with the kind like any other error.
-func kindCanceled(err error) error {
-	var ee *starlark.EvalError
-	if errors.As(err, &ee) {
-		if rest, ok := strings.CutPrefix(ee.Msg, canceledPrefix); ok {
-			if _, _, kinded := engine.SplitKind(rest); kinded {
-				ee.Msg = rest
-			}
-		}
-	}
-	return err
-}
-
 func (s *Session) track(w *Worker) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -165,7 +144,7 @@ func (s *Session) RunFile(path string) error {
 	s.loader.root, s.loader.main = filepath.Dir(name), name
 	m, err := s.loader.load(name)
 	if err != nil {
-		return err
+		return labelled(err)
 	}
 	mainFn, ok := m.globals["main"]
 	if !ok {
@@ -177,7 +156,7 @@ func (s *Session) RunFile(path string) error {
 	}
 	th := s.newThread("main")
 	_, err = starlark.Call(th, fn, starlark.Tuple{s.ctx()}, nil)
-	return kindCanceled(err)
+	return labelled(err)
 }
 
 // displayName shows a script path relative to the working directory when

@@ -164,7 +164,10 @@ func TestErrorKindsSurviveKernels(t *testing.T) {
 	if got := err.Error(); got != "IndexError: at 3" {
 		t.Fatalf("got %q", got)
 	}
-	if got := kernelError(&starlark.EvalError{Msg: "unknown binary op"}).Error(); got != "RuntimeError: unknown binary op" {
+	if got := kernelError(&starlark.EvalError{Msg: "unknown binary op: int + string"}).Error(); got != "TypeError: unknown binary op: int + string" {
+		t.Fatalf("got %q", got)
+	}
+	if got := kernelError(&starlark.EvalError{Msg: "something odd"}).Error(); got != "RuntimeError: something odd" {
 		t.Fatalf("got %q", got)
 	}
 }

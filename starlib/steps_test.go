@@ -128,11 +128,11 @@ func TestModuleTopLevelLoopFailsUnderMaxLoadSteps(t *testing.T) {
 	setMaxLoadSteps(t, 50_000)
 	root := tree(t, t.TempDir(), map[string]string{"main.star": loadMain("lib/loop.star"), "lib/loop.star": loopModule})
 	_, err := runIn(t, root, nil)
-	wantRefusal(t, err, "RuntimeError: too many steps loading "+filepath.Join(root, "lib", "loop.star")+" (a module's top level may take at most 50000 steps)")
+	wantRefusal(t, err, "RuntimeError: cannot load lib/loop.star: too many steps loading "+filepath.Join(root, "lib", "loop.star")+" (a module's top level may take at most 50000 steps)")
 
 	// A lower --max-steps bounds a top level too, and says so.
 	_, err = runIn(t, root, func(s *Session) { s.SetMaxSteps(1000) })
-	wantRefusal(t, err, "RuntimeError: too many steps loading", "(--max-steps 1000)")
+	wantRefusal(t, err, "RuntimeError: cannot load lib/loop.star: too many steps loading", "(--max-steps 1000)")
 
 	// The main script's own top level is a module like any other.
 	tree(t, root, map[string]string{"main.star": loopModule})
@@ -196,7 +196,7 @@ func TestSourceResolverNeverReadsDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = r.Resolve("sha256:x", mainName, "k")
-	wantRefusal(t, err, "ValueError: module "+filepath.Join(dir, "lib.star")+" was not shipped with the session")
+	wantRefusal(t, err, "ValueError: cannot load lib.star: module "+filepath.Join(dir, "lib.star")+" was not shipped with the session")
 
 	// A shipped module is held to the size bound like a file.
 	big := make([]byte, MaxModuleSize+1)

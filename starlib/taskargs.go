@@ -16,6 +16,17 @@ import (
 type TaskArgs struct {
 	a    *engine.TaskArgs
 	chip hal.Chip
+	bufs []*Tensor // views of host buffers among its tensors: checked at submit
+}
+
+// live refuses args holding a view of a freed host buffer.
+func (t *TaskArgs) live(op string) error {
+	for _, v := range t.bufs {
+		if err := v.live(op); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (t *TaskArgs) String() string {
@@ -29,14 +40,14 @@ func (t *TaskArgs) Hash() (uint32, error) {
 }
 
 var taskArgsMethods = map[string]*starlark.Builtin{
-	"add_tensor":   starlark.NewBuiltin("add_tensor", argsAddTensor),
-	"add_scalar":   starlark.NewBuiltin("add_scalar", argsAddScalar),
-	"tensor":       starlark.NewBuiltin("tensor", argsTensor),
-	"scalar":       starlark.NewBuiltin("scalar", argsScalar),
-	"scalar_f32":   starlark.NewBuiltin("scalar_f32", argsScalarF32),
-	"tag":          starlark.NewBuiltin("tag", argsTag),
-	"tensor_count": starlark.NewBuiltin("tensor_count", argsTensorCount),
-	"scalar_count": starlark.NewBuiltin("scalar_count", argsScalarCount),
+	"add_tensor":   builtin("add_tensor", argsAddTensor),
+	"add_scalar":   builtin("add_scalar", argsAddScalar),
+	"tensor":       builtin("tensor", argsTensor),
+	"scalar":       builtin("scalar", argsScalar),
+	"scalar_f32":   builtin("scalar_f32", argsScalarF32),
+	"tag":          builtin("tag", argsTag),
+	"tensor_count": builtin("tensor_count", argsTensorCount),
+	"scalar_count": builtin("scalar_count", argsScalarCount),
 }
 
 func (t *TaskArgs) Attr(name string) (starlark.Value, error) {
@@ -92,6 +103,12 @@ func (t *TaskArgs) addTensor(tv, tagV starlark.Value) error {
 	}
 	switch ten := tv.(type) {
 	case *Tensor:
+		if err := ten.live("add_tensor"); err != nil {
+			return err
+		}
+		if ten.buf != nil {
+			t.bufs = append(t.bufs, ten)
+		}
 		return t.a.AddTensor(ten.t, engine.Tag(tag))
 	case *RemoteTensorRef:
 		return t.a.AddTensor(ten.t, engine.Tag(tag))
@@ -268,13 +285,16 @@ func newCallConfig(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple
 	return c, nil
 }
 
+// positive reads a CallConfig count: an int in 1..MaxInt32 (what the
+// runtime's launch fields hold).
 func positive(key string, v starlark.Value) (int, error) {
-	n, err := starlark.AsInt32(v)
-	if err != nil {
+	x, ok := v.(starlark.Int)
+	if !ok {
 		return 0, errorf(engine.TypeError, "CallConfig: %s must be an int, got %s", key, v.Type())
 	}
-	if n <= 0 {
-		return 0, errorf(engine.ValueError, "CallConfig: %s must be > 0, got %d", key, n)
+	n, ok := x.Int64()
+	if !ok || n <= 0 || n > math.MaxInt32 {
+		return 0, errorf(engine.ValueError, "CallConfig: %s = %s is out of range (1..%d)", key, x, math.MaxInt32)
 	}
-	return n, nil
+	return int(n), nil
 }

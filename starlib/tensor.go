@@ -2,6 +2,7 @@ package starlib
 
 import (
 	"fmt"
+	"math"
 
 	"go.starlark.net/starlark"
 
@@ -17,9 +18,19 @@ import (
 // tensor is readable only where its chip is known (inside a kernel).
 type Tensor struct {
 	t    engine.Tensor
-	base uint64   // start of the backing memory
-	size int      // bytes of backing memory from base
-	chip hal.Chip // set for device tensors inside a kernel
+	base uint64      // start of the backing memory
+	size int         // bytes of backing memory from base
+	chip hal.Chip    // set for device tensors inside a kernel
+	buf  *HostBuffer // the host buffer it is a view of, if any
+}
+
+// live refuses a view of a host buffer that was freed: its memory may be
+// another buffer's by now, so using it would alias that one.
+func (t *Tensor) live(op string) error {
+	if t.buf != nil && t.buf.b.Freed(t.buf.w.w) {
+		return errorf(engine.RuntimeError, "%s: the tensor is a view of host buffer %d, which was freed", op, t.buf.b.Token)
+	}
+	return nil
 }
 
 var (
@@ -41,13 +52,13 @@ func (t *Tensor) Hash() (uint32, error) { return 0, fmt.Errorf("TypeError: unhas
 func (t *Tensor) Engine() engine.Tensor { return t.t }
 
 var tensorMethods = map[string]*starlark.Builtin{
-	"read":   starlark.NewBuiltin("read", tensorRead),
-	"write":  starlark.NewBuiltin("write", tensorWrite),
-	"fill":   starlark.NewBuiltin("fill", tensorFill),
-	"tolist": starlark.NewBuiltin("tolist", tensorToList),
-	"view":   starlark.NewBuiltin("view", tensorView),
+	"read":   builtin("read", tensorRead),
+	"write":  builtin("write", tensorWrite),
+	"fill":   builtin("fill", tensorFill),
+	"tolist": builtin("tolist", tensorToList),
+	"view":   builtin("view", tensorView),
 
-	"accumulate": starlark.NewBuiltin("accumulate", tensorAccumulate),
+	"accumulate": builtin("accumulate", tensorAccumulate),
 }
 
 func (t *Tensor) Attr(name string) (starlark.Value, error) {
@@ -81,6 +92,9 @@ func (t *Tensor) AttrNames() []string {
 
 // bytes returns the tensor's memory for reading and writing in place.
 func (t *Tensor) bytes(op string) ([]byte, error) {
+	if err := t.live(op); err != nil {
+		return nil, err
+	}
 	n := t.t.NBytes()
 	if t.t.Addr == 0 {
 		return nil, errorf(engine.ValueError, "%s: tensor has no memory yet (address 0)", op)
@@ -204,35 +218,55 @@ func tensorView(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 		}
 		shape = s
 	}
-	v := &Tensor{t: engine.Tensor{Addr: t.t.Addr + uint64(offset), Shape: shape, DType: dt, ChildMemory: t.t.ChildMemory}, base: t.base, size: t.size, chip: t.chip}
+	v := &Tensor{t: engine.Tensor{Addr: t.t.Addr + uint64(offset), Shape: shape, DType: dt, ChildMemory: t.t.ChildMemory}, base: t.base, size: t.size, chip: t.chip, buf: t.buf}
 	if end := int(start) + v.t.NBytes(); end > t.size {
 		return nil, errorf(engine.ValueError, "view: %d bytes at offset %d overrun the tensor's %d-byte backing", v.t.NBytes(), offset, t.size)
 	}
 	return v, nil
 }
 
-// toShape accepts an int or a list/tuple of non-negative ints.
+// toShape accepts an int or a list/tuple of ints, each in 0..maxDim.
 func toShape(op string, v starlark.Value) ([]int, error) {
 	if _, ok := v.(starlark.Int); ok {
-		n, err := starlark.AsInt32(v)
-		if err != nil || n < 0 {
-			return nil, errorf(engine.ValueError, "%s: bad shape %s", op, v)
+		n, err := dimension(op, v, v, 0)
+		if err != nil {
+			return nil, err
 		}
 		return []int{n}, nil
 	}
 	it, ok := v.(starlark.Indexable)
-	if !ok {
+	if _, isString := v.(starlark.String); !ok || isString {
 		return nil, errorf(engine.TypeError, "%s: shape must be an int or a list of ints, got %s", op, v.Type())
 	}
 	shape := make([]int, it.Len())
 	for i := range shape {
-		n, err := starlark.AsInt32(it.Index(i))
-		if err != nil || n < 0 {
-			return nil, errorf(engine.ValueError, "%s: bad shape %s: dimension %d must be a non-negative int", op, v, i)
+		n, err := dimension(op, v, it.Index(i), i)
+		if err != nil {
+			return nil, err
 		}
 		shape[i] = n
 	}
 	return shape, nil
+}
+
+// maxDim bounds one dimension of a shape (the tensor's bytes are bounded
+// again where memory is reserved for it).
+const maxDim = math.MaxInt32
+
+// dimension reads dimension i of shape.
+func dimension(op string, shape, v starlark.Value, i int) (int, error) {
+	x, ok := v.(starlark.Int)
+	if !ok {
+		return 0, errorf(engine.TypeError, "%s: bad shape %s: dimension %d must be an int, got %s", op, shape, i, v.Type())
+	}
+	n, ok := x.Int64()
+	switch {
+	case ok && n < 0:
+		return 0, errorf(engine.ValueError, "%s: bad shape %s: dimension %d must be >= 0, got %d", op, shape, i, n)
+	case !ok || n > maxDim:
+		return 0, errorf(engine.ValueError, "%s: bad shape %s: dimension %d = %s is too large (at most %d)", op, shape, i, x, maxDim)
+	}
+	return int(n), nil
 }
 
 func intTuple(xs []int) starlark.Tuple {

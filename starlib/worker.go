@@ -79,7 +79,7 @@ func (w *Worker) Attr(name string) (starlark.Value, error) {
 		return w.liveDomains(), nil
 	}
 	if m, ok := workerMethods[name]; ok {
-		return starlark.NewBuiltin(name, func(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+		return builtin(name, func(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
 			return m(w, th, args, kw)
 		}), nil
 	}
@@ -258,6 +258,12 @@ func (w *Worker) unregister(th *starlark.Thread, args starlark.Tuple, kw []starl
 	if err := starlark.UnpackPositionalArgs("unregister", args, kw, 1, &hv); err != nil {
 		return nil, err
 	}
+	// A CallableHandle is passed as it is, so that the engine refuses one
+	// registered on another worker instead of it being resolved, by its
+	// function, to this worker's handle.
+	if x, ok := hv.(*Handle); ok {
+		return starlark.None, w.w.Unregister(x.h)
+	}
 	h, err := w.s.handleFor("unregister", hv, w.w)
 	if err != nil {
 		return nil, err
@@ -326,7 +332,11 @@ func (w *Worker) submit(th *starlark.Thread, args starlark.Tuple, kw []starlark.
 		return nil, errorf(engine.ValueError, "submit: a level-2 worker is one chip; use run(kernel, args)")
 	}
 	r, err := w.w.Submit(func(o *engine.Orchestrator) (any, error) {
-		return starlark.Call(th, fn, starlark.Tuple{&Orchestrator{s: w.s, o: o, worker: w}, av, cv}, nil)
+		// An error of the orchestration function reaches the caller of
+		// submit (and run) with its kind, and with its backtrace through
+		// the function.
+		v, err := starlark.Call(th, fn, starlark.Tuple{&Orchestrator{s: w.s, o: o, worker: w}, av, cv}, nil)
+		return v, labelled(err)
 	})
 	if err != nil {
 		return nil, err
@@ -373,7 +383,7 @@ func taskArgs(op string, v starlark.Value) (*engine.TaskArgs, error) {
 	case starlark.NoneType:
 		return nil, nil
 	case *TaskArgs:
-		return x.a, nil
+		return x.a, x.live(op)
 	}
 	return nil, errorf(engine.TypeError, "%s: args must be a TaskArgs, got %s", op, v.Type())
 }
@@ -479,7 +489,7 @@ func (h *RunHandle) Attr(name string) (starlark.Value, error) {
 	case "done":
 		return starlark.Bool(h.r.Done()), nil
 	case "wait":
-		return starlark.NewBuiltin("wait", func(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+		return builtin("wait", func(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
 			var tv starlark.Value = starlark.None
 			if err := starlark.UnpackArgs("wait", args, kw, "timeout?", &tv); err != nil {
 				return nil, err
@@ -495,7 +505,7 @@ func (h *RunHandle) Attr(name string) (starlark.Value, error) {
 			return starlark.None, h.r.Wait(d)
 		}), nil
 	case "result":
-		return starlark.NewBuiltin("result", func(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+		return builtin("result", func(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
 			if err := noArgs("result", args, kw); err != nil {
 				return nil, err
 			}

@@ -1,0 +1,102 @@
+package engine
+
+import (
+	"strings"
+	"testing"
+
+	"simpler/internal/fault"
+)
+
+// freeOf is the owner free among acts, or nil.
+func freeOf(acts []RemoteAction) *RemoteBuffer {
+	for _, a := range acts {
+		if a.Free != nil {
+			return a.Free
+		}
+	}
+	return nil
+}
+
+// The registry stepped by hand: a free that fails leaves the owner handle
+// live, and freeing it again issues the free anew; a free that succeeded
+// stays done and a second release is a no-op.
+func TestRemoteFreeFailureLeavesTheHandleLive(t *testing.T) {
+	h := &RemoteBuffer{Worker: 1, Owner: 1, BufferID: 7, Gen: 1, NBytes: 64, Access: AccessRW}
+	acts := release(h)
+	if freeOf(acts) != h || !h.Released() || !h.done {
+		t.Fatalf("release of an idle owner: acts %v, released %v, done %v", acts, h.Released(), h.done)
+	}
+	if !failed(acts[0]) {
+		t.Fatal("failed did not undo an issued free")
+	}
+	if h.Released() || h.done {
+		t.Fatalf("after a failed free: released %v, done %v; want a live handle", h.Released(), h.done)
+	}
+	if failed(acts[0]) {
+		t.Error("failed undid a free that was not issued")
+	}
+	acts = release(h) // the retry
+	if freeOf(acts) != h || !h.Released() || !h.done {
+		t.Fatalf("retrying the free: acts %v, released %v, done %v", acts, h.Released(), h.done)
+	}
+	if again := release(h); len(again) != 0 {
+		t.Errorf("a release after a free that went ahead: %v, want none", again)
+	}
+}
+
+// A failed free that had waited for a slot ref (issued at the fence) is
+// undone the same way; an import release is never undone, since its
+// owner's free may have followed it.
+func TestRemoteFreeFailureAfterDeferral(t *testing.T) {
+	h := &RemoteBuffer{Worker: 1, Owner: 1, NBytes: 8, Access: AccessRW}
+	capture(h)
+	if acts := release(h); len(acts) != 0 || !h.Released() || h.done {
+		t.Fatalf("release while a task holds it: acts %v, done %v", acts, h.done)
+	}
+	acts := drop(h)
+	if freeOf(acts) != h || !failed(acts[0]) || h.Released() {
+		t.Fatalf("the fence's free, failed: acts %v, released %v", acts, h.Released())
+	}
+	if acts := release(h); freeOf(acts) != h {
+		t.Errorf("retry after the fence: %v", acts)
+	}
+
+	owner := &RemoteBuffer{Worker: 0, Owner: 0, NBytes: 8, Access: AccessRW}
+	view := &RemoteBuffer{Worker: 1, Owner: 0, ImportID: 3, NBytes: 8, Access: AccessRW}
+	importFrom(owner, view)
+	acts = release(view)
+	if len(acts) != 1 || acts[0].ReleaseImport != view {
+		t.Fatalf("releasing an import: %v", acts)
+	}
+	if failed(acts[0]) || failed(RemoteAction{Free: view}) || !view.Released() {
+		t.Errorf("an import release was undone (released %v)", view.Released())
+	}
+}
+
+// End to end on a real node: the remote.free fault point fails a free;
+// RemoteFree leaves the handle live (copies still work), and the
+// retry frees it.
+func TestRemoteFreeCanBeRetried(t *testing.T) {
+	_, ep := startDaemon(t)
+	w := remoteWorker(t, ep)
+	h := must(w.RemoteMalloc(0, 16))
+	if err := fault.Load("remote.free"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fault.Load("") })
+	if err := w.RemoteFree(h); err == nil || !strings.Contains(err.Error(), "remote.free") {
+		t.Fatalf("free with the fault armed: %v", err)
+	}
+	if h.Released() || h.done {
+		t.Fatalf("after the failed free: released %v, done %v; want a live handle", h.Released(), h.done)
+	}
+	if err := w.RemoteCopyTo(h, make([]byte, 16), 0); err != nil {
+		t.Fatalf("a copy into the live handle: %v", err)
+	}
+	if err := w.RemoteFree(h); err != nil || !h.Released() || !h.done {
+		t.Fatalf("retried free: %v (released %v, done %v)", err, h.Released(), h.done)
+	}
+	if err := w.RemoteCopyTo(h, make([]byte, 16), 0); err == nil || !strings.Contains(err.Error(), "released") {
+		t.Errorf("a copy after the free went ahead: %v", err)
+	}
+}
