@@ -64,8 +64,7 @@ func (w *Worker) serve(ep *endpoint) {
 		}
 		w.mu.Lock()
 		out = w.complete(a, err, out[:0])
-		var fenced bool
-		fenced, out = w.checkFence(a.Task.run, out)
+		fenced := w.checkFence(a.Task.run)
 		w.mu.Unlock()
 		w.route(out)
 		if fenced {
@@ -119,7 +118,7 @@ func (w *Worker) remoteDone(a Assignment, err error) (after func()) {
 	}
 	w.mu.Lock()
 	out := w.complete(a, err, nil)
-	fenced, out := w.checkFence(t.run, out)
+	fenced := w.checkFence(t.run)
 	w.mu.Unlock()
 	w.route(out)
 	if !fenced {

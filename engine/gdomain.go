@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"simpler/hal"
@@ -43,10 +44,13 @@ type GlobalDomain struct {
 	devRanks []int
 	topology string
 
-	mu       sync.Mutex
-	released bool
+	mu sync.Mutex // serialises free
+	// released is atomic so that the name check (under w.mu) can read it
+	// without taking mu: free holds mu while it takes w.mu.
+	released atomic.Bool
 	freed    bool
 	freeErr  error
+	pending  bool // under w.mu: the name is reserved, the transaction not done
 }
 
 // ID is the domain id nodes know it by; Generation its attempt.
@@ -54,8 +58,16 @@ func (d *GlobalDomain) ID() uint64         { return d.id }
 func (d *GlobalDomain) Generation() uint64 { return d.gen }
 func (d *GlobalDomain) Spec() GlobalSpec   { return d.spec }
 
-// BufferRange is where buffer name lies in every member's window.
+// BufferRange is where buffer name lies in every member's window; a
+// released handle refuses it.
 func (d *GlobalDomain) BufferRange(name string) (int, int, error) {
+	if err := d.usable("buffer_range"); err != nil {
+		return 0, 0, err
+	}
+	return d.bufferRange(name)
+}
+
+func (d *GlobalDomain) bufferRange(name string) (int, int, error) {
 	for i, b := range d.spec.Buffers {
 		if b.Name == name {
 			return d.offsets[i], b.NBytes, nil
@@ -65,8 +77,8 @@ func (d *GlobalDomain) BufferRange(name string) (int, int, error) {
 }
 
 // DeviceRanks is each domain rank's global device rank: its node's
-// explicit global_device_ranks, or its place among all nodes' devices in
-// node order.
+// explicit global_device_ranks, or else its place in node order among
+// the ranks no node gave explicitly (Worker.globalDeviceRanks).
 func (d *GlobalDomain) DeviceRanks() []int { return d.devRanks }
 
 // Topology is the canonical topology hash: "sha256:" over the profile,
@@ -75,8 +87,29 @@ func (d *GlobalDomain) DeviceRanks() []int { return d.devRanks }
 func (d *GlobalDomain) Topology() string { return d.topology }
 
 // Released and Freed report the handle's state.
-func (d *GlobalDomain) Released() bool { d.mu.Lock(); defer d.mu.Unlock(); return d.released }
+func (d *GlobalDomain) Released() bool { return d.released.Load() }
 func (d *GlobalDomain) Freed() bool    { d.mu.Lock(); defer d.mu.Unlock(); return d.freed }
+
+// usable refuses op on a released handle, as a released local domain
+// refuses indexing: nothing may be handed to new work once release() was
+// called, even before the fence frees the windows.
+func (d *GlobalDomain) usable(op string) error {
+	if d.Released() {
+		return Errorf(RuntimeError, "%s: global domain %q was released", op, d.spec.Name)
+	}
+	return nil
+}
+
+// Member is the (node, local worker) pair hosting domain rank r.
+func (d *GlobalDomain) Member(rank int) ([2]int, error) {
+	if err := d.usable("member"); err != nil {
+		return [2]int{}, err
+	}
+	if rank < 0 || rank >= len(d.spec.Members) {
+		return [2]int{}, Errorf(IndexError, "member: rank %d out of range (0..%d)", rank, len(d.spec.Members)-1)
+	}
+	return d.spec.Members[rank], nil
+}
 
 // validateGlobal checks a spec at the broker before anything is sent.
 func (w *Worker) validateGlobal(spec *GlobalSpec) ([]int, error) {
@@ -158,13 +191,12 @@ func (w *Worker) clusterIDLocked() uint64 {
 	return w.cluster
 }
 
-// assignTopology gives each member its global device rank, refuses two
-// members with the same one, and hashes the placement with the cluster id.
+// assignTopology gives each member its global device rank (see
+// globalDeviceRanks), refuses two members with the same one (two nodes
+// that give the same rank explicitly), and hashes the placement with the
+// cluster id.
 func (w *Worker) assignTopology(members [][2]int) ([]int, string, error) {
-	base := make([]int, len(w.children)) // each node's first rank in node order
-	for id := 1; id < len(w.children); id++ {
-		base[id] = base[id-1] + len(w.nodeSpec(id-1).DeviceIDs)
-	}
+	byNode := w.globalDeviceRanks()
 	ranks := make([]int, len(members))
 	owner := map[int]int{}
 	var e wire.Encoder
@@ -172,10 +204,7 @@ func (w *Worker) assignTopology(members [][2]int) ([]int, string, error) {
 	e.U64(w.clusterID())
 	e.U32(uint32(len(members)))
 	for r, m := range members {
-		ranks[r] = base[m[0]] + m[1]
-		if explicit := w.nodeSpec(m[0]).GlobalDeviceRanks; explicit != nil {
-			ranks[r] = explicit[m[1]]
-		}
+		ranks[r] = byNode[m[0]][m[1]]
 		if first, dup := owner[ranks[r]]; dup {
 			f := members[first]
 			return nil, "", Errorf(ValueError, "allocate_global_domain: members (%d, %d) and (%d, %d) both have global device rank %d (check global_device_ranks)", f[0], f[1], m[0], m[1], ranks[r])
@@ -187,6 +216,40 @@ func (w *Worker) assignTopology(members [][2]int) ([]int, string, error) {
 	}
 	sum := sha256.Sum256(e.Bytes())
 	return ranks, "sha256:" + hex.EncodeToString(sum[:]), nil
+}
+
+// globalDeviceRanks is the global device rank of every chip of every
+// node, by node and local worker. A node that gives global_device_ranks
+// keeps them; the chips of the others are numbered in node order with the
+// smallest ranks no explicit one takes (explicit [1] on node 0 and a
+// two-chip node 1 give node 1 [0, 2]). The placement is the cluster's, so
+// a chip's rank does not depend on which domain it is a member of; only
+// two explicit ranks can coincide, which assignTopology refuses for the
+// members of a domain.
+func (w *Worker) globalDeviceRanks() [][]int {
+	byNode := make([][]int, len(w.children))
+	taken := map[int]bool{}
+	for node := range w.children {
+		byNode[node] = w.nodeSpec(node).GlobalDeviceRanks
+		for _, r := range byNode[node] {
+			taken[r] = true
+		}
+	}
+	next := 0 // the next rank to try for an implicit chip
+	for node := range w.children {
+		if len(byNode[node]) != 0 {
+			continue
+		}
+		byNode[node] = make([]int, len(w.nodeSpec(node).DeviceIDs))
+		for local := range byNode[node] {
+			for taken[next] {
+				next++
+			}
+			byNode[node][local] = next
+			next++
+		}
+	}
+	return byNode
 }
 
 // nodeSpec is what the broker knows of node, in the form a remote node is
@@ -205,23 +268,21 @@ func (w *Worker) nodeSpec(node int) RemoteSpec {
 }
 
 // canHostRanks refuses a local child that cannot host global ranks: one
-// that is not a level-3 node, or whose chips are processes.
+// that is not a level-3 node. (A node whose chips are processes hosts
+// them in those processes: gnode.go.)
 func (w *Worker) canHostRanks(op string, node int) error {
 	if w.IsRemote(node) {
 		return nil
 	}
-	switch c := w.children[node].cfg; {
-	case c.Level != 3:
+	if c := w.children[node].cfg; c.Level != 3 {
 		return Errorf(ValueError, "%s: node %d is a level-%d worker; a global domain's members are chips of level-3 nodes", op, node, c.Level)
-	case c.Mode == "process":
-		return Errorf(ValueError, "%s: node %d runs its chips as processes (mode=\"process\"); a global domain maps its windows in the node's own process, so give that level-3 node mode=\"thread\" (the level-4 worker may still run it as a process)", op, node)
 	}
 	return nil
 }
 
-// AllocateGlobalDomain runs the transaction over the member nodes. On any
-// failure every prepared node is aborted and the first error returned; an
-// abort that fails poisons the worker.
+// AllocateGlobalDomain validates spec, reserves its name and runs the
+// transaction over the member nodes (transact). Every refusal comes
+// before any node is sent anything.
 func (o *Orchestrator) AllocateGlobalDomain(spec GlobalSpec) (*GlobalDomain, error) {
 	w := o.w
 	if w.cfg.Level < 4 {
@@ -235,17 +296,52 @@ func (o *Orchestrator) AllocateGlobalDomain(spec GlobalSpec) (*GlobalDomain, err
 	if err != nil {
 		return nil, err
 	}
-	// Allocation may follow submits in the same run (one per collective
-	// call): it touches no memory a running task uses.
-	w.mu.Lock()
-	if err := o.building("allocate_global_domain"); err != nil {
+	d, err := o.reserveGlobal(spec, offsets, devRanks, topology)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.transact(); err != nil {
+		w.mu.Lock()
+		delete(w.gdomains, d.id)
 		w.mu.Unlock()
 		return nil, err
 	}
-	w.globalSeq++
-	d := &GlobalDomain{w: w, run: o.run, spec: spec, id: w.globalSeq, gen: 1, offsets: offsets, devRanks: devRanks, topology: topology}
+	w.mu.Lock()
+	d.pending = false
+	o.run.globals = append(o.run.globals, d)
 	w.mu.Unlock()
+	return d, nil
+}
 
+// reserveGlobal makes the handle and reserves its name among the
+// worker's live global domains, before any node is sent anything: a name
+// may be reused once its domain is released. Allocation may follow submits
+// in the same run (one per collective call): it touches no memory a
+// running task uses.
+func (o *Orchestrator) reserveGlobal(spec GlobalSpec, offsets, devRanks []int, topology string) (*GlobalDomain, error) {
+	const op = "allocate_global_domain"
+	w := o.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := o.building(op); err != nil {
+		return nil, err
+	}
+	for _, live := range w.gdomains {
+		if live.spec.Name == spec.Name && !live.Released() {
+			return nil, Errorf(ValueError, "%s: a global domain named %q is already live (domain_id %d); release it first", op, spec.Name, live.id)
+		}
+	}
+	w.globalSeq++
+	d := &GlobalDomain{w: w, run: o.run, spec: spec, id: w.globalSeq, gen: 1, offsets: offsets, devRanks: devRanks, topology: topology, pending: true}
+	w.gdomains[d.id] = d
+	return d, nil
+}
+
+// transact runs the transaction over the member nodes (gtxn.go). On any
+// failure every prepared node is aborted and the first error returned; an
+// abort that fails poisons the worker.
+func (d *GlobalDomain) transact() error {
+	spec := d.spec
 	places := map[int][]GlobalPlace{}
 	ranks := map[int][]int{}
 	for r, m := range spec.Members {
@@ -261,16 +357,9 @@ func (o *Orchestrator) AllocateGlobalDomain(spec GlobalSpec) (*GlobalDomain, err
 		t.Done(s, descs, err)
 	}
 	if err := t.AbortErr(); err != nil {
-		w.Poison(Wrap(err, fmt.Sprintf("aborting global domain %q", spec.Name)))
+		d.w.Poison(Wrap(err, fmt.Sprintf("aborting global domain %q", spec.Name)))
 	}
-	if err := t.Err(); err != nil {
-		return nil, err
-	}
-	w.mu.Lock()
-	w.gdomains[d.id] = d
-	o.run.globals = append(o.run.globals, d)
-	w.mu.Unlock()
-	return d, nil
+	return t.Err()
 }
 
 // step sends one transaction command to a node.
@@ -351,7 +440,7 @@ func (d *GlobalDomain) Release() error {
 		d.mu.Unlock()
 		return nil
 	}
-	d.released = true
+	d.released.Store(true)
 	d.mu.Unlock()
 	w := d.w
 	w.mu.Lock()
@@ -386,10 +475,11 @@ func (d *GlobalDomain) free() error {
 		}
 	}
 	if first != nil {
-		d.released = false // retryable
+		d.released.Store(false) // retryable
 		return first
 	}
-	d.freed, d.released = true, true
+	d.freed = true
+	d.released.Store(true)
 	d.w.mu.Lock()
 	delete(d.w.gdomains, d.id)
 	d.w.mu.Unlock()
@@ -421,7 +511,9 @@ func (w *Worker) closeGlobalDomains() error {
 	w.mu.Lock()
 	ds := make([]*GlobalDomain, 0, len(w.gdomains))
 	for _, d := range w.gdomains {
-		ds = append(ds, d)
+		if !d.pending { // no transaction runs at close: runs have drained
+			ds = append(ds, d)
+		}
 	}
 	w.mu.Unlock()
 	var first error
@@ -438,6 +530,9 @@ func (w *Worker) GlobalDomainByID(id uint64) (*GlobalDomain, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	d, ok := w.gdomains[id]
+	if ok && d.pending {
+		return nil, false
+	}
 	return d, ok
 }
 
@@ -446,20 +541,21 @@ func (d *GlobalDomain) member(op string, rank int) (int, error) {
 	if rank < 0 || rank >= len(d.spec.Members) {
 		return 0, Errorf(IndexError, "%s: rank %d out of range (domain %q has ranks 0..%d)", op, rank, d.spec.Name, len(d.spec.Members)-1)
 	}
-	if d.Freed() {
-		return 0, Errorf(RuntimeError, "%s: global domain %q was released", op, d.spec.Name)
-	}
 	return d.spec.Members[rank][0], nil
 }
 
 // MaxGlobalCopy bounds one staging copy.
 const MaxGlobalCopy = 8 << 20
 
-// stagingRange checks [offset, offset+n) inside buffer (or the window).
+// stagingRange checks that the handle is not released and that
+// [offset, offset+n) lies inside buffer (or the window).
 func (d *GlobalDomain) stagingRange(op, buffer string, offset, n int) (int, error) {
+	if err := d.usable(op); err != nil {
+		return 0, err
+	}
 	base, limit := 0, d.spec.WindowSize
 	if buffer != "" {
-		o, size, err := d.BufferRange(buffer)
+		o, size, err := d.bufferRange(buffer)
 		if err != nil {
 			return 0, Wrap(err, op)
 		}

@@ -394,12 +394,29 @@ func TestGlobalDomainTopology(t *testing.T) {
 			t.Errorf("explicit ranks: %v", d.DeviceRanks())
 		}
 	}))
+	// The implicit ones skip every explicit rank, in node order.
 	w.children[1].cfg.GlobalDeviceRanks = []int{1, 5}
-	err := submitRun(t, w, func(o *Orchestrator) error { _, err := o.AllocateGlobalDomain(fourRanks(false)); return err })
-	if KindOf(err) != ValueError || !strings.Contains(err.Error(), "(0, 1) and (1, 0) both have global device rank 1") || nodeGlobals(w) != 0 {
-		t.Errorf("a shared global device rank: %v (%d node domains)", err, nodeGlobals(w))
-	}
+	mustRun(t, w, buildErr(func(o *Orchestrator) {
+		d := must(o.AllocateGlobalDomain(fourRanks(false)))
+		if !slices.Equal(d.DeviceRanks(), []int{0, 2, 1, 5}) {
+			t.Errorf("implicit node 0 beside explicit [1, 5]: %v, want [0 2 1 5]", d.DeviceRanks())
+		}
+	}))
 	w.children[1].cfg.GlobalDeviceRanks = nil
+	w.children[0].cfg.GlobalDeviceRanks = []int{5, 1}
+	mustRun(t, w, buildErr(func(o *Orchestrator) {
+		d := must(o.AllocateGlobalDomain(fourRanks(false)))
+		if !slices.Equal(d.DeviceRanks(), []int{5, 1, 0, 2}) {
+			t.Errorf("implicit node 1 after explicit [5, 1]: %v, want [5 1 0 2]", d.DeviceRanks())
+		}
+	}))
+	// Two members whose nodes give them one rank are refused, naming both.
+	w.children[1].cfg.GlobalDeviceRanks = []int{7, 1}
+	err := submitRun(t, w, func(o *Orchestrator) error { _, err := o.AllocateGlobalDomain(fourRanks(false)); return err })
+	if KindOf(err) != ValueError || !strings.Contains(err.Error(), "(0, 1) and (1, 1) both have global device rank 1") || nodeGlobals(w) != 0 {
+		t.Errorf("a shared explicit global device rank: %v (%d node domains)", err, nodeGlobals(w))
+	}
+	w.children[0].cfg.GlobalDeviceRanks, w.children[1].cfg.GlobalDeviceRanks = nil, nil
 
 	// COMM_INIT re-checks on the node what the broker assumed.
 	node := w.children[1]

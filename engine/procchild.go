@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,8 +51,9 @@ type child struct {
 	mu        sync.Mutex
 	callables map[string]Callable // by digest
 	attached  map[string]*shm.Segment
-	ranks     map[uint64]*comm.Rank // by allocation id
-	local     any                   // the task lane's binding state
+	ranks     map[uint64]*comm.Rank         // by allocation id
+	granks    map[grankKey]*comm.GlobalRank // global-domain ranks on this chip (opGlobalRank)
+	local     any                           // the task lane's binding state
 	chipCtx   ChipCtx
 	done      chan struct{}
 	// fence orders the lanes for Go's memory model: the parent never sends
@@ -74,7 +76,7 @@ func RunChild(name string, newResolver func(bundle []byte) (Resolver, error)) er
 	}
 	defer mb.seg.Close()
 	c := &child{mb: mb, ppid: os.Getppid(), callables: map[string]Callable{}, attached: map[string]*shm.Segment{},
-		ranks: map[uint64]*comm.Rank{}, done: make(chan struct{})}
+		ranks: map[uint64]*comm.Rank{}, granks: map[grankKey]*comm.GlobalRank{}, done: make(chan struct{})}
 	ctl := mb.lanes[laneControl]
 	req, live, err := ctl.next(c.parentGone)
 	if !live {
@@ -318,6 +320,8 @@ func (c *child) chipControl(r *ctlReq) ([]byte, error) {
 		return ok(nil), c.chip.CopyOut(host, r.ptr)
 	case opCommAlloc:
 		return c.commAlloc(r)
+	case opGlobalRank:
+		return c.globalRank(&r.grank)
 	case opCommRelease:
 		c.mu.Lock()
 		rank := c.ranks[r.ptr]
@@ -343,6 +347,73 @@ func (c *child) commAlloc(r *ctlReq) ([]byte, error) {
 	c.mu.Unlock()
 	reply := rankReply{deviceCtx: rank.DeviceCtx, windowBase: rank.WindowBase, windowSize: rank.WindowSize}
 	return ok(reply.encode), nil
+}
+
+// grankKey names a global-domain rank hosted by this chip.
+type grankKey struct {
+	id, gen uint64
+	rank    int
+}
+
+// globalRank runs one step of a global domain's rank on this chip: the
+// window is mapped into the chip here, in the chip's own process, as a
+// node in one process maps it into its chip (gnode.go).
+func (c *child) globalRank(g *globalRankReq) ([]byte, error) {
+	key := grankKey{g.req.DomainID, g.req.Generation, g.rank}
+	if g.step == grPrepare {
+		return c.globalPrepare(key, g)
+	}
+	c.mu.Lock()
+	r := c.granks[key]
+	if g.step == grRelease {
+		delete(c.granks, key)
+	}
+	c.mu.Unlock()
+	switch {
+	case r == nil && (g.step == grRelease || g.step == grInvalidate):
+		return ok(nil), nil // released already, or never prepared (an ABORT after a failed PREPARE)
+	case r == nil:
+		return nil, Errorf(KeyError, "global domain %d (generation %d) has no rank %d on this chip", key.id, key.gen, key.rank)
+	case g.step == grImport:
+		if err := r.Import(g.table); err != nil {
+			return nil, err
+		}
+		ctx := r.DeviceCtx()
+		return ok(func(e *wire.Encoder) { e.U64(ctx) }), nil
+	case g.step == grCommit:
+		return ok(nil), r.Commit()
+	case g.step == grInvalidate:
+		r.Invalidate()
+		return ok(nil), nil
+	}
+	return ok(nil), r.Release()
+}
+
+// globalPrepare makes the rank's window. Its names must stay under the
+// parent's prefix, so that the parent's leak check and its cleanup of a
+// dead child's names (comm.RemoveGlobalRank) both cover them.
+func (c *child) globalPrepare(key grankKey, g *globalRankReq) ([]byte, error) {
+	if !strings.HasPrefix(g.req.Prefix, c.prefix) {
+		return nil, Errorf(ValueError, "global domain %d: name prefix %q is not under this child's parent's %q", key.id, g.req.Prefix, c.prefix)
+	}
+	c.mu.Lock()
+	_, dup := c.granks[key]
+	c.mu.Unlock()
+	if dup {
+		return nil, Errorf(RuntimeError, "global domain %d (generation %d) rank %d is already prepared on this chip", key.id, key.gen, key.rank)
+	}
+	r, desc, err := comm.PrepareGlobal(g.req, g.rank, c.chip)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.granks[key] = r
+	c.mu.Unlock()
+	base := r.WindowBase()
+	return ok(func(e *wire.Encoder) {
+		e.Raw(comm.EncodeDescriptor(desc))
+		e.U64(base)
+	}), nil
 }
 
 // attach maps a parent's shared-memory object (once) and returns its
@@ -387,6 +458,10 @@ func (c *child) shutdown() {
 	for id, r := range c.ranks {
 		r.Release()
 		delete(c.ranks, id)
+	}
+	for key, r := range c.granks { // a parent that went away mid-domain
+		r.Release()
+		delete(c.granks, key)
 	}
 	if c.chip != nil {
 		c.chip.Close()

@@ -33,7 +33,8 @@ const (
 	opCommRelease
 	opShutdown
 	opRunOrch
-	opGlobal // a global-domain command (a wire.Control) for a level-3 node
+	opGlobal     // a global-domain command (a wire.Control) for a level-3 node
+	opGlobalRank // one step of one global-domain rank, for the chip process hosting it
 )
 
 // A reply starts with a status byte: 0 and the result, or 1 and an error
@@ -396,13 +397,14 @@ func decodeInit(b []byte) (*initMsg, error) {
 // not leave an allocation behind.
 type ctlReq struct {
 	op                   uint8
-	digest, module, name string       // opRegister
-	ptr                  uint64       // opFree, opCheck, copies: a device address; opCommRelease: an allocation id
-	size                 int          // opMalloc, opCheck, copies: bytes
-	ref                  hostRef      // copies: the host side
-	comm                 comm.Request // opCommAlloc (the child adds its Prefix)
-	rank                 int          // opCommAlloc
-	global               wire.Control // opGlobal
+	digest, module, name string        // opRegister
+	ptr                  uint64        // opFree, opCheck, copies: a device address; opCommRelease: an allocation id
+	size                 int           // opMalloc, opCheck, copies: bytes
+	ref                  hostRef       // copies: the host side
+	comm                 comm.Request  // opCommAlloc (the child adds its Prefix)
+	rank                 int           // opCommAlloc
+	global               wire.Control  // opGlobal
+	grank                globalRankReq // opGlobalRank
 }
 
 func (r *ctlReq) encode(e *wire.Encoder) {
@@ -433,6 +435,8 @@ func (r *ctlReq) encode(e *wire.Encoder) {
 		e.Int(r.rank)
 	case opGlobal:
 		r.global.Encode(e)
+	case opGlobalRank:
+		r.grank.encode(e)
 	}
 }
 
@@ -465,6 +469,8 @@ func decodeCtl(op uint8, d *wire.Decoder) (ctlReq, error) {
 			return r, Errorf(ValueError, "global-domain command: %v", err)
 		}
 		r.global = c
+	case opGlobalRank:
+		r.grank = decodeGlobalRankReq(d)
 	default:
 		return r, Errorf(RuntimeError, "unknown control op %d", op)
 	}
@@ -479,6 +485,78 @@ func decodeCtlReq(b []byte) (ctlReq, error) {
 		return ctlReq{}, err
 	}
 	return decodeCtl(op, d)
+}
+
+// The steps of opGlobalRank: a level-3 node whose chips are processes
+// runs each rank's part of a global domain (hal/comm's GlobalRank) in the
+// process of the rank's chip, where the chip's memory is.
+const (
+	grPrepare    uint8 = iota + 1 // → descriptor, window base
+	grImport                      // the table → device ctx
+	grCommit                      // → ()
+	grInvalidate                  // → ()
+	grRelease                     // → (); an unknown rank is already released
+)
+
+// globalRankReq is one opGlobalRank step. Every step names the rank by
+// domain id, generation and rank; PREPARE carries the rest of the request
+// (the node chooses the name prefix), IMPORT the rank-ordered table.
+type globalRankReq struct {
+	step  uint8
+	req   comm.GlobalRequest
+	rank  int
+	table []comm.Descriptor
+}
+
+func (g *globalRankReq) encode(e *wire.Encoder) {
+	e.U8(g.step)
+	e.U64(g.req.DomainID)
+	e.U64(g.req.Generation)
+	e.Int(g.rank)
+	switch g.step {
+	case grPrepare:
+		e.String(g.req.Prefix)
+		e.String(g.req.Name)
+		e.Int(g.req.Ranks)
+		e.Int(g.req.WindowSize)
+		e.I64(int64(g.req.Timeout))
+	case grImport:
+		e.U32(uint32(len(g.table)))
+		for _, desc := range g.table {
+			e.Raw(comm.EncodeDescriptor(desc))
+		}
+	}
+}
+
+// decodeGlobalRankReq reads what encode writes; a descriptor must decode
+// (comm.DecodeDescriptor is canonical), and the table is bounded before
+// anything is allocated for it.
+func decodeGlobalRankReq(d *wire.Decoder) globalRankReq {
+	g := globalRankReq{step: d.U8()}
+	g.req.DomainID, g.req.Generation = d.U64(), d.U64()
+	g.rank = d.Int(wire.MaxRanks - 1)
+	switch g.step {
+	case grPrepare:
+		g.req.Prefix, g.req.Name = d.String(), d.String()
+		g.req.Ranks, g.req.WindowSize = d.Int(wire.MaxRanks), d.Int(maxBytes)
+		g.req.Timeout = time.Duration(d.I64())
+	case grImport:
+		n := d.Count(wire.MaxRanks, comm.DescriptorSize)
+		for i := 0; i < n && d.Err() == nil; i++ {
+			desc, err := comm.DecodeDescriptor(d.Raw(comm.DescriptorSize))
+			if err != nil {
+				d.FailBounds("descriptor %d: %v", i, err)
+				break
+			}
+			g.table = append(g.table, desc)
+		}
+	case grCommit, grInvalidate, grRelease:
+	default:
+		if d.Err() == nil {
+			d.FailBounds("unknown global rank step %d", g.step)
+		}
+	}
+	return g
 }
 
 // rankReply is a child's answer to opCommAlloc.

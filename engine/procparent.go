@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"simpler/hal"
+	"simpler/hal/comm"
 	"simpler/hal/shm"
 	"simpler/internal/bounds"
 	"simpler/internal/fault"
@@ -296,4 +297,52 @@ func (c *procChip) commAlloc(req commRequest, rank int) (domainRank, error) {
 		return err
 	}
 	return r, nil
+}
+
+// globalRank runs one step of a global-domain rank in the chip's process
+// (child.globalRank) and returns the reply's result for the caller to
+// read. IMPORT may wait for rank 0's header up to the request's timeout,
+// so the child's own timeout answers first.
+func (c *procChip) globalRank(g globalRankReq) (*wire.Decoder, error) {
+	wait := DefaultStartupTimeout
+	if g.step == grImport {
+		wait = CommTimeout + 5*time.Second
+	}
+	r := ctlReq{op: opGlobalRank, grank: g}
+	return c.p.controlWithin(wait, r.encode) // a dead or silent child's error names it; the child's own name the rank
+}
+
+// prepareGlobal is PREPARE of one rank in the chip's process: the
+// descriptor it exports and the window's address in that chip.
+func (c *procChip) prepareGlobal(req comm.GlobalRequest, rank int) (comm.Descriptor, uint64, error) {
+	d, err := c.globalRank(globalRankReq{step: grPrepare, req: req, rank: rank})
+	if err != nil {
+		return comm.Descriptor{}, 0, err
+	}
+	desc, err := comm.DecodeDescriptor(d.Raw(comm.DescriptorSize))
+	base := d.U64()
+	if err == nil {
+		err = d.Finish()
+	}
+	return desc, base, err
+}
+
+// importGlobal is IMPORT of one rank in the chip's process; it returns
+// the rank's device CommContext there.
+func (c *procChip) importGlobal(key grankKey, table []comm.Descriptor) (uint64, error) {
+	d, err := c.globalRank(globalRankReq{step: grImport, req: comm.GlobalRequest{DomainID: key.id, Generation: key.gen}, rank: key.rank, table: table})
+	if err != nil {
+		return 0, err
+	}
+	ctx := d.U64()
+	return ctx, d.Finish()
+}
+
+// stepGlobal is a step with no result: COMMIT, INVALIDATE, RELEASE.
+func (c *procChip) stepGlobal(step uint8, key grankKey) error {
+	d, err := c.globalRank(globalRankReq{step: step, req: comm.GlobalRequest{DomainID: key.id, Generation: key.gen}, rank: key.rank})
+	if err != nil {
+		return err
+	}
+	return d.Finish()
 }

@@ -72,9 +72,8 @@ func (w *Worker) Submit(build func(o *Orchestrator) (any, error)) (*Run, error) 
 		o.scope = o.scope.parent
 	}
 	r.building = false
-	fenced, out := w.checkFence(r, nil)
+	fenced := w.checkFence(r)
 	w.mu.Unlock()
-	w.route(out)
 	if fenced {
 		w.finish(r)
 	}
@@ -167,33 +166,38 @@ func (r *Run) Tasks() int {
 }
 
 // checkFence reports, once, that the run's function has returned and all
-// its tasks have retired. Runs are ordered: a run's ready tasks dispatch
-// only while it is the first unfenced run of its Worker, so when the first
-// one fences, the next one's held tasks are released into out. Caller
-// holds w.mu.
-func (w *Worker) checkFence(r *Run, out []Assignment) (bool, []Assignment) {
+// its tasks have retired. Caller holds w.mu.
+func (w *Worker) checkFence(r *Run) bool {
 	if r.fenced || r.building || r.inflight > 0 {
-		return false, out
+		return false
 	}
 	r.fenced = true
+	return true
+}
+
+// retireRun takes a finished run out of the Worker's order. Runs are
+// ordered: a run's ready tasks dispatch only while it is the first run not
+// yet done, so when the first one is done, the next one's held tasks are
+// released. Caller holds w.mu.
+func (w *Worker) retireRun(r *Run, out []Assignment) []Assignment {
 	i := slices.Index(w.order, r)
 	w.order = slices.Delete(w.order, i, i+1)
-	if i == 0 && len(w.order) > 0 {
-		next := w.order[0]
-		for _, t := range next.held {
-			w.sched.Push(t)
-		}
-		next.held = nil
-		out = w.sched.Dispatch(out)
-		if w.waiters > 0 {
-			w.cond.Broadcast() // a submit of the new first run counts its window anew
-		}
+	if i != 0 || len(w.order) == 0 {
+		return out
 	}
-	return true, out
+	next := w.order[0]
+	for _, t := range next.held {
+		w.sched.Push(t)
+	}
+	next.held = nil
+	if w.waiters > 0 {
+		w.cond.Broadcast() // a submit of the new first run counts its window anew
+	}
+	return w.sched.Dispatch(out)
 }
 
 // head reports whether r is the run whose tasks may dispatch now: the
-// first of the Worker's runs not yet fenced. Caller holds w.mu.
+// first of the Worker's runs not yet done. Caller holds w.mu.
 func (w *Worker) head(r *Run) bool { return len(w.order) > 0 && w.order[0] == r }
 
 // finishesLocally reports whether finishing r needs no reply from a remote
@@ -237,8 +241,10 @@ func (w *Worker) finish(r *Run) {
 	w.mu.Lock()
 	delete(w.runs, r)
 	w.emit(Event{Kind: RunFenced, Run: r.id, Err: r.waitErr})
-	w.mu.Unlock()
 	close(r.done)
+	out := w.retireRun(r, nil)
+	w.mu.Unlock()
+	w.route(out)
 }
 
 // AddCleanup registers work to run after the run's fence.

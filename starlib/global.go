@@ -60,10 +60,11 @@ func (g *GlobalDomain) Attr(name string) (starlark.Value, error) {
 			if err := starlark.UnpackPositionalArgs("member", args, kw, 1, &r); err != nil {
 				return nil, err
 			}
-			if r < 0 || r >= len(spec.Members) {
-				return nil, errorf(engine.IndexError, "member: rank %d out of range (0..%d)", r, len(spec.Members)-1)
+			m, err := g.d.Member(r) // refused once released, like the buffer ranges and staging
+			if err != nil {
+				return nil, err
 			}
-			return starlark.Tuple{starlark.MakeInt(spec.Members[r][0]), starlark.MakeInt(spec.Members[r][1])}, nil
+			return starlark.Tuple{starlark.MakeInt(m[0]), starlark.MakeInt(m[1])}, nil
 		}), nil
 	case "buffer_range":
 		return starlark.NewBuiltin("buffer_range", func(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
