@@ -55,7 +55,7 @@ func (g *GlobalDomain) Attr(name string) (starlark.Value, error) {
 	case "freed":
 		return starlark.Bool(g.d.Freed()), nil
 	case "member":
-		return starlark.NewBuiltin("member", func(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+		return builtin("member", func(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
 			var r int
 			if err := starlark.UnpackPositionalArgs("member", args, kw, 1, &r); err != nil {
 				return nil, err
@@ -67,7 +67,7 @@ func (g *GlobalDomain) Attr(name string) (starlark.Value, error) {
 			return starlark.Tuple{starlark.MakeInt(m[0]), starlark.MakeInt(m[1])}, nil
 		}), nil
 	case "buffer_range":
-		return starlark.NewBuiltin("buffer_range", func(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+		return builtin("buffer_range", func(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
 			var buf string
 			if err := starlark.UnpackPositionalArgs("buffer_range", args, kw, 1, &buf); err != nil {
 				return nil, err
@@ -79,7 +79,7 @@ func (g *GlobalDomain) Attr(name string) (starlark.Value, error) {
 			return starlark.Tuple{starlark.MakeInt(off), starlark.MakeInt(n)}, nil
 		}), nil
 	case "release":
-		return starlark.NewBuiltin("release", func(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+		return builtin("release", func(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
 			if err := noArgs("release", args, kw); err != nil {
 				return nil, err
 			}
