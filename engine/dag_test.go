@@ -348,13 +348,13 @@ func TestBackPressure(t *testing.T) {
 	var maxInflight int
 	h := register(t, w, chipK("step", func(c *ChipCtx, a *TaskArgs) error {
 		order = append(order, a.Scalars[0])
-		maxInflight = max(maxInflight, locked(w, func() int { return w.inflight }))
+		maxInflight = max(maxInflight, locked(w, func() int { return w.core.inflight }))
 		return nil
 	}))
 	mustRun(t, w, buildErr(func(o *Orchestrator) {
 		for i := range uint64(50) {
 			must(o.SubmitNext(h, mkArgs(i), nil, 0))
-			if n := locked(w, func() int { return w.inflight }); n > 2 {
+			if n := locked(w, func() int { return w.core.inflight }); n > 2 {
 				t.Errorf("%d tasks in flight after submit %d", n, i)
 			}
 		}

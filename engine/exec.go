@@ -63,12 +63,14 @@ func (w *Worker) serve(ep *endpoint) {
 			w.emit(Event{Kind: TaskFinished, Run: a.Task.run.id, Task: a.Task.ID, Member: a.Member, Worker: w.workerName(a.Pool, a.Target), Callable: a.Task.handle.Name(), Err: err})
 		}
 		w.mu.Lock()
-		out = w.complete(a, err, out[:0])
-		fenced := w.checkFence(a.Task.run)
+		eff := Effects{Assign: out[:0]}
+		w.core.complete(a, err, &eff)
+		w.wake(eff)
 		w.mu.Unlock()
+		out = eff.Assign
 		w.route(out)
-		if fenced {
-			w.finish(a.Task.run)
+		if eff.Fenced != nil {
+			w.finish(eff.Fenced)
 		}
 	}
 }
@@ -117,14 +119,15 @@ func (w *Worker) remoteDone(a Assignment, err error) (after func()) {
 		w.emit(Event{Kind: TaskFinished, Run: t.run.id, Task: t.ID, Member: a.Member, Worker: w.workerName(a.Pool, a.Target), Callable: t.handle.Name(), Err: err})
 	}
 	w.mu.Lock()
-	out := w.complete(a, err, nil)
-	fenced := w.checkFence(t.run)
+	var eff Effects
+	w.core.complete(a, err, &eff)
+	w.wake(eff)
 	w.mu.Unlock()
-	w.route(out)
-	if !fenced {
+	w.route(eff.Assign)
+	r := eff.Fenced
+	if r == nil {
 		return nil
 	}
-	r := t.run
 	if w.finishesLocally(r) {
 		w.finish(r)
 		return nil
@@ -177,69 +180,11 @@ func (w *Worker) exec(ep *endpoint, a Assignment) (err error) {
 	}
 }
 
-// complete records one finished member; the last member retires the task.
-// Caller holds w.mu.
-func (w *Worker) complete(a Assignment, err error, out []Assignment) []Assignment {
-	t := a.Task
-	w.sched.Finish(a.Pool, a.Target)
-	if err != nil && t.err == nil {
-		t.err = taskError(t.ID, w.workerName(a.Pool, a.Target), t.handle.Name(), err)
-		t.root = true
-	}
-	t.remaining--
-	if t.remaining == 0 {
-		out = w.retire(t, out)
-	}
-	return w.sched.Dispatch(out)
-}
-
-// publish publishes a task whose producers have all retired: a poisoned one
-// retires at once without running; one of a run behind another waits for
-// it (checkFence releases it). Caller holds w.mu.
-func (w *Worker) publish(t *Task, out []Assignment) []Assignment {
-	if t.poison != nil {
-		t.err = t.poison
-		return w.retire(t, out)
-	}
-	if !w.head(t.run) {
-		t.run.held = append(t.run.held, t)
-		return out
-	}
-	w.sched.Push(t)
-	return w.sched.Dispatch(out)
-}
-
-// retire marks t done, releases what it held and publishes consumers that
-// became ready. Caller holds w.mu.
-func (w *Worker) retire(t *Task, out []Assignment) []Assignment {
-	t.done = true
-	r := t.run
-	if t.root && (r.firstErr == nil || t.ID < r.firstErr.ID) {
-		r.firstErr = t
-	}
-	for _, b := range t.heap {
-		w.heap.unref(b)
-	}
-	t.heap = nil
-	for _, b := range t.hostBufs {
-		b.refs--
-	}
-	t.hostBufs = nil
-	w.inflight--
-	r.inflight--
-	if w.waiters > 0 {
+// wake wakes the goroutines waiting on the task window, a drain or heap
+// space when a core step says something they wait for changed. Caller
+// holds w.mu.
+func (w *Worker) wake(eff Effects) {
+	if eff.Wake && w.waiters > 0 {
 		w.cond.Broadcast()
 	}
-	consumers := t.consumers
-	t.consumers = nil
-	for _, c := range consumers {
-		if t.err != nil && c.poison == nil {
-			c.poison = t.err
-		}
-		c.pending--
-		if c.pending == 0 {
-			out = w.publish(c, out)
-		}
-	}
-	return out
 }

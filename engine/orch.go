@@ -252,7 +252,7 @@ func (o *Orchestrator) submit(op string, h *Handle, job schedJob, argsList []*Ta
 		w.mu.Unlock()
 		return nil, err
 	}
-	for w.windowFull(o.run) {
+	for w.core.windowFull(o.run) {
 		w.wait()
 	}
 	t := &Task{run: o.run, handle: h, job: job, cfg: *cfg}
@@ -276,18 +276,15 @@ func (o *Orchestrator) submit(op string, h *Handle, job schedJob, argsList []*Ta
 	o.refHeap(t)
 	w.refHostBufs(t)
 	r.captureRemote(t)
-	w.inflight++
-	r.inflight++
 	if w.observer != nil {
 		w.emit(Event{Kind: TaskSubmitted, Run: r.id, Task: t.ID, Callable: h.Name(), Deps: t.deps})
 	}
-	out := o.dispatch[:0]
-	if t.pending == 0 {
-		out = w.publish(t, out)
-	}
-	o.dispatch = out[:0]
+	eff := Effects{Assign: o.dispatch[:0]}
+	w.core.add(t, &eff)
+	w.wake(eff)
+	o.dispatch = eff.Assign[:0]
 	w.mu.Unlock()
-	w.route(out)
+	w.route(eff.Assign)
 	return t, nil
 }
 
@@ -327,9 +324,7 @@ func (o *Orchestrator) heapAlloc(op string, n int) (*heapBlock, error) {
 			o.scope.blocks = append(o.scope.blocks, b)
 			return b, nil
 		}
-		// Only retiring tasks free space; the first run's own tasks are the
-		// only ones sure to retire before it does.
-		if w.inflight == 0 || w.head(o.run) && o.run.inflight == 0 {
+		if w.core.heapStuck(o.run) {
 			return nil, Errorf(RuntimeError, "%s: heap ring exhausted: %d bytes wanted, %d of heap_ring_size=%d held by live scopes", op, n, w.heap.used, w.heap.size)
 		}
 		w.wait()
@@ -423,17 +418,6 @@ func (o *Orchestrator) failedFast(op string) error {
 		return nil
 	}
 	return &Error{Kind: RuntimeError, Msg: fmt.Sprintf("%s: run %d has already failed, so nothing more is added to it: %v", op, r.id, r.firstErr.err), Cause: r.firstErr.err}
-}
-
-// windowFull reports whether r's next submit must wait for tasks to
-// retire. The first run counts only its own tasks: tasks of later runs are
-// held until it fences, so counting them could keep it from ever
-// finishing. Caller holds w.mu.
-func (w *Worker) windowFull(r *Run) bool {
-	if w.head(r) {
-		return r.inflight >= w.cfg.TaskWindow
-	}
-	return w.inflight >= w.cfg.TaskWindow
 }
 
 // wait blocks on the retire condition. Caller holds w.mu.

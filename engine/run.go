@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"slices"
 	"time"
 )
 
@@ -27,6 +26,7 @@ type Run struct {
 	retired  bool            // past the fence: a release frees at once
 	held     []*Task         // ready tasks waiting for the runs before this one
 	failSeen bool            // the orchestrator has seen a failure (drain): later submits are refused
+	observed bool            // the Worker has an observer: tasks keep their producers' ids
 	done     chan struct{}
 	waitErr  error // set before done is closed
 }
@@ -53,10 +53,10 @@ func (w *Worker) Submit(build func(o *Orchestrator) (any, error)) (*Run, error) 
 		return nil, Errorf(ValueError, "submit: a level-2 worker is one chip; use run(kernel, args)")
 	}
 	w.runSeq++
-	r := &Run{w: w, id: w.runSeq, spaces: map[spaceKey]*rangeMap{}, building: true, done: make(chan struct{})}
+	r := &Run{w: w, id: w.runSeq, spaces: map[spaceKey]*rangeMap{}, building: true, done: make(chan struct{}), observed: w.observer != nil}
 	r.root = &scope{}
 	w.runs[r] = struct{}{}
-	w.order = append(w.order, r)
+	w.core.begin(r)
 	w.mu.Unlock()
 
 	o := &Orchestrator{w: w, run: r, scope: r.root}
@@ -71,10 +71,10 @@ func (w *Worker) Submit(build func(o *Orchestrator) (any, error)) (*Run, error) 
 		o.scope.end(w.heap)
 		o.scope = o.scope.parent
 	}
-	r.building = false
-	fenced := w.checkFence(r)
+	var eff Effects
+	w.core.built(r, &eff)
 	w.mu.Unlock()
-	if fenced {
+	if eff.Fenced != nil {
 		w.finish(r)
 	}
 	if r.buildErr != nil {
@@ -165,41 +165,6 @@ func (r *Run) Tasks() int {
 	return r.tasks
 }
 
-// checkFence reports, once, that the run's function has returned and all
-// its tasks have retired. Caller holds w.mu.
-func (w *Worker) checkFence(r *Run) bool {
-	if r.fenced || r.building || r.inflight > 0 {
-		return false
-	}
-	r.fenced = true
-	return true
-}
-
-// retireRun takes a finished run out of the Worker's order. Runs are
-// ordered: a run's ready tasks dispatch only while it is the first run not
-// yet done, so when the first one is done, the next one's held tasks are
-// released. Caller holds w.mu.
-func (w *Worker) retireRun(r *Run, out []Assignment) []Assignment {
-	i := slices.Index(w.order, r)
-	w.order = slices.Delete(w.order, i, i+1)
-	if i != 0 || len(w.order) == 0 {
-		return out
-	}
-	next := w.order[0]
-	for _, t := range next.held {
-		w.sched.Push(t)
-	}
-	next.held = nil
-	if w.waiters > 0 {
-		w.cond.Broadcast() // a submit of the new first run counts its window anew
-	}
-	return w.sched.Dispatch(out)
-}
-
-// head reports whether r is the run whose tasks may dispatch now: the
-// first of the Worker's runs not yet done. Caller holds w.mu.
-func (w *Worker) head(r *Run) bool { return len(w.order) > 0 && w.order[0] == r }
-
 // finishesLocally reports whether finishing r needs no reply from a remote
 // node: no remote buffer to drop, no cleanup, no global domain to free.
 func (w *Worker) finishesLocally(r *Run) bool {
@@ -242,9 +207,11 @@ func (w *Worker) finish(r *Run) {
 	delete(w.runs, r)
 	w.emit(Event{Kind: RunFenced, Run: r.id, Err: r.waitErr})
 	close(r.done)
-	out := w.retireRun(r, nil)
+	var eff Effects
+	w.core.done(r, &eff)
+	w.wake(eff)
 	w.mu.Unlock()
-	w.route(out)
+	w.route(eff.Assign)
 }
 
 // AddCleanup registers work to run after the run's fence.

@@ -55,7 +55,7 @@ func taskError(id int, worker, callable string, err error) *TaskError {
 
 // dependOn adds producer p to t unless it is already there or finished.
 func (t *Task) dependOn(p *Task) {
-	if t.run.w.observer != nil && (len(t.deps) == 0 || t.deps[len(t.deps)-1] != p.ID) {
+	if t.run.observed && (len(t.deps) == 0 || t.deps[len(t.deps)-1] != p.ID) {
 		t.deps = append(t.deps, p.ID) // for traces: every producer, finished or not
 	}
 	if p.done {

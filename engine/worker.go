@@ -99,12 +99,11 @@ type Worker struct {
 	cluster      uint64 // this broker's cluster id (clusterID), drawn on first use
 	next         []*endpoint
 	subs         []*endpoint
-	sched        *Sched
+	sched        *Sched // the core's, kept for SetDepth and tests
+	core         *core  // runs, DAG, window, scheduler: the decision logic (core.go)
 	reg          registry
 	heap         *heapRing
-	inflight     int // tasks submitted and not retired, over all runs
 	runs         map[*Run]struct{}
-	order        []*Run // runs not yet fenced, in submit order: only the first dispatches
 	runSeq       uint64
 
 	namespace string             // unique per Worker in this process; scopes comm names
@@ -400,6 +399,7 @@ func (w *Worker) initLocked() error {
 		}
 	}
 	w.heap = newHeapRing(w.cfg.HeapRingSize)
+	w.core = newCore(w.sched, w.heap, w.cfg.TaskWindow, w.workerName)
 	w.state = stateReady
 	if w.cfg.Level >= 3 {
 		w.startEndpoints()

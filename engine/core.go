@@ -1,0 +1,174 @@
+package engine
+
+// core is the decision logic of a Worker's runs, as a value: the order of
+// the runs, each run's DAG (pending producers, poisoning, the first root
+// failure, the fence), the task window and the scheduler. It has no
+// goroutines, locks or I/O. Each step records in an Effects what follows
+// from it (assignments to start, waiters to wake, a run that fenced), and
+// the Worker applies that: it routes the assignments, broadcasts on its
+// condition, finishes the fenced run. The Worker calls every step under
+// its mutex; core_test.go steps a core directly.
+//
+// Runs are ordered: only the first run not yet done dispatches; ready
+// tasks of the runs behind it are held in their run and released, in
+// order, when it is done (its cleanups included).
+type core struct {
+	sched    *Sched
+	heap     *heapRing // blocks a task holds, released when it retires (nil: none)
+	window   int       // tasks in flight before a submit waits
+	order    []*Run    // runs not yet done, in submit order
+	inflight int       // tasks added and not retired, over all runs
+	// name names an endpoint the way a task's error shows it.
+	name func(p Pool, id int) string
+}
+
+// Effects is what one or more core steps ask of the Worker.
+type Effects struct {
+	Assign []Assignment // start these, in order
+	Wake   bool         // tasks retired or the first run changed: wake waiters
+	Fenced *Run         // this run reached its fence: finish it
+}
+
+func newCore(s *Sched, h *heapRing, window int, name func(Pool, int) string) *core {
+	return &core{sched: s, heap: h, window: window, name: name}
+}
+
+// begin enters a new run, last in the order.
+func (c *core) begin(r *Run) { c.order = append(c.order, r) }
+
+// head reports whether r is the run whose tasks may dispatch now.
+func (c *core) head(r *Run) bool { return len(c.order) > 0 && c.order[0] == r }
+
+// windowFull reports whether r's next submit must wait for tasks to
+// retire. The first run counts only its own tasks: tasks of later runs are
+// held until it is done, so counting them could keep it from finishing.
+func (c *core) windowFull(r *Run) bool {
+	if c.head(r) {
+		return r.inflight >= c.window
+	}
+	return c.inflight >= c.window
+}
+
+// heapStuck reports whether r waiting for heap space would wait for ever:
+// only retiring tasks free space, and the first run's own tasks are the
+// only ones sure to retire before it is done.
+func (c *core) heapStuck(r *Run) bool {
+	return c.inflight == 0 || c.head(r) && r.inflight == 0
+}
+
+// add counts a submitted task, already wired to its producers, and
+// publishes it if none is pending.
+func (c *core) add(t *Task, eff *Effects) {
+	c.inflight++
+	t.run.inflight++
+	if t.pending == 0 {
+		c.publish(t, eff)
+	}
+}
+
+// complete records one finished member of a task; the last retires it.
+func (c *core) complete(a Assignment, err error, eff *Effects) {
+	t := a.Task
+	c.sched.Finish(a.Pool, a.Target)
+	if err != nil && t.err == nil {
+		t.err = taskError(t.ID, c.name(a.Pool, a.Target), t.handle.Name(), err)
+		t.root = true
+	}
+	t.remaining--
+	if t.remaining == 0 {
+		c.retire(t, eff)
+	}
+	eff.Assign = c.sched.Dispatch(eff.Assign)
+	c.checkFence(t.run, eff)
+}
+
+// built records that r's orchestration function has returned.
+func (c *core) built(r *Run, eff *Effects) {
+	r.building = false
+	c.checkFence(r, eff)
+}
+
+// checkFence reports, once, that r's function has returned and every task
+// of it has retired.
+func (c *core) checkFence(r *Run, eff *Effects) {
+	if r.fenced || r.building || r.inflight > 0 {
+		return
+	}
+	r.fenced = true
+	eff.Fenced = r
+}
+
+// done takes a finished run (fenced and cleaned up) out of the order; if it
+// was the first, the next run's held tasks are released.
+func (c *core) done(r *Run, eff *Effects) {
+	i := -1
+	for k, x := range c.order {
+		if x == r {
+			i = k
+			break
+		}
+	}
+	if i < 0 {
+		return
+	}
+	c.order = append(c.order[:i], c.order[i+1:]...)
+	if i != 0 || len(c.order) == 0 {
+		return
+	}
+	next := c.order[0]
+	for _, t := range next.held {
+		c.sched.Push(t)
+	}
+	next.held = nil
+	eff.Wake = true // a submit of the new first run counts its window anew
+	eff.Assign = c.sched.Dispatch(eff.Assign)
+}
+
+// publish makes a task whose producers have all retired ready: a poisoned
+// one retires at once without running; one of a run behind another is
+// held until that run is done.
+func (c *core) publish(t *Task, eff *Effects) {
+	if t.poison != nil {
+		t.err = t.poison
+		c.retire(t, eff)
+		return
+	}
+	if !c.head(t.run) {
+		t.run.held = append(t.run.held, t)
+		return
+	}
+	c.sched.Push(t)
+	eff.Assign = c.sched.Dispatch(eff.Assign)
+}
+
+// retire marks t done, releases what it held, and publishes its consumers
+// that became ready, poisoning them if t failed.
+func (c *core) retire(t *Task, eff *Effects) {
+	t.done = true
+	r := t.run
+	if t.root && (r.firstErr == nil || t.ID < r.firstErr.ID) {
+		r.firstErr = t
+	}
+	for _, b := range t.heap {
+		c.heap.unref(b)
+	}
+	t.heap = nil
+	for _, b := range t.hostBufs {
+		b.refs--
+	}
+	t.hostBufs = nil
+	c.inflight--
+	r.inflight--
+	eff.Wake = true
+	consumers := t.consumers
+	t.consumers = nil
+	for _, k := range consumers {
+		if t.err != nil && k.poison == nil {
+			k.poison = t.err
+		}
+		k.pending--
+		if k.pending == 0 {
+			c.publish(k, eff)
+		}
+	}
+}

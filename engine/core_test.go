@@ -1,0 +1,177 @@
+package engine
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// The core stepped directly, in the style of sched_test.go: no Worker, no
+// goroutines, no I/O. Each step's Effects are checked.
+
+type coreT struct {
+	t  *testing.T
+	c  *core
+	id uint64
+}
+
+func newCoreT(t *testing.T, window int) *coreT {
+	name := func(p Pool, id int) string { return fmt.Sprintf("%s %d", p, id) }
+	return &coreT{t: t, c: newCore(NewSched(2, 1), nil, window, name)}
+}
+
+// run begins a run that is being built.
+func (ct *coreT) run() *Run {
+	ct.id++
+	r := &Run{id: ct.id, spaces: map[spaceKey]*rangeMap{}, building: true}
+	ct.c.begin(r)
+	return r
+}
+
+// task adds a single task of r on NEXT_LEVEL worker w, waiting on deps.
+func (ct *coreT) task(r *Run, w int, deps ...*Task) (*Task, Effects) {
+	r.tasks++
+	t := &Task{ID: r.tasks, run: r, handle: &Handle{Callable: newFn(fmt.Sprintf("k%d", r.tasks))}, job: schedJob{pool: NextLevel, worker: w}, remaining: 1}
+	for _, d := range deps {
+		t.dependOn(d)
+	}
+	var eff Effects
+	ct.c.add(t, &eff)
+	return t, eff
+}
+
+// finish completes the assignment of t with err.
+func (ct *coreT) finish(t *Task, err error) Effects {
+	var eff Effects
+	ct.c.complete(Assignment{Task: t, Pool: t.job.pool, Target: t.job.worker}, err, &eff)
+	return eff
+}
+
+func assigned(eff Effects) []int {
+	var ids []int
+	for _, a := range eff.Assign {
+		ids = append(ids, a.Task.ID)
+	}
+	return ids
+}
+
+func TestCoreSubmitCompleteFence(t *testing.T) {
+	ct := newCoreT(t, 16)
+	r := ct.run()
+	t1, eff := ct.task(r, 0)
+	if got := assigned(eff); !slices.Equal(got, []int{1}) {
+		t.Fatalf("a ready task: assigned %v", got)
+	}
+	t2, eff := ct.task(r, 1, t1)
+	if len(eff.Assign) != 0 || t2.pending != 1 {
+		t.Fatalf("a task waiting on task 1: assigned %v, pending %d", assigned(eff), t2.pending)
+	}
+	eff = ct.finish(t1, nil)
+	if got := assigned(eff); !slices.Equal(got, []int{2}) || !eff.Wake || eff.Fenced != nil {
+		t.Fatalf("task 1 done: assigned %v, wake %v, fenced %v", got, eff.Wake, eff.Fenced)
+	}
+	eff = ct.finish(t2, nil)
+	if eff.Fenced != nil {
+		t.Fatal("fenced while the orchestration function still runs")
+	}
+	var built Effects
+	ct.c.built(r, &built)
+	if built.Fenced != r || r.firstErr != nil || ct.c.inflight != 0 {
+		t.Fatalf("built: fenced %v, first error %v, in flight %d", built.Fenced, r.firstErr, ct.c.inflight)
+	}
+	var again Effects
+	ct.c.checkFence(r, &again)
+	if again.Fenced != nil {
+		t.Error("a run fenced twice")
+	}
+}
+
+// A failed task poisons its consumers, which retire without running; the
+// run's first error is the root failure with the lowest task id.
+func TestCorePoisonAndFirstError(t *testing.T) {
+	ct := newCoreT(t, 16)
+	r := ct.run()
+	t1, _ := ct.task(r, 0)
+	t2, _ := ct.task(r, 1)
+	t3, _ := ct.task(r, 0, t1)
+	t4, _ := ct.task(r, 1, t3)
+	ct.finish(t2, Errorf(ValueError, "second"))
+	eff := ct.finish(t1, Errorf(ValueError, "first"))
+	if len(eff.Assign) != 0 {
+		t.Errorf("a poisoned consumer was assigned: %v", assigned(eff))
+	}
+	if !t3.done || !t4.done || t3.root || t4.root {
+		t.Fatalf("consumers: done %v %v, root %v %v", t3.done, t4.done, t3.root, t4.root)
+	}
+	if !strings.Contains(t4.err.Error(), "first") || !strings.Contains(t4.err.Error(), `task 1 running "k1"`) {
+		t.Errorf("the poisoned task's error: %v", t4.err)
+	}
+	if r.firstErr != t1 {
+		t.Errorf("first error is task %d's, want task 1's (the lowest id)", r.firstErr.ID)
+	}
+	var eff2 Effects
+	ct.c.built(r, &eff2)
+	if eff2.Fenced != r {
+		t.Error("a run of retired tasks did not fence")
+	}
+}
+
+// Runs are ordered: a later run's ready tasks are held, even on an idle
+// worker, until the earlier run is done; its window counts all tasks.
+func TestCoreRunOrder(t *testing.T) {
+	ct := newCoreT(t, 2)
+	r1, r2 := ct.run(), ct.run()
+	a, _ := ct.task(r1, 0)
+	b, eff := ct.task(r2, 1)
+	if len(eff.Assign) != 0 || !slices.Contains(r2.held, b) {
+		t.Fatalf("run 2's task on idle worker 1: assigned %v, held %v", assigned(eff), r2.held)
+	}
+	if ct.c.windowFull(r1) || !ct.c.windowFull(r2) {
+		t.Errorf("window: the first run counts its own 1 task, the second all 2: full %v, %v", ct.c.windowFull(r1), ct.c.windowFull(r2))
+	}
+	ct.finish(a, nil)
+	var fence Effects
+	ct.c.built(r1, &fence)
+	if fence.Fenced != r1 {
+		t.Fatal("run 1 did not fence")
+	}
+	var done Effects
+	ct.c.done(r1, &done)
+	if got := assigned(done); !slices.Equal(got, []int{1}) || done.Assign[0].Task != b || !done.Wake || len(r2.held) != 0 {
+		t.Fatalf("run 1 done: assigned %v, wake %v, held %v", got, done.Wake, r2.held)
+	}
+	if !ct.c.head(r2) {
+		t.Error("run 2 is not first")
+	}
+}
+
+// A run that is done while not first (it had no tasks) leaves the order
+// without releasing anything.
+func TestCoreDoneOutOfOrder(t *testing.T) {
+	ct := newCoreT(t, 16)
+	r1, r2 := ct.run(), ct.run()
+	var eff Effects
+	ct.c.built(r2, &eff)
+	if eff.Fenced != r2 {
+		t.Fatal("an empty run did not fence")
+	}
+	ct.c.done(r2, &eff)
+	if !ct.c.head(r1) || len(ct.c.order) != 1 || len(eff.Assign) != 0 {
+		t.Errorf("order %v, assigned %v", ct.c.order, assigned(eff))
+	}
+}
+
+// Heap waiting is stuck only when nothing that will retire first is in
+// flight.
+func TestCoreHeapStuck(t *testing.T) {
+	ct := newCoreT(t, 16)
+	r1, r2 := ct.run(), ct.run()
+	if !ct.c.heapStuck(r1) {
+		t.Error("nothing in flight, yet not stuck")
+	}
+	ct.task(r2, 1)
+	if !ct.c.heapStuck(r1) || ct.c.heapStuck(r2) {
+		t.Errorf("only run 2's held task in flight: first run stuck %v, second %v", ct.c.heapStuck(r1), ct.c.heapStuck(r2))
+	}
+}
