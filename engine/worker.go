@@ -90,15 +90,16 @@ type Worker struct {
 	remoteSpecs []*RemoteSpec
 	remotes     []*rnode
 	// remoteFailed counts goroutines completing remote tasks that could
-	// not be sent (see sendRemote).
+	// not be sent (see remoteEndpoint.Start).
 	remoteFailed sync.WaitGroup
 	rbufs        map[*RemoteBuffer]struct{} // live handles, for close
 	globals      map[uint64]*nodeGlobal     // level 3: global domains this node hosts ranks of
 	gdomains     map[uint64]*GlobalDomain   // level 4+: global domains this worker brokered, live
 	globalSeq    uint64
 	cluster      uint64 // this broker's cluster id (clusterID), drawn on first use
-	next         []*endpoint
-	subs         []*endpoint
+	next         []Endpoint // NEXT_LEVEL slots, by id
+	subs         []Endpoint // SUB slots, by id
+	epWG         *sync.WaitGroup
 	sched        *Sched // the core's, kept for SetDepth and tests
 	core         *core  // runs, DAG, window, scheduler: the decision logic (core.go)
 	reg          registry

@@ -1,0 +1,215 @@
+package engine
+
+import (
+	"runtime/debug"
+	"sync"
+)
+
+// Endpoint runs the assignments of one NEXT_LEVEL or SUB slot of a Worker:
+// a chip, a child worker, a SUB worker, a remote node. The scheduler gives
+// it an assignment only when it has room for one (one at a time, or up to
+// its depth), so Start never blocks. Whatever the transport, an endpoint
+// reports every assignment it was given exactly once, to Worker.completed.
+type Endpoint interface {
+	Start(a Assignment)
+	// Stop ends the endpoint once nothing is in flight on it.
+	Stop()
+}
+
+// loopEndpoint runs assignments one after another on a goroutine of its
+// own: a thread-mode chip, child or SUB worker, or a process-mode one
+// whose goroutine waits on the child's mailbox. Its channel holds at most
+// one assignment, because the scheduler only assigns to an idle endpoint.
+type loopEndpoint struct {
+	w     *Worker
+	ch    chan Assignment
+	run   func(e *loopEndpoint, a Assignment) error
+	local any     // the binding's per-endpoint state (a Starlark thread)
+	chip  ChipCtx // reused by every kernel this endpoint runs
+	out   []Assignment
+	wg    *sync.WaitGroup
+}
+
+func (e *loopEndpoint) Start(a Assignment) { e.ch <- a }
+func (e *loopEndpoint) Stop()              { close(e.ch) }
+
+func (e *loopEndpoint) loop() {
+	defer e.wg.Done()
+	for a := range e.ch {
+		e.w.started(a)
+		err := e.runSafely(a)
+		if after := e.w.completed(a, err, &e.out); after != nil {
+			after()
+		}
+	}
+}
+
+// runSafely runs a, turning a panic into the task's failure.
+func (e *loopEndpoint) runSafely(a Assignment) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = Errorf(RuntimeError, "panic: %v\n%s", p, debug.Stack())
+		}
+	}()
+	return e.run(e, a)
+}
+
+// remoteEndpoint sends assignments to a remote node, up to its depth at
+// once; the node's reader reports them. Work that may need the node again
+// (finishing a fenced run) is not done on that reader.
+type remoteEndpoint struct {
+	w *Worker
+	n *rnode
+}
+
+func (e *remoteEndpoint) Start(a Assignment) {
+	e.w.started(a)
+	t := a.Task
+	err := e.n.start(t.handle, &t.args[a.Member], &t.cfg, func(err error) func() { return e.w.completed(a, err, nil) })
+	if err != nil { // not sent: report it off this goroutine, which may hold a caller's state
+		e.w.remoteFailed.Add(1)
+		go func() {
+			defer e.w.remoteFailed.Done()
+			if after := e.w.completed(a, err, nil); after != nil {
+				after()
+			}
+		}()
+	}
+}
+
+func (e *remoteEndpoint) Stop() {}
+
+// started records that a starts on its endpoint.
+func (w *Worker) started(a Assignment) {
+	if w.observer != nil {
+		t := a.Task
+		w.emit(Event{Kind: TaskStarted, Run: t.run.id, Task: t.ID, Member: a.Member, Worker: w.workerName(a.Pool, a.Target), Callable: t.handle.Name()})
+	}
+}
+
+// completed applies a finished assignment: the core's step, then what it
+// asks for. scratch, if not nil, is reused for the assignments that
+// follow. Finishing a run that fenced may need replies from remote nodes,
+// so when its cleanups are not all local it is returned, for the caller
+// to run where it may block.
+func (w *Worker) completed(a Assignment, err error, scratch *[]Assignment) (after func()) {
+	t := a.Task
+	if w.observer != nil {
+		w.emit(Event{Kind: TaskFinished, Run: t.run.id, Task: t.ID, Member: a.Member, Worker: w.workerName(a.Pool, a.Target), Callable: t.handle.Name(), Err: err})
+	}
+	var eff Effects
+	if scratch != nil {
+		eff.Assign = (*scratch)[:0]
+	}
+	w.mu.Lock()
+	w.core.complete(a, err, &eff)
+	w.wake(eff)
+	w.mu.Unlock()
+	if scratch != nil {
+		*scratch = eff.Assign
+	}
+	w.route(eff.Assign)
+	r := eff.Fenced
+	if r == nil {
+		return nil
+	}
+	if w.finishesLocally(r) {
+		w.finish(r)
+		return nil
+	}
+	return func() { w.finish(r) }
+}
+
+// route hands assignments to their endpoints.
+func (w *Worker) route(out []Assignment) {
+	for _, a := range out {
+		if a.Pool == Sub {
+			w.subs[a.Target].Start(a)
+		} else {
+			w.next[a.Target].Start(a)
+		}
+	}
+}
+
+// startEndpoints makes an endpoint for every NEXT_LEVEL and SUB slot, of
+// the kind the slot is: the transport decides how an assignment runs,
+// nothing after this does.
+func (w *Worker) startEndpoints() {
+	w.epWG = &sync.WaitGroup{}
+	for id := 0; id < w.nextCount(); id++ {
+		if w.IsRemote(id) {
+			w.next = append(w.next, &remoteEndpoint{w: w, n: w.remotes[id]})
+			continue
+		}
+		w.next = append(w.next, w.loop(w.nextRunner()))
+	}
+	for range w.cfg.NumSubWorkers {
+		w.subs = append(w.subs, w.loop(w.subRunner()))
+	}
+}
+
+// loop starts a loop endpoint running run.
+func (w *Worker) loop(run func(e *loopEndpoint, a Assignment) error) *loopEndpoint {
+	e := &loopEndpoint{w: w, ch: make(chan Assignment, 1), run: run, wg: w.epWG}
+	w.epWG.Add(1)
+	go e.loop()
+	return e
+}
+
+// nextRunner is how a local NEXT_LEVEL slot runs a task: in a chip's
+// process, in a level-3 node's process, on a child Worker of this
+// process, or as a kernel on a chip of this process.
+func (w *Worker) nextRunner() func(e *loopEndpoint, a Assignment) error {
+	switch {
+	case w.chipProcs != nil:
+		return func(e *loopEndpoint, a Assignment) error {
+			t := a.Task
+			return w.chipProcs[a.Target].run(opRunChip, t.handle, &t.args[a.Member], nil)
+		}
+	case w.nodeProcs != nil:
+		return func(e *loopEndpoint, a Assignment) error {
+			t := a.Task
+			return w.nodeProcs[a.Target].run(opRunOrch, t.handle, &t.args[a.Member], &t.cfg)
+		}
+	case w.cfg.Level >= 4:
+		return func(e *loopEndpoint, a Assignment) error {
+			t := a.Task
+			oc, args, cfg := t.handle.Callable.(OrchCallable), &t.args[a.Member], t.cfg
+			_, err := w.children[a.Target].Run(func(o *Orchestrator) (any, error) { return nil, oc.RunOrch(o, args, &cfg) })
+			return err
+		}
+	}
+	return func(e *loopEndpoint, a Assignment) error {
+		t := a.Task
+		e.chip = ChipCtx{WorkerID: a.Target, Chip: w.chips[a.Target], Local: &e.local}
+		return runKernel(&e.chip, t.handle.Callable.(ChipKernel), &t.args[a.Member])
+	}
+}
+
+// subRunner is how a SUB slot runs a task: in its process, or here.
+func (w *Worker) subRunner() func(e *loopEndpoint, a Assignment) error {
+	if w.subProcs != nil {
+		return func(e *loopEndpoint, a Assignment) error {
+			t := a.Task
+			return w.subProcs[a.Target].run(opRunSub, t.handle, &t.args[a.Member], nil)
+		}
+	}
+	return func(e *loopEndpoint, a Assignment) error {
+		t := a.Task
+		return t.handle.Callable.(SubCallable).RunSub(&SubCtx{WorkerID: a.Target, Local: &e.local}, &t.args[a.Member])
+	}
+}
+
+// stopEndpoints ends the endpoints; no task may be in flight.
+func (w *Worker) stopEndpoints() {
+	for _, ep := range w.next {
+		ep.Stop()
+	}
+	for _, ep := range w.subs {
+		ep.Stop()
+	}
+	if w.epWG != nil {
+		w.epWG.Wait()
+	}
+	w.next, w.subs = nil, nil
+}
