@@ -3,6 +3,8 @@ package engine
 import (
 	"runtime/debug"
 	"sync"
+
+	"simpler/wire"
 )
 
 // Endpoint runs the assignments of one NEXT_LEVEL or SUB slot of a Worker:
@@ -212,4 +214,45 @@ func (w *Worker) stopEndpoints() {
 		w.epWG.Wait()
 	}
 	w.next, w.subs = nil, nil
+}
+
+// Node is a level-3 node as its level-4 parent commands it (the global
+// domain transaction and staging): a remote session, a level-3 worker in a
+// child process, or one in this process. Every kind of node serves the
+// commands with the same code (Worker.globalCommand, on the node).
+type Node interface {
+	Command(c *wire.Control) (wire.ControlReply, error)
+}
+
+// localNode is a level-3 child Worker in this process.
+type localNode struct{ w *Worker }
+
+func (n localNode) Command(c *wire.Control) (wire.ControlReply, error) {
+	r := wire.ControlReply{Cmd: c.Cmd}
+	err := n.w.globalCommand(*c, &r)
+	return r, err
+}
+
+// procNode is a level-3 Worker in a child process, reached by mailbox.
+type procNode struct{ p *proc }
+
+func (n procNode) Command(c *wire.Control) (wire.ControlReply, error) { return n.p.global(c) }
+
+// remoteNode is a remote session, reached over its connection.
+type remoteNode struct {
+	w  *Worker
+	id int
+}
+
+func (n remoteNode) Command(c *wire.Control) (wire.ControlReply, error) { return n.w.remoteCmdReply(n.id, c) }
+
+// nodeOf is NEXT_LEVEL slot id as a Node (level 4 and up).
+func (w *Worker) nodeOf(id int) Node {
+	switch {
+	case w.IsRemote(id):
+		return remoteNode{w, id}
+	case w.nodeProcs != nil:
+		return procNode{w.nodeProcs[id]}
+	}
+	return localNode{w.children[id]}
 }

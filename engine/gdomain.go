@@ -414,15 +414,8 @@ func (d *GlobalDomain) nodeCmd(node int, c *wire.Control) (wire.ControlReply, er
 	start := time.Now()
 	var r wire.ControlReply
 	err := fault.Hit(globalFaultPoints[c.Cmd], node)
-	switch {
-	case err != nil:
-	case w.IsRemote(node):
-		r, err = w.remoteCmdReply(node, c)
-	case w.nodeProcs != nil:
-		r, err = w.nodeProcs[node].global(c)
-	default:
-		r = wire.ControlReply{Cmd: c.Cmd}
-		err = w.children[node].globalCommand(*c, &r)
+	if err == nil {
+		r, err = w.nodeOf(node).Command(c)
 	}
 	if w.observer != nil {
 		w.emit(Event{Kind: GlobalStep, Worker: w.workerName(NextLevel, node), Callable: c.Cmd.String(), Domain: d.spec.Name, AllocID: d.id, Dur: time.Since(start), Err: err})
