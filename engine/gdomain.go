@@ -44,12 +44,13 @@ type GlobalDomain struct {
 	devRanks []int
 	topology string
 
-	mu sync.Mutex // serialises free
+	mu sync.Mutex // guards freed, freeErr, freeing; never held across a node command
 	// released is atomic so that the name check (under w.mu) can read it
-	// without taking mu: free holds mu while it takes w.mu.
+	// without taking mu.
 	released atomic.Bool
 	freed    bool
 	freeErr  error
+	freeing  chan struct{} // a free is in progress; closed when it ends
 	pending  bool // under w.mu: the name is reserved, the transaction not done
 }
 
@@ -178,11 +179,6 @@ func profileServed(op string, node int, platform, profile string) error {
 func (w *Worker) clusterID() uint64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.clusterIDLocked()
-}
-
-// clusterIDLocked is clusterID for a caller holding w.mu.
-func (w *Worker) clusterIDLocked() uint64 {
 	for w.cluster == 0 {
 		var b [8]byte
 		rand.Read(b[:])
@@ -456,10 +452,41 @@ func (d *GlobalDomain) Release() error {
 // before its windows go.
 func (d *GlobalDomain) free() error {
 	d.mu.Lock()
-	defer d.mu.Unlock()
+	for d.freeing != nil { // one caller frees; the others wait for it
+		ch := d.freeing
+		d.mu.Unlock()
+		<-ch
+		d.mu.Lock()
+	}
 	if d.freed {
+		d.mu.Unlock()
 		return d.freeErr
 	}
+	d.freeing = make(chan struct{})
+	d.mu.Unlock()
+	first := d.releaseOnNodes()
+	d.mu.Lock()
+	if first != nil {
+		d.released.Store(false) // retryable
+	} else {
+		d.freed = true
+		d.released.Store(true)
+	}
+	close(d.freeing)
+	d.freeing = nil
+	d.mu.Unlock()
+	if first != nil {
+		return first
+	}
+	d.w.mu.Lock()
+	delete(d.w.gdomains, d.id)
+	d.w.mu.Unlock()
+	return nil
+}
+
+// releaseOnNodes sends RELEASE_DOMAIN to every node hosting ranks and
+// returns the first failure.
+func (d *GlobalDomain) releaseOnNodes() error {
 	var first error
 	for _, n := range d.nodes {
 		_, err := d.nodeCmd(n, &wire.Control{Cmd: wire.CmdReleaseDomain, Domain: wire.Domain{ID: d.id, Generation: d.gen}})
@@ -467,16 +494,7 @@ func (d *GlobalDomain) free() error {
 			first = Wrap(err, fmt.Sprintf("releasing global domain %q on node %d", d.spec.Name, n))
 		}
 	}
-	if first != nil {
-		d.released.Store(false) // retryable
-		return first
-	}
-	d.freed = true
-	d.released.Store(true)
-	d.w.mu.Lock()
-	delete(d.w.gdomains, d.id)
-	d.w.mu.Unlock()
-	return nil
+	return first
 }
 
 // freeGlobals runs at a run's fence: its global domains are released,

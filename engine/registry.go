@@ -41,34 +41,18 @@ type registry struct {
 // descendant. workers restricts the NEXT_LEVEL ids it may run on. A second
 // registration of the same callable adds a reference and returns the same
 // handle (its worker restriction must agree).
+//
+// The checks are made under w.mu; the fan-out to children, child processes
+// and remote nodes, which waits for their answers, under regMu alone; the
+// handle is entered under w.mu again.
 func (w *Worker) Register(c Callable, workers []int) (*Handle, error) {
+	w.regMu.Lock()
+	defer w.regMu.Unlock()
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	if err := w.usable("register"); err != nil {
-		return nil, err
-	}
-	if workers != nil && len(workers) == 0 {
-		// An empty list would allow no worker at all: a handle nothing can run.
-		return nil, Errorf(ValueError, "register: workers must be an explicit non-empty list, or None")
-	}
-	if workers != nil {
-		workers = append([]int(nil), workers...)
-		sort.Ints(workers)
-		for i, id := range workers {
-			if id < 0 || id >= w.nextCount() {
-				return nil, Errorf(ValueError, "register: worker %d out of range (this level-%d worker has NEXT_LEVEL ids 0..%d)", id, w.cfg.Level, w.nextCount()-1)
-			}
-			if i > 0 && workers[i-1] == id {
-				return nil, Errorf(ValueError, "register: worker %d listed twice", id)
-			}
-		}
-	}
-	if h, ok := w.reg.byDigest[c.Digest()]; ok {
-		if !sameInts(h.Workers, workers) {
-			return nil, Errorf(ValueError, "register: %q is already registered with workers=%v", c.Name(), h.Workers)
-		}
-		h.refs++
-		return h, nil
+	h, err := w.checkRegister(c, workers)
+	w.mu.Unlock()
+	if h != nil || err != nil {
+		return h, err
 	}
 	for _, child := range w.children {
 		if child == nil {
@@ -86,13 +70,61 @@ func (w *Worker) Register(c Callable, workers []int) (*Handle, error) {
 	if err := w.registerRemote(c); err != nil {
 		return nil, err
 	}
-	h := &Handle{Callable: c, Workers: workers, refs: 1, owner: w}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.usable("register"); err != nil {
+		return nil, err
+	}
+	h = &Handle{Callable: c, Workers: sortedCopy(workers), refs: 1, owner: w}
 	w.reg.byDigest[c.Digest()] = h
 	return h, nil
 }
 
+// checkRegister validates a registration and, for a callable registered
+// already, takes a reference and returns its handle. Caller holds w.mu.
+func (w *Worker) checkRegister(c Callable, workers []int) (*Handle, error) {
+	if err := w.usable("register"); err != nil {
+		return nil, err
+	}
+	if workers != nil && len(workers) == 0 {
+		// An empty list would allow no worker at all: a handle nothing can run.
+		return nil, Errorf(ValueError, "register: workers must be an explicit non-empty list, or None")
+	}
+	if workers != nil {
+		workers = sortedCopy(workers)
+		for i, id := range workers {
+			if id < 0 || id >= w.nextCount() {
+				return nil, Errorf(ValueError, "register: worker %d out of range (this level-%d worker has NEXT_LEVEL ids 0..%d)", id, w.cfg.Level, w.nextCount()-1)
+			}
+			if i > 0 && workers[i-1] == id {
+				return nil, Errorf(ValueError, "register: worker %d listed twice", id)
+			}
+		}
+	}
+	if h, ok := w.reg.byDigest[c.Digest()]; ok {
+		if !sameInts(h.Workers, workers) {
+			return nil, Errorf(ValueError, "register: %q is already registered with workers=%v", c.Name(), h.Workers)
+		}
+		h.refs++
+		return h, nil
+	}
+	return nil, nil
+}
+
+// sortedCopy is ids sorted, in a slice of its own (nil stays nil).
+func sortedCopy(ids []int) []int {
+	if ids == nil {
+		return nil
+	}
+	ids = append([]int(nil), ids...)
+	sort.Ints(ids)
+	return ids
+}
+
 // Unregister drops one reference to h; the last one removes it.
 func (w *Worker) Unregister(h *Handle) error {
+	w.regMu.Lock()
+	defer w.regMu.Unlock()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err := w.usable("unregister"); err != nil {

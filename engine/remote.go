@@ -46,13 +46,14 @@ func (w *Worker) IsRemote(id int) bool {
 }
 
 // dialRemotes connects every remote node in parallel under the start-up
-// deadline and ships the registry. Caller holds w.mu.
+// deadline and ships the registry. Caller holds w.regMu (not w.mu: this
+// waits on the network).
 func (w *Worker) dialRemotes() error {
 	if len(w.remoteSpecs) == 0 {
 		return nil
 	}
 	deadline := time.Now().Add(w.cfg.StartupTimeout)
-	parent := w.clusterIDLocked()
+	parent := w.clusterID()
 	w.remotes = make([]*rnode, len(w.remoteSpecs))
 	errs := make([]error, len(w.remoteSpecs))
 	var wg sync.WaitGroup

@@ -64,6 +64,7 @@ type lifecycle uint8
 
 const (
 	stateNew lifecycle = iota
+	stateStarting // Init is bringing the tree up, outside w.mu
 	stateReady
 	stateClosed
 )
@@ -72,6 +73,11 @@ const (
 type Worker struct {
 	cfg Config
 
+	// Lock order: regMu, then mu. regMu serialises what fans out to the
+	// tree and may wait on it (Init, Register, Unregister, Close), so that
+	// mu, which every submit and completion takes, is never held across a
+	// child process's or a remote node's answer.
+	regMu    sync.Mutex
 	mu       sync.Mutex
 	cond     *sync.Cond // signalled when tasks retire (back-pressure, drain)
 	waiters  int        // goroutines waiting on cond
@@ -369,28 +375,33 @@ func (w *Worker) AddWorker(child *Worker) (int, error) {
 // Init brings the worker and its subtree up.
 func (w *Worker) Init() error {
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.attached {
+	attached := w.attached
+	w.mu.Unlock()
+	if attached {
 		return Errorf(RuntimeError, "init: this worker is a child; its parent brings it up")
 	}
-	return w.initLocked()
+	return w.start()
 }
 
-func (w *Worker) initLocked() error {
-	switch w.state {
-	case stateReady:
-		return Errorf(RuntimeError, "init: worker is already initialised")
-	case stateClosed:
-		return Errorf(RuntimeError, "init: worker is closed")
-	}
-	if w.cfg.Level >= 4 && len(w.children) == 0 {
-		return Errorf(ValueError, "init: a level-%d worker needs at least one child (add_worker)", w.cfg.Level)
-	}
-	if err := w.cfg.Platform.Check(); err != nil {
+// start brings the worker's tree up: it checks under w.mu, does the slow
+// part (opening chips, starting processes, dialing nodes) under regMu
+// alone, and commits under w.mu again.
+func (w *Worker) start() error {
+	w.regMu.Lock()
+	defer w.regMu.Unlock()
+	w.mu.Lock()
+	if err := w.canStart(); err != nil {
+		w.mu.Unlock()
 		return err
 	}
-	if err := w.open(); err != nil {
+	w.state = stateStarting
+	w.mu.Unlock()
+	err := w.open()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err != nil {
 		w.teardown()
+		w.state = stateNew
 		return err
 	}
 	w.sched = NewSched(w.nextCount(), w.cfg.NumSubWorkers)
@@ -406,6 +417,22 @@ func (w *Worker) initLocked() error {
 		w.startEndpoints()
 	}
 	return nil
+}
+
+// canStart refuses Init in a state other than NEW. Caller holds w.mu.
+func (w *Worker) canStart() error {
+	switch w.state {
+	case stateStarting:
+		return Errorf(RuntimeError, "init: the worker is already being initialised")
+	case stateReady:
+		return Errorf(RuntimeError, "init: worker is already initialised")
+	case stateClosed:
+		return Errorf(RuntimeError, "init: worker is closed")
+	}
+	if w.cfg.Level >= 4 && len(w.children) == 0 {
+		return Errorf(ValueError, "init: a level-%d worker needs at least one child (add_worker)", w.cfg.Level)
+	}
+	return w.cfg.Platform.Check()
 }
 
 // open opens chips and brings children up; teardown undoes a partial open.
@@ -433,10 +460,7 @@ func (w *Worker) open() error {
 		if child == nil {
 			continue
 		}
-		child.mu.Lock()
-		err := child.initLocked()
-		child.mu.Unlock()
-		if err != nil {
+		if err := child.start(); err != nil {
 			return Wrap(err, fmt.Sprintf("child_worker %d", i))
 		}
 	}
@@ -494,8 +518,11 @@ func (w *Worker) ready(op string) error {
 	if err := w.usable(op); err != nil {
 		return err
 	}
-	if w.state == stateNew {
+	switch w.state {
+	case stateNew:
 		return Errorf(RuntimeError, "%s: worker is not initialised; call init() first", op)
+	case stateStarting:
+		return Errorf(RuntimeError, "%s: init() is still bringing the worker up", op)
 	}
 	return nil
 }
@@ -523,6 +550,8 @@ func (w *Worker) Close() error {
 }
 
 func (w *Worker) closeTree() error {
+	w.regMu.Lock()
+	defer w.regMu.Unlock()
 	w.mu.Lock()
 	if w.state == stateClosed {
 		w.mu.Unlock()
