@@ -244,7 +244,9 @@ type remoteNode struct {
 	id int
 }
 
-func (n remoteNode) Command(c *wire.Control) (wire.ControlReply, error) { return n.w.remoteCmdReply(n.id, c) }
+func (n remoteNode) Command(c *wire.Control) (wire.ControlReply, error) {
+	return n.w.remoteCmdReply(n.id, c)
+}
 
 // nodeOf is NEXT_LEVEL slot id as a Node (level 4 and up).
 func (w *Worker) nodeOf(id int) Node {

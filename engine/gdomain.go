@@ -51,7 +51,7 @@ type GlobalDomain struct {
 	freed    bool
 	freeErr  error
 	freeing  chan struct{} // a free is in progress; closed when it ends
-	pending  bool // under w.mu: the name is reserved, the transaction not done
+	pending  bool          // under w.mu: the name is reserved, the transaction not done
 }
 
 // ID is the domain id nodes know it by; Generation its attempt.

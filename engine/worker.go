@@ -63,8 +63,8 @@ const (
 type lifecycle uint8
 
 const (
-	stateNew lifecycle = iota
-	stateStarting // Init is bringing the tree up, outside w.mu
+	stateNew      lifecycle = iota
+	stateStarting           // Init is bringing the tree up, outside w.mu
 	stateReady
 	stateClosed
 )
@@ -102,7 +102,7 @@ type Worker struct {
 	globals      map[uint64]*nodeGlobal     // level 3: global domains this node hosts ranks of
 	gdomains     map[uint64]*GlobalDomain   // level 4+: global domains this worker brokered, live
 	globalSeq    uint64
-	cluster      uint64 // this broker's cluster id (clusterID), drawn on first use
+	cluster      uint64     // this broker's cluster id (clusterID), drawn on first use
 	next         []Endpoint // NEXT_LEVEL slots, by id
 	subs         []Endpoint // SUB slots, by id
 	epWG         *sync.WaitGroup
