@@ -59,6 +59,9 @@ func (c *core) heapStuck(r *Run) bool {
 // add counts a submitted task, already wired to its producers, and
 // publishes it if none is pending.
 func (c *core) add(t *Task, eff *Effects) {
+	if invariants {
+		defer c.checkInvariants()
+	}
 	c.inflight++
 	t.run.inflight++
 	if t.pending == 0 {
@@ -68,6 +71,9 @@ func (c *core) add(t *Task, eff *Effects) {
 
 // complete records one finished member of a task; the last retires it.
 func (c *core) complete(a Assignment, err error, eff *Effects) {
+	if invariants {
+		defer c.checkInvariants()
+	}
 	t := a.Task
 	c.sched.Finish(a.Pool, a.Target)
 	if err != nil && t.err == nil {
@@ -84,6 +90,9 @@ func (c *core) complete(a Assignment, err error, eff *Effects) {
 
 // built records that r's orchestration function has returned.
 func (c *core) built(r *Run, eff *Effects) {
+	if invariants {
+		defer c.checkInvariants()
+	}
 	r.building = false
 	c.checkFence(r, eff)
 }
@@ -101,6 +110,9 @@ func (c *core) checkFence(r *Run, eff *Effects) {
 // done takes a finished run (fenced and cleaned up) out of the order; if it
 // was the first, the next run's held tasks are released.
 func (c *core) done(r *Run, eff *Effects) {
+	if invariants {
+		defer c.checkInvariants()
+	}
 	i := -1
 	for k, x := range c.order {
 		if x == r {

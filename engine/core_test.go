@@ -175,3 +175,31 @@ func TestCoreHeapStuck(t *testing.T) {
 		t.Errorf("only run 2's held task in flight: first run stuck %v, second %v", ct.c.heapStuck(r1), ct.c.heapStuck(r2))
 	}
 }
+
+// The invariant check (on under -race and -tags invariants) catches the
+// bookkeeping drifting apart.
+func TestCoreInvariantsCatchDrift(t *testing.T) {
+	ct := newCoreT(t, 16)
+	r := ct.run()
+	ct.task(r, 0)
+	ct.c.checkInvariants() // consistent: no panic
+	for name, corrupt := range map[string]func(){
+		"in-flight count":  func() { ct.c.inflight++ },
+		"scheduler load":   func() { ct.c.sched.nextLoad[1] = 5 },
+		"SUB idle count":   func() { ct.c.sched.subIdle = 7 },
+		"held by the head": func() { r.held = append(r.held, &Task{ID: 9, run: r}) },
+	} {
+		saved := *ct.c.sched
+		savedInflight, savedHeld := ct.c.inflight, r.held
+		corrupt()
+		func() {
+			defer func() {
+				if p := recover(); p == nil || !strings.Contains(fmt.Sprint(p), "engine invariant broken") {
+					t.Errorf("%s: check did not panic (%v)", name, p)
+				}
+			}()
+			ct.c.checkInvariants()
+		}()
+		*ct.c.sched, ct.c.inflight, r.held = saved, savedInflight, savedHeld
+	}
+}

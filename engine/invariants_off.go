@@ -1,0 +1,6 @@
+//go:build !invariants && !race
+
+package engine
+
+// invariants is off in ordinary builds (see invariants_on.go).
+const invariants = false
