@@ -166,7 +166,7 @@ func (r *Run) wire(t *Task) {
 		}
 		for i, ten := range a.Tensors {
 			tag := a.Tags[i]
-			if ten.Inline != nil || !tag.reads() && !tag.writes() {
+			if ten.Inline != nil || !tag.Reads() && !tag.Writes() {
 				continue // carried in the frame, or NO_DEP: no memory to order on
 			}
 			k, lo := spaceKey{space: -1}, ten.Addr
@@ -182,7 +182,7 @@ func (r *Run) wire(t *Task) {
 			// an empty tensor still serves as a dependency token.
 			n, _ := tensorBytes(ten)
 			hi := lo + uint64(max(n, 1))
-			r.space(k).access(t, lo, hi, tag.reads(), tag.writes())
+			r.space(k).access(t, lo, hi, tag.Reads(), tag.Writes())
 		}
 	}
 }

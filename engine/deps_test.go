@@ -110,7 +110,7 @@ func TestRangeDependenciesModel(t *testing.T) {
 			off, n := rng.Intn(16)*4, 1+rng.Intn(6)
 			tag := []Tag{Input, Output, InOut, OutputExisting}[rng.Intn(4)]
 			d.add(view(off, n), tag)
-			accs = append(accs, acc{off, off + 4*n, tag.writes()})
+			accs = append(accs, acc{off, off + 4*n, tag.Writes()})
 		}
 		conflict := func(a, b acc) bool { return a.lo < b.hi && b.lo < a.hi && (a.write || b.write) }
 		for i, tk := range d.tasks {

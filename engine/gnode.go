@@ -7,7 +7,6 @@ import (
 	"sync"
 
 	"simpler/hal/comm"
-	"simpler/hal/dtype"
 	"simpler/hal/shm"
 	"simpler/internal/bounds"
 	"simpler/internal/fault"
@@ -231,62 +230,70 @@ func (w *Worker) closeGlobals() {
 	}
 }
 
-// The byte forms a remote node gets: PREPARE carries the domain's name and
-// buffers beside the ranks, and descriptor tables travel as concatenated
-// fixed-size descriptors.
+// The tables a node gets from the broker are wire's (wire/global.go):
+// PREPARE carries the domain's name and buffers (wire.PrepareExtra),
+// PREPARE's reply and IMPORT_TABLE descriptor tables
+// (wire.DescriptorTable), COMM_INIT the topology (wire.Topology). These
+// convert between them and the engine's values; a descriptor itself is
+// hal/comm's layout, which comm encodes and decodes.
 
+// A wire.Descriptor is the bytes of a comm.Descriptor: the sizes agree, or
+// this constant overflows and the package does not build.
+const _ = uint(comm.DescriptorSize-wire.DescriptorSize) + uint(wire.DescriptorSize-comm.DescriptorSize)
+
+// encodePrepareExtra is PREPARE's table for a domain of that name and
+// those buffers.
 func encodePrepareExtra(name string, buffers []BufferSpec) []byte {
-	var e wire.Encoder
-	e.String(name)
-	e.U32(uint32(len(buffers)))
+	p := wire.PrepareExtra{Name: name}
 	for _, b := range buffers {
-		e.String(b.Name)
-		e.U8(uint8(b.DType))
-		e.Int(b.Count)
-		e.Int(b.NBytes)
+		p.Buffers = append(p.Buffers, wire.BufferSpec(b))
 	}
-	return e.Bytes()
+	return wire.Payload(&p)
 }
 
-// minBufferSpec is the fewest bytes an encoded BufferSpec takes: an empty
-// name, the dtype, the count and the bytes.
-const minBufferSpec = 4 + 1 + 8 + 8
-
-func decodePrepareExtra(b []byte) (string, []BufferSpec, error) {
-	d := wire.NewDecoder(b)
-	name := d.String()
-	n := d.Count(4096, minBufferSpec)
-	var bufs []BufferSpec
-	for i := 0; i < n && d.Err() == nil; i++ {
-		bufs = append(bufs, BufferSpec{Name: d.String(), DType: dtype.DType(d.U8()), Count: d.Int(1 << 40), NBytes: d.Int(1 << 40)})
-	}
-	return name, bufs, d.Finish()
+// wireDescriptor is d in hal/comm's layout.
+func wireDescriptor(d comm.Descriptor) (w wire.Descriptor) {
+	copy(w[:], comm.EncodeDescriptor(d))
+	return w
 }
 
-func encodeDescs(ds []comm.Descriptor) []byte {
-	var out []byte
+// wireDescriptors is ds as a table, in their order.
+func wireDescriptors(ds []comm.Descriptor) wire.DescriptorTable {
+	var t wire.DescriptorTable
 	for _, d := range ds {
-		out = append(out, comm.EncodeDescriptor(d)...)
+		t.Descriptors = append(t.Descriptors, wireDescriptor(d))
 	}
-	return out
+	return t
 }
 
-func decodeDescs(b []byte) ([]comm.Descriptor, error) {
-	if len(b)%comm.DescriptorSize != 0 {
-		return nil, Errorf(ValueError, "a descriptor table of %d bytes is not whole descriptors", len(b))
-	}
-	if n := len(b) / comm.DescriptorSize; n > wire.MaxRanks {
-		return nil, Errorf(ValueError, "a descriptor table of %d descriptors exceeds the bound %d", n, wire.MaxRanks)
-	}
+// commDescriptors decodes every descriptor of a table (comm's decoder is
+// canonical, so a table that decodes re-encodes to the same bytes).
+func commDescriptors(t wire.DescriptorTable) ([]comm.Descriptor, error) {
 	var ds []comm.Descriptor
-	for off := 0; off < len(b); off += comm.DescriptorSize {
-		d, err := comm.DecodeDescriptor(b[off : off+comm.DescriptorSize])
+	for i := range t.Descriptors {
+		d, err := comm.DecodeDescriptor(t.Descriptors[i][:])
 		if err != nil {
-			return nil, err
+			return nil, Wrap(err, fmt.Sprintf("descriptor %d", i))
 		}
 		ds = append(ds, d)
 	}
 	return ds, nil
+}
+
+// encodeDescs is the bytes of a descriptor table: PREPARE's reply,
+// IMPORT_TABLE's table.
+func encodeDescs(ds []comm.Descriptor) []byte {
+	t := wireDescriptors(ds)
+	return wire.Payload(&t)
+}
+
+// decodeDescs reads the descriptors of a table's bytes.
+func decodeDescs(b []byte) ([]comm.Descriptor, error) {
+	t, err := wire.DecodeDescriptorTable(b)
+	if err != nil {
+		return nil, Errorf(ValueError, "%w", err) // errors.Is still sees the wire error's class
+	}
+	return commDescriptors(t)
 }
 
 // globalFaultPoints names the fault point of each global-domain command;
@@ -310,11 +317,14 @@ func (w *Worker) globalCommand(c wire.Control, r *wire.ControlReply) error {
 		}
 		return w.initComm()
 	case wire.CmdPrepare:
-		name, bufs, err := decodePrepareExtra(dm.Table)
+		extra, err := wire.DecodePrepareExtra(dm.Table)
 		if err != nil {
 			return err
 		}
-		req := nodeGlobalReq{ID: dm.ID, Gen: dm.Generation, Name: name, Size: dm.Size, WindowSize: int(dm.WindowSize), Buffers: bufs}
+		req := nodeGlobalReq{ID: dm.ID, Gen: dm.Generation, Name: extra.Name, Size: dm.Size, WindowSize: int(dm.WindowSize)}
+		for _, b := range extra.Buffers {
+			req.Buffers = append(req.Buffers, BufferSpec(b))
+		}
 		for _, rk := range dm.Ranks {
 			req.Places = append(req.Places, GlobalPlace{Rank: int(rk.Rank), Local: int(rk.Worker)})
 		}
@@ -346,27 +356,26 @@ type nodeTopology struct {
 	DeviceRanks     []int
 }
 
+// encode is t as COMM_INIT's table (wire.Topology).
 func (t nodeTopology) encode() []byte {
-	var e wire.Encoder
-	e.U64(t.Cluster)
-	e.U32(uint32(t.NodeRank))
-	e.U32(uint32(t.Nodes))
-	e.String(t.Hash)
-	e.U32(uint32(len(t.DeviceRanks)))
+	w := wire.Topology{Cluster: t.Cluster, NodeRank: uint32(t.NodeRank), Nodes: uint32(t.Nodes), Hash: t.Hash}
 	for _, r := range t.DeviceRanks {
-		e.U32(uint32(r))
+		w.DeviceRanks = append(w.DeviceRanks, uint32(r))
 	}
-	return e.Bytes()
+	return wire.Payload(&w)
 }
 
+// decodeTopology reads COMM_INIT's table.
 func decodeTopology(b []byte) (nodeTopology, error) {
-	d := wire.NewDecoder(b)
-	t := nodeTopology{Cluster: d.U64(), NodeRank: int(d.U32()), Nodes: int(d.U32()), Hash: d.String()}
-	n := d.Count(wire.MaxRanks, 4)
-	for i := 0; i < n && d.Err() == nil; i++ {
-		t.DeviceRanks = append(t.DeviceRanks, int(d.U32()))
+	w, err := wire.DecodeTopology(b)
+	if err != nil {
+		return nodeTopology{}, err
 	}
-	return t, d.Finish()
+	t := nodeTopology{Cluster: w.Cluster, NodeRank: int(w.NodeRank), Nodes: int(w.Nodes), Hash: w.Hash}
+	for _, r := range w.DeviceRanks {
+		t.DeviceRanks = append(t.DeviceRanks, int(r))
+	}
+	return t, nil
 }
 
 // checkTopology is COMM_INIT's re-check of what the broker assumed of this

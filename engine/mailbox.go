@@ -3,7 +3,6 @@ package engine
 import (
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -95,7 +94,7 @@ func openMailbox(name string) (*mailbox, error) {
 	}
 	if err := checkMailboxHeader(seg.Mem); err != nil {
 		seg.Close()
-		return nil, fmt.Errorf("RuntimeError: mailbox %s has %v", name, err)
+		return nil, Errorf(RuntimeError, "mailbox %s has %v", name, err)
 	}
 	return layoutMailbox(seg), nil
 }

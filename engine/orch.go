@@ -492,7 +492,7 @@ func checkRemoteTensor(op string, i int, t Tensor, tag Tag, worker int, remote b
 			return Errorf(ValueError, "%s: tensor %d carries %d inline bytes for %d", op, i, len(t.Inline), t.NBytes())
 		}
 		return nil
-	case t.Remote == nil && tag.writes() && t.Addr == 0:
+	case t.Remote == nil && tag.Writes() && t.Addr == 0:
 		return Errorf(ValueError, "%s: tensor %d: a remote OUTPUT needs a RemoteTensorRef (remote_malloc the output first)", op, i)
 	case t.Remote == nil:
 		return Errorf(ValueError, "%s: tensor %d is a host tensor; remote worker %d takes RemoteTensorRef tensors (remote_malloc + remote_copy_to, or RemoteTensorRef.host_inline)", op, i, worker)
@@ -505,8 +505,8 @@ func checkRemoteTensor(op string, i int, t Tensor, tag Tag, worker int, remote b
 		return Errorf(ValueError, "%s: tensor %d's buffer is usable on worker %d, not worker %d (remote_import it there)", op, i, b.Worker, worker)
 	case t.Remote.Offset < 0 || t.Remote.Offset+t.NBytes() > b.NBytes:
 		return Errorf(ValueError, "%s: tensor %d (%d bytes at offset %d) overruns its %d-byte buffer", op, i, t.NBytes(), t.Remote.Offset, b.NBytes)
-	case tag.needs()&^b.Access != 0:
-		return Errorf(ValueError, "%s: tensor %d is %s, which needs %s access; the handle has %s", op, i, tag, tag.needs(), b.Access)
+	case tag.Needs()&^b.Access != 0:
+		return Errorf(ValueError, "%s: tensor %d is %s, which needs %s access; the handle has %s", op, i, tag, tag.Needs(), b.Access)
 	}
 	return nil
 }

@@ -30,11 +30,23 @@ type Locatable interface {
 	Module() string
 }
 
-// Child roles.
+// Child roles, wire's.
 const (
-	roleChip uint8 = 1
-	roleSub  uint8 = 2
-	roleNode uint8 = 3 // a level-3 worker with its own chips and SUB workers
+	roleChip = wire.RoleChip
+	roleSub  = wire.RoleSub
+	roleNode = wire.RoleNode // a level-3 worker with its own chips and SUB workers
+)
+
+// The steps of opGlobalRank, wire's: a level-3 node whose chips are
+// processes runs each rank's part of a global domain (hal/comm's
+// GlobalRank) in the process of the rank's chip, where the chip's memory
+// is.
+const (
+	grPrepare    = wire.RankPrepare    // → descriptor, window base
+	grImport     = wire.RankImport     // the table → device ctx
+	grCommit     = wire.RankCommit     // → ()
+	grInvalidate = wire.RankInvalidate // → ()
+	grRelease    = wire.RankRelease    // → (); an unknown rank is already released
 )
 
 // child is the state of a chip or SUB worker process.
@@ -144,20 +156,25 @@ func (c *child) parentGone() bool {
 	return false
 }
 
+// init takes up the role the parent's first request gives, all of which
+// decodes before any of it is acted on.
 func (c *child) init(req []byte, newResolver func([]byte) (Resolver, error)) error {
-	m, err := decodeInit(req)
+	m, err := wire.DecodeMailboxInit(req)
 	if err != nil {
 		return err
 	}
-	c.role, c.workerID, c.prefix = m.role, m.workerID, m.prefix
+	c.role, c.workerID, c.prefix = m.Role, m.WorkerID, m.Prefix
 	switch c.role {
 	case roleChip:
-		if c.chip, err = openChip(m.platform, m.device); err != nil {
+		if c.chip, err = openChip(m.Platform, m.Device); err != nil {
 			return err
 		}
 	case roleNode:
-		cfg := m.cfg
-		cfg.Launcher = &m.launcher
+		cfg, err := configOf(m.Node)
+		if err != nil {
+			return err
+		}
+		cfg.Launcher = &Launcher{Path: m.Path, Args: m.Args, Bundle: m.Bundle}
 		if c.node, err = NewWorker(cfg); err != nil {
 			return err
 		}
@@ -167,7 +184,7 @@ func (c *child) init(req []byte, newResolver func([]byte) (Resolver, error)) err
 			return err
 		}
 	}
-	c.resolver, err = newResolver(m.launcher.Bundle)
+	c.resolver, err = newResolver(m.Bundle)
 	return err
 }
 
@@ -180,28 +197,27 @@ func openChip(platform string, device int) (hal.Chip, error) {
 }
 
 // serve answers requests on one lane until shutdown or the parent goes.
-func (c *child) serve(l *lane, handle func(op uint8, d *wire.Decoder) ([]byte, error)) {
+// handle decodes the whole request before it acts on any of it.
+func (c *child) serve(l *lane, handle func(req []byte) ([]byte, error)) {
 	for {
 		req, live, err := l.next(c.parentGone)
 		if !live {
 			return
 		}
+		// Read before the reply: once it is sent, the parent may write its
+		// next request over this one.
+		shutdown := len(req) > 0 && req[0] == opShutdown
 		c.fence.Load()
-		d := wire.NewDecoder(req)
-		op := d.U8()
 		var resp []byte
 		if err == nil {
-			resp, err = handle(op, d)
+			resp, err = handle(req)
 		}
 		c.fence.Add(1)
-		if err == nil {
-			err = d.Finish()
-		}
 		if err != nil {
 			resp = encodeError(err)
 		}
 		l.reply(resp)
-		if op == opShutdown {
+		if shutdown {
 			c.stop()
 			return
 		}
@@ -217,17 +233,22 @@ func ok(build func(e *wire.Encoder)) []byte {
 	return e.Bytes()
 }
 
-// task runs kernels and SUB callables.
-func (c *child) task(op uint8, d *wire.Decoder) ([]byte, error) {
-	r, err := decodeTask(op, d, c.attach)
+// task runs kernels, SUB callables and a node's orchestration functions.
+func (c *child) task(req []byte) ([]byte, error) {
+	m, err := wire.DecodeMailboxTask(req)
 	if err != nil {
 		return nil, err
 	}
+	args, err := taskArgs(&m, c.attach)
+	if err != nil {
+		return nil, err
+	}
+	cfg, op := CallConfig(m.Config), m.Op
 	c.mu.Lock()
-	fn := c.callables[r.digest]
+	fn := c.callables[m.Digest]
 	c.mu.Unlock()
 	if fn == nil {
-		return nil, Errorf(RuntimeError, "callable %s is not registered in this child", r.digest)
+		return nil, Errorf(RuntimeError, "callable %s is not registered in this child", m.Digest)
 	}
 	switch {
 	case op == opRunChip && c.role == roleChip:
@@ -236,19 +257,19 @@ func (c *child) task(op uint8, d *wire.Decoder) ([]byte, error) {
 			return nil, Errorf(TypeError, "%q cannot run as a chip kernel", fn.Name())
 		}
 		c.chipCtx = ChipCtx{WorkerID: c.workerID, Chip: c.chip, Local: &c.local}
-		err = runKernel(&c.chipCtx, k, r.args)
+		err = runKernel(&c.chipCtx, k, args)
 	case op == opRunOrch && c.role == roleNode:
 		oc, isOrch := fn.(OrchCallable)
 		if !isOrch {
 			return nil, Errorf(TypeError, "%q cannot run as an orchestration function", fn.Name())
 		}
-		_, err = c.node.Run(func(o *Orchestrator) (any, error) { return nil, oc.RunOrch(o, r.args, &r.cfg) })
+		_, err = c.node.Run(func(o *Orchestrator) (any, error) { return nil, oc.RunOrch(o, args, &cfg) })
 	case op == opRunSub && c.role == roleSub:
 		s, isSub := fn.(SubCallable)
 		if !isSub {
 			return nil, Errorf(TypeError, "%q cannot run as a SUB callable", fn.Name())
 		}
-		err = s.RunSub(&SubCtx{WorkerID: c.workerID, Local: &c.local}, r.args)
+		err = s.RunSub(&SubCtx{WorkerID: c.workerID, Local: &c.local}, args)
 	default:
 		return nil, Errorf(RuntimeError, "task op %d does not fit a child of role %d", op, c.role)
 	}
@@ -260,19 +281,19 @@ func (c *child) task(op uint8, d *wire.Decoder) ([]byte, error) {
 
 // control answers registration, memory and domain requests. The whole
 // request is decoded before any of it runs.
-func (c *child) control(op uint8, d *wire.Decoder) ([]byte, error) {
-	r, err := decodeCtl(op, d)
+func (c *child) control(req []byte) ([]byte, error) {
+	r, err := wire.DecodeMailboxControl(req)
 	if err != nil {
 		return nil, err
 	}
-	switch op {
+	switch r.Op {
 	case opRegister:
-		fn, err := c.resolver.Resolve(r.digest, r.module, r.name)
+		fn, err := c.resolver.Resolve(r.Digest, r.Module, r.Name)
 		if err != nil {
 			return nil, err
 		}
 		c.mu.Lock()
-		c.callables[r.digest] = fn
+		c.callables[r.Digest] = fn
 		c.mu.Unlock()
 		if c.node != nil { // registration flows down the node's own tree
 			if _, err := c.node.Register(fn, nil); err != nil {
@@ -286,67 +307,70 @@ func (c *child) control(op uint8, d *wire.Decoder) ([]byte, error) {
 		if c.node == nil {
 			return nil, Errorf(RuntimeError, "a global-domain command needs a level-3 node; this child is a chip or SUB worker")
 		}
-		reply := wire.ControlReply{Seq: 1, Cmd: r.global.Cmd} // the mailbox has no sequence; the codec wants one
-		if err := c.node.globalCommand(r.global, &reply); err != nil {
+		reply := wire.ControlReply{Seq: 1, Cmd: r.Global.Cmd} // the mailbox has no sequence; the codec wants one
+		if err := c.node.globalCommand(r.Global, &reply); err != nil {
 			return nil, err
 		}
-		return ok(func(e *wire.Encoder) { reply.Encode(e) }), nil
+		return ok(reply.Encode), nil
 	}
 	if c.chip == nil {
-		return nil, Errorf(RuntimeError, "op %d needs a chip; this is a SUB worker", op)
+		return nil, Errorf(RuntimeError, "op %d needs a chip; this is a SUB worker", r.Op)
 	}
 	return c.chipControl(&r)
 }
 
 // chipControl answers the requests that need this child's chip.
-func (c *child) chipControl(r *ctlReq) ([]byte, error) {
-	switch r.op {
+func (c *child) chipControl(r *wire.MailboxControl) ([]byte, error) {
+	switch r.Op {
 	case opMalloc:
-		p, err := c.chip.Malloc(r.size)
-		return ok(func(e *wire.Encoder) { e.U64(p) }), err
+		p, err := c.chip.Malloc(r.Size)
+		reply := wire.AddrReply{Addr: p}
+		return ok(reply.Encode), err
 	case opFree:
-		return ok(nil), c.chip.Free(r.ptr)
+		return ok(nil), c.chip.Free(r.Ptr)
 	case opCheck:
-		_, err := c.chip.Bytes(r.ptr, r.size)
+		_, err := c.chip.Bytes(r.Ptr, r.Size)
 		return ok(nil), err
 	case opCopyIn, opCopyOut:
-		host, err := c.hostBytes(r.ref, r.size)
+		host, err := c.hostBytes(r.Host, r.Size)
 		if err != nil {
 			return nil, err
 		}
-		if r.op == opCopyIn {
-			return ok(nil), c.chip.CopyIn(r.ptr, host)
+		if r.Op == opCopyIn {
+			return ok(nil), c.chip.CopyIn(r.Ptr, host)
 		}
-		return ok(nil), c.chip.CopyOut(host, r.ptr)
+		return ok(nil), c.chip.CopyOut(host, r.Ptr)
 	case opCommAlloc:
-		return c.commAlloc(r)
+		return c.commAlloc(&r.Comm)
 	case opGlobalRank:
-		return c.globalRank(&r.grank)
+		return c.globalRank(&r.GlobalRank)
 	case opCommRelease:
 		c.mu.Lock()
-		rank := c.ranks[r.ptr]
-		delete(c.ranks, r.ptr)
+		rank := c.ranks[r.Ptr]
+		delete(c.ranks, r.Ptr)
 		c.mu.Unlock()
 		if rank == nil {
-			return nil, Errorf(ValueError, "no domain rank with allocation id %d here", r.ptr)
+			return nil, Errorf(ValueError, "no domain rank with allocation id %d here", r.Ptr)
 		}
 		return ok(nil), rank.Release()
 	}
-	return nil, Errorf(RuntimeError, "unknown control op %d", r.op)
+	return nil, Errorf(RuntimeError, "unknown control op %d", r.Op)
 }
 
-func (c *child) commAlloc(r *ctlReq) ([]byte, error) {
-	req := r.comm
-	req.Prefix = c.prefix
-	rank, err := comm.Allocate(req, r.rank, c.chip)
+// commAlloc runs this child's rank of a domain allocation, under its
+// parent's prefix.
+func (c *child) commAlloc(a *wire.CommAlloc) ([]byte, error) {
+	req := comm.Request{Namespace: a.Namespace, AllocationID: a.AllocationID, Name: a.Name, Ranks: a.Ranks,
+		WindowSize: a.WindowSize, Timeout: a.Timeout, Prefix: c.prefix}
+	rank, err := comm.Allocate(req, a.Rank, c.chip)
 	if err != nil {
 		return nil, err
 	}
 	c.mu.Lock()
 	c.ranks[req.AllocationID] = rank
 	c.mu.Unlock()
-	reply := rankReply{deviceCtx: rank.DeviceCtx, windowBase: rank.WindowBase, windowSize: rank.WindowSize}
-	return ok(reply.encode), nil
+	reply := wire.CommAllocReply{DeviceCtx: rank.DeviceCtx, WindowBase: rank.WindowBase, WindowSize: rank.WindowSize}
+	return ok(reply.Encode), nil
 }
 
 // grankKey names a global-domain rank hosted by this chip.
@@ -358,31 +382,35 @@ type grankKey struct {
 // globalRank runs one step of a global domain's rank on this chip: the
 // window is mapped into the chip here, in the chip's own process, as a
 // node in one process maps it into its chip (gnode.go).
-func (c *child) globalRank(g *globalRankReq) ([]byte, error) {
-	key := grankKey{g.req.DomainID, g.req.Generation, g.rank}
-	if g.step == grPrepare {
+func (c *child) globalRank(g *wire.GlobalRankReq) ([]byte, error) {
+	key := grankKey{g.DomainID, g.Generation, g.Rank}
+	if g.Step == grPrepare {
 		return c.globalPrepare(key, g)
+	}
+	table, err := commDescriptors(g.Table) // every descriptor decodes before the rank is touched
+	if err != nil {
+		return nil, err
 	}
 	c.mu.Lock()
 	r := c.granks[key]
-	if g.step == grRelease {
+	if g.Step == grRelease {
 		delete(c.granks, key)
 	}
 	c.mu.Unlock()
 	switch {
-	case r == nil && (g.step == grRelease || g.step == grInvalidate):
+	case r == nil && (g.Step == grRelease || g.Step == grInvalidate):
 		return ok(nil), nil // released already, or never prepared (an ABORT after a failed PREPARE)
 	case r == nil:
 		return nil, Errorf(KeyError, "global domain %d (generation %d) has no rank %d on this chip", key.id, key.gen, key.rank)
-	case g.step == grImport:
-		if err := r.Import(g.table); err != nil {
+	case g.Step == grImport:
+		if err := r.Import(table); err != nil {
 			return nil, err
 		}
-		ctx := r.DeviceCtx()
-		return ok(func(e *wire.Encoder) { e.U64(ctx) }), nil
-	case g.step == grCommit:
+		reply := wire.AddrReply{Addr: r.DeviceCtx()}
+		return ok(reply.Encode), nil
+	case g.Step == grCommit:
 		return ok(nil), r.Commit()
-	case g.step == grInvalidate:
+	case g.Step == grInvalidate:
 		r.Invalidate()
 		return ok(nil), nil
 	}
@@ -392,9 +420,9 @@ func (c *child) globalRank(g *globalRankReq) ([]byte, error) {
 // globalPrepare makes the rank's window. Its names must stay under the
 // parent's prefix, so that the parent's leak check and its cleanup of a
 // dead child's names (comm.RemoveGlobalRank) both cover them.
-func (c *child) globalPrepare(key grankKey, g *globalRankReq) ([]byte, error) {
-	if !strings.HasPrefix(g.req.Prefix, c.prefix) {
-		return nil, Errorf(ValueError, "global domain %d: name prefix %q is not under this child's parent's %q", key.id, g.req.Prefix, c.prefix)
+func (c *child) globalPrepare(key grankKey, g *wire.GlobalRankReq) ([]byte, error) {
+	if !strings.HasPrefix(g.Prefix, c.prefix) {
+		return nil, Errorf(ValueError, "global domain %d: name prefix %q is not under this child's parent's %q", key.id, g.Prefix, c.prefix)
 	}
 	c.mu.Lock()
 	_, dup := c.granks[key]
@@ -402,18 +430,17 @@ func (c *child) globalPrepare(key grankKey, g *globalRankReq) ([]byte, error) {
 	if dup {
 		return nil, Errorf(RuntimeError, "global domain %d (generation %d) rank %d is already prepared on this chip", key.id, key.gen, key.rank)
 	}
-	r, desc, err := comm.PrepareGlobal(g.req, g.rank, c.chip)
+	req := comm.GlobalRequest{Prefix: g.Prefix, DomainID: g.DomainID, Generation: g.Generation, Name: g.Name,
+		Ranks: g.Ranks, WindowSize: g.WindowSize, Timeout: g.Timeout}
+	r, desc, err := comm.PrepareGlobal(req, g.Rank, c.chip)
 	if err != nil {
 		return nil, err
 	}
 	c.mu.Lock()
 	c.granks[key] = r
 	c.mu.Unlock()
-	base := r.WindowBase()
-	return ok(func(e *wire.Encoder) {
-		e.Raw(comm.EncodeDescriptor(desc))
-		e.U64(base)
-	}), nil
+	reply := wire.GlobalPrepareReply{Descriptor: wireDescriptor(desc), WindowBase: r.WindowBase()}
+	return ok(reply.Encode), nil
 }
 
 // attach maps a parent's shared-memory object (once) and returns its
@@ -423,32 +450,32 @@ func (c *child) globalPrepare(key grankKey, g *globalRankReq) ([]byte, error) {
 func (c *child) attach(ref hostRef) (uint64, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if seg := c.attached[ref.name]; seg != nil {
-		if len(seg.Mem) != ref.size {
-			return 0, Errorf(ValueError, "host memory %s is mapped here with %d bytes, not %d", ref.name, len(seg.Mem), ref.size)
+	if seg := c.attached[ref.Name]; seg != nil {
+		if len(seg.Mem) != ref.Size {
+			return 0, Errorf(ValueError, "host memory %s is mapped here with %d bytes, not %d", ref.Name, len(seg.Mem), ref.Size)
 		}
 		return seg.Addr(), nil
 	}
-	seg, err := shm.Open(ref.name, ref.size)
+	seg, err := shm.Open(ref.Name, ref.Size)
 	if err != nil {
-		return 0, Wrap(err, fmt.Sprintf("mapping host memory %s", ref.name))
+		return 0, Wrap(err, fmt.Sprintf("mapping host memory %s", ref.Name))
 	}
 	hostmem.Register(seg)
-	c.attached[ref.name] = seg
+	c.attached[ref.Name] = seg
 	return seg.Addr(), nil
 }
 
-// hostBytes is the host side of a copy: n bytes at ref, which decodeCtl
-// checked lie inside ref's object.
+// hostBytes is the host side of a copy: n bytes at ref, which the
+// request's decoder checked lie inside ref's object.
 func (c *child) hostBytes(ref hostRef, n int) ([]byte, error) {
-	if !bounds.FitsInt(ref.off, n, ref.size) {
-		return nil, Errorf(ValueError, "%d bytes at offset %d overrun the %d bytes of %s", n, ref.off, ref.size, ref.name)
+	if !bounds.FitsInt(ref.Off, n, ref.Size) {
+		return nil, Errorf(ValueError, "%d bytes at offset %d overrun the %d bytes of %s", n, ref.Off, ref.Size, ref.Name)
 	}
 	base, err := c.attach(ref)
 	if err != nil {
 		return nil, err
 	}
-	return hostmem.Resolve(base+uint64(ref.off), n)
+	return hostmem.Resolve(base+uint64(ref.Off), n)
 }
 
 // shutdown releases what the child holds; the parent owns the names.

@@ -9,16 +9,17 @@ import (
 
 	"simpler/engine/hostmem"
 	"simpler/hal"
-	"simpler/hal/comm"
 	"simpler/hal/dtype"
 	"simpler/hal/shm"
 	"simpler/wire"
 )
 
-// Fuzz targets for the mailbox messages (procmsg.go) and the child's
-// request decoding (procchild.go). Each seeds from the package's own
-// encoders and checks that decoding never panics and that whatever
-// decodes re-encodes to the same bytes.
+// Fuzz targets for the engine's side of the mailbox: its reply status and
+// errors (encodeError, decodeReply), the conversions between its values
+// and wire's mailbox messages (procmsg.go), and the mailbox header. The
+// messages themselves are fuzzed in package wire. Each seeds from the
+// package's own encoders and checks that decoding never panics and that
+// whatever decodes converts back to the same bytes.
 
 // fakeHost stands in for a child's mapped host objects: the i-th name
 // seen is "mapped" at (i+1)<<41, further apart than any offset, so every
@@ -34,14 +35,14 @@ const fakeSpan = 1 << 41
 func newFakeHost() *fakeHost { return &fakeHost{index: map[string]int{}} }
 
 func (h *fakeHost) attach(r hostRef) (uint64, error) {
-	i, seen := h.index[r.name]
+	i, seen := h.index[r.Name]
 	if !seen {
 		i = len(h.refs)
-		h.index[r.name] = i
+		h.index[r.Name] = i
 		h.refs = append(h.refs, r)
 	}
-	if h.refs[i].size != r.size {
-		return 0, fmt.Errorf("ValueError: %s is mapped with %d bytes, not %d", r.name, h.refs[i].size, r.size)
+	if h.refs[i].Size != r.Size {
+		return 0, fmt.Errorf("ValueError: %s is mapped with %d bytes, not %d", r.Name, h.refs[i].Size, r.Size)
 	}
 	return uint64(i+1) * fakeSpan, nil
 }
@@ -52,7 +53,7 @@ func (h *fakeHost) locate(addr uint64) (hostRef, bool) {
 		return hostRef{}, false
 	}
 	r := h.refs[i]
-	r.off = int(addr % fakeSpan)
+	r.Off = int(addr % fakeSpan)
 	return r, true
 }
 
@@ -60,7 +61,7 @@ func (h *fakeHost) locate(addr uint64) (hostRef, bool) {
 // tensors placed in h.
 func sampleArgs(h *fakeHost) []*TaskArgs {
 	at := func(name string, size, off int) uint64 {
-		base, err := h.attach(hostRef{name: name, size: size})
+		base, err := h.attach(hostRef{Name: name, Size: size})
 		if err != nil {
 			panic(err)
 		}
@@ -113,13 +114,6 @@ func canonical(t *testing.T, b []byte, encode func(e *wire.Encoder) error) {
 	}
 }
 
-// encoded is what build writes.
-func encoded(build func(e *wire.Encoder)) []byte {
-	var e wire.Encoder
-	build(&e)
-	return e.Bytes()
-}
-
 func FuzzDecodeReply(f *testing.F) {
 	for _, err := range []error{
 		Errorf(ValueError, "bad"),
@@ -132,7 +126,7 @@ func FuzzDecodeReply(f *testing.F) {
 	}
 	f.Add(ok(nil))
 	f.Add(ok(func(e *wire.Encoder) { e.U64(0x1000_0000_0000) }))
-	f.Add(ok(rankReply{deviceCtx: 1 << 44, windowBase: 1<<44 + 4096, windowSize: 4096}.encode))
+	f.Add(ok((&wire.CommAllocReply{DeviceCtx: 1 << 44, WindowBase: 1<<44 + 4096, WindowSize: 4096}).Encode))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		d, err := decodeReply(b)
 		switch err.(type) {
@@ -141,9 +135,8 @@ func FuzzDecodeReply(f *testing.F) {
 				t.Fatalf("%x: an OK reply of status %d with its result at %d", b, b[0], d.Offset())
 			}
 			// The result decoders a parent applies to an OK reply.
-			rd := wire.NewDecoder(b[1:])
-			if r, err := decodeRankReply(rd); err == nil {
-				canonical(t, b[1:], func(e *wire.Encoder) error { r.encode(e); return nil })
+			if r, err := wire.DecodeCommAllocReply(d.Rest()); err == nil {
+				canonical(t, b[1:], func(e *wire.Encoder) error { r.Encode(e); return nil })
 			}
 		case *Error, *TaskError:
 			canonical(t, b, func(e *wire.Encoder) error { e.Raw(encodeError(err)); return nil })
@@ -151,23 +144,27 @@ func FuzzDecodeReply(f *testing.F) {
 	})
 }
 
-func FuzzDecodeArgs(f *testing.F) {
+// FuzzTaskArgs: a task request that decodes converts to task args (host
+// tensors mapped through a fake attach) and back to the same bytes, so the
+// engine's side of the mailbox task loses nothing.
+func FuzzTaskArgs(f *testing.F) {
 	h := newFakeHost()
 	var seeds [][]byte
-	for _, a := range sampleArgs(h) {
-		var e wire.Encoder
-		if err := encodeArgsWith(&e, a, h.locate); err != nil {
+	for i, a := range sampleArgs(h) {
+		op := []uint8{opRunChip, opRunSub, opRunOrch}[i%3]
+		m, err := mailboxTask(op, "sha256:00", a, CallConfig{BlockDim: i, AicpuThreadNum: 2}, h.locate)
+		if err != nil {
 			f.Fatal(err)
 		}
-		seeds = append(seeds, e.Bytes())
+		seeds = append(seeds, wire.Payload(m))
 	}
 	fuzzCanonical(f, seeds, func(b []byte) (func(*wire.Encoder) error, error) {
-		h := newFakeHost()
-		d := wire.NewDecoder(b)
-		a, err := decodeArgs(d, h.attach)
-		if err == nil {
-			err = d.Finish()
+		m, err := wire.DecodeMailboxTask(b)
+		if err != nil {
+			return nil, err
 		}
+		h := newFakeHost()
+		a, err := taskArgs(&m, h.attach)
 		if err != nil {
 			return nil, err
 		}
@@ -175,34 +172,23 @@ func FuzzDecodeArgs(f *testing.F) {
 			return nil, fmt.Errorf("%d tensors, %d tags", len(a.Tensors), len(a.Tags))
 		}
 		for i, ten := range a.Tensors {
-			if _, ok := tensorBytes(ten); !ok || ten.DType.Size() == 0 {
-				panic(fmt.Sprintf("tensor %d decoded with shape %v of %s", i, ten.Shape, ten.DType))
+			if _, ok := tensorBytes(ten); !ok || ten.DType.Size() == 0 || !a.Tags[i].Valid() {
+				panic(fmt.Sprintf("tensor %d decoded with shape %v of %s, tag %s", i, ten.Shape, ten.DType, a.Tags[i]))
 			}
 		}
-		return func(e *wire.Encoder) error { return encodeArgsWith(e, a, h.locate) }, nil
-	})
-}
-
-func FuzzDecodeRef(f *testing.F) {
-	var seeds [][]byte
-	for _, r := range []hostRef{{"simpler-1-host-1", 4096, 0}, {"x", 1, 0}, {"simpler-9-hostbuf-3", 1 << 40, 1<<40 - 1}} {
-		seeds = append(seeds, encoded(func(e *wire.Encoder) { encodeRef(e, r) }))
-	}
-	fuzzCanonical(f, seeds, func(b []byte) (func(*wire.Encoder) error, error) {
-		d := wire.NewDecoder(b)
-		r := decodeRef(d)
-		if err := d.Finish(); err != nil {
-			return nil, err
-		}
-		if r.name == "" || r.off < 0 || r.off >= r.size {
-			panic(fmt.Sprintf("decoded %+v", r))
-		}
-		return func(e *wire.Encoder) error { encodeRef(e, r); return nil }, nil
+		return func(e *wire.Encoder) error {
+			back, err := mailboxTask(m.Op, m.Digest, a, CallConfig(m.Config), h.locate)
+			if err == nil {
+				back.Encode(e)
+			}
+			return err
+		}, nil
 	})
 }
 
 // FuzzHostRefOf: the ref of any non-empty slice of a registered object
-// names that object and the slice's offset, and survives encoding.
+// names that object and the slice's offset, and a copy of the slice is a
+// request that decodes to the same ref.
 func FuzzHostRefOf(f *testing.F) {
 	const size = 4096
 	seg := &shm.Segment{Name: "simpler-1-fuzz-1", Mem: make([]byte, size)} // Go memory: nothing to unlink
@@ -221,25 +207,13 @@ func FuzzHostRefOf(f *testing.F) {
 			}
 			return
 		}
-		if err != nil || r != (hostRef{name: seg.Name, size: size, off: o}) {
+		if err != nil || r != (hostRef{Name: seg.Name, Size: size, Off: o}) {
 			t.Fatalf("%d bytes at %d: %+v, %v", k, o, r, err)
 		}
-		d := wire.NewDecoder(encoded(func(e *wire.Encoder) { encodeRef(e, r) }))
-		if back := decodeRef(d); d.Finish() != nil || back != r {
-			t.Fatalf("%+v decodes as %+v (%v)", r, back, d.Err())
+		req := wire.MailboxControl{Op: opCopyIn, Ptr: 0x1000_0000_0000, Host: r, Size: k}
+		if back, err := wire.DecodeMailboxControl(wire.Payload(&req)); err != nil || back.Host != r {
+			t.Fatalf("%+v decodes as %+v (%v)", r, back.Host, err)
 		}
-	})
-}
-
-func FuzzDecodeCallConfig(f *testing.F) {
-	var seeds [][]byte
-	for _, c := range []*CallConfig{nil, {BlockDim: 1 << 20, AicpuThreadNum: 0, EnableProfiling: true}} {
-		seeds = append(seeds, encoded(func(e *wire.Encoder) { encodeCallConfig(e, c) }))
-	}
-	fuzzCanonical(f, seeds, func(b []byte) (func(*wire.Encoder) error, error) {
-		d := wire.NewDecoder(b)
-		c := decodeCallConfig(d)
-		return func(e *wire.Encoder) error { encodeCallConfig(e, &c); return nil }, d.Finish()
 	})
 }
 
@@ -256,86 +230,27 @@ func sampleConfigs(tb testing.TB) []Config {
 	}
 }
 
-func FuzzDecodeConfig(f *testing.F) {
+// FuzzNodeInit: a node's init request that decodes gives a Config (its
+// platform looked up) that converts back to the same bytes.
+func FuzzNodeInit(f *testing.F) {
 	var seeds [][]byte
 	for _, c := range sampleConfigs(f) {
-		seeds = append(seeds, encoded(func(e *wire.Encoder) { encodeConfig(e, c) }))
+		seeds = append(seeds, wire.Payload(&wire.MailboxInit{Role: roleNode, WorkerID: 2, Prefix: "simpler-1-", Node: nodeConfig(c)}))
 	}
 	fuzzCanonical(f, seeds, func(b []byte) (func(*wire.Encoder) error, error) {
-		d := wire.NewDecoder(b)
-		c := decodeConfig(d)
-		return func(e *wire.Encoder) error { encodeConfig(e, c); return nil }, d.Finish()
-	})
-}
-
-func FuzzDecodeInit(f *testing.F) {
-	l := Launcher{Path: "/bin/simpler", Args: []string{"__child"}, Bundle: []byte("bundle")}
-	msgs := []*initMsg{
-		{role: roleChip, workerID: 1, prefix: "simpler-1-", launcher: l, platform: "a2a3sim", device: 3},
-		{role: roleSub, workerID: 0, prefix: "simpler-1-", platform: "a5sim", device: -1},
-	}
-	for _, c := range sampleConfigs(f) {
-		msgs = append(msgs, &initMsg{role: roleNode, workerID: 2, prefix: "simpler-1-", launcher: l, cfg: c})
-	}
-	var seeds [][]byte
-	for _, m := range msgs {
-		seeds = append(seeds, encoded(func(e *wire.Encoder) { encodeInit(e, m) }))
-	}
-	fuzzCanonical(f, seeds, func(b []byte) (func(*wire.Encoder) error, error) {
-		m, err := decodeInit(b)
-		return func(e *wire.Encoder) error { encodeInit(e, m); return nil }, err
-	})
-}
-
-func sampleCtlReqs() []ctlReq {
-	ref := hostRef{name: "simpler-1-host-1", size: 4096, off: 128}
-	return []ctlReq{
-		{op: opShutdown},
-		{op: opRegister, digest: "sha256:ab", module: "main.star", name: "k"},
-		{op: opMalloc, size: 4096},
-		{op: opFree, ptr: 0x1000_0000_0000},
-		{op: opCheck, ptr: 0x1000_0000_0000, size: 16},
-		{op: opCopyIn, ptr: 0x1000_0000_0000, ref: ref, size: 4096 - 128},
-		{op: opCopyOut, ptr: 0x1000_0000_0200, ref: ref, size: 1},
-		{op: opCommAlloc, comm: comm.Request{Namespace: "w", AllocationID: 7, Name: "d", Ranks: 4, WindowSize: 1 << 20, Timeout: time.Second}, rank: 3},
-		{op: opCommRelease, ptr: 7},
-		{op: opGlobal, global: wire.Control{Cmd: wire.CmdCommit, Domain: wire.Domain{ID: 1, Generation: 2}}},
-		{op: opGlobal, global: wire.Control{Cmd: wire.CmdStageFrom, Domain: wire.Domain{ID: 1, Generation: 2}, Rank: 1, Offset: 64, NBytes: 8}},
-	}
-}
-
-func FuzzDecodeControlRequest(f *testing.F) {
-	var seeds [][]byte
-	for _, r := range sampleCtlReqs() {
-		seeds = append(seeds, encoded(r.encode))
-	}
-	fuzzCanonical(f, seeds, func(b []byte) (func(*wire.Encoder) error, error) {
-		r, err := decodeCtlReq(b)
-		return func(e *wire.Encoder) error { r.encode(e); return nil }, err
-	})
-}
-
-func FuzzDecodeTaskRequest(f *testing.F) {
-	h := newFakeHost()
-	var seeds [][]byte
-	for i, a := range sampleArgs(h) {
-		op := []uint8{opRunChip, opRunSub, opRunOrch}[i%3]
-		r := taskReq{op: op, digest: "sha256:00", args: a, cfg: CallConfig{BlockDim: i, AicpuThreadNum: 2}}
-		var e wire.Encoder
-		if err := encodeTask(&e, &r, h.locate); err != nil {
-			f.Fatal(err)
+		m, err := wire.DecodeMailboxInit(b)
+		if err != nil || m.Role != roleNode {
+			return nil, fmt.Errorf("not a node's init: %v", err)
 		}
-		seeds = append(seeds, e.Bytes())
-	}
-	fuzzCanonical(f, seeds, func(b []byte) (func(*wire.Encoder) error, error) {
-		h := newFakeHost()
-		d := wire.NewDecoder(b)
-		op := d.U8()
-		if err := d.Err(); err != nil {
+		c, err := configOf(m.Node)
+		if err != nil {
 			return nil, err
 		}
-		r, err := decodeTask(op, d, h.attach)
-		return func(e *wire.Encoder) error { return encodeTask(e, r, h.locate) }, err
+		return func(e *wire.Encoder) error {
+			m.Node = nodeConfig(c)
+			m.Encode(e)
+			return nil
+		}, nil
 	})
 }
 

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"errors"
 	"io"
 	"os"
 	"os/exec"
@@ -43,10 +42,10 @@ type proc struct {
 	lanes  [mboxLanes]sync.Mutex
 }
 
-// startProc starts a child and sends it its role (the init message: the
-// common fields, then what role adds). The wait for its reply is bounded
-// by deadline.
-func startProc(l *Launcher, name string, role uint8, worker int, deadline time.Time, body func(e *wire.Encoder)) (*proc, error) {
+// startProc starts a child and sends it its role: init, with the
+// launcher's and this process's fields filled in here. The wait for its
+// reply is bounded by deadline.
+func startProc(l *Launcher, name string, init wire.MailboxInit, deadline time.Time) (*proc, error) {
 	mb, err := newMailbox()
 	if err != nil {
 		return nil, err
@@ -63,10 +62,8 @@ func startProc(l *Launcher, name string, role uint8, worker int, deadline time.T
 		p.exit = cmd.Wait()
 		close(p.exited)
 	}()
-	var e wire.Encoder
-	encodeInitHead(&e, role, worker, shm.Prefix(), l)
-	body(&e)
-	if _, err := p.call(laneControl, e.Bytes(), deadline); err != nil {
+	init.Prefix, init.Path, init.Args, init.Bundle = shm.Prefix(), l.Path, l.Args, l.Bundle
+	if _, err := p.call(laneControl, wire.Payload(&init), deadline); err != nil {
 		p.close()
 		return nil, Wrap(err, name+": starting")
 	}
@@ -149,8 +146,8 @@ func (p *proc) register(c Callable) error {
 	if !ok {
 		return Errorf(ValueError, "%q cannot be sent to a child process: it has no module to load it from", c.Name())
 	}
-	r := ctlReq{op: opRegister, digest: c.Digest(), module: loc.Module(), name: c.Name()}
-	_, err := p.control(r.encode)
+	r := wire.MailboxControl{Op: opRegister, Digest: c.Digest(), Module: loc.Module(), Name: c.Name()}
+	_, err := p.control(r.Encode)
 	return Wrap(err, p.name)
 }
 
@@ -199,25 +196,25 @@ func (p *proc) global(c *wire.Control) (wire.ControlReply, error) {
 		}
 		return whole, nil
 	}
-	r := ctlReq{op: opGlobal, global: *c}
-	d, err := p.control(r.encode)
+	r := wire.MailboxControl{Op: opGlobal, Global: *c}
+	d, err := p.control(r.Encode)
 	if err != nil {
 		return wire.ControlReply{}, Wrap(err, p.name)
 	}
-	return wire.DecodeControlReply(d.Raw(d.Remaining()))
+	return wire.DecodeControlReply(d.Raw(d.Remaining())) // a copy: the reply area is reused
 }
 
 // run executes one task member in the child.
 func (p *proc) run(op uint8, h *Handle, args *TaskArgs, cfg *CallConfig) error {
-	r := taskReq{op: op, digest: h.Digest(), args: args, cfg: DefaultCallConfig}
+	c := DefaultCallConfig
 	if cfg != nil {
-		r.cfg = *cfg
+		c = *cfg
 	}
-	var e wire.Encoder
-	if err := encodeTask(&e, &r, locateRef); err != nil {
+	m, err := mailboxTask(op, h.Digest(), args, c, locateRef)
+	if err != nil {
 		return err
 	}
-	_, err := p.call(laneTask, e.Bytes(), time.Time{})
+	_, err = p.call(laneTask, wire.Payload(m), time.Time{})
 	return err
 }
 
@@ -237,25 +234,26 @@ func (c *procChip) Live() (int, int)       { return 0, 0 }
 func (c *procChip) Close() error           { return nil } // the child closes its chip
 
 func (c *procChip) Malloc(size int) (uint64, error) {
-	r := ctlReq{op: opMalloc, size: size}
-	d, err := c.p.control(r.encode)
+	r := wire.MailboxControl{Op: opMalloc, Size: size}
+	d, err := c.p.control(r.Encode)
 	if err != nil {
 		return 0, err
 	}
-	return d.U64(), d.Finish()
+	reply, err := wire.DecodeAddrReply(d.Rest())
+	return reply.Addr, err
 }
 
 func (c *procChip) Free(ptr uint64) error {
-	r := ctlReq{op: opFree, ptr: ptr}
-	_, err := c.p.control(r.encode)
+	r := wire.MailboxControl{Op: opFree, Ptr: ptr}
+	_, err := c.p.control(r.Encode)
 	return err
 }
 
 // Bytes checks the range in the child; the memory itself is not
 // reachable from the parent, so it returns no bytes.
 func (c *procChip) Bytes(ptr uint64, size int) ([]byte, error) {
-	r := ctlReq{op: opCheck, ptr: ptr, size: size}
-	_, err := c.p.control(r.encode)
+	r := wire.MailboxControl{Op: opCheck, Ptr: ptr, Size: size}
+	_, err := c.p.control(r.Encode)
 	return nil, err
 }
 
@@ -264,15 +262,15 @@ func (c *procChip) copy(op uint8, dev uint64, host []byte) error {
 	if err != nil {
 		return err
 	}
-	r := ctlReq{op: op, ptr: dev, ref: ref, size: len(host)}
-	_, err = c.p.control(r.encode)
+	r := wire.MailboxControl{Op: op, Ptr: dev, Host: ref, Size: len(host)}
+	_, err = c.p.control(r.Encode)
 	return err
 }
 
 func (c *procChip) CopyIn(dst uint64, src []byte) error  { return c.copy(opCopyIn, dst, src) }
 func (c *procChip) CopyOut(dst []byte, src uint64) error { return c.copy(opCopyOut, src, dst) }
 
-var errParentSide = errors.New("RuntimeError: windows are mapped by the chip's own process in process mode")
+var errParentSide = Errorf(RuntimeError, "windows are mapped by the chip's own process in process mode")
 
 func (c *procChip) MapWindow(mem []byte, label string) (uint64, error) { return 0, errParentSide }
 func (c *procChip) UnmapWindow(ptr uint64) error                       { return errParentSide }
@@ -281,19 +279,20 @@ func (c *procChip) UnmapWindow(ptr uint64) error                       { return 
 func (c *procChip) commAlloc(req commRequest, rank int) (domainRank, error) {
 	// The child's own barrier timeout comes first, so its answer (which
 	// ranks never arrived) is the error, not a bare "no answer".
-	cr := ctlReq{op: opCommAlloc, comm: req, rank: rank}
-	d, err := c.p.controlWithin(req.Timeout+5*time.Second, cr.encode)
+	cr := wire.MailboxControl{Op: opCommAlloc, Comm: wire.CommAlloc{Namespace: req.Namespace, AllocationID: req.AllocationID,
+		Name: req.Name, Ranks: req.Ranks, WindowSize: req.WindowSize, Timeout: req.Timeout, Rank: rank}}
+	d, err := c.p.controlWithin(req.Timeout+5*time.Second, cr.Encode)
 	if err != nil {
 		return domainRank{}, err
 	}
-	reply, err := decodeRankReply(d)
+	reply, err := wire.DecodeCommAllocReply(d.Rest())
 	if err != nil {
 		return domainRank{}, err
 	}
-	r := domainRank{DeviceCtx: reply.deviceCtx, WindowBase: reply.windowBase, WindowSize: reply.windowSize}
-	release := ctlReq{op: opCommRelease, ptr: req.AllocationID}
+	r := domainRank{DeviceCtx: reply.DeviceCtx, WindowBase: reply.WindowBase, WindowSize: reply.WindowSize}
+	release := wire.MailboxControl{Op: opCommRelease, Ptr: req.AllocationID}
 	r.release = func() error {
-		_, err := c.p.control(release.encode)
+		_, err := c.p.control(release.Encode)
 		return err
 	}
 	return r, nil
@@ -303,44 +302,45 @@ func (c *procChip) commAlloc(req commRequest, rank int) (domainRank, error) {
 // (child.globalRank) and returns the reply's result for the caller to
 // read. IMPORT may wait for rank 0's header up to the request's timeout,
 // so the child's own timeout answers first.
-func (c *procChip) globalRank(g globalRankReq) (*wire.Decoder, error) {
+func (c *procChip) globalRank(g wire.GlobalRankReq) (*wire.Decoder, error) {
 	wait := DefaultStartupTimeout
-	if g.step == grImport {
+	if g.Step == grImport {
 		wait = CommTimeout + 5*time.Second
 	}
-	r := ctlReq{op: opGlobalRank, grank: g}
-	return c.p.controlWithin(wait, r.encode) // a dead or silent child's error names it; the child's own name the rank
+	r := wire.MailboxControl{Op: opGlobalRank, GlobalRank: g}
+	return c.p.controlWithin(wait, r.Encode) // a dead or silent child's error names it; the child's own name the rank
 }
 
 // prepareGlobal is PREPARE of one rank in the chip's process: the
 // descriptor it exports and the window's address in that chip.
 func (c *procChip) prepareGlobal(req comm.GlobalRequest, rank int) (comm.Descriptor, uint64, error) {
-	d, err := c.globalRank(globalRankReq{step: grPrepare, req: req, rank: rank})
+	d, err := c.globalRank(wire.GlobalRankReq{Step: grPrepare, DomainID: req.DomainID, Generation: req.Generation, Rank: rank,
+		Prefix: req.Prefix, Name: req.Name, Ranks: req.Ranks, WindowSize: req.WindowSize, Timeout: req.Timeout})
 	if err != nil {
 		return comm.Descriptor{}, 0, err
 	}
-	desc, err := comm.DecodeDescriptor(d.Raw(comm.DescriptorSize))
-	base := d.U64()
-	if err == nil {
-		err = d.Finish()
+	reply, err := wire.DecodeGlobalPrepareReply(d.Rest())
+	if err != nil {
+		return comm.Descriptor{}, 0, err
 	}
-	return desc, base, err
+	desc, err := comm.DecodeDescriptor(reply.Descriptor[:])
+	return desc, reply.WindowBase, err
 }
 
 // importGlobal is IMPORT of one rank in the chip's process; it returns
 // the rank's device CommContext there.
 func (c *procChip) importGlobal(key grankKey, table []comm.Descriptor) (uint64, error) {
-	d, err := c.globalRank(globalRankReq{step: grImport, req: comm.GlobalRequest{DomainID: key.id, Generation: key.gen}, rank: key.rank, table: table})
+	d, err := c.globalRank(wire.GlobalRankReq{Step: grImport, DomainID: key.id, Generation: key.gen, Rank: key.rank, Table: wireDescriptors(table)})
 	if err != nil {
 		return 0, err
 	}
-	ctx := d.U64()
-	return ctx, d.Finish()
+	reply, err := wire.DecodeAddrReply(d.Rest())
+	return reply.Addr, err
 }
 
 // stepGlobal is a step with no result: COMMIT, INVALIDATE, RELEASE.
 func (c *procChip) stepGlobal(step uint8, key grankKey) error {
-	d, err := c.globalRank(globalRankReq{step: step, req: comm.GlobalRequest{DomainID: key.id, Generation: key.gen}, rank: key.rank})
+	d, err := c.globalRank(wire.GlobalRankReq{Step: step, DomainID: key.id, Generation: key.gen, Rank: key.rank})
 	if err != nil {
 		return err
 	}

@@ -26,10 +26,8 @@ func (w *Worker) startProcs() error {
 			} else {
 				role, id = roleSub, i-n
 			}
-			procs[i], errs[i] = startProc(w.cfg.Launcher, w.workerName(poolOf(role), id), role, id, deadline, func(e *wire.Encoder) {
-				e.String(w.cfg.Platform.Name())
-				e.I64(int64(device))
-			})
+			init := wire.MailboxInit{Role: role, WorkerID: id, Platform: w.cfg.Platform.Name(), Device: device}
+			procs[i], errs[i] = startProc(w.cfg.Launcher, w.workerName(poolOf(role), id), init, deadline)
 		}()
 	}
 	wg.Wait()
@@ -85,9 +83,8 @@ func (w *Worker) startNodes() error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			procs[i], errs[i] = startProc(w.cfg.Launcher, w.workerName(NextLevel, i), roleNode, i, deadline, func(e *wire.Encoder) {
-				encodeConfig(e, cfg)
-			})
+			init := wire.MailboxInit{Role: roleNode, WorkerID: i, Node: nodeConfig(cfg)}
+			procs[i], errs[i] = startProc(w.cfg.Launcher, w.workerName(NextLevel, i), init, deadline)
 		}()
 	}
 	wg.Wait()

@@ -26,10 +26,6 @@ func ParseAccess(s string) (Access, error) {
 	return 0, Errorf(ValueError, "access must be \"read\", \"write\" or \"readwrite\", got %q", s)
 }
 
-// needs is the access a tag requires of a remote buffer: NO_DEP skips
-// dependency inference only, not access checks.
-func (t Tag) needs() Access { return wire.Tag(t).Needs() }
-
 // RemoteBuffer is a handle on remote memory: an owner allocation, or an
 // imported view of one on another worker. Its lifetime is decided by the
 // registry below, a state machine with no I/O: calls return the physical

@@ -100,3 +100,33 @@ func TestRemoteFreeCanBeRetried(t *testing.T) {
 		t.Errorf("a copy after the free went ahead: %v", err)
 	}
 }
+
+// An owner's free waits for every slot ref and every import; an import's
+// release waits for its own slot refs, and letting the last import go
+// lets a released owner go with it, in that order.
+func TestRemoteRegistryDefersFrees(t *testing.T) {
+	owner := &RemoteBuffer{Worker: 0, Owner: 0, BufferID: 1, Gen: 1, NBytes: 16, Access: AccessRW}
+	view := &RemoteBuffer{Worker: 1, Owner: 0, ImportID: 2, NBytes: 16, Access: AccessRW}
+	importFrom(owner, view)
+	capture(owner)
+	capture(view)
+	if acts := release(owner); len(acts) != 0 {
+		t.Fatalf("owner released with a slot ref and an import: %v", acts)
+	}
+	if acts := drop(owner); len(acts) != 0 {
+		t.Fatalf("owner's slot ref dropped, import still live: %v", acts)
+	}
+	if acts := release(view); len(acts) != 0 {
+		t.Fatalf("import released with a slot ref: %v", acts)
+	}
+	acts := drop(view)
+	if len(acts) != 2 || acts[0].ReleaseImport != view || acts[1].Free != owner {
+		t.Fatalf("the import's last slot ref: %v, want its release then the owner's free", acts)
+	}
+	if !owner.done || !view.done {
+		t.Errorf("done: owner %v, view %v", owner.done, view.done)
+	}
+	if acts := release(owner); len(acts) != 0 {
+		t.Errorf("a second release after the free: %v", acts)
+	}
+}

@@ -434,7 +434,7 @@ func (n *rnode) start(h *Handle, args *TaskArgs, cfg *CallConfig, done taskDone)
 			if b.Imported() { // the importer knows the view by its own ref
 				local = wire.BufferRef{ID: b.ImportID, Generation: 1}
 			}
-			ta.Remote = &wire.RemoteRef{Owner: uint32(b.Owner), Buffer: local, Offset: uint64(ten.Remote.Offset), Access: wire.Access(args.Tags[i].needs())}
+			ta.Remote = &wire.RemoteRef{Owner: uint32(b.Owner), Buffer: local, Offset: uint64(ten.Remote.Offset), Access: args.Tags[i].Needs()}
 		case ten.Inline != nil:
 			ta.Inline = ten.Inline
 		default:

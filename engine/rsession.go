@@ -363,12 +363,10 @@ type frame struct {
 	copied  bool   // a COPY_TO whose data the reader already placed
 }
 
+// errBody is err as it crosses the wire: its kind and its message apart,
+// which the parent makes into a typed Error again (rnode.go).
 func errBody(err error) *wire.ErrorBody {
-	k, msg, ok := SplitKind(err.Error())
-	if !ok {
-		k = RuntimeError
-	}
-	return &wire.ErrorBody{Kind: string(k), Message: msg}
+	return &wire.ErrorBody{Kind: string(KindOf(err)), Message: message(err)}
 }
 
 // task runs one orchestration callable on the inner worker.

@@ -199,7 +199,7 @@ func (s *session) serveLink() {
 func (s *session) deliverGrant(m wire.Link, fd int) {
 	g := grant{m: m, fd: fd}
 	if m.Err != nil {
-		g.err = m.Err
+		g.err = &Error{Kind: Kind(m.Err.Kind), Msg: m.Err.Message}
 	} else if fd < 0 {
 		g.err = Errorf(RuntimeError, "IMPORT: the grant carries no memory")
 	}

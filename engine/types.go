@@ -6,34 +6,26 @@ import (
 
 	"simpler/hal"
 	"simpler/hal/dtype"
+	"simpler/wire"
 )
 
-// Tag says how a task uses a tensor; dependencies are inferred from it.
-type Tag uint8
+// Tag says how a task uses a tensor; dependencies are inferred from it
+// (Reads, Writes; Needs is the access it needs of a remote buffer). It is
+// wire.Tag, so the values a task carries across a process or a host are
+// the engine's by construction.
+type Tag = wire.Tag
 
 // The tensor tags.
 const (
-	Input          Tag = iota // waits for the last writer
-	Output                    // becomes the writer
-	InOut                     // waits for the last writer, then becomes it
-	OutputExisting            // becomes the writer of memory that already exists
-	NoDep                     // neither waits nor writes for dependency purposes
+	Input          = wire.TagInput          // waits for the last writer
+	Output         = wire.TagOutput         // becomes the writer
+	InOut          = wire.TagInOut          // waits for the last writer, then becomes it
+	OutputExisting = wire.TagOutputExisting // becomes the writer of memory that already exists
+	NoDep          = wire.TagNoDep          // neither waits nor writes for dependency purposes
 )
-
-var tagNames = [...]string{"INPUT", "OUTPUT", "INOUT", "OUTPUT_EXISTING", "NO_DEP"}
-
-func (t Tag) String() string {
-	if int(t) < len(tagNames) {
-		return tagNames[t]
-	}
-	return fmt.Sprintf("Tag(%d)", uint8(t))
-}
 
 // Tags lists every tag in order.
 var Tags = []Tag{Input, Output, InOut, OutputExisting, NoDep}
-
-func (t Tag) reads() bool  { return t == Input || t == InOut }
-func (t Tag) writes() bool { return t == Output || t == InOut || t == OutputExisting }
 
 // Tensor names memory: a host address in shared memory, or a device
 // address of the chip a task runs on (ChildMemory).
@@ -91,8 +83,8 @@ func (a *TaskArgs) AddTensor(t Tensor, tag Tag) error {
 	if len(a.Scalars) > 0 {
 		return Errorf(ValueError, "add_tensor: tensors must precede scalars (this TaskArgs already has %d scalar(s))", len(a.Scalars))
 	}
-	if int(tag) >= len(tagNames) {
-		return Errorf(ValueError, "add_tensor: unknown tag %d", tag)
+	if !tag.Valid() {
+		return Errorf(ValueError, "add_tensor: unknown tag %d", uint8(tag))
 	}
 	a.Tensors = append(a.Tensors, t)
 	a.Tags = append(a.Tags, tag)

@@ -11,11 +11,11 @@
 package hal
 
 import (
-	"fmt"
 	"sort"
 	"strings"
 
 	"simpler/hal/dtype"
+	"simpler/kind"
 )
 
 // Arch describes one chip architecture.
@@ -93,7 +93,7 @@ func Lookup(name string) (Platform, error) {
 	}
 	p, ok := platforms[name]
 	if !ok {
-		return nil, fmt.Errorf("ValueError: unknown platform %q (want one of %s)", name, strings.Join(Names(), ", "))
+		return nil, kind.Errorf(kind.ValueError, "unknown platform %q (want one of %s)", name, strings.Join(Names(), ", "))
 	}
 	return p, nil
 }

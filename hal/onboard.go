@@ -1,10 +1,11 @@
 package hal
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"simpler/kind"
 )
 
 // onboardPlatform is a real device platform. This build carries no onboard
@@ -58,14 +59,14 @@ func (p *onboardPlatform) Check() error {
 	cann, driver := runtimeDirs()
 	dir, ok := findLib(cannLib, cann)
 	if !ok {
-		return fmt.Errorf("RuntimeError: platform %s needs the Ascend CANN runtime: %s not found in %s; install CANN and set ASCEND_HOME_PATH, or use --platform %ssim",
+		return kind.Errorf(kind.RuntimeError, "platform %s needs the Ascend CANN runtime: %s not found in %s; install CANN and set ASCEND_HOME_PATH, or use --platform %ssim",
 			p.name, cannLib, strings.Join(cann, ", "), p.name)
 	}
 	if _, ok := findLib(driverLib, driver); !ok {
-		return fmt.Errorf("RuntimeError: platform %s needs the Ascend NPU driver: %s not found in %s; install the Ascend driver, or use --platform %ssim",
+		return kind.Errorf(kind.RuntimeError, "platform %s needs the Ascend NPU driver: %s not found in %s; install the Ascend driver, or use --platform %ssim",
 			p.name, driverLib, strings.Join(driver, ", "), p.name)
 	}
-	return fmt.Errorf("RuntimeError: platform %s: found the Ascend runtime at %s, but this simpler binary was built without onboard support (it cannot launch Starlark kernels on a real device); use --platform %ssim",
+	return kind.Errorf(kind.RuntimeError, "platform %s: found the Ascend runtime at %s, but this simpler binary was built without onboard support (it cannot launch Starlark kernels on a real device); use --platform %ssim",
 		p.name, dir, p.name)
 }
 
@@ -74,5 +75,5 @@ func (p *onboardPlatform) OpenChip(id int) (Chip, error) {
 	if err := p.Check(); err != nil {
 		return nil, err
 	}
-	return nil, fmt.Errorf("RuntimeError: platform %s has no onboard backend", p.name)
+	return nil, kind.Errorf(kind.RuntimeError, "platform %s has no onboard backend", p.name)
 }

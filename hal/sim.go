@@ -1,6 +1,6 @@
 package hal
 
-import "fmt"
+import "simpler/kind"
 
 // simPlatform runs chips in this process: device memory is Go memory and
 // kernels run on the host. One implementation serves both architectures.
@@ -26,7 +26,7 @@ func (p *simPlatform) Check() error { return nil }
 
 func (p *simPlatform) OpenChip(id int) (Chip, error) {
 	if id < 0 || id >= p.arch.MaxChips {
-		return nil, fmt.Errorf("ValueError: device id %d out of range for %s (0..%d)", id, p.name, p.arch.MaxChips-1)
+		return nil, kind.Errorf(kind.ValueError, "device id %d out of range for %s (0..%d)", id, p.name, p.arch.MaxChips-1)
 	}
 	return newSimChip(p, id), nil
 }

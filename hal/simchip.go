@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"simpler/internal/bounds"
+	"simpler/kind"
 )
 
 // Simulated address spaces. Each chip owns a disjoint 1 TiB range, so a
@@ -83,7 +84,9 @@ func newSimChip(p *simPlatform, id int) *simChip {
 func (c *simChip) DeviceID() int      { return c.id }
 func (c *simChip) Platform() Platform { return c.plat }
 
-func (c *simChip) errClosed() error { return fmt.Errorf("RuntimeError: device %d is closed", c.id) }
+func (c *simChip) errClosed() error {
+	return kind.Errorf(kind.RuntimeError, "device %d is closed", c.id)
+}
 
 // whose adds a hint when ptr belongs to another simulated chip's space.
 func (c *simChip) whose(ptr uint64) string {
@@ -167,11 +170,11 @@ func (c *simChip) Malloc(size int) (uint64, error) {
 		return 0, c.errClosed()
 	}
 	if size <= 0 {
-		return 0, fmt.Errorf("ValueError: malloc size must be > 0, got %d", size)
+		return 0, kind.Errorf(kind.ValueError, "malloc size must be > 0, got %d", size)
 	}
 	span := roundUp(uint64(size))
 	oom := func(used int64) error {
-		return fmt.Errorf("RuntimeError: device %d out of memory: cannot allocate %d bytes (%d of %d bytes in use)",
+		return kind.Errorf(kind.RuntimeError, "device %d out of memory: cannot allocate %d bytes (%d of %d bytes in use)",
 			c.id, size, used, c.capacity)
 	}
 	c.mu.RLock()
@@ -191,7 +194,7 @@ func (c *simChip) Malloc(size int) (uint64, error) {
 	}
 	addr, ok := c.place(span)
 	if !ok {
-		return 0, fmt.Errorf("RuntimeError: device %d out of address space: no free range of %d bytes", c.id, span)
+		return 0, kind.Errorf(kind.RuntimeError, "device %d out of address space: no free range of %d bytes", c.id, span)
 	}
 	c.insert(region{start: addr, span: span, size: uint64(size), mem: mem})
 	c.used += int64(span)
@@ -209,9 +212,9 @@ func (c *simChip) Free(ptr uint64) error {
 		r := &c.regions[i]
 		switch {
 		case r.window && r.start == ptr:
-			return fmt.Errorf("ValueError: free: %#x on device %d is a communication window; it is released with its domain, not freed", ptr, c.id)
+			return kind.Errorf(kind.ValueError, "free: %#x on device %d is a communication window; it is released with its domain, not freed", ptr, c.id)
 		case r.start != ptr:
-			return fmt.Errorf("ValueError: free: %#x on device %d is inside %s; free takes the start address", ptr, c.id, r)
+			return kind.Errorf(kind.ValueError, "free: %#x on device %d is inside %s; free takes the start address", ptr, c.id, r)
 		}
 		c.used -= int64(r.span)
 		c.allocs--
@@ -220,18 +223,18 @@ func (c *simChip) Free(ptr uint64) error {
 	}
 	if rec, ok := c.freed[ptr]; ok {
 		if rec.window {
-			return fmt.Errorf("ValueError: free: %#x on device %d was a communication window, already unmapped", ptr, c.id)
+			return kind.Errorf(kind.ValueError, "free: %#x on device %d was a communication window, already unmapped", ptr, c.id)
 		}
-		return fmt.Errorf("ValueError: free: %#x on device %d was already freed", ptr, c.id)
+		return kind.Errorf(kind.ValueError, "free: %#x on device %d was already freed", ptr, c.id)
 	}
-	return fmt.Errorf("ValueError: free: %#x is not a live allocation on device %d%s", ptr, c.id, c.whose(ptr))
+	return kind.Errorf(kind.ValueError, "free: %#x is not a live allocation on device %d%s", ptr, c.id, c.whose(ptr))
 }
 
 // access returns the bytes of [ptr, ptr+n) if they lie in one live region.
 // op names the operation in errors.
 func (c *simChip) access(op string, ptr uint64, n int) ([]byte, error) {
 	if n < 0 {
-		return nil, fmt.Errorf("ValueError: %s of %d bytes: size must be >= 0", op, n)
+		return nil, kind.Errorf(kind.ValueError, "%s of %d bytes: size must be >= 0", op, n)
 	}
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -240,13 +243,13 @@ func (c *simChip) access(op string, ptr uint64, n int) ([]byte, error) {
 	}
 	i := c.find(ptr)
 	if i < 0 {
-		return nil, fmt.Errorf("ValueError: %s of %d bytes at %#x on device %d is outside any live allocation%s",
+		return nil, kind.Errorf(kind.ValueError, "%s of %d bytes at %#x on device %d is outside any live allocation%s",
 			op, n, ptr, c.id, c.whose(ptr))
 	}
 	r := &c.regions[i]
 	off := ptr - r.start // find saw r.start <= ptr
 	if !bounds.Fits(off, uint64(n), r.size) {
-		return nil, fmt.Errorf("ValueError: %s of %d bytes at %#x on device %d overruns %s", op, n, ptr, c.id, r)
+		return nil, kind.Errorf(kind.ValueError, "%s of %d bytes at %#x on device %d overruns %s", op, n, ptr, c.id, r)
 	}
 	return r.mem[off : off+uint64(n) : off+uint64(n)], nil
 }
@@ -278,12 +281,12 @@ func (c *simChip) MapWindow(mem []byte, label string) (uint64, error) {
 		return 0, c.errClosed()
 	}
 	if len(mem) == 0 {
-		return 0, fmt.Errorf("ValueError: cannot map the empty window %q on device %d", label, c.id)
+		return 0, kind.Errorf(kind.ValueError, "cannot map the empty window %q on device %d", label, c.id)
 	}
 	span := roundUp(uint64(len(mem)))
 	addr, ok := c.place(span)
 	if !ok {
-		return 0, fmt.Errorf("RuntimeError: device %d out of address space: no free range of %d bytes for window %q", c.id, span, label)
+		return 0, kind.Errorf(kind.RuntimeError, "device %d out of address space: no free range of %d bytes for window %q", c.id, span, label)
 	}
 	n := len(mem)
 	c.insert(region{start: addr, span: span, size: uint64(n), mem: mem[:n:n], window: true, label: label})
@@ -301,18 +304,18 @@ func (c *simChip) UnmapWindow(ptr uint64) error {
 		r := &c.regions[i]
 		switch {
 		case !r.window:
-			return fmt.Errorf("ValueError: unmap: %#x on device %d is in %s, not a window; allocations are freed with free", ptr, c.id, r)
+			return kind.Errorf(kind.ValueError, "unmap: %#x on device %d is in %s, not a window; allocations are freed with free", ptr, c.id, r)
 		case r.start != ptr:
-			return fmt.Errorf("ValueError: unmap: %#x on device %d is inside %s; unmap takes the start address", ptr, c.id, r)
+			return kind.Errorf(kind.ValueError, "unmap: %#x on device %d is inside %s; unmap takes the start address", ptr, c.id, r)
 		}
 		c.windows--
 		c.remove(i)
 		return nil
 	}
 	if rec, ok := c.freed[ptr]; ok && rec.window {
-		return fmt.Errorf("ValueError: unmap: window %#x on device %d was already unmapped", ptr, c.id)
+		return kind.Errorf(kind.ValueError, "unmap: window %#x on device %d was already unmapped", ptr, c.id)
 	}
-	return fmt.Errorf("ValueError: unmap: %#x is not a mapped window on device %d%s", ptr, c.id, c.whose(ptr))
+	return kind.Errorf(kind.ValueError, "unmap: %#x is not a mapped window on device %d%s", ptr, c.id, c.whose(ptr))
 }
 
 func (c *simChip) Live() (allocs, windows int) {

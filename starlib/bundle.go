@@ -13,10 +13,10 @@ import (
 	"simpler/wire"
 )
 
-// A bundle tells a child process which code its parent runs: the loader's
-// root, and the sha256 of every module the parent loaded, so that the child
-// loads the same files and refuses any that changed on disk since.
-
+// bundle tells a child process which code its parent runs
+// (wire.ChildBundle): the loader's root, and the sha256 of every module
+// the parent loaded, so that the child loads the same files and refuses
+// any that changed on disk since.
 func (s *Session) bundle() []byte {
 	l := s.loader
 	l.mu.Lock()
@@ -26,14 +26,11 @@ func (s *Session) bundle() []byte {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	var e wire.Encoder
-	e.String(l.root)
-	e.U32(uint32(len(names)))
+	b := wire.ChildBundle{Root: l.root}
 	for _, n := range names {
-		e.String(n)
-		e.String(l.modules[n].sum)
+		b.Modules = append(b.Modules, wire.ChildModule{Name: n, Sum: l.modules[n].sum})
 	}
-	return e.Bytes()
+	return wire.Payload(&b)
 }
 
 // Module is where a child process finds the callable: its module's name
@@ -52,37 +49,17 @@ func NewResolver(bundle []byte) (engine.Resolver, error) {
 	if len(bundle) == 0 {
 		return noCode{}, nil
 	}
-	root, expect, err := decodeBundle(bundle)
+	b, err := wire.DecodeChildBundle(bundle)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("RuntimeError: bad module bundle: %v", err)
 	}
 	s := NewSession("", nil, "thread", nil, os.Stdout, os.Stderr)
-	s.loader.root = root
-	s.loader.expect = expect
+	s.loader.root = b.Root
+	s.loader.expect = make(map[string]string, len(b.Modules)) // names are unique: the decoder checks
+	for _, m := range b.Modules {
+		s.loader.expect[m.Name] = m.Sum
+	}
 	return &resolver{s: s}, nil
-}
-
-// decodeBundle reads a bundle as Session.bundle writes it: the root, then
-// each module's name and sha256, names strictly ascending. bundle sorts
-// them, so an unsorted or repeated name is refused: it would not re-encode
-// to the same bytes, and a repeat would silently replace the first sum.
-func decodeBundle(b []byte) (root string, expect map[string]string, err error) {
-	d := wire.NewDecoder(b)
-	root = d.String()
-	n := d.Count(wire.MaxModules, 8) // a name and a sum, each at least a length
-	expect = make(map[string]string, n)
-	prev := ""
-	for i := 0; i < n && d.Err() == nil; i++ {
-		name, sum := d.String(), d.String()
-		if d.Err() == nil && i > 0 && name <= prev {
-			d.FailBounds("module %q after %q: names must ascend", name, prev)
-		}
-		expect[name], prev = sum, name
-	}
-	if err := d.Finish(); err != nil {
-		return "", nil, fmt.Errorf("RuntimeError: bad module bundle: %v", err)
-	}
-	return root, expect, nil
 }
 
 func (r *resolver) Resolve(digest, module, name string) (engine.Callable, error) {

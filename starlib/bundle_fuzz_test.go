@@ -4,7 +4,13 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+
+	"simpler/wire"
 )
+
+// The module bundle's format is wire.ChildBundle, fuzzed and bounded in
+// package wire (FuzzDecodeChildBundle). These check the binding's side:
+// what Session.bundle writes, and what NewResolver refuses.
 
 // bundleOf is what Session.bundle writes for a loader with root and the
 // modules' sums: the encoder itself, run on a loader made by hand.
@@ -16,57 +22,39 @@ func bundleOf(root string, sums map[string]string) []byte {
 	return (&Session{loader: l}).bundle()
 }
 
-// FuzzDecodeBundle: a child decodes its parent's module bundle. Decoding
-// must not panic, and whatever decodes re-encodes to the same bytes.
-func FuzzDecodeBundle(f *testing.F) {
+// Session.bundle sorts the loader's modules, so what it writes decodes.
+func TestSessionBundleDecodes(t *testing.T) {
 	sum := strings.Repeat("ab", 32)
-	for _, sums := range []map[string]string{
-		{},
-		{"main.star": sum},
-		{"main.star": sum, "lib/x.star": sum, "@simpler//collectives.star": strings.Repeat("01", 32), "": ""},
-	} {
-		b := bundleOf("/home/u/proj", sums)
-		if _, _, err := decodeBundle(b); err != nil {
-			f.Fatalf("%v: its own bundle does not decode: %v", sums, err)
-		}
-		f.Add(b)
+	sums := map[string]string{"main.star": sum, "lib/x.star": sum, "@simpler//collectives.star": strings.Repeat("01", 32), "": ""}
+	b := bundleOf("/home/u/proj", sums)
+	cb, err := wire.DecodeChildBundle(b)
+	if err != nil {
+		t.Fatal(err)
 	}
-	f.Fuzz(func(t *testing.T, b []byte) {
-		root, expect, err := decodeBundle(b)
-		if err != nil {
-			if !strings.HasPrefix(err.Error(), "RuntimeError: bad module bundle: ") {
-				t.Fatalf("error %q is not a bad bundle's", err)
-			}
-			return
+	if cb.Root != "/home/u/proj" || len(cb.Modules) != len(sums) {
+		t.Fatalf("decoded %+v", cb)
+	}
+	for _, m := range cb.Modules {
+		if sums[m.Name] != m.Sum {
+			t.Errorf("module %q: sum %q, want %q", m.Name, m.Sum, sums[m.Name])
 		}
-		if again := bundleOf(root, expect); !bytes.Equal(again, b) {
-			t.Fatalf("not canonical:\n  in  %x\n  out %x", b, again)
-		}
-	})
+	}
+	if again := wire.Payload(&cb); !bytes.Equal(again, b) {
+		t.Fatalf("not canonical:\n  in  %x\n  out %x", b, again)
+	}
 }
 
-// A bundle's names ascend, as bundle sorts them: a repeated name would
-// replace the first one's sum unseen, and an unsorted pair would not
-// re-encode to the same bytes.
-func TestDecodeBundleRefusesUnsortedOrRepeatedNames(t *testing.T) {
+// A bundle whose names do not ascend (a repeat would replace the first
+// one's sum unseen) is refused, as a bad bundle, before anything loads.
+func TestNewResolverRefusesABadBundle(t *testing.T) {
 	for _, names := range [][]string{{"b.star", "a.star"}, {"a.star", "a.star"}} {
-		var b []byte
-		put := func(s string) {
-			b = append(b, byte(len(s)), 0, 0, 0)
-			b = append(b, s...)
-		}
-		put("/root")
-		b = append(b, byte(len(names)), 0, 0, 0)
+		b := wire.ChildBundle{Root: "/root"}
 		for _, n := range names {
-			put(n)
-			put("sum")
+			b.Modules = append(b.Modules, wire.ChildModule{Name: n})
 		}
-		_, _, err := decodeBundle(b)
-		if err == nil || !strings.Contains(err.Error(), "names must ascend") {
-			t.Errorf("%v: error %v, want names must ascend", names, err)
-		}
-		if _, err := NewResolver(b); err == nil {
-			t.Errorf("%v: NewResolver accepted the bundle", names)
+		_, err := NewResolver(wire.Payload(&b))
+		if err == nil || !strings.HasPrefix(err.Error(), "RuntimeError: bad module bundle: ") || !strings.Contains(err.Error(), "names must ascend") {
+			t.Errorf("%v: error %v, want a bad bundle whose names must ascend", names, err)
 		}
 	}
 }

@@ -9,23 +9,26 @@ import (
 
 	"go.starlark.net/starlark"
 
-	"simpler/engine"
+	"simpler/kind"
 )
 
 // Every error a script sees starts with its kind ("ValueError: ...").
-// Engine and binding errors are made with one; the errors
-// go.starlark.net makes (argument unpacking, operators, indexing, fail,
-// load) have none, so they are classified here, in one place, by their
-// text: the builtin wrapper gives an error from a builtin's own code its
-// kind where it is made, labelled gives a Starlark error its kind where it
-// leaves a call (a run's orchestration function, main), and Message and
-// Backtrace, the texts a script and the CLI show, classify whatever
-// still has none.
+// Engine and binding errors are kind.Errors: their kind is a value, read
+// with kind.Of, never from their text. Starlark's own errors are text:
+// the errors go.starlark.net makes (argument unpacking, operators,
+// indexing, fail, load) have no kind, a fail("ValueError: ...") or an
+// EvalError carries its kind in its message, and some of starlib's own
+// Go errors are still made as text ("TypeError: ..." from fmt.Errorf).
+// Those are classified here, in one place, by their text: the builtin
+// wrapper gives an error from a builtin's own code its kind where it is
+// made, labelled gives a Starlark error its kind where it leaves a call
+// (a run's orchestration function, main), and Message and Backtrace, the
+// texts a script and the CLI show, classify whatever still has none.
 
 // errorf returns an error whose message starts with its kind, as every
 // engine error seen by scripts does.
-func errorf(k engine.Kind, format string, args ...any) error {
-	return engine.Errorf(k, format, args...)
+func errorf(k kind.Kind, format string, args ...any) error {
+	return kind.Errorf(k, format, args...)
 }
 
 // assertionKind is the assert module's kind (Python's AssertionError): not
@@ -34,8 +37,8 @@ const assertionKind = "AssertionError: "
 
 // kindRule gives the kind of the Starlark messages a pattern matches.
 type kindRule struct {
-	re   *regexp.Regexp
-	kind engine.Kind
+	re *regexp.Regexp
+	k  kind.Kind
 }
 
 // kindRules classify go.starlark.net's own messages, first match first,
@@ -46,19 +49,19 @@ type kindRule struct {
 var kindRules = []kindRule{
 	// Indexing: "list index 3 out of range [-1:0]", "index 0 out of
 	// range: empty list", "pop: index 5 out of range".
-	{regexp.MustCompile(`\bindex -?\d+ out of range|tuple index out of range`), engine.IndexError},
+	{regexp.MustCompile(`\bindex -?\d+ out of range|tuple index out of range`), kind.IndexError},
 	// Dict and set lookups, %-format and str.format keys.
-	{regexp.MustCompile(`^key .+ not in \w+$|: missing key$|: empty (dict|set)$|^key not found: |: keyword .+ not found$`), engine.KeyError},
+	{regexp.MustCompile(`^key .+ not in \w+$|: missing key$|: empty (dict|set)$|^key not found: |: keyword .+ not found$`), kind.KeyError},
 	// Values of the right type but wrong: arithmetic, conversions, ranges.
-	{regexp.MustCompile(`by zero$|shift count|repeat count .* too large|excessive repeat|not a valid slice step|step argument must not be zero`), engine.ValueError},
-	{regexp.MustCompile(`invalid literal|invalid float literal|: empty string$|base must be an integer|too large to convert|number too large|cannot convert float (infinity|NaN)`), engine.ValueError},
-	{regexp.MustCompile(`out of range|too (many|few) values to unpack|value not in list|element not found|substring not found|empty separator|duplicate key|has length \d+, want 2`), engine.ValueError},
-	{regexp.MustCompile(`^load: name .+ not found in module `), engine.ValueError},
+	{regexp.MustCompile(`by zero$|shift count|repeat count .* too large|excessive repeat|not a valid slice step|step argument must not be zero`), kind.ValueError},
+	{regexp.MustCompile(`invalid literal|invalid float literal|: empty string$|base must be an integer|too large to convert|number too large|cannot convert float (infinity|NaN)`), kind.ValueError},
+	{regexp.MustCompile(`out of range|too (many|few) values to unpack|value not in list|element not found|substring not found|empty separator|duplicate key|has length \d+, want 2`), kind.ValueError},
+	{regexp.MustCompile(`^load: name .+ not found in module `), kind.ValueError},
 	// Arguments: what starlark.UnpackArgs and a Starlark function's
 	// parameter binding say.
-	{regexp.MustCompile(`got \d+ arguments?, wants? |: for parameter |got multiple values for|unexpected keyword arguments?|unexpected positional arguments?|missing argument for |missing \d+ arguments? |accepts no arguments|accepts (at most |at least |exactly )?\d+ positional arguments?|does not accept keyword arguments|duplicate keyword arg`), engine.TypeError},
+	{regexp.MustCompile(`got \d+ arguments?, wants? |: for parameter |got multiple values for|unexpected keyword arguments?|unexpected positional arguments?|missing argument for |missing \d+ arguments? |accepts no arguments|accepts (at most |at least |exactly )?\d+ positional arguments?|does not accept keyword arguments|duplicate keyword arg`), kind.TypeError},
 	// Operands and values of the wrong type.
-	{regexp.MustCompile(`unknown (binary|unary) op|not implemented$|unhashable|invalid call of non-function|is not iterable|must be a mapping|must be iterable|must be strings|does not support item assignment|unhandled index operation|invalid slice operand|has no \.\w+ field or method|can't assign to \.|has no len|got \w+, want |format requires|arguments for format string|as left operand|cannot convert \w+ to int|in sequence assignment|want string, got|, want string`), engine.TypeError},
+	{regexp.MustCompile(`unknown (binary|unary) op|not implemented$|unhashable|invalid call of non-function|is not iterable|must be a mapping|must be iterable|must be strings|does not support item assignment|unhandled index operation|invalid slice operand|has no \.\w+ field or method|can't assign to \.|has no len|got \w+, want |format requires|arguments for format string|as left operand|cannot convert \w+ to int|in sequence assignment|want string, got|, want string`), kind.TypeError},
 }
 
 // syntaxError matches a scanner, parser or resolver error
@@ -77,34 +80,34 @@ const (
 // already starts with a kind keeps it. fail("x") is a RuntimeError "x",
 // fail("ValueError: x") a ValueError "x", and a cancelled thread has its
 // reason's kind.
-func classify(msg string) (engine.Kind, string) {
-	if k, rest, ok := engine.SplitKind(msg); ok {
+func classify(msg string) (kind.Kind, string) {
+	if k, rest, ok := kind.Split(msg); ok {
 		return k, rest
 	}
 	if rest, ok := strings.CutPrefix(msg, failPrefix); ok {
-		if k, r, ok := engine.SplitKind(rest); ok {
+		if k, r, ok := kind.Split(rest); ok {
 			return k, r
 		}
-		return engine.RuntimeError, rest
+		return kind.RuntimeError, rest
 	}
 	if rest, ok := strings.CutPrefix(msg, canceledPrefix); ok {
-		if k, r, ok := engine.SplitKind(rest); ok {
+		if k, r, ok := kind.Split(rest); ok {
 			return k, r
 		}
-		return engine.RuntimeError, msg
+		return kind.RuntimeError, msg
 	}
 	if strings.HasPrefix(msg, loadPrefix) {
 		return classifyLoad(msg)
 	}
 	if syntaxError.MatchString(msg) {
-		return engine.ValueError, msg
+		return kind.ValueError, msg
 	}
 	for _, r := range kindRules {
 		if r.re.MatchString(msg) {
-			return r.kind, msg
+			return r.k, msg
 		}
 	}
-	return engine.RuntimeError, msg
+	return kind.RuntimeError, msg
 }
 
 // classifyLoad classifies a load() failure, which go.starlark.net words as
@@ -112,7 +115,7 @@ func classify(msg string) (engine.Kind, string) {
 // way. The innermost error's kind moves to the front and the chain of
 // modules stays, except that when the innermost error is the loader's own
 // `cannot load "B" ...` the prefix naming B is not said twice.
-func classifyLoad(msg string) (engine.Kind, string) {
+func classifyLoad(msg string) (kind.Kind, string) {
 	var chain, modules []string
 	rest := msg
 	for strings.HasPrefix(rest, loadPrefix) {
@@ -125,15 +128,15 @@ func classifyLoad(msg string) (engine.Kind, string) {
 		rest = rest[i+2:]
 	}
 	if len(chain) == 0 {
-		return engine.RuntimeError, msg
+		return kind.RuntimeError, msg
 	}
-	_, _, kinded := engine.SplitKind(rest)
+	_, _, kinded := kind.Split(rest)
 	k, inner := classify(rest)
 	if last := len(chain) - 1; strings.HasPrefix(inner, loadPrefix+strconv.Quote(modules[last])) {
 		chain = chain[:last]
 	}
-	if !kinded && k == engine.RuntimeError {
-		k = engine.ValueError // a module that cannot be loaded, for no better-known reason
+	if !kinded && k == kind.RuntimeError {
+		k = kind.ValueError // a module that cannot be loaded, for no better-known reason
 	}
 	return k, strings.Join(chain, "") + inner
 }
@@ -147,10 +150,13 @@ func kinded(msg string) string {
 	return string(k) + ": " + rest
 }
 
-// kindedError gives err a kind if its text has none. A Starlark
-// EvalError passes unchanged: it carries the call stack of where it
-// happened, and go.starlark.net passes only that exact type through the
-// calls above it (labelled gives it its kind where it leaves).
+// kindedError returns err as a kind.Error whose text starts with its
+// kind. A Starlark EvalError passes unchanged: it carries the call stack
+// of where it happened, and go.starlark.net passes only that exact type
+// through the calls above it (labelled gives it its kind where it
+// leaves). An error that carries a kind.Error has that kind; one that
+// carries none is text, classified by it (an AssertionError, a kind of
+// its own, passes unchanged).
 func kindedError(err error) error {
 	if err == nil {
 		return nil
@@ -159,11 +165,21 @@ func kindedError(err error) error {
 		return err
 	}
 	msg := err.Error()
-	if _, _, ok := engine.SplitKind(msg); ok || strings.HasPrefix(msg, assertionKind) {
+	var e *kind.Error
+	if errors.As(err, &e) {
+		// A wrapper of a kind.Error (fmt.Errorf("...: %w")) says its
+		// own text; the script sees its kind in front of it.
+		k := kind.Of(err)
+		if strings.HasPrefix(msg, string(k)+": ") {
+			return err
+		}
+		return &kind.Error{Kind: k, Msg: msg, Cause: err}
+	}
+	if strings.HasPrefix(msg, assertionKind) {
 		return err
 	}
 	k, rest := classify(msg)
-	return &engine.Error{Kind: k, Msg: rest, Cause: err}
+	return &kind.Error{Kind: k, Msg: rest, Cause: err}
 }
 
 // labelled returns err with a message that starts with its kind. An
@@ -221,7 +237,7 @@ func Message(err error) string {
 	if errors.As(err, &ee) {
 		return kinded(ee.Msg)
 	}
-	return kinded(err.Error())
+	return kindedError(err).Error()
 }
 
 // Backtrace formats err as simpler prints it: every Starlark frame as
@@ -247,7 +263,7 @@ func Backtrace(err error) string {
 		}
 		b.WriteString(kinded(ee.Msg))
 	} else {
-		b.WriteString(kinded(err.Error()))
+		b.WriteString(kindedError(err).Error())
 	}
 	return b.String()
 }
@@ -274,12 +290,30 @@ func kernelError(err error) error {
 	if err == nil {
 		return nil
 	}
-	k, rest, ok := engine.SplitKind(Message(err))
-	if !ok {
-		k = engine.RuntimeError // an AssertionError, whose text keeps its own kind
-	}
+	k, rest := messageKind(err)
 	if at := innermost(err); at != "" {
 		rest = rest + " (at " + at + ")"
 	}
-	return &engine.Error{Kind: k, Msg: rest, Cause: err}
+	return &kind.Error{Kind: k, Msg: rest, Cause: err}
+}
+
+// messageKind is Message(err) split into its kind and the rest. A
+// Starlark error's kind is in its message; a Go error's is its
+// kind.Error's. An AssertionError, whose text keeps its own kind, is a
+// RuntimeError with all of its text.
+func messageKind(err error) (kind.Kind, string) {
+	var ee *starlark.EvalError
+	if errors.As(err, &ee) {
+		msg := kinded(ee.Msg)
+		if k, rest, ok := kind.Split(msg); ok {
+			return k, rest
+		}
+		return kind.RuntimeError, msg
+	}
+	err = kindedError(err)
+	var e *kind.Error
+	if !errors.As(err, &e) {
+		return kind.RuntimeError, err.Error()
+	}
+	return kind.Of(err), kind.Message(err)
 }

@@ -150,6 +150,16 @@ func (d *Decoder) take(n int) []byte {
 	return p
 }
 
+// Rest reads every byte not yet consumed, without copying: the result
+// aliases the decoder's input. A message whose result follows a prefix
+// another layer reads (a mailbox reply's status) is decoded from it.
+func (d *Decoder) Rest() []byte {
+	if d.err != nil {
+		return nil
+	}
+	return d.take(len(d.b) - d.off)
+}
+
 // U8 reads a byte.
 func (d *Decoder) U8() uint8 {
 	p := d.take(1)

@@ -70,11 +70,73 @@ func tensorBytes(shape []int, dt dtype.DType) int64 {
 	return n
 }
 
-// Where a tensor's bytes are.
+// Where a tensor's bytes are: one value space for every message with
+// tensors, so a tensor's bytes say what they are. A TASK carries remote
+// and inline tensors, a mailbox task (MailboxTask) device and host ones.
 const (
 	whereRemote uint8 = 1
 	whereInline uint8 = 2
+	whereDevice uint8 = 3
+	whereHost   uint8 = 4
 )
+
+// encodeTensorHead writes what every tensor starts with: tag, dtype and
+// shape; the location byte and its body follow.
+func encodeTensorHead(e *Encoder, tag Tag, dt dtype.DType, shape []int) {
+	e.U8(uint8(tag))
+	e.U8(uint8(dt))
+	e.U32(uint32(len(shape)))
+	for _, d := range shape {
+		e.Int(d)
+	}
+}
+
+// decodeTensorHead reads tensor i's head: a known tag and dtype and a
+// shape whose bytes fit MaxBufferBytes, and returns those bytes.
+func decodeTensorHead(d *Decoder, i int) (tag Tag, dt dtype.DType, shape []int, nbytes int64) {
+	tag, dt = Tag(d.U8()), dtype.DType(d.U8())
+	if d.err == nil && !tag.Valid() {
+		d.FailBounds("tensor %d: unknown tag %d", i, uint8(tag))
+	}
+	if d.err == nil && dt.Size() == 0 {
+		d.FailBounds("tensor %d: unknown dtype %d", i, uint8(dt))
+	}
+	nd := d.Count(MaxDims, 8)
+	if nd > 0 {
+		shape = make([]int, nd)
+		for j := range shape {
+			shape[j] = d.Int(MaxDim)
+		}
+	}
+	if d.err != nil {
+		return tag, dt, shape, 0
+	}
+	nbytes = tensorBytes(shape, dt)
+	if nbytes < 0 {
+		d.FailBounds("tensor %d: shape %v of %s exceeds %d bytes", i, shape, dt, int64(MaxBufferBytes))
+	}
+	return tag, dt, shape, nbytes
+}
+
+func encodeScalars(e *Encoder, scalars []uint64) {
+	e.U32(uint32(len(scalars)))
+	for _, s := range scalars {
+		e.U64(s)
+	}
+}
+
+// decodeScalars reads a task's scalars: nil when there are none.
+func decodeScalars(d *Decoder) []uint64 {
+	n := d.Count(MaxScalars, 8)
+	if n == 0 {
+		return nil
+	}
+	s := make([]uint64, n)
+	for i := range s {
+		s[i] = d.U64()
+	}
+	return s
+}
 
 // Task runs a registered callable on the node. The header's sequence
 // numbers it; its COMPLETION carries the same number.
@@ -92,12 +154,7 @@ func (t *Task) Encode(e *Encoder) {
 	e.U32(uint32(len(t.Tensors)))
 	for i := range t.Tensors {
 		a := &t.Tensors[i]
-		e.U8(uint8(a.Tag))
-		e.U8(uint8(a.DType))
-		e.U32(uint32(len(a.Shape)))
-		for _, d := range a.Shape {
-			e.Int(d)
-		}
+		encodeTensorHead(e, a.Tag, a.DType, a.Shape)
 		if r := a.Remote; r != nil {
 			e.U8(whereRemote)
 			e.U32(r.Owner)
@@ -109,10 +166,7 @@ func (t *Task) Encode(e *Encoder) {
 			e.Blob(a.Inline)
 		}
 	}
-	e.U32(uint32(len(t.Scalars)))
-	for _, s := range t.Scalars {
-		e.U64(s)
-	}
+	encodeScalars(e, t.Scalars)
 }
 
 // DecodeTask reads a TASK payload. Inline bytes alias b.
@@ -130,13 +184,7 @@ func DecodeTask(b []byte) (Task, error) {
 		a := decodeTensor(d, i, &inline)
 		t.Tensors = append(t.Tensors, a)
 	}
-	ns := d.Count(MaxScalars, 8)
-	if ns > 0 {
-		t.Scalars = make([]uint64, ns)
-		for i := range t.Scalars {
-			t.Scalars[i] = d.U64()
-		}
-	}
+	t.Scalars = decodeScalars(d)
 	if err := d.Finish(); err != nil {
 		return Task{}, err
 	}
@@ -144,26 +192,10 @@ func DecodeTask(b []byte) (Task, error) {
 }
 
 func decodeTensor(d *Decoder, i int, inline *int) TensorArg {
-	a := TensorArg{Tag: Tag(d.U8()), DType: dtype.DType(d.U8())}
-	if d.err == nil && a.Tag >= numTags {
-		d.FailBounds("tensor %d: unknown tag %d", i, uint8(a.Tag))
-	}
-	if d.err == nil && a.DType.Size() == 0 {
-		d.FailBounds("tensor %d: unknown dtype %d", i, uint8(a.DType))
-	}
-	nd := d.Count(MaxDims, 8)
-	if nd > 0 {
-		a.Shape = make([]int, nd)
-		for j := range a.Shape {
-			a.Shape[j] = d.Int(MaxDim)
-		}
-	}
+	var a TensorArg
+	var nbytes int64
+	a.Tag, a.DType, a.Shape, nbytes = decodeTensorHead(d, i)
 	if d.err != nil {
-		return a
-	}
-	nbytes := tensorBytes(a.Shape, a.DType)
-	if nbytes < 0 {
-		d.FailBounds("tensor %d: shape %v of %s exceeds %d bytes", i, a.Shape, a.DType, int64(MaxBufferBytes))
 		return a
 	}
 	switch where := d.U8(); where {

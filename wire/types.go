@@ -50,7 +50,9 @@ func Payload(m Message) []byte {
 	return e.Bytes()
 }
 
-// Tag says how a task uses a tensor; the values are engine.Tag's.
+// Tag says how a task uses a tensor. engine.Tag is this type, so the
+// values a task carries across a process or a host are the engine's by
+// construction.
 type Tag uint8
 
 // The tensor tags.
@@ -71,6 +73,18 @@ func (t Tag) String() string {
 	}
 	return fmt.Sprintf("Tag(%d)", uint8(t))
 }
+
+// Valid reports whether t is one of the tags above.
+func (t Tag) Valid() bool { return t < numTags }
+
+// Reads reports whether a task with this tag waits for the tensor's last
+// writer: INPUT and INOUT.
+func (t Tag) Reads() bool { return t == TagInput || t == TagInOut }
+
+// Writes reports whether a task with this tag becomes the tensor's writer:
+// OUTPUT, INOUT and OUTPUT_EXISTING (NO_DEP neither reads nor writes for
+// dependencies).
+func (t Tag) Writes() bool { return t == TagOutput || t == TagInOut || t == TagOutputExisting }
 
 // Needs is the access a tag requires of a remote buffer (as the engine's
 // registry checks it): INPUT reads, OUTPUT and OUTPUT_EXISTING write,

@@ -8,11 +8,11 @@
 package hostmem
 
 import (
-	"fmt"
 	"sort"
 	"sync"
 
 	"simpler/hal/shm"
+	"simpler/kind"
 )
 
 type entry struct {
@@ -90,15 +90,15 @@ func Locate(addr uint64) (seg *shm.Segment, off int, ok bool) {
 // registered segment.
 func Resolve(addr uint64, size int) ([]byte, error) {
 	if size < 0 {
-		return nil, fmt.Errorf("ValueError: host address %#x: size must be >= 0, got %d", addr, size)
+		return nil, kind.Errorf(kind.ValueError, "host address %#x: size must be >= 0, got %d", addr, size)
 	}
 	e, ok := lookup(addr)
 	if !ok {
-		return nil, fmt.Errorf("ValueError: host address %#x (%d bytes) is not in shared memory", addr, size)
+		return nil, kind.Errorf(kind.ValueError, "host address %#x (%d bytes) is not in shared memory", addr, size)
 	}
 	off := addr - e.start
 	if uint64(size) > e.end-addr {
-		return nil, fmt.Errorf("ValueError: host address %#x (%d bytes) overruns the shared buffer at %#x of %d bytes",
+		return nil, kind.Errorf(kind.ValueError, "host address %#x (%d bytes) overruns the shared buffer at %#x of %d bytes",
 			addr, size, e.start, e.end-e.start)
 	}
 	return e.seg.Mem[off : off+uint64(size) : off+uint64(size)], nil

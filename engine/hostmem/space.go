@@ -2,10 +2,10 @@ package hostmem
 
 import (
 	"errors"
-	"fmt"
 	"sync"
 
 	"simpler/hal/shm"
+	"simpler/kind"
 )
 
 const (
@@ -34,12 +34,12 @@ func NewSpace() *Space { return &Space{} }
 // address.
 func (s *Space) Alloc(size int) (addr uint64, mem []byte, err error) {
 	if size < 0 {
-		return 0, nil, fmt.Errorf("ValueError: host allocation size must be >= 0, got %d", size)
+		return 0, nil, kind.Errorf(kind.ValueError, "host allocation size must be >= 0, got %d", size)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return 0, nil, errors.New("RuntimeError: host memory space is closed")
+		return 0, nil, kind.New(kind.RuntimeError, "host memory space is closed")
 	}
 	if size >= bigSize {
 		seg, err := s.newSeg("host", size)
@@ -64,7 +64,7 @@ func (s *Space) Alloc(size int) (addr uint64, mem []byte, err error) {
 func (s *Space) newSeg(tag string, size int) (*shm.Segment, error) {
 	seg, err := shm.Create(tag, size)
 	if err != nil {
-		return nil, fmt.Errorf("RuntimeError: host memory: %w", err)
+		return nil, kind.Errorf(kind.RuntimeError, "host memory: %w", err)
 	}
 	Register(seg)
 	s.segs = append(s.segs, seg)

@@ -12,6 +12,7 @@ import (
 	"simpler/hal"
 	"simpler/hal/shm"
 	"simpler/internal/futex"
+	"simpler/kind"
 )
 
 // Request describes one allocation of a domain. Every rank passes the same
@@ -52,7 +53,7 @@ func (q *Request) domain() string {
 
 func (q *Request) check(rank int, chip hal.Chip) error {
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("ValueError: comm: allocating domain %s: "+format, append([]any{q.domain()}, args...)...)
+		return kind.Errorf(kind.ValueError, "comm: allocating domain %s: "+format, append([]any{q.domain()}, args...)...)
 	}
 	switch {
 	case chip == nil:
@@ -64,7 +65,7 @@ func (q *Request) check(rank int, chip hal.Chip) error {
 	case q.Ranks < 1 || q.Ranks > maxRanks:
 		return bad("%d ranks; want 1..%d", q.Ranks, maxRanks)
 	case rank < 0 || rank >= q.Ranks:
-		return fmt.Errorf("IndexError: comm: allocating domain %s: rank %d out of range for %d ranks", q.domain(), rank, q.Ranks)
+		return kind.Errorf(kind.IndexError, "comm: allocating domain %s: rank %d out of range for %d ranks", q.domain(), rank, q.Ranks)
 	case q.WindowSize <= 0:
 		return bad("window size must be > 0, got %d", q.WindowSize)
 	case q.Timeout <= 0:
@@ -133,25 +134,14 @@ func Allocate(req Request, rank int, chip hal.Chip) (*Rank, error) {
 	return r, nil
 }
 
-func (r *Rank) errorf(kind, format string, args ...any) error {
-	return fmt.Errorf("%s: comm: allocating domain %s rank %d: %s", kind, r.req.domain(), r.Rank, fmt.Sprintf(format, args...))
+func (r *Rank) errorf(k kind.Kind, format string, args ...any) error {
+	return kind.Errorf(k, "comm: allocating domain %s rank %d: %s", r.req.domain(), r.Rank, fmt.Sprintf(format, args...))
 }
 
 // chipError puts a chip's error in the allocation's context, keeping its
 // kind.
 func (r *Rank) chipError(err error) error {
-	kind, msg := splitKind(err)
-	return r.errorf(kind, "%s", msg)
-}
-
-// splitKind splits "ValueError: msg" into kind and message; an error with
-// no kind is a RuntimeError.
-func splitKind(err error) (string, string) {
-	kind, msg, ok := strings.Cut(err.Error(), ": ")
-	if !ok || !strings.HasSuffix(kind, "Error") || strings.Contains(kind, " ") {
-		return "RuntimeError", err.Error()
-	}
-	return kind, msg
+	return kind.Wrap(err, fmt.Sprintf("comm: allocating domain %s rank %d", r.req.domain(), r.Rank))
 }
 
 func (r *Rank) setup(deadline time.Time) error {
@@ -164,7 +154,7 @@ func (r *Rank) setup(deadline time.Time) error {
 	winSize := roundPage(q.WindowSize)
 	own, err := createWindow(q.prefix(), q.windowName(r.Rank), winSize, q.WindowSize)
 	if err != nil {
-		return r.errorf("RuntimeError", "window: %v", err)
+		return r.errorf(kind.RuntimeError, "window: %v", err)
 	}
 	r.windows[r.Rank] = own
 	// The window is zero now; only from here on may peers store into it.
@@ -181,9 +171,9 @@ func (r *Rank) setup(deadline time.Time) error {
 		// Every rank made its window before joining, so it exists now.
 		o, _, err := openObject(q.prefix(), q.windowName(j), winSize, false)
 		if errors.Is(err, errNotReady) {
-			return r.errorf("RuntimeError", "the window of rank %d is gone (did rank %d fail?)", j, j)
+			return r.errorf(kind.RuntimeError, "the window of rank %d is gone (did rank %d fail?)", j, j)
 		} else if err != nil {
-			return r.errorf("RuntimeError", "window of rank %d: %v", j, err)
+			return r.errorf(kind.RuntimeError, "window of rank %d: %v", j, err)
 		}
 		r.windows[j] = o
 	}

@@ -28,6 +28,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"strconv"
+
+	"simpler/kind"
 )
 
 // Profile is a global domain's backend: how a rank's window is exported
@@ -115,7 +117,7 @@ func EncodeDescriptor(d Descriptor) []byte {
 // a particular domain is Import's to check.
 func DecodeDescriptor(b []byte) (Descriptor, error) {
 	bad := func(format string, args ...any) (Descriptor, error) {
-		return Descriptor{}, fmt.Errorf("ValueError: comm: bad global domain descriptor: "+format, args...)
+		return Descriptor{}, kind.Errorf(kind.ValueError, "comm: bad global domain descriptor: "+format, args...)
 	}
 	if len(b) != DescriptorSize {
 		return bad("%d bytes, want %d", len(b), DescriptorSize)

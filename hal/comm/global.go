@@ -59,6 +59,7 @@ import (
 	"simpler/hal"
 	"simpler/hal/shm"
 	"simpler/internal/futex"
+	"simpler/kind"
 )
 
 // GlobalRequest describes one rank's part of one generation of a global
@@ -147,7 +148,7 @@ const maxWindow = 1 << 40
 
 func (q *GlobalRequest) check(rank int, chip hal.Chip) error {
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("ValueError: comm: preparing global domain %s: "+format, append([]any{q.domain()}, args...)...)
+		return kind.Errorf(kind.ValueError, "comm: preparing global domain %s: "+format, append([]any{q.domain()}, args...)...)
 	}
 	switch {
 	case chip == nil:
@@ -157,7 +158,7 @@ func (q *GlobalRequest) check(rank int, chip hal.Chip) error {
 	case q.Ranks < 1 || q.Ranks > maxRanks:
 		return bad("%d ranks; want 1..%d", q.Ranks, maxRanks)
 	case rank < 0 || rank >= q.Ranks:
-		return fmt.Errorf("IndexError: comm: preparing global domain %s: rank %d out of range for %d ranks", q.domain(), rank, q.Ranks)
+		return kind.Errorf(kind.IndexError, "comm: preparing global domain %s: rank %d out of range for %d ranks", q.domain(), rank, q.Ranks)
 	case q.WindowSize <= 0 || q.WindowSize > maxWindow:
 		return bad("window size must be in 1..%d, got %d", maxWindow, q.WindowSize)
 	case q.Timeout <= 0:
@@ -213,7 +214,7 @@ func PrepareGlobal(req GlobalRequest, rank int, chip hal.Chip) (*GlobalRank, Des
 	}
 	key := preparedKey{req.prefix(), req.DomainID, req.Generation, rank}
 	if !claimPrepared(key) {
-		return nil, Descriptor{}, fmt.Errorf("RuntimeError: comm: global domain %s rank %d is already prepared in this process (file exists): a retry takes a new generation", req.domain(), rank)
+		return nil, Descriptor{}, kind.Errorf(kind.RuntimeError, "comm: global domain %s rank %d is already prepared in this process (file exists): a retry takes a new generation", req.domain(), rank)
 	}
 	g := &GlobalRank{
 		req: req, rank: rank, chip: chip, key: key,
@@ -235,13 +236,13 @@ func (g *GlobalRank) prepare() error {
 	if g.rank == 0 {
 		o, err := createOwned(globalHeaderOf(window), headerSize(q.Ranks))
 		if err != nil {
-			return g.errorf("RuntimeError", "creating the header: %v", err)
+			return g.errorf(kind.RuntimeError, "creating the header: %v", err)
 		}
 		g.hdr, g.hdrCreated = o, true
 	}
 	o, err := createOwned(window, roundPage(q.WindowSize))
 	if err != nil {
-		return g.errorf("RuntimeError", "creating the window: %v", err)
+		return g.errorf(kind.RuntimeError, "creating the window: %v", err)
 	}
 	g.own = o
 	base, err := g.chip.MapWindow(o.seg.Mem[:q.WindowSize], g.label(g.rank))
@@ -283,14 +284,13 @@ func (g *GlobalRank) label(rank int) string {
 	return g.req.Name + " rank " + strconv.Itoa(rank)
 }
 
-func (g *GlobalRank) errorf(kind, format string, args ...any) error {
-	return fmt.Errorf("%s: comm: global domain %s rank %d: %s", kind, g.req.domain(), g.rank, fmt.Sprintf(format, args...))
+func (g *GlobalRank) errorf(k kind.Kind, format string, args ...any) error {
+	return kind.Errorf(k, "comm: global domain %s rank %d: %s", g.req.domain(), g.rank, fmt.Sprintf(format, args...))
 }
 
 // chipError puts a chip's error in the domain's context, keeping its kind.
 func (g *GlobalRank) chipError(err error) error {
-	kind, msg := splitKind(err)
-	return g.errorf(kind, "%s", msg)
+	return kind.Wrap(err, fmt.Sprintf("comm: global domain %s rank %d", g.req.domain(), g.rank))
 }
 
 // Import brings the rank into the domain described by table, the
@@ -313,16 +313,16 @@ func (g *GlobalRank) Import(table []Descriptor) error {
 	defer g.mu.Unlock()
 	switch {
 	case g.released:
-		return g.errorf("RuntimeError", "import after release")
+		return g.errorf(kind.RuntimeError, "import after release")
 	case g.broken != nil:
-		return g.errorf("RuntimeError", "an earlier import could not be undone (%v); release the rank", g.broken)
+		return g.errorf(kind.RuntimeError, "an earlier import could not be undone (%v); release the rank", g.broken)
 	case g.invalidated:
-		return g.errorf("RuntimeError", "import after invalidate")
+		return g.errorf(kind.RuntimeError, "import after invalidate")
 	case g.imported:
 		if slices.Equal(table, g.table) {
 			return nil
 		}
-		return g.errorf("RuntimeError", "already imported with a different table (%s); refusing the new one", tableDiff(g.table, table))
+		return g.errorf(kind.RuntimeError, "already imported with a different table (%s); refusing the new one", tableDiff(g.table, table))
 	}
 	if err := g.checkTable(table); err != nil {
 		return err
@@ -355,11 +355,11 @@ func tableDiff(had, got []Descriptor) string {
 func (g *GlobalRank) checkTable(table []Descriptor) error {
 	q := &g.req
 	if len(table) != q.Ranks {
-		return g.errorf("ValueError", "the table has %d descriptors for %d ranks", len(table), q.Ranks)
+		return g.errorf(kind.ValueError, "the table has %d descriptors for %d ranks", len(table), q.Ranks)
 	}
 	for j, d := range table {
 		bad := func(format string, args ...any) error {
-			return g.errorf("ValueError", "descriptor %d of the table: "+format, append([]any{j}, args...)...)
+			return g.errorf(kind.ValueError, "descriptor %d of the table: "+format, append([]any{j}, args...)...)
 		}
 		switch {
 		case d.Profile != ProfileSim:
@@ -378,7 +378,7 @@ func (g *GlobalRank) checkTable(table []Descriptor) error {
 		}
 	}
 	if table[g.rank] != g.desc {
-		return g.errorf("ValueError", "descriptor %d of the table is %v, but this rank prepared %v", g.rank, table[g.rank], g.desc)
+		return g.errorf(kind.ValueError, "descriptor %d of the table is %v, but this rank prepared %v", g.rank, table[g.rank], g.desc)
 	}
 	return nil
 }
@@ -400,10 +400,10 @@ func (g *GlobalRank) importTable(table []Descriptor) error {
 		}
 		o, _, err := openObject(q.prefix(), table[j].Handle, winSize, false)
 		if errors.Is(err, errNotReady) {
-			return g.errorf("RuntimeError", "the window of rank %d (%s) does not exist or is smaller than %d bytes (was rank %d released?)",
+			return g.errorf(kind.RuntimeError, "the window of rank %d (%s) does not exist or is smaller than %d bytes (was rank %d released?)",
 				j, table[j].Handle, winSize, j)
 		} else if err != nil {
-			return g.errorf("RuntimeError", "the window of rank %d: %v", j, err)
+			return g.errorf(kind.RuntimeError, "the window of rank %d: %v", j, err)
 		}
 		g.peers[j] = o
 	}
@@ -413,7 +413,7 @@ func (g *GlobalRank) importTable(table []Descriptor) error {
 		}
 		if testHookGlobalMapPeer != nil {
 			if err := testHookGlobalMapPeer(g.rank, j); err != nil {
-				return g.errorf("RuntimeError", "mapping the window of rank %d: %v", j, err)
+				return g.errorf(kind.RuntimeError, "mapping the window of rank %d: %v", j, err)
 			}
 		}
 		base, err := g.chip.MapWindow(o.seg.Mem[:q.WindowSize], g.label(j))
@@ -455,10 +455,10 @@ func (g *GlobalRank) openHeader(name string, deadline time.Time) error {
 			return nil
 		}
 		if !errors.Is(err, errNotReady) {
-			return g.errorf("RuntimeError", "the header: %v", err)
+			return g.errorf(kind.RuntimeError, "the header: %v", err)
 		}
 		if time.Now().After(deadline) {
-			return g.errorf("TimeoutError", "waited %v for rank 0's header %s to exist (has rank 0 prepared, and not released?)",
+			return g.errorf(kind.TimeoutError, "waited %v for rank 0's header %s to exist (has rank 0 prepared, and not released?)",
 				g.req.Timeout, name)
 		}
 		time.Sleep(pause)
@@ -515,11 +515,11 @@ func (g *GlobalRank) Commit() error {
 	defer g.mu.Unlock()
 	switch {
 	case g.released:
-		return g.errorf("RuntimeError", "commit after release")
+		return g.errorf(kind.RuntimeError, "commit after release")
 	case g.invalidated:
-		return g.errorf("RuntimeError", "commit after invalidate")
+		return g.errorf(kind.RuntimeError, "commit after invalidate")
 	case !g.imported:
-		return g.errorf("RuntimeError", "commit before import")
+		return g.errorf(kind.RuntimeError, "commit before import")
 	case g.committed:
 		return nil
 	}

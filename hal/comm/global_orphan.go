@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"simpler/hal/shm"
+	"simpler/kind"
 )
 
 // RemoveGlobalRank removes the names a rank of a global domain made under
@@ -24,7 +25,7 @@ import (
 // not exist are no error.
 func RemoveGlobalRank(prefix string, domainID, generation uint64, rank int) error {
 	if !goodPrefix(prefix) {
-		return fmt.Errorf("ValueError: comm: removing a global rank: name prefix %q must start with \"simpler-\" and contain no \"/\"", prefix)
+		return kind.Errorf(kind.ValueError, "comm: removing a global rank: name prefix %q must start with \"simpler-\" and contain no \"/\"", prefix)
 	}
 	stem := prefix + globalStem(domainID, generation)
 	names, err := shm.Leftovers(stem)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"simpler/internal/futex"
+	"simpler/kind"
 )
 
 // openHeader opens the allocation's header, creating it if no rank has.
@@ -27,10 +28,10 @@ func (r *Rank) openHeader(size int, deadline time.Time) error {
 			return nil
 		}
 		if !errors.Is(err, errNotReady) {
-			return r.errorf("RuntimeError", "header: %v", err)
+			return r.errorf(kind.RuntimeError, "header: %v", err)
 		}
 		if time.Now().After(deadline) {
-			return r.errorf("TimeoutError", "waited %v for the header %s to be created", r.req.Timeout, name)
+			return r.errorf(kind.TimeoutError, "waited %v for the header %s to be created", r.req.Timeout, name)
 		}
 		time.Sleep(pause)
 		pause = min(2*pause, 2*time.Millisecond)
@@ -67,7 +68,7 @@ func (r *Rank) join(deadline time.Time) error {
 	if done && v&allocAbandoned == 0 {
 		r.joined = true
 		if err := r.unlinkHeader(); err != nil {
-			return r.errorf("RuntimeError", "header: %v", err)
+			return r.errorf(kind.RuntimeError, "header: %v", err)
 		}
 		return nil
 	}
@@ -75,13 +76,13 @@ func (r *Rank) join(deadline time.Time) error {
 		return r.abandonedError()
 	}
 	arrived, miss := r.missing(rankAlloc, 1)
-	return r.errorf("TimeoutError", "waited %v at the subset barrier; %d of %d ranks arrived%s",
+	return r.errorf(kind.TimeoutError, "waited %v at the subset barrier; %d of %d ranks arrived%s",
 		r.req.Timeout, arrived, n, miss)
 }
 
 func (r *Rank) abandonedError() error {
 	arrived, miss := r.missing(rankAlloc, 1)
-	return r.errorf("RuntimeError", "a peer gave up on the allocation; %d of %d ranks had arrived%s",
+	return r.errorf(kind.RuntimeError, "a peer gave up on the allocation; %d of %d ranks had arrived%s",
 		arrived, r.Size, miss)
 }
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -14,6 +13,7 @@ import (
 	"simpler/hal"
 	"simpler/internal/bounds"
 	"simpler/internal/futex"
+	"simpler/kind"
 )
 
 // View is a kernel's handle on one rank of a domain, made by Open from the
@@ -39,7 +39,7 @@ type View struct {
 // every window and the header it names must be mapped in chip.
 func Open(chip hal.Chip, deviceCtx uint64) (*View, error) {
 	bad := func(why string) (*View, error) {
-		return nil, fmt.Errorf("ValueError: chip.comm: %#x is not a live communication domain on device %d: %s",
+		return nil, kind.Errorf(kind.ValueError, "chip.comm: %#x is not a live communication domain on device %d: %s",
 			deviceCtx, chip.DeviceID(), why)
 	}
 	if deviceCtx%8 != 0 {
@@ -47,7 +47,7 @@ func Open(chip hal.Chip, deviceCtx uint64) (*View, error) {
 	}
 	head, err := chip.Bytes(deviceCtx, offBases)
 	if err != nil {
-		return bad(stripKind(err))
+		return bad(kind.Message(err))
 	}
 	size, nameLen, err := ctxHead(head)
 	if err != nil {
@@ -55,7 +55,7 @@ func Open(chip hal.Chip, deviceCtx uint64) (*View, error) {
 	}
 	full, err := chip.Bytes(deviceCtx, ctxLen(size, nameLen))
 	if err != nil {
-		return bad(stripKind(err))
+		return bad(kind.Message(err))
 	}
 	f, err := decodeCtx(full)
 	if err != nil {
@@ -68,11 +68,11 @@ func Open(chip hal.Chip, deviceCtx uint64) (*View, error) {
 	}
 	for j, base := range v.bases {
 		if v.wins[j], err = chip.Bytes(base, v.winSize); err != nil {
-			return bad(fmt.Sprintf("the window of rank %d is not mapped: %s", j, stripKind(err)))
+			return bad(fmt.Sprintf("the window of rank %d is not mapped: %s", j, kind.Message(err)))
 		}
 	}
 	if v.hdr, err = chip.Bytes(f.headerBase, f.headerSize); err != nil {
-		return bad("the header is not mapped: " + stripKind(err))
+		return bad("the header is not mapped: " + kind.Message(err))
 	}
 	if uintptr(unsafe.Pointer(unsafe.SliceData(v.hdr)))%8 != 0 {
 		return bad("the header is misaligned")
@@ -138,16 +138,6 @@ func decodeCtx(b []byte) (ctxFields, error) {
 	return f, nil
 }
 
-// stripKind drops the "ValueError: " an underlying error starts with, to
-// quote it inside another error of its own kind.
-func stripKind(err error) string {
-	s := err.Error()
-	if k, rest, ok := strings.Cut(s, ": "); ok && strings.HasSuffix(k, "Error") && !strings.Contains(k, " ") {
-		return rest
-	}
-	return s
-}
-
 func (v *View) Rank() int            { return v.rank }
 func (v *View) Size() int            { return v.size }
 func (v *View) WindowSize() int      { return v.winSize }
@@ -166,14 +156,14 @@ func (v *View) domain() string {
 // alive refuses a released domain (its CommContext was marked dead).
 func (v *View) alive(op string) error {
 	if atomic.LoadUint32(v.live) != 1 {
-		return fmt.Errorf("RuntimeError: %s: domain %s rank %d was released", op, v.domain(), v.rank)
+		return kind.Errorf(kind.RuntimeError, "%s: domain %s rank %d was released", op, v.domain(), v.rank)
 	}
 	return nil
 }
 
 func (v *View) checkRank(op string, rank int) error {
 	if rank < 0 || rank >= v.size {
-		return fmt.Errorf("IndexError: %s: rank %d out of range for domain %s of %d ranks", op, rank, v.domain(), v.size)
+		return kind.Errorf(kind.IndexError, "%s: rank %d out of range for domain %s of %d ranks", op, rank, v.domain(), v.size)
 	}
 	return nil
 }
@@ -190,15 +180,15 @@ func (v *View) Base(rank int) (uint64, error) {
 // window and returns its host address.
 func (v *View) word(op string, rank int, addr uint64, width int) (unsafe.Pointer, error) {
 	if width != 4 && width != 8 {
-		return nil, fmt.Errorf("ValueError: %s: width must be 4 or 8 bytes, got %d", op, width)
+		return nil, kind.Errorf(kind.ValueError, "%s: width must be 4 or 8 bytes, got %d", op, width)
 	}
 	base := v.bases[rank]
 	if !bounds.Inside(addr, uint64(width), base, uint64(v.winSize)) {
-		return nil, fmt.Errorf("ValueError: %s: %d-byte word at %#x is not inside rank %d's window [%#x, %#x) of domain %s",
+		return nil, kind.Errorf(kind.ValueError, "%s: %d-byte word at %#x is not inside rank %d's window [%#x, %#x) of domain %s",
 			op, width, addr, rank, base, base+uint64(v.winSize), v.domain())
 	}
 	if addr%uint64(width) != 0 {
-		return nil, fmt.Errorf("ValueError: %s: %d-byte word at %#x is not %d-byte aligned", op, width, addr, width)
+		return nil, kind.Errorf(kind.ValueError, "%s: %d-byte word at %#x is not %d-byte aligned", op, width, addr, width)
 	}
 	p := unsafe.Pointer(&v.wins[rank][addr-base])
 	if uintptr(p)%uintptr(width) != 0 { // windows are page aligned; a failure is a bug
@@ -220,7 +210,7 @@ func (v *View) Notify(rank int, addr uint64, width int, value int64, op string) 
 		return err
 	}
 	if op != "set" && op != "add" {
-		return fmt.Errorf("ValueError: %s: op must be \"set\" or \"add\", got %q", name, op)
+		return kind.Errorf(kind.ValueError, "%s: op must be \"set\" or \"add\", got %q", name, op)
 	}
 	p, err := v.word(name, rank, addr, width)
 	if err != nil {
@@ -228,7 +218,7 @@ func (v *View) Notify(rank int, addr uint64, width int, value int64, op string) 
 	}
 	if width == 4 {
 		if value < math.MinInt32 || value > math.MaxInt32 {
-			return fmt.Errorf("ValueError: %s: value %d does not fit a 4-byte word", name, value)
+			return kind.Errorf(kind.ValueError, "%s: value %d does not fit a 4-byte word", name, value)
 		}
 		if op == "set" {
 			atomic.StoreInt32((*int32)(p), int32(value))
@@ -272,10 +262,10 @@ func (v *View) Wait(addr uint64, width int, value int64, cmp string, timeout tim
 	}
 	holds, ok := compares[cmp]
 	if !ok {
-		return 0, fmt.Errorf("ValueError: %s: cmp must be one of >=, ==, !=, >, <, <=; got %q", name, cmp)
+		return 0, kind.Errorf(kind.ValueError, "%s: cmp must be one of >=, ==, !=, >, <, <=; got %q", name, cmp)
 	}
 	if timeout <= 0 {
-		return 0, fmt.Errorf("ValueError: %s: timeout must be > 0, got %v", name, timeout)
+		return 0, kind.Errorf(kind.ValueError, "%s: timeout must be > 0, got %v", name, timeout)
 	}
 	p, err := v.word(name, v.rank, addr, width)
 	if err != nil {
@@ -295,7 +285,7 @@ func (v *View) Wait(addr uint64, width int, value int64, cmp string, timeout tim
 	if futex.SleepUntil(seq, sleepers, time.Now().Add(timeout), ready) {
 		return seen, nil
 	}
-	return seen, fmt.Errorf("TimeoutError: %s on domain %s rank %d: waited %v for value %s %d, observed %d",
+	return seen, kind.Errorf(kind.TimeoutError, "%s on domain %s rank %d: waited %v for value %s %d, observed %d",
 		name, v.domain(), v.rank, timeout, cmp, value, seen)
 }
 
@@ -310,7 +300,7 @@ func (v *View) Barrier(timeout time.Duration) error {
 		return err
 	}
 	if timeout <= 0 {
-		return fmt.Errorf("ValueError: %s: timeout must be > 0, got %v", name, timeout)
+		return kind.Errorf(kind.ValueError, "%s: timeout must be > 0, got %v", name, timeout)
 	}
 	deadline := time.Now().Add(timeout)
 	// The word packs generation<<16 | arrived, so that arriving, the last
@@ -347,6 +337,6 @@ func (v *View) Barrier(timeout time.Duration) error {
 	}
 	arrived, miss := missingRanks(v.hdr, v.size, rankBarrier, gen+1)
 	atomic.StoreUint32(slot, (gen+1)|gaveUp)
-	return fmt.Errorf("TimeoutError: %s on domain %s rank %d: waited %v; %d of %d ranks arrived%s",
+	return kind.Errorf(kind.TimeoutError, "%s on domain %s rank %d: waited %v; %d of %d ranks arrived%s",
 		name, v.domain(), v.rank, timeout, arrived, v.size, miss)
 }

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"simpler/kind"
 )
 
 // Points lists every known fault point.
@@ -51,11 +53,11 @@ func parse(spec string) (map[string]bool, error) {
 		}
 		point, node, hasNode := strings.Cut(item, "@")
 		if !known(point) {
-			return nil, fmt.Errorf("ValueError: %s: unknown fault point %q (known: %s)", Env, point, strings.Join(Points, ", "))
+			return nil, kind.Errorf(kind.ValueError, "%s: unknown fault point %q (known: %s)", Env, point, strings.Join(Points, ", "))
 		}
 		if hasNode {
 			if n, err := strconv.Atoi(node); err != nil || n < 0 {
-				return nil, fmt.Errorf("ValueError: %s: bad node in %q", Env, item)
+				return nil, kind.Errorf(kind.ValueError, "%s: bad node in %q", Env, item)
 			}
 		}
 		m[item] = true
@@ -96,7 +98,7 @@ func Hit(point string, node int) error {
 	for _, k := range keys {
 		if armed[k] {
 			delete(armed, k)
-			return fmt.Errorf("RuntimeError: injected fault at %s", k)
+			return kind.Errorf(kind.RuntimeError, "injected fault at %s", k)
 		}
 	}
 	return nil

@@ -36,6 +36,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"simpler/kind"
 )
 
 // MinLen is the shortest token accepted, in bytes. The handshake's only
@@ -83,15 +85,15 @@ func Read(path string) ([]byte, error) {
 // It checks the mode bits, not access(2): root can read anything.
 func checkFile(path string, fi fs.FileInfo) error {
 	if !fi.Mode().IsRegular() {
-		return fmt.Errorf("ValueError: token file %s is not a regular file (it is a %s); point at a file that holds the token",
-			path, kind(fi.Mode()))
+		return kind.Errorf(kind.ValueError, "token file %s is not a regular file (it is a %s); point at a file that holds the token",
+			path, fileType(fi.Mode()))
 	}
 	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		return fmt.Errorf("ValueError: token file %s has mode %04o: group and others must have no access; run `chmod 600 %s`",
+		return kind.Errorf(kind.ValueError, "token file %s has mode %04o: group and others must have no access; run `chmod 600 %s`",
 			path, perm, path)
 	}
 	if fi.Size() > MaxFileSize {
-		return fmt.Errorf("ValueError: token file %s is %d bytes, more than the %d allowed; it should hold only the token, on its first line",
+		return kind.Errorf(kind.ValueError, "token file %s is %d bytes, more than the %d allowed; it should hold only the token, on its first line",
 			path, fi.Size(), MaxFileSize)
 	}
 	return nil
@@ -104,18 +106,18 @@ func parse(path string, data []byte) ([]byte, error) {
 	}
 	tok := bytes.TrimSpace(data)
 	if len(tok) == 0 {
-		return nil, fmt.Errorf("ValueError: token file %s holds no token (its first line is empty); make one with `%s%s`",
+		return nil, kind.Errorf(kind.ValueError, "token file %s holds no token (its first line is empty); make one with `%s%s`",
 			path, makeOne, path)
 	}
 	if len(tok) < MinLen {
-		return nil, fmt.Errorf("ValueError: the token in %s is %d bytes, shorter than the minimum of %d; make a longer one with `%s%s`",
+		return nil, kind.Errorf(kind.ValueError, "the token in %s is %d bytes, shorter than the minimum of %d; make a longer one with `%s%s`",
 			path, len(tok), MinLen, makeOne, path)
 	}
 	return tok, nil
 }
 
-// kind names a file type for an error message.
-func kind(m fs.FileMode) string {
+// fileType names a file type for an error message.
+func fileType(m fs.FileMode) string {
 	switch {
 	case m.IsDir():
 		return "directory"
@@ -135,10 +137,10 @@ func kind(m fs.FileMode) string {
 // than MinLen bytes.
 func Check(tok []byte) error {
 	if len(tok) == 0 {
-		return fmt.Errorf("ValueError: the token is empty; use at least %d random bytes, e.g. from `head -c 32 /dev/urandom | base64`", MinLen)
+		return kind.Errorf(kind.ValueError, "the token is empty; use at least %d random bytes, e.g. from `head -c 32 /dev/urandom | base64`", MinLen)
 	}
 	if len(tok) < MinLen {
-		return fmt.Errorf("ValueError: the token is %d bytes, shorter than the minimum of %d; use a longer one, e.g. from `head -c 32 /dev/urandom | base64`",
+		return kind.Errorf(kind.ValueError, "the token is %d bytes, shorter than the minimum of %d; use a longer one, e.g. from `head -c 32 /dev/urandom | base64`",
 			len(tok), MinLen)
 	}
 	return nil
@@ -161,7 +163,7 @@ func RuntimeDir() (string, error) {
 			return "", fmt.Errorf("runtime directory: %w", err)
 		}
 	case errors.Is(err, fs.ErrNotExist) && usesXDG(xdg):
-		return "", fmt.Errorf("ValueError: XDG_RUNTIME_DIR is %s, which does not exist; create it or unset XDG_RUNTIME_DIR", xdg)
+		return "", kind.Errorf(kind.ValueError, "XDG_RUNTIME_DIR is %s, which does not exist; create it or unset XDG_RUNTIME_DIR", xdg)
 	case !errors.Is(err, fs.ErrExist):
 		return "", fmt.Errorf("runtime directory: %w", err)
 	}
@@ -195,29 +197,29 @@ func runtimeDirPath(xdg string, uid int) string {
 // checkDir refuses a runtime directory that is not ours alone.
 func checkDir(dir string, fi fs.FileInfo) error {
 	if fi.Mode()&fs.ModeSymlink != 0 {
-		return fmt.Errorf("ValueError: runtime directory %s is a symlink; remove it (`rm %s`) and it will be made again", dir, dir)
+		return kind.Errorf(kind.ValueError, "runtime directory %s is a symlink; remove it (`rm %s`) and it will be made again", dir, dir)
 	}
 	if !fi.IsDir() {
-		return fmt.Errorf("ValueError: runtime directory %s is not a directory (it is a %s); remove it and it will be made again",
-			dir, kindOrRegular(fi.Mode()))
+		return kind.Errorf(kind.ValueError, "runtime directory %s is not a directory (it is a %s); remove it and it will be made again",
+			dir, fileTypeOrRegular(fi.Mode()))
 	}
 	if uid, ok := owner(fi); ok && uid != euid() {
-		return fmt.Errorf("ValueError: runtime directory %s is owned by uid %d, not by us (uid %d); remove it, or set XDG_RUNTIME_DIR to a directory of our own",
+		return kind.Errorf(kind.ValueError, "runtime directory %s is owned by uid %d, not by us (uid %d); remove it, or set XDG_RUNTIME_DIR to a directory of our own",
 			dir, uid, euid())
 	}
 	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		return fmt.Errorf("ValueError: runtime directory %s has mode %04o: group and others must have no access; run `chmod 700 %s`",
+		return kind.Errorf(kind.ValueError, "runtime directory %s has mode %04o: group and others must have no access; run `chmod 700 %s`",
 			dir, perm, dir)
 	}
 	return nil
 }
 
-// kindOrRegular is kind, naming a regular file too.
-func kindOrRegular(m fs.FileMode) string {
+// fileTypeOrRegular is fileType, naming a regular file too.
+func fileTypeOrRegular(m fs.FileMode) string {
 	if m.IsRegular() {
 		return "regular file"
 	}
-	return kind(m)
+	return fileType(m)
 }
 
 // owner is the uid that owns a file, from its stat.
@@ -235,7 +237,7 @@ func PathFor(port int) (string, error) {
 	// Port 0 would be a daemon that has not bound yet: the file must be
 	// named by the port it got.
 	if port < 1 || port > 65535 {
-		return "", fmt.Errorf("ValueError: port %d is out of range 1-65535; name the token file by the port the daemon listens on", port)
+		return "", kind.Errorf(kind.ValueError, "port %d is out of range 1-65535; name the token file by the port the daemon listens on", port)
 	}
 	dir, err := RuntimeDir()
 	if err != nil {
@@ -277,10 +279,10 @@ func removeStale(path string) error {
 		return fmt.Errorf("token file: %w", err)
 	}
 	if !fi.Mode().IsRegular() {
-		return fmt.Errorf("ValueError: %s exists and is not a regular file (it is a %s); remove it by hand", path, kind(fi.Mode()))
+		return kind.Errorf(kind.ValueError, "%s exists and is not a regular file (it is a %s); remove it by hand", path, fileType(fi.Mode()))
 	}
 	if uid, ok := fileOwner(fi); ok && uid != euid() {
-		return fmt.Errorf("ValueError: %s exists and is owned by uid %d, not by us (uid %d); remove it by hand", path, uid, euid())
+		return kind.Errorf(kind.ValueError, "%s exists and is owned by uid %d, not by us (uid %d); remove it by hand", path, uid, euid())
 	}
 	// Nobody else can swap the file between the Lstat and the Remove: the
 	// directory is ours, mode 0700 (RuntimeDir checked it).
@@ -324,14 +326,14 @@ func Remove(path string) error {
 func ForEndpoint(endpoint string) ([]byte, error) {
 	host, portText, err := net.SplitHostPort(endpoint)
 	if err != nil {
-		return nil, fmt.Errorf("ValueError: endpoint %q is not host:port", endpoint)
+		return nil, kind.Errorf(kind.ValueError, "endpoint %q is not host:port", endpoint)
 	}
 	port, err := strconv.Atoi(portText)
 	if err != nil {
-		return nil, fmt.Errorf("ValueError: endpoint %q has port %q, which is not a number", endpoint, portText)
+		return nil, kind.Errorf(kind.ValueError, "endpoint %q has port %q, which is not a number", endpoint, portText)
 	}
 	if !isLoopback(host) {
-		return nil, fmt.Errorf("ValueError: no token for %s: a daemon on another host keeps its token on that host; pass the token explicitly", endpoint)
+		return nil, kind.Errorf(kind.ValueError, "no token for %s: a daemon on another host keeps its token on that host; pass the token explicitly", endpoint)
 	}
 	path, err := PathFor(port)
 	if err != nil {
