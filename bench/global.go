@@ -34,7 +34,6 @@ func Global(w io.Writer) (ok bool, err error) {
 		return false, err
 	}
 	defer d.Close()
-	rtt, prtt := lim.rtt, lim.prtt
 
 	p, err := hal.Lookup("a2a3sim")
 	if err != nil {
@@ -50,54 +49,12 @@ func Global(w io.Writer) (ok bool, err error) {
 			ok, err = false, cerr
 		}
 	}()
-	node, err := engine.NewWorker(engine.Config{Level: 3, Platform: p, DeviceIDs: []int{0, 1}})
+	b, err := newGlobalBench(top, p, addr)
 	if err != nil {
 		return false, err
-	}
-	local, err := top.AddWorker(node)
-	if err != nil {
-		return false, err
-	}
-	remote, err := top.AddRemoteWorker(engine.RemoteSpec{Endpoint: addr, Platform: "a2a3sim", DeviceIDs: []int{0, 1}})
-	if err != nil {
-		return false, err
-	}
-
-	// The observer collects the steps of the iteration being measured,
-	// and ignores those of warm-up and empty runs.
-	var mu sync.Mutex
-	var steps []globalStep
-	recording := false
-	top.Observe(func(e engine.Event) {
-		if e.Kind != engine.GlobalStep {
-			return
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if recording {
-			steps = append(steps, globalStep{e.Callable, strings.HasPrefix(e.Worker, "remote_worker"), e.Dur})
-		}
-	})
-	if err := top.Init(); err != nil {
-		return false, err
-	}
-
-	spec := engine.GlobalSpec{Name: "bench", WindowSize: 4096,
-		Members: [][2]int{{local, 0}, {local, 1}, {remote, 0}, {remote, 1}}}
-	// One allocate + release: the release only marks the handle, and the
-	// run's fence, inside Run, frees the domain on both nodes.
-	allocRelease := func() error {
-		_, err := top.Run(func(o *engine.Orchestrator) (any, error) {
-			g, err := o.AllocateGlobalDomain(spec)
-			if err != nil {
-				return nil, err
-			}
-			return nil, g.Release()
-		})
-		return err
 	}
 	for i := 0; i < 5; i++ { // warm up: session, comm pool, windows
-		if err := allocRelease(); err != nil {
+		if err := b.allocRelease(); err != nil {
 			return false, err
 		}
 	}
@@ -108,60 +65,152 @@ func Global(w io.Writer) (ok bool, err error) {
 	if err != nil {
 		return false, err
 	}
-
-	// Each iteration is timed end to end and its steps summed per phase:
-	// both nodes, and the remote node alone. "total" is every step.
 	const iters = 201
+	t, err := b.measure(iters)
+	if err != nil {
+		return false, err
+	}
+	t.print(w, lim, empty, iters)
+	return verdict(w, "global alloc+release / TCP round trip", float64(t.end)/float64(lim.rtt), 10, "x"), nil
+}
+
+// globalBench is the level-4 worker of Global with its two nodes, and the
+// node commands its observer records.
+type globalBench struct {
+	top  *engine.Worker
+	spec engine.GlobalSpec
+
+	mu        sync.Mutex
+	steps     []globalStep
+	recording bool // only the measured iterations', not warm-up's or empty runs'
+}
+
+// newGlobalBench adds a local node and a node on the daemon at addr, each
+// of two chips, to top, observes top's node commands and initialises it.
+func newGlobalBench(top *engine.Worker, p hal.Platform, addr string) (*globalBench, error) {
+	node, err := engine.NewWorker(engine.Config{Level: 3, Platform: p, DeviceIDs: []int{0, 1}})
+	if err != nil {
+		return nil, err
+	}
+	local, err := top.AddWorker(node)
+	if err != nil {
+		return nil, err
+	}
+	remote, err := top.AddRemoteWorker(engine.RemoteSpec{Endpoint: addr, Platform: "a2a3sim", DeviceIDs: []int{0, 1}})
+	if err != nil {
+		return nil, err
+	}
+	b := &globalBench{top: top, spec: engine.GlobalSpec{Name: "bench", WindowSize: 4096,
+		Members: [][2]int{{local, 0}, {local, 1}, {remote, 0}, {remote, 1}}}}
+	top.Observe(b.observe)
+	if err := top.Init(); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+func (b *globalBench) observe(e engine.Event) {
+	if e.Kind != engine.GlobalStep {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.recording {
+		b.steps = append(b.steps, globalStep{e.Callable, strings.HasPrefix(e.Worker, "remote_worker"), e.Dur})
+	}
+}
+
+// allocRelease is one allocate + release: the release only marks the
+// handle, and the run's fence, inside Run, frees the domain on both nodes.
+func (b *globalBench) allocRelease() error {
+	_, err := b.top.Run(func(o *engine.Orchestrator) (any, error) {
+		g, err := o.AllocateGlobalDomain(b.spec)
+		if err != nil {
+			return nil, err
+		}
+		return nil, g.Release()
+	})
+	return err
+}
+
+// recorded runs one allocRelease, timed end to end, and returns the node
+// commands it sent.
+func (b *globalBench) recorded() (time.Duration, []globalStep, error) {
+	b.mu.Lock()
+	b.steps, b.recording = nil, true
+	b.mu.Unlock()
+	start := time.Now()
+	err := b.allocRelease()
+	end := time.Since(start)
+	b.mu.Lock()
+	got := b.steps
+	b.steps, b.recording = nil, false
+	b.mu.Unlock()
+	return end, got, err
+}
+
+// globalTimes are the medians Global prints: end to end, and per phase
+// (and "total", every step) for both nodes and for the remote node alone.
+type globalTimes struct {
+	end       time.Duration
+	both, rem map[string]time.Duration
+}
+
+// measure times iters allocate + release iterations, each with its node
+// commands summed per phase, and returns the medians.
+func (b *globalBench) measure(iters int) (globalTimes, error) {
 	ends := make([]time.Duration, iters)
 	both := map[string][]time.Duration{}
 	rem := map[string][]time.Duration{}
 	for i := range ends {
-		mu.Lock()
-		steps, recording = nil, true
-		mu.Unlock()
-		start := time.Now()
-		err := allocRelease()
-		ends[i] = time.Since(start)
-		mu.Lock()
-		got := steps
-		steps, recording = nil, false
-		mu.Unlock()
+		end, got, err := b.recorded()
 		if err != nil {
-			return false, err
+			return globalTimes{}, err
 		}
 		if len(got) != 2*len(globalPhases) {
-			return false, fmt.Errorf("global: iteration %d saw %d node commands, want %d", i, len(got), 2*len(globalPhases))
+			return globalTimes{}, fmt.Errorf("global: iteration %d saw %d node commands, want %d", i, len(got), 2*len(globalPhases))
 		}
-		sum := map[string]time.Duration{}
-		rsum := map[string]time.Duration{}
-		for _, s := range got {
-			sum[s.cmd] += s.dur
-			sum["total"] += s.dur
-			if s.remote {
-				rsum[s.cmd] += s.dur
-				rsum["total"] += s.dur
-			}
-		}
+		ends[i] = end
+		sum, rsum := phaseSums(got)
 		for _, k := range append(globalPhases, "total") {
 			both[k] = append(both[k], sum[k])
 			rem[k] = append(rem[k], rsum[k])
 		}
 	}
-	end := mid(ends)
+	t := globalTimes{end: mid(ends), both: map[string]time.Duration{}, rem: map[string]time.Duration{}}
+	for k := range both {
+		t.both[k], t.rem[k] = mid(both[k]), mid(rem[k])
+	}
+	return t, nil
+}
 
+// phaseSums adds up one iteration's node commands per phase and in
+// "total": over both nodes, and over the remote node alone.
+func phaseSums(steps []globalStep) (sum, rsum map[string]time.Duration) {
+	sum, rsum = map[string]time.Duration{}, map[string]time.Duration{}
+	for _, s := range steps {
+		sum[s.cmd] += s.dur
+		sum["total"] += s.dur
+		if s.remote {
+			rsum[s.cmd] += s.dur
+			rsum["total"] += s.dur
+		}
+	}
+	return sum, rsum
+}
+
+func (t globalTimes) print(w io.Writer, lim limits, empty time.Duration, iters int) {
 	fmt.Fprintf(w, "global: allocate + release of a 4-rank global domain over 2 level-3 nodes (one local, one remote on 127.0.0.1)\n")
-	fmt.Fprintf(w, "  %-34s %8.1f us\n", "loopback TCP 64-byte round trip", micros(rtt))
-	fmt.Fprintf(w, "  %-34s %8.1f us (for scale: %.1f of these end to end)\n", "round trip between two processes", micros(prtt), float64(end)/float64(prtt))
+	fmt.Fprintf(w, "  %-34s %8.1f us\n", "loopback TCP 64-byte round trip", micros(lim.rtt))
+	fmt.Fprintf(w, "  %-34s %8.1f us (for scale: %.1f of these end to end)\n", "round trip between two processes", micros(lim.prtt), float64(t.end)/float64(lim.prtt))
 	fmt.Fprintf(w, "  %-34s %8.1f us\n", "empty run (fixed cost)", micros(empty))
-	fmt.Fprintf(w, "  %-34s %8.1f us   median of %d runs\n", "allocate + release, end to end", micros(end), iters)
+	fmt.Fprintf(w, "  %-34s %8.1f us   median of %d runs\n", "allocate + release, end to end", micros(t.end), iters)
 	fmt.Fprintf(w, "  node commands, median per run: both nodes, then the remote node's share\n")
 	for _, k := range append(globalPhases, "total") {
 		name := k
 		if k == "total" {
 			name = "all node commands"
 		}
-		fmt.Fprintf(w, "    %-32s %8.1f us   remote %8.1f us\n", name, micros(mid(both[k])), micros(mid(rem[k])))
+		fmt.Fprintf(w, "    %-32s %8.1f us   remote %8.1f us\n", name, micros(t.both[k]), micros(t.rem[k]))
 	}
-	ok = verdict(w, "global alloc+release / TCP round trip", float64(end)/float64(rtt), 10, "x")
-	return ok, nil
 }

@@ -18,19 +18,40 @@ type core struct {
 	window   int       // tasks in flight before a submit waits
 	order    []*Run    // runs not yet done, in submit order
 	inflight int       // tasks added and not retired, over all runs
+	// active is every assignment started on an endpoint and not yet
+	// reported back, so a cancel knows what to stop.
+	active map[memberKey]Assignment
 	// name names an endpoint the way a task's error shows it.
 	name func(p Pool, id int) string
+}
+
+// memberKey names one member of one task.
+type memberKey struct {
+	t      *Task
+	member int
 }
 
 // Effects is what one or more core steps ask of the Worker.
 type Effects struct {
 	Assign []Assignment // start these, in order
+	Stop   []Assignment // ask these running ones to stop (cancelled, past their deadline)
 	Wake   bool         // tasks retired or the first run changed: wake waiters
 	Fenced *Run         // this run reached its fence: finish it
 }
 
 func newCore(s *Sched, h *heapRing, window int, name func(Pool, int) string) *core {
-	return &core{sched: s, heap: h, window: window, name: name}
+	return &core{sched: s, heap: h, window: window, name: name, active: map[memberKey]Assignment{}}
+}
+
+// dispatch asks the scheduler for what can start now and counts each
+// assignment as running on its run until its endpoint reports it.
+func (c *core) dispatch(eff *Effects) {
+	n := len(eff.Assign)
+	eff.Assign = c.sched.Dispatch(eff.Assign)
+	for _, a := range eff.Assign[n:] {
+		a.Task.run.running++
+		c.active[memberKey{a.Task, a.Member}] = a
+	}
 }
 
 // begin enters a new run, last in the order.
@@ -69,13 +90,34 @@ func (c *core) add(t *Task, eff *Effects) {
 	}
 }
 
-// complete records one finished member of a task; the last retires it.
+// complete records that an endpoint has reported a member back: its
+// endpoint is free again, and unless the member was settled already (its
+// task cancelled or past its deadline), its outcome counts; the last
+// member retires the task.
 func (c *core) complete(a Assignment, err error, eff *Effects) {
 	if invariants {
 		defer c.checkInvariants()
 	}
 	t := a.Task
 	c.sched.Finish(a.Pool, a.Target)
+	delete(c.active, memberKey{t, a.Member})
+	t.run.running--
+	c.settle(a, err, eff)
+	c.dispatch(eff)
+	c.checkFence(t.run, eff)
+}
+
+// settle records a member's outcome, once: a member settled early (a
+// cancel, a deadline) ignores what its endpoint reports later.
+func (c *core) settle(a Assignment, err error, eff *Effects) {
+	t := a.Task
+	if t.settled == nil {
+		t.settled = make([]bool, max(len(t.args), a.Member+1))
+	}
+	if t.settled[a.Member] {
+		return
+	}
+	t.settled[a.Member] = true
 	if err != nil && t.err == nil {
 		t.err = taskError(t.ID, c.name(a.Pool, a.Target), t.handle.Name(), err)
 		t.root = true
@@ -84,8 +126,52 @@ func (c *core) complete(a Assignment, err error, eff *Effects) {
 	if t.remaining == 0 {
 		c.retire(t, eff)
 	}
-	eff.Assign = c.sched.Dispatch(eff.Assign)
-	c.checkFence(t.run, eff)
+}
+
+// expire fails a running member with err now (its deadline passed) and
+// asks its endpoint to stop it; the endpoint stays busy until it reports
+// the member back.
+func (c *core) expire(a Assignment, err error, eff *Effects) {
+	if invariants {
+		defer c.checkInvariants()
+	}
+	if _, ok := c.active[memberKey{a.Task, a.Member}]; !ok {
+		return // reported back already
+	}
+	c.settle(a, err, eff)
+	eff.Stop = append(eff.Stop, a)
+	c.dispatch(eff)
+}
+
+// cancel ends r: its held and queued tasks retire without running, its
+// pending ones retire when they become ready, its running ones are
+// settled with the cancel error and asked to stop. r fences once every
+// endpoint has reported its members back. Cancelling again does nothing.
+func (c *core) cancel(r *Run, why error, eff *Effects) {
+	if invariants {
+		defer c.checkInvariants()
+	}
+	if r.cancelled != nil || r.fenced {
+		return
+	}
+	r.cancelled = why
+	for _, t := range r.held {
+		t.err = why
+		c.retire(t, eff)
+	}
+	r.held = nil
+	for _, t := range c.sched.Remove(func(t *Task) bool { return t.run == r }) {
+		t.err = why
+		c.retire(t, eff)
+	}
+	for k, a := range c.active {
+		if k.t.run == r {
+			c.settle(a, why, eff)
+			eff.Stop = append(eff.Stop, a)
+		}
+	}
+	c.dispatch(eff)
+	c.checkFence(r, eff)
 }
 
 // built records that r's orchestration function has returned.
@@ -97,10 +183,10 @@ func (c *core) built(r *Run, eff *Effects) {
 	c.checkFence(r, eff)
 }
 
-// checkFence reports, once, that r's function has returned and every task
-// of it has retired.
+// checkFence reports, once, that r's function has returned, every task of
+// it has retired and every endpoint has reported its members back.
 func (c *core) checkFence(r *Run, eff *Effects) {
-	if r.fenced || r.building || r.inflight > 0 {
+	if r.fenced || r.building || r.inflight > 0 || r.running > 0 {
 		return
 	}
 	r.fenced = true
@@ -133,15 +219,18 @@ func (c *core) done(r *Run, eff *Effects) {
 	}
 	next.held = nil
 	eff.Wake = true // a submit of the new first run counts its window anew
-	eff.Assign = c.sched.Dispatch(eff.Assign)
+	c.dispatch(eff)
 }
 
 // publish makes a task whose producers have all retired ready: a poisoned
-// one retires at once without running; one of a run behind another is
-// held until that run is done.
+// one, or one of a cancelled run, retires at once without running; one of
+// a run behind another is held until that run is done.
 func (c *core) publish(t *Task, eff *Effects) {
-	if t.poison != nil {
+	if t.poison != nil || t.run.cancelled != nil {
 		t.err = t.poison
+		if t.run.cancelled != nil {
+			t.err = t.run.cancelled
+		}
 		c.retire(t, eff)
 		return
 	}
@@ -150,7 +239,7 @@ func (c *core) publish(t *Task, eff *Effects) {
 		return
 	}
 	c.sched.Push(t)
-	eff.Assign = c.sched.Dispatch(eff.Assign)
+	c.dispatch(eff)
 }
 
 // retire marks t done, releases what it held, and publishes its consumers

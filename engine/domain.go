@@ -34,18 +34,6 @@ type DomainSpec struct {
 	TaskOnly bool
 }
 
-// domainState is a domain's lifetime: live → released (no new use) →
-// freed (the backend windows are gone). Freeing happens once, after the
-// owning run's fence.
-type domainState uint8
-
-const (
-	domainLive domainState = iota
-	domainReleased
-	domainFreeing
-	domainFreed
-)
-
 // Domain is a communication domain over some chips of a level-3 Worker.
 type Domain struct {
 	w            *Worker
@@ -55,9 +43,7 @@ type Domain struct {
 	offsets      []int        // buffer offsets from the window base
 	ranks        []domainRank // one per member, in rank order
 
-	state   domainState // guarded by w.mu
-	freed   chan struct{}
-	freeErr error
+	life lifetime // guarded by w.mu (lifetime.go)
 }
 
 // commRequest is what every rank of an allocation is given.
@@ -106,14 +92,14 @@ func (d *Domain) Buffers() ([]BufferSpec, []int) { return d.spec.Buffers, d.offs
 func (d *Domain) Released() bool {
 	d.w.mu.Lock()
 	defer d.w.mu.Unlock()
-	return d.state != domainLive
+	return d.life.released()
 }
 
 // Freed reports whether the backend windows are gone.
 func (d *Domain) Freed() bool {
 	d.w.mu.Lock()
 	defer d.w.mu.Unlock()
-	return d.state == domainFreed
+	return d.life.freed()
 }
 
 // RankView is one member's view of a domain: ChipDomainContext.
@@ -234,7 +220,7 @@ func (o *Orchestrator) AllocateDomain(spec DomainSpec) (*Domain, error) {
 		return nil, Errorf(ValueError, "allocate_domain: a domain named %q is already live; release it first", spec.Name)
 	}
 	w.allocSeq++
-	d := &Domain{w: w, run: o.run, spec: spec, allocationID: w.allocSeq, offsets: offsets, freed: make(chan struct{})}
+	d := &Domain{w: w, run: o.run, spec: spec, allocationID: w.allocSeq, offsets: offsets}
 	w.domains[spec.Name] = d // reserve the name while the backend works
 	w.mu.Unlock()
 
@@ -306,7 +292,7 @@ func (w *Worker) initComm() error {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				errs[i] = initBaseComm(c)
+				errs[i] = initBaseComm(c, w.cfg.CommProfile)
 			}()
 		}
 		wg.Wait()
@@ -331,11 +317,7 @@ func (w *Worker) CommInits() int { return int(w.commInits.Load()) }
 func (d *Domain) Release() error {
 	w := d.w
 	w.mu.Lock()
-	if d.state == domainLive {
-		d.state = domainReleased
-		delete(w.domains, d.spec.Name)
-		w.emit(Event{Kind: DomainReleased, Run: d.run.id, Domain: d.spec.Name, AllocID: d.allocationID})
-	}
+	d.markReleased()
 	retired := d.run.retired
 	w.mu.Unlock()
 	if !retired {
@@ -344,42 +326,50 @@ func (d *Domain) Release() error {
 	return d.free()
 }
 
-// free runs the backend free exactly once; concurrent and later callers
-// wait for it and get its error replayed. A failed free poisons the
-// Worker.
+// markReleased is the first release's bookkeeping (w.mu held): the name
+// leaves the live list, and the event says so once.
+func (d *Domain) markReleased() {
+	if d.life.release() {
+		delete(d.w.domains, d.spec.Name)
+		d.w.emit(Event{Kind: DomainReleased, Run: d.run.id, Domain: d.spec.Name, AllocID: d.allocationID})
+	}
+}
+
+// free runs the backend free exactly once (lifetime): concurrent and later
+// callers wait for it and get its result. A local free cannot be run
+// again, so a failed one poisons the Worker (the rule: lifetime).
 func (d *Domain) free() error {
 	w := d.w
 	w.mu.Lock()
-	if d.state == domainLive { // swept at the fence
-		d.state = domainReleased
-		delete(w.domains, d.spec.Name)
-		w.emit(Event{Kind: DomainReleased, Run: d.run.id, Domain: d.spec.Name, AllocID: d.allocationID})
-	}
-	if d.state != domainReleased {
-		w.mu.Unlock()
-		<-d.freed
-		return d.freeErr
-	}
-	d.state = domainFreeing
+	d.markReleased() // a domain swept at the fence is released here
+	a, run := d.life.begin()
 	w.mu.Unlock()
+	if !run {
+		<-a.done
+		return a.err
+	}
+	err := d.releaseRanks()
+	const retry = false // each rank's release ran all of its teardown
+	if _, poison := outcome(err, retry); poison {
+		w.Poison(err)
+	}
+	w.mu.Lock()
+	d.life.end(a, err, retry)
+	w.emit(Event{Kind: DomainFreed, Run: d.run.id, Domain: d.spec.Name, AllocID: d.allocationID, Err: err})
+	w.mu.Unlock()
+	return err
+}
 
+// releaseRanks releases every rank, each once, and returns the first
+// failure; a rank that fails does not stop the others.
+func (d *Domain) releaseRanks() error {
 	err := fault.Hit("domain.release", -1)
 	for _, cr := range d.ranks {
 		if e := cr.release(); e != nil && err == nil {
 			err = e
 		}
 	}
-	if err != nil {
-		err = Wrap(err, fmt.Sprintf("freeing domain %q", d.spec.Name))
-		w.Poison(err)
-	}
-	w.mu.Lock()
-	d.freeErr = err
-	d.state = domainFreed
-	w.emit(Event{Kind: DomainFreed, Run: d.run.id, Domain: d.spec.Name, AllocID: d.allocationID, Err: err})
-	w.mu.Unlock()
-	close(d.freed)
-	return err
+	return Wrap(err, fmt.Sprintf("freeing domain %q", d.spec.Name))
 }
 
 // freeDomains runs at a run's fence: domains released during the run are
@@ -390,7 +380,7 @@ func (w *Worker) freeDomains(r *Run) error {
 	r.retired = true
 	var released, live []*Domain
 	for _, d := range r.domains {
-		if d.state == domainLive {
+		if !d.life.released() {
 			live = append(live, d)
 		} else {
 			released = append(released, d)
@@ -424,13 +414,10 @@ func (w *Worker) LiveDomains() map[string]*Domain {
 }
 
 // initBaseComm is a chip's part of the base communicator: in simulation,
-// a check that the chip's platform has a communication profile. It runs
+// a check that the chip's platform serves the Worker's profile. It runs
 // once per chip per Worker, before the first domain.
-func initBaseComm(c hal.Chip) error {
-	if len(c.Platform().CommProfiles()) == 0 {
-		return Errorf(RuntimeError, "platform %s has no communication profile", c.Platform().Name())
-	}
-	return nil
+func initBaseComm(c hal.Chip, profile string) error {
+	return c.Platform().Serves(profile)
 }
 
 // intList formats ids the way scripts write lists: [0, 2].

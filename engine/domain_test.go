@@ -6,8 +6,10 @@ import (
 	"sync"
 	"testing"
 
+	"simpler/hal"
 	"simpler/hal/comm"
 	"simpler/internal/fault"
+	"simpler/wire"
 )
 
 func domainSpec(name string, workers ...int) DomainSpec {
@@ -172,8 +174,12 @@ func TestDomainReleaseRacesTheFence(t *testing.T) {
 	}
 }
 
+// A local free cannot be run again (each rank's release ran all of its
+// teardown), so a failed one ends the domain failed — released, never
+// freed — and poisons the worker (the rule: lifetime).
 func TestDomainFailedFreePoisonsTheWorker(t *testing.T) {
 	w := newWorker(t, Config{})
+	ev := domainEvents(w)
 	if err := fault.Load("domain.release"); err != nil {
 		t.Fatal(err)
 	}
@@ -185,10 +191,16 @@ func TestDomainFailedFreePoisonsTheWorker(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "injected fault at domain.release") {
 		t.Fatalf("run error %v", err)
 	}
-	// The failure is replayed to a later releaser, and the worker refuses
-	// work with the cause attached.
-	if err := d.Release(); err == nil || !strings.Contains(err.Error(), "injected fault") {
-		t.Errorf("replayed error %v", err)
+	if !d.Released() || d.Freed() {
+		t.Errorf("after a failed free: released %v freed %v", d.Released(), d.Freed())
+	}
+	// The failure is replayed to a later releaser without a second backend
+	// free, and the worker refuses work with the cause attached.
+	if err2 := d.Release(); err2 == nil || err2.Error() != err.Error() {
+		t.Errorf("replayed error %v, want %v", err2, err)
+	}
+	if got, want := ev.get(), []string{"alloc doomed", "release doomed", "free doomed"}; !slices.Equal(got, want) {
+		t.Errorf("events %v, want %v", got, want)
 	}
 	_, err = w.Submit(asBuild(func(o *Orchestrator) error { return nil }))
 	if err == nil || !strings.Contains(err.Error(), "unusable after a failed cleanup") || !strings.Contains(err.Error(), "domain.release") {
@@ -290,4 +302,45 @@ func TestDomainWindowsAreShared(t *testing.T) {
 		must(o.SubmitNextGroup(k, args, nil, []int{0, 1}))
 		must(0, d.Release())
 	}))
+}
+
+// Every place a comm profile is given asks the platform (Serves) and adds
+// its own context: a Worker's config, add_remote_worker, a session's HELLO
+// and the base communicator. (The broker and COMM_INIT: gdomain_test.go.)
+func TestCommProfileChecksAskServes(t *testing.T) {
+	onboard, err := hal.Lookup("a2a3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := func(what string, err error, msg string) {
+		t.Helper()
+		if msg == "" && err != nil || msg != "" && (KindOf(err) != ValueError || err.Error() != msg) {
+			t.Errorf("%s: %v\nwant %s", what, err, msg)
+		}
+	}
+	_, err = NewWorker(Config{Level: 3, Platform: sim(t), DeviceIDs: []int{0}, CommProfile: "a3-fabric-v1"})
+	want("Worker", err, `ValueError: Worker: comm_profile "a3-fabric-v1" is not supported on a2a3sim (supported: [sim])`)
+	_, err = NewWorker(Config{Level: 2, Platform: onboard, DeviceIDs: []int{0}})
+	want("Worker on a2a3", err, `ValueError: Worker: comm_profile "sim" needs a simulated platform, and a2a3 is onboard (use --platform a2a3sim)`)
+
+	spec := RemoteSpec{Endpoint: "127.0.0.1:7700", Platform: "a2a3sim", DeviceIDs: []int{0}}
+	want("add_remote_worker default", checkRemoteSpec(&spec), "")
+	if spec.CommProfile != "sim" {
+		t.Errorf("add_remote_worker defaults comm_profile to %q", spec.CommProfile)
+	}
+	spec.Platform, spec.CommProfile = "a2a3", "a3-fabric-v1"
+	want("add_remote_worker on a2a3", checkRemoteSpec(&spec),
+		`ValueError: add_remote_worker: comm_profile "a3-fabric-v1" on a2a3 needs the fabric backend, which this build does not have (it serves "sim" on the simulated platforms)`)
+
+	// HELLO is refused before the session brings anything up.
+	err = (&session{}).accept(wire.Hello{Platform: "a5sim", DeviceIDs: []int{0}, CommProfile: "infiniband"})
+	want("HELLO", err, `ValueError: HELLO: comm_profile "infiniband" is not supported on a5sim (supported: [sim])`)
+
+	c, err := sim(t).OpenChip(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	want("base communicator", initBaseComm(c, ""), "")
+	want("base communicator", initBaseComm(c, "a5-fabric-v1"), `ValueError: comm_profile "a5-fabric-v1" is not supported on a2a3sim (supported: [sim])`)
 }

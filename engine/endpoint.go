@@ -3,6 +3,7 @@ package engine
 import (
 	"runtime/debug"
 	"sync"
+	"time"
 
 	"simpler/wire"
 )
@@ -14,6 +15,10 @@ import (
 // reports every assignment it was given exactly once, to Worker.completed.
 type Endpoint interface {
 	Start(a Assignment)
+	// Cancel asks the endpoint to stop a, if a runs there now (its task
+	// was cancelled or passed its deadline); the endpoint still reports a
+	// when it has stopped. It does not wait.
+	Cancel(a Assignment, reason string)
 	// Stop ends the endpoint once nothing is in flight on it.
 	Stop()
 }
@@ -30,16 +35,49 @@ type loopEndpoint struct {
 	chip  ChipCtx // reused by every kernel this endpoint runs
 	out   []Assignment
 	wg    *sync.WaitGroup
+
+	mu     sync.Mutex
+	cur    memberKey // what runs now (zero: nothing)
+	doomed memberKey // cancelled before it started: it is not run
+	// stop asks what runs now to stop: the runner registers how with
+	// stop.OnStop (a kernel's interpreter, a child's run, a child
+	// process's task).
+	stop Stopper
 }
 
 func (e *loopEndpoint) Start(a Assignment) { e.ch <- a }
 func (e *loopEndpoint) Stop()              { close(e.ch) }
 
+func (e *loopEndpoint) Cancel(a Assignment, reason string) {
+	k := memberKey{a.Task, a.Member}
+	e.mu.Lock()
+	here := e.cur == k
+	if !here {
+		e.doomed = k // still in the channel: the loop will not run it
+	}
+	e.mu.Unlock()
+	if here {
+		e.stop.Stop(reason)
+	}
+}
+
 func (e *loopEndpoint) loop() {
 	defer e.wg.Done()
 	for a := range e.ch {
-		e.w.started(a)
-		err := e.runSafely(a)
+		k := memberKey{a.Task, a.Member}
+		e.mu.Lock()
+		doomed := e.doomed == k
+		e.cur, e.doomed = k, memberKey{}
+		e.stop.Reset()
+		e.mu.Unlock()
+		var err error
+		if !doomed {
+			e.w.started(a)
+			err = e.runSafely(a)
+		}
+		e.mu.Lock()
+		e.cur = memberKey{}
+		e.mu.Unlock()
 		if after := e.w.completed(a, err, &e.out); after != nil {
 			after()
 		}
@@ -67,7 +105,7 @@ type remoteEndpoint struct {
 func (e *remoteEndpoint) Start(a Assignment) {
 	e.w.started(a)
 	t := a.Task
-	err := e.n.start(t.handle, &t.args[a.Member], &t.cfg, func(err error) func() { return e.w.completed(a, err, nil) })
+	err := e.n.start(memberKey{t, a.Member}, t.handle, &t.args[a.Member], &t.cfg, func(err error) func() { return e.w.completed(a, err, nil) })
 	if err != nil { // not sent: report it off this goroutine, which may hold a caller's state
 		e.w.remoteFailed.Add(1)
 		go func() {
@@ -81,12 +119,59 @@ func (e *remoteEndpoint) Start(a Assignment) {
 
 func (e *remoteEndpoint) Stop() {}
 
-// started records that a starts on its endpoint.
+func (e *remoteEndpoint) Cancel(a Assignment, reason string) {
+	e.n.cancel(memberKey{a.Task, a.Member}, reason)
+}
+
+// started records that a starts on its endpoint, and arms its deadline.
 func (w *Worker) started(a Assignment) {
+	t := a.Task
 	if w.observer != nil {
-		t := a.Task
 		w.emit(Event{Kind: TaskStarted, Run: t.run.id, Task: t.ID, Member: a.Member, Worker: w.workerName(a.Pool, a.Target), Callable: t.handle.Name()})
 	}
+	d := t.cfg.Timeout
+	if d == 0 {
+		d = w.cfg.TaskTimeout
+	}
+	if d <= 0 {
+		return
+	}
+	k := memberKey{t, a.Member}
+	w.mu.Lock()
+	w.deadlines[k] = time.AfterFunc(d, func() { w.expired(a, d) })
+	w.mu.Unlock()
+}
+
+// expired fails a member that ran past its deadline d, poisoning what
+// depends on it, and asks its endpoint to stop it.
+func (w *Worker) expired(a Assignment, d time.Duration) {
+	why := Errorf(TimeoutError, "past its deadline of %v", d)
+	w.mu.Lock()
+	delete(w.deadlines, memberKey{a.Task, a.Member})
+	var eff Effects
+	w.core.expire(a, why, &eff)
+	w.wake(eff)
+	w.mu.Unlock()
+	w.apply(eff, why.Error())
+}
+
+// apply carries out what core steps asked for, outside w.mu: stop the
+// members to be stopped, start the assignments, finish a fenced run.
+func (w *Worker) apply(eff Effects, reason string) {
+	for _, a := range eff.Stop {
+		w.endpoint(a).Cancel(a, reason)
+	}
+	w.route(eff.Assign)
+	if eff.Fenced != nil {
+		w.finish(eff.Fenced)
+	}
+}
+
+func (w *Worker) endpoint(a Assignment) Endpoint {
+	if a.Pool == Sub {
+		return w.subs[a.Target]
+	}
+	return w.next[a.Target]
 }
 
 // completed applies a finished assignment: the core's step, then what it
@@ -103,7 +188,12 @@ func (w *Worker) completed(a Assignment, err error, scratch *[]Assignment) (afte
 	if scratch != nil {
 		eff.Assign = (*scratch)[:0]
 	}
+	k := memberKey{t, a.Member}
 	w.mu.Lock()
+	if tm := w.deadlines[k]; tm != nil {
+		tm.Stop()
+		delete(w.deadlines, k)
+	}
 	w.core.complete(a, err, &eff)
 	w.wake(eff)
 	w.mu.Unlock()
@@ -125,11 +215,7 @@ func (w *Worker) completed(a Assignment, err error, scratch *[]Assignment) (afte
 // route hands assignments to their endpoints.
 func (w *Worker) route(out []Assignment) {
 	for _, a := range out {
-		if a.Pool == Sub {
-			w.subs[a.Target].Start(a)
-		} else {
-			w.next[a.Target].Start(a)
-		}
+		w.endpoint(a).Start(a)
 	}
 }
 
@@ -165,40 +251,44 @@ func (w *Worker) nextRunner() func(e *loopEndpoint, a Assignment) error {
 	switch {
 	case w.chipProcs != nil:
 		return func(e *loopEndpoint, a Assignment) error {
-			t := a.Task
-			return w.chipProcs[a.Target].run(opRunChip, t.handle, &t.args[a.Member], nil)
+			return w.runTask(e, w.chipProcs[a.Target], opRunChip, a, nil)
 		}
 	case w.nodeProcs != nil:
 		return func(e *loopEndpoint, a Assignment) error {
-			t := a.Task
-			return w.nodeProcs[a.Target].run(opRunOrch, t.handle, &t.args[a.Member], &t.cfg)
+			return w.runTask(e, w.nodeProcs[a.Target], opRunOrch, a, &a.Task.cfg)
 		}
 	case w.cfg.Level >= 4:
-		return func(e *loopEndpoint, a Assignment) error {
-			t := a.Task
-			oc, args, cfg := t.handle.Callable.(OrchCallable), &t.args[a.Member], t.cfg
-			_, err := w.children[a.Target].Run(func(o *Orchestrator) (any, error) { return nil, oc.RunOrch(o, args, &cfg) })
-			return err
-		}
+		return func(e *loopEndpoint, a Assignment) error { return w.runChild(e, a) }
 	}
 	return func(e *loopEndpoint, a Assignment) error {
 		t := a.Task
-		e.chip = ChipCtx{WorkerID: a.Target, Chip: w.chips[a.Target], Local: &e.local}
+		e.chip = ChipCtx{WorkerID: a.Target, Chip: w.chips[a.Target], Local: &e.local, Stop: &e.stop}
 		return runKernel(&e.chip, t.handle.Callable.(ChipKernel), &t.args[a.Member])
 	}
+}
+
+// runChild runs a task of a level-4 worker as a run of the child Worker in
+// this process; stopping it cancels that run.
+func (w *Worker) runChild(e *loopEndpoint, a Assignment) error {
+	t := a.Task
+	oc, args, cfg := t.handle.Callable.(OrchCallable), &t.args[a.Member], t.cfg
+	r, err := w.children[a.Target].submit(func(o *Orchestrator) (any, error) { return nil, oc.RunOrch(o, args, &cfg) }, &e.stop)
+	if err != nil {
+		return err
+	}
+	return r.Wait(-1)
 }
 
 // subRunner is how a SUB slot runs a task: in its process, or here.
 func (w *Worker) subRunner() func(e *loopEndpoint, a Assignment) error {
 	if w.subProcs != nil {
 		return func(e *loopEndpoint, a Assignment) error {
-			t := a.Task
-			return w.subProcs[a.Target].run(opRunSub, t.handle, &t.args[a.Member], nil)
+			return w.runTask(e, w.subProcs[a.Target], opRunSub, a, nil)
 		}
 	}
 	return func(e *loopEndpoint, a Assignment) error {
 		t := a.Task
-		return t.handle.Callable.(SubCallable).RunSub(&SubCtx{WorkerID: a.Target, Local: &e.local}, &t.args[a.Member])
+		return t.handle.Callable.(SubCallable).RunSub(&SubCtx{WorkerID: a.Target, Local: &e.local, Stop: &e.stop}, &t.args[a.Member])
 	}
 }
 

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"simpler/hal"
@@ -44,14 +43,12 @@ type GlobalDomain struct {
 	devRanks []int
 	topology string
 
-	mu sync.Mutex // guards freed, freeErr, freeing; never held across a node command
-	// released is atomic so that the name check (under w.mu) can read it
-	// without taking mu.
-	released atomic.Bool
-	freed    bool
-	freeErr  error
-	freeing  chan struct{} // a free is in progress; closed when it ends
-	pending  bool          // under w.mu: the name is reserved, the transaction not done
+	// mu guards life (lifetime.go). It is a leaf: nothing else is locked
+	// while it is held (the name check takes it under w.mu), and it is
+	// never held across a node command.
+	mu      sync.Mutex
+	life    lifetime
+	pending bool // under w.mu: the name is reserved, the transaction not done
 }
 
 // ID is the domain id nodes know it by; Generation its attempt.
@@ -88,8 +85,8 @@ func (d *GlobalDomain) DeviceRanks() []int { return d.devRanks }
 func (d *GlobalDomain) Topology() string { return d.topology }
 
 // Released and Freed report the handle's state.
-func (d *GlobalDomain) Released() bool { return d.released.Load() }
-func (d *GlobalDomain) Freed() bool    { d.mu.Lock(); defer d.mu.Unlock(); return d.freed }
+func (d *GlobalDomain) Released() bool { d.mu.Lock(); defer d.mu.Unlock(); return d.life.released() }
+func (d *GlobalDomain) Freed() bool    { d.mu.Lock(); defer d.mu.Unlock(); return d.life.freed() }
 
 // usable refuses op on a released handle, as a released local domain
 // refuses indexing: nothing may be handed to new work once release() was
@@ -155,22 +152,15 @@ func (w *Worker) validateGlobal(spec *GlobalSpec) ([]int, error) {
 	return bufferOffsets(op, spec.Buffers, spec.WindowSize)
 }
 
-// profileServed refuses a platform/profile pair no node can serve: "sim"
-// runs on the simulated platforms; "a3-fabric-v1" belongs to a2a3, whose
-// fabric backend this build does not have.
+// profileServed refuses a node whose platform does not serve profile
+// (hal.Platform.Serves, the one policy), before any node is sent anything.
 func profileServed(op string, node int, platform, profile string) error {
+	where := fmt.Sprintf("%s: node %d", op, node)
 	p, err := hal.Lookup(platform)
-	switch {
-	case err != nil:
-		return Wrap(err, fmt.Sprintf("%s: node %d", op, node))
-	case profile == "sim" && p.Simulated():
-		return nil
-	case profile == "sim":
-		return Errorf(ValueError, "%s: node %d runs %s; the sim profile needs a simulated platform", op, node, platform)
-	case profile == "a3-fabric-v1" && p.Name() == "a2a3":
-		return Errorf(ValueError, "%s: node %d: comm profile a3-fabric-v1 on a2a3 needs the fabric backend, which this build does not have (it brokers \"sim\")", op, node)
+	if err != nil {
+		return Wrap(err, where)
 	}
-	return Errorf(ValueError, "%s: node %d: comm profile %q on %s is not supported (\"sim\" on simulated platforms, \"a3-fabric-v1\" on a2a3)", op, node, profile, platform)
+	return Wrap(p.Serves(profile), where)
 }
 
 // clusterID names this broker's cluster in every topology it sends, so a
@@ -196,7 +186,7 @@ func (w *Worker) assignTopology(members [][2]int) ([]int, string, error) {
 	ranks := make([]int, len(members))
 	owner := map[int]int{}
 	var e wire.Encoder
-	e.String("sim") // the only profile this build brokers (profileServed)
+	e.String(hal.SimProfile) // the only profile any platform serves in this build (profileServed)
 	e.U64(w.clusterID())
 	e.U32(uint32(len(members)))
 	for r, m := range members {
@@ -258,7 +248,7 @@ func (w *Worker) nodeSpec(node int) RemoteSpec {
 	c := w.children[node].cfg
 	profile := c.CommProfile
 	if profile == "" {
-		profile = "sim"
+		profile = hal.SimProfile
 	}
 	return RemoteSpec{Platform: c.Platform.Name(), DeviceIDs: c.DeviceIDs, CommProfile: profile, GlobalDeviceRanks: c.GlobalDeviceRanks}
 }
@@ -421,16 +411,18 @@ func (d *GlobalDomain) nodeCmd(node int, c *wire.Control) (wire.ControlReply, er
 
 // Release lets the domain go. It is bound to the run that allocated it: it
 // never frees under that run's DAG, so before the fence it only marks the
-// handle; after it (a retained domain) it frees now. A release that fails
-// leaves the handle unreleased, to be retried.
+// handle; after it (a retained domain) it frees now, or at the fence of a
+// run being built, which may use it. A release that fails leaves the
+// handle released and not freed; calling Release again retries it (the
+// rule: lifetime).
 func (d *GlobalDomain) Release() error {
 	d.mu.Lock()
-	if d.freed {
-		d.mu.Unlock()
+	d.life.release()
+	freed := d.life.freed()
+	d.mu.Unlock()
+	if freed {
 		return nil
 	}
-	d.released.Store(true)
-	d.mu.Unlock()
 	w := d.w
 	w.mu.Lock()
 	if !d.run.retired {
@@ -445,43 +437,36 @@ func (d *GlobalDomain) Release() error {
 		}
 	}
 	w.mu.Unlock()
-	return d.free()
+	return d.free(false)
 }
 
-// free releases the domain on every node: each invalidates its view
-// before its windows go.
-func (d *GlobalDomain) free() error {
+// free releases the domain on every node, each invalidating its view
+// before its windows go. One caller frees; the others wait for it and get
+// its result. A failed free can be retried, since a node keeps its domain
+// until its RELEASE has run and ignores a repeat, unless last says no
+// later call will (the Worker's close): then it poisons the Worker.
+func (d *GlobalDomain) free(last bool) error {
 	d.mu.Lock()
-	for d.freeing != nil { // one caller frees; the others wait for it
-		ch := d.freeing
-		d.mu.Unlock()
-		<-ch
-		d.mu.Lock()
-	}
-	if d.freed {
-		d.mu.Unlock()
-		return d.freeErr
-	}
-	d.freeing = make(chan struct{})
+	a, run := d.life.begin()
 	d.mu.Unlock()
-	first := d.releaseOnNodes()
+	if !run {
+		<-a.done
+		return a.err
+	}
+	err := d.releaseOnNodes()
+	retry := !last
+	if _, poison := outcome(err, retry); poison {
+		d.w.Poison(err)
+	}
+	if err == nil {
+		d.w.mu.Lock()
+		delete(d.w.gdomains, d.id)
+		d.w.mu.Unlock()
+	}
 	d.mu.Lock()
-	if first != nil {
-		d.released.Store(false) // retryable
-	} else {
-		d.freed = true
-		d.released.Store(true)
-	}
-	close(d.freeing)
-	d.freeing = nil
+	d.life.end(a, err, retry)
 	d.mu.Unlock()
-	if first != nil {
-		return first
-	}
-	d.w.mu.Lock()
-	delete(d.w.gdomains, d.id)
-	d.w.mu.Unlock()
-	return nil
+	return err
 }
 
 // releaseOnNodes sends RELEASE_DOMAIN to every node hosting ranks and
@@ -510,14 +495,15 @@ func (w *Worker) freeGlobals(r *Run) error {
 		if d.spec.RetainAfterRun && !d.Released() {
 			continue
 		}
-		if err := d.free(); err != nil && first == nil {
+		if err := d.free(false); err != nil && first == nil {
 			first = err
 		}
 	}
 	return first
 }
 
-// closeGlobalDomains releases every brokered domain still live.
+// closeGlobalDomains releases every brokered domain not yet freed: the
+// live ones, and those whose free failed (their last retry).
 func (w *Worker) closeGlobalDomains() error {
 	w.mu.Lock()
 	ds := make([]*GlobalDomain, 0, len(w.gdomains))
@@ -529,7 +515,7 @@ func (w *Worker) closeGlobalDomains() error {
 	w.mu.Unlock()
 	var first error
 	for _, d := range ds {
-		if err := d.free(); err != nil && first == nil {
+		if err := d.free(true); err != nil && first == nil {
 			first = err
 		}
 	}

@@ -152,7 +152,8 @@ func TestGlobalDomainAbortFailurePoisons(t *testing.T) {
 }
 
 // A retained domain survives its run's fence; a release that fails leaves
-// the handle unreleased and retryable.
+// the handle released, not freed and retryable (lifetime): it refuses new
+// use, the worker keeps working, and the next release frees it.
 func TestGlobalDomainRetainedAndReleaseRetry(t *testing.T) {
 	w := l4Nodes(t)
 	t.Cleanup(func() { fault.Load("") })
@@ -168,11 +169,59 @@ func TestGlobalDomainRetainedAndReleaseRetry(t *testing.T) {
 		t.Fatalf("after the run: %v", got)
 	}
 	fault.Load("global.release@0")
-	if err := d.Release(); err == nil || d.Released() || d.Freed() {
+	if err := d.Release(); err == nil || !strings.Contains(err.Error(), "global.release@0") || !d.Released() || d.Freed() {
 		t.Fatalf("failed release: %v released %v freed %v", err, d.Released(), d.Freed())
 	}
+	if n := nodeGlobals(w); n != 1 {
+		t.Errorf("%d node domains after node 0's release failed, want node 0's", n)
+	}
+	if _, err := d.CopyFromGlobal(0, 1, "in", 0); err == nil || !strings.Contains(err.Error(), "was released") {
+		t.Errorf("staging into a domain whose release failed: %v", err)
+	}
+	mustRun(t, w, func(o *Orchestrator) error { return nil }) // not poisoned
 	if err := d.Release(); err != nil || !d.Freed() || nodeGlobals(w) != 0 {
 		t.Fatalf("retry: %v freed %v left %d", err, d.Freed(), nodeGlobals(w))
+	}
+}
+
+// A free that fails at the fence is the run's error; the domain stays
+// released and not freed, and the worker's close frees it.
+func TestGlobalDomainFailedFenceFreeRetriedAtClose(t *testing.T) {
+	w := l4Nodes(t)
+	t.Cleanup(func() { fault.Load("") })
+	fault.Load("global.release@1")
+	var d *GlobalDomain
+	err := submitRun(t, w, buildErr(func(o *Orchestrator) { d = must(o.AllocateGlobalDomain(fourRanks(false))) }))
+	if err == nil || !strings.Contains(err.Error(), `releasing global domain "g" on node 1`) || !strings.Contains(err.Error(), "global.release@1") {
+		t.Fatalf("run error: %v", err)
+	}
+	if !d.Released() || d.Freed() || nodeGlobals(w) != 1 {
+		t.Fatalf("released %v freed %v, %d node domains", d.Released(), d.Freed(), nodeGlobals(w))
+	}
+	// Not poisoned, and the name of a released domain is free again.
+	mustRun(t, w, func(o *Orchestrator) error { _, err := o.AllocateGlobalDomain(fourRanks(false)); return err })
+	if err := w.Close(); err != nil || !d.Freed() {
+		t.Fatalf("close: %v, freed %v", err, d.Freed())
+	}
+}
+
+// A free that fails at close has no later call to retry it: close reports
+// it, the worker is poisoned with it, and a release replays it.
+func TestGlobalDomainFailedFreeAtClosePoisons(t *testing.T) {
+	w := l4Nodes(t)
+	t.Cleanup(func() { fault.Load("") })
+	var d *GlobalDomain
+	mustRun(t, w, buildErr(func(o *Orchestrator) { d = must(o.AllocateGlobalDomain(fourRanks(true))) }))
+	fault.Load("global.release@0")
+	err := w.Close()
+	if err == nil || !strings.Contains(err.Error(), "global.release@0") {
+		t.Fatalf("close: %v", err)
+	}
+	if p := locked(w, func() error { return w.poisoned }); p == nil || !strings.Contains(p.Error(), "global.release@0") {
+		t.Errorf("poisoned with %v", p)
+	}
+	if err2 := d.Release(); err2 == nil || err2.Error() != err.Error() || d.Freed() {
+		t.Errorf("release after close: %v (freed %v), want %v replayed", err2, d.Freed(), err)
 	}
 }
 
@@ -220,20 +269,21 @@ func TestGlobalDomainValidation(t *testing.T) {
 		_, err := o.AllocateGlobalDomain(GlobalSpec{Name: "g", Members: [][2]int{{1, 0}}, WindowSize: 64})
 		return err
 	})
-	if KindOf(err) != ValueError || !strings.Contains(err.Error(), `comm profile "a3-fabric-v1" on a2a3sim is not supported`) {
+	if KindOf(err) != ValueError || !strings.Contains(err.Error(), `allocate_global_domain: node 1: comm_profile "a3-fabric-v1" is not supported on a2a3sim (supported: [sim])`) {
 		t.Errorf("fabric on a simulated platform: %v", err)
 	}
 	w.children[1].cfg.CommProfile = ""
 	for _, c := range []struct{ platform, profile, want string }{
 		{"a2a3sim", "sim", ""},
 		{"a5sim", "sim", ""},
-		{"a2a3", "sim", "the sim profile needs a simulated platform"},
-		{"a2a3", "a3-fabric-v1", "needs the fabric backend"},
-		{"a5", "a3-fabric-v1", `"a3-fabric-v1" on a5 is not supported`},
-		{"tpu", "sim", "unknown platform"},
+		{"a2a3sim", "", ""},
+		{"a2a3", "sim", `node 0: comm_profile "sim" needs a simulated platform`},
+		{"a2a3", "a3-fabric-v1", `node 0: comm_profile "a3-fabric-v1" on a2a3 needs the fabric backend`},
+		{"a5", "a3-fabric-v1", `node 0: comm_profile "a3-fabric-v1" is not supported on a5`},
+		{"tpu", "sim", `node 0: unknown platform "tpu"`},
 	} {
 		err := profileServed("allocate_global_domain", 0, c.platform, c.profile)
-		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+		if c.want == "" && err != nil || c.want != "" && (KindOf(err) != ValueError || !strings.Contains(err.Error(), c.want)) {
 			t.Errorf("%s on %s: %v, want %q", c.profile, c.platform, err, c.want)
 		}
 	}
@@ -300,7 +350,7 @@ func nodeObjects(t *testing.T, w *Worker) int {
 	t.Helper()
 	n := 0
 	for _, p := range w.nodeProcs {
-		objs, err := shm.Leftovers(fmt.Sprintf("simpler-%d-", p.cmd.Process.Pid))
+		objs, err := shm.Leftovers(fmt.Sprintf("simpler-%d-", p.cur.Load().cmd.Process.Pid))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -436,7 +486,7 @@ func TestGlobalDomainTopology(t *testing.T) {
 		t.Errorf("a malformed topology: %v", err)
 	}
 	node.cfg.CommProfile = "a3-fabric-v1"
-	if err := initCmd(nodeTopology{Cluster: 7, NodeRank: 1, Nodes: 2, Hash: "sha256:x", DeviceRanks: []int{2}}.encode()); err == nil || !strings.Contains(err.Error(), `runs comm profile "a3-fabric-v1"`) {
+	if err := initCmd(nodeTopology{Cluster: 7, NodeRank: 1, Nodes: 2, Hash: "sha256:x", DeviceRanks: []int{2}}.encode()); err == nil || !strings.Contains(err.Error(), `COMM_INIT: this node: comm_profile "a3-fabric-v1" is not supported on a2a3sim`) {
 		t.Errorf("a node of another profile: %v", err)
 	}
 	node.cfg.CommProfile = ""

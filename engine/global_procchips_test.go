@@ -63,7 +63,7 @@ func gdomNames(t *testing.T, w *Worker) []string {
 	t.Helper()
 	prefixes := []string{shm.Prefix()}
 	for _, p := range w.nodeProcs {
-		prefixes = append(prefixes, fmt.Sprintf("simpler-%d-", p.cmd.Process.Pid))
+		prefixes = append(prefixes, fmt.Sprintf("simpler-%d-", p.cur.Load().cmd.Process.Pid))
 	}
 	var out []string
 	for _, prefix := range prefixes {
@@ -234,7 +234,7 @@ func TestGlobalDomainChipProcessDies(t *testing.T) {
 				if e.Kind == GlobalStep && e.Callable == c.after && e.Worker == "child_worker 1" && armed.CompareAndSwap(true, false) {
 					p := w.children[c.node].chipProcs[c.local]
 					p.kill()
-					<-p.exited
+					<-p.cur.Load().exited
 				}
 			})
 			var d *GlobalDomain

@@ -379,8 +379,10 @@ func decodeTopology(b []byte) (nodeTopology, error) {
 }
 
 // checkTopology is COMM_INIT's re-check of what the broker assumed of this
-// node: the profile on this platform, the chips named, and each rank's
-// global device rank against this node's own, where it has them.
+// node: that its platform serves its profile (hal.Platform.Serves; the
+// broker checked every member node has that one profile), the chips
+// named, and each rank's global device rank against this node's own,
+// where it has them.
 func (w *Worker) checkTopology(dm wire.Domain) error {
 	t, err := decodeTopology(dm.Table)
 	switch {
@@ -388,8 +390,9 @@ func (w *Worker) checkTopology(dm wire.Domain) error {
 		return Errorf(ValueError, "COMM_INIT: a malformed topology: %v", err)
 	case t.Cluster == 0 || len(t.DeviceRanks) != len(dm.Ranks) || t.Nodes < 1 || t.NodeRank < 0 || t.NodeRank >= t.Nodes:
 		return Errorf(ValueError, "COMM_INIT: a topology of cluster %#x, node %d of %d, with %d device ranks for %d ranks", t.Cluster, t.NodeRank, t.Nodes, len(t.DeviceRanks), len(dm.Ranks))
-	case w.cfg.CommProfile != "" && w.cfg.CommProfile != "sim" || !w.cfg.Platform.Simulated():
-		return Errorf(ValueError, "COMM_INIT: this node runs comm profile %q on %s; the domain uses \"sim\", served on simulated platforms only", w.cfg.CommProfile, w.cfg.Platform.Name())
+	}
+	if err := w.cfg.Platform.Serves(w.cfg.CommProfile); err != nil {
+		return Wrap(err, "COMM_INIT: this node")
 	}
 	for i, rk := range dm.Ranks {
 		if int(rk.Worker) >= len(w.cfg.DeviceIDs) {

@@ -19,6 +19,10 @@ type Orchestrator struct {
 	dispatch []Assignment
 }
 
+// OnStop registers how to stop the orchestration function (its
+// interpreter) if the run is cancelled while it runs.
+func (o *Orchestrator) OnStop(fn func(reason string)) { o.run.stop.OnStop(fn) }
+
 // Worker is the worker this orchestrator submits to.
 func (o *Orchestrator) Worker() *Worker { return o.w }
 
@@ -414,6 +418,9 @@ func (o *Orchestrator) Drain() error {
 // and upstream stops adding to it. Caller holds w.mu.
 func (o *Orchestrator) failedFast(op string) error {
 	r := o.run
+	if r.cancelled != nil {
+		return Wrap(r.cancelled, op)
+	}
 	if !r.failSeen || r.firstErr == nil {
 		return nil
 	}

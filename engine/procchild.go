@@ -67,6 +67,8 @@ type child struct {
 	granks    map[grankKey]*comm.GlobalRank // global-domain ranks on this chip (opGlobalRank)
 	local     any                           // the task lane's binding state
 	chipCtx   ChipCtx
+	tasks     uint64  // tasks the task lane has received (the running one's number)
+	taskStop  Stopper // stops the task the task lane runs (OpCancel)
 	done      chan struct{}
 	// fence orders the lanes for Go's memory model: the parent never sends
 	// a request that depends on another lane's until that one's reply
@@ -243,9 +245,11 @@ func (c *child) task(req []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg, op := CallConfig(m.Config), m.Op
+	cfg, op := callConfigOf(m.Config), m.Op
 	c.mu.Lock()
 	fn := c.callables[m.Digest]
+	c.tasks++
+	c.taskStop.Reset()
 	c.mu.Unlock()
 	if fn == nil {
 		return nil, Errorf(RuntimeError, "callable %s is not registered in this child", m.Digest)
@@ -256,20 +260,23 @@ func (c *child) task(req []byte) ([]byte, error) {
 		if !isKernel {
 			return nil, Errorf(TypeError, "%q cannot run as a chip kernel", fn.Name())
 		}
-		c.chipCtx = ChipCtx{WorkerID: c.workerID, Chip: c.chip, Local: &c.local}
+		c.chipCtx = ChipCtx{WorkerID: c.workerID, Chip: c.chip, Local: &c.local, Stop: &c.taskStop}
 		err = runKernel(&c.chipCtx, k, args)
 	case op == opRunOrch && c.role == roleNode:
 		oc, isOrch := fn.(OrchCallable)
 		if !isOrch {
 			return nil, Errorf(TypeError, "%q cannot run as an orchestration function", fn.Name())
 		}
-		_, err = c.node.Run(func(o *Orchestrator) (any, error) { return nil, oc.RunOrch(o, args, &cfg) })
+		var r *Run
+		if r, err = c.node.submit(func(o *Orchestrator) (any, error) { return nil, oc.RunOrch(o, args, &cfg) }, &c.taskStop); err == nil {
+			err = r.Wait(-1)
+		}
 	case op == opRunSub && c.role == roleSub:
 		s, isSub := fn.(SubCallable)
 		if !isSub {
 			return nil, Errorf(TypeError, "%q cannot run as a SUB callable", fn.Name())
 		}
-		err = s.RunSub(&SubCtx{WorkerID: c.workerID, Local: &c.local}, args)
+		err = s.RunSub(&SubCtx{WorkerID: c.workerID, Local: &c.local, Stop: &c.taskStop}, args)
 	default:
 		return nil, Errorf(RuntimeError, "task op %d does not fit a child of role %d", op, c.role)
 	}
@@ -301,7 +308,15 @@ func (c *child) control(req []byte) ([]byte, error) {
 			}
 		}
 		return ok(nil), nil
-	case opShutdown:
+	case opShutdown, wire.OpPing:
+		return ok(nil), nil
+	case wire.OpCancel:
+		c.mu.Lock()
+		current := c.tasks == r.Task
+		c.mu.Unlock()
+		if current {
+			c.taskStop.Stop(r.Reason)
+		}
 		return ok(nil), nil
 	case opGlobal:
 		if c.node == nil {

@@ -127,7 +127,7 @@ func hostRefOf(b []byte) (hostRef, error) {
 // shapes and scalars are shared with a, not copied: the request is
 // encoded before a can change.
 func mailboxTask(op uint8, digest string, a *TaskArgs, cfg CallConfig, locate func(uint64) (hostRef, bool)) (*wire.MailboxTask, error) {
-	m := &wire.MailboxTask{Op: op, Digest: digest, Config: wire.CallConfig(cfg), Scalars: a.Scalars}
+	m := &wire.MailboxTask{Op: op, Digest: digest, Config: cfg.Wire(), Scalars: a.Scalars}
 	if len(a.Tensors) > 0 {
 		m.Tensors = make([]wire.MailboxTensor, len(a.Tensors))
 	}

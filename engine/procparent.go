@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"simpler/hal"
@@ -32,42 +33,71 @@ type Launcher struct {
 // DefaultStartupTimeout bounds bringing a worker's children up.
 const DefaultStartupTimeout = 30 * time.Second
 
-// proc is the parent's side of one child process.
+// proc is the parent's side of one child process. The process itself is
+// its current incarnation: a child that had to be killed (a task that
+// would not stop, a child that stopped answering) is started again in
+// place, so its worker slot stays usable.
 type proc struct {
 	name   string // e.g. "chip_worker 1 (device 1)"
+	launch *Launcher
+	init   wire.MailboxInit
+	cur    atomic.Pointer[incarnation]
+	lanes  [mboxLanes]sync.Mutex
+
+	tmu     sync.Mutex
+	sent    uint64 // tasks sent on the task lane
+	running uint64 // the number of the task in progress (0: none)
+	bg      sync.WaitGroup
+}
+
+// incarnation is one process of a proc.
+type incarnation struct {
 	cmd    *exec.Cmd
 	mb     *mailbox
 	exited chan struct{} // closed when the process has been reaped
 	exit   error         // why it exited; valid after exited
-	lanes  [mboxLanes]sync.Mutex
 }
 
 // startProc starts a child and sends it its role: init, with the
 // launcher's and this process's fields filled in here. The wait for its
 // reply is bounded by deadline.
 func startProc(l *Launcher, name string, init wire.MailboxInit, deadline time.Time) (*proc, error) {
-	mb, err := newMailbox()
-	if err != nil {
+	init.Prefix, init.Path, init.Args, init.Bundle = shm.Prefix(), l.Path, l.Args, l.Bundle
+	p := &proc{name: name, launch: l, init: init}
+	if err := p.spawn(deadline); err != nil {
 		return nil, err
 	}
+	return p, nil
+}
+
+// spawn starts a new incarnation and waits for its answer to init.
+func (p *proc) spawn(deadline time.Time) error {
+	mb, err := newMailbox()
+	if err != nil {
+		return err
+	}
+	l := p.launch
 	cmd := exec.Command(l.Path, append(append([]string(nil), l.Args...), mb.seg.Name)...)
 	cmd.Stdout, cmd.Stderr = orStd(l.Stdout, os.Stdout), orStd(l.Stderr, os.Stderr)
 	cmd.Env = append(childEnviron(), l.Env...)
 	if err := cmd.Start(); err != nil {
 		mb.seg.Close()
-		return nil, Errorf(RuntimeError, "%s: cannot start a child process: %v", name, err)
+		return Errorf(RuntimeError, "%s: cannot start a child process: %v", p.name, err)
 	}
-	p := &proc{name: name, cmd: cmd, mb: mb, exited: make(chan struct{})}
+	in := &incarnation{cmd: cmd, mb: mb, exited: make(chan struct{})}
 	go func() {
-		p.exit = cmd.Wait()
-		close(p.exited)
+		in.exit = cmd.Wait()
+		close(in.exited)
 	}()
-	init.Prefix, init.Path, init.Args, init.Bundle = shm.Prefix(), l.Path, l.Args, l.Bundle
-	if _, err := p.call(laneControl, wire.Payload(&init), deadline); err != nil {
+	p.cur.Store(in)
+	if _, err := p.call(laneControl, wire.Payload(&p.init), deadline); err != nil {
 		p.close()
-		return nil, Wrap(err, name+": starting")
+		if time.Now().After(deadline) {
+			return Errorf(TimeoutError, "%s: starting: no answer within the startup deadline", p.name)
+		}
+		return Wrap(err, p.name+": starting")
 	}
-	return p, nil
+	return nil
 }
 
 func orStd(w io.Writer, def *os.File) io.Writer {
@@ -78,30 +108,35 @@ func orStd(w io.Writer, def *os.File) io.Writer {
 }
 
 // alive reports why the child can no longer answer.
-func (p *proc) alive() error {
+func (p *proc) alive() error { return p.cur.Load().alive(p.name) }
+
+func (in *incarnation) alive(name string) error {
 	select {
-	case <-p.exited:
+	case <-in.exited:
 		why := "exited"
-		if p.exit != nil {
-			why = "exited: " + p.exit.Error()
+		if in.exit != nil {
+			why = "exited: " + in.exit.Error()
 		}
-		return Errorf(RuntimeError, "%s: child process %d %s", p.name, p.cmd.Process.Pid, why)
+		return Errorf(RuntimeError, "%s: child process %d %s", name, in.cmd.Process.Pid, why)
 	default:
 		return nil
 	}
 }
 
-// call sends one request on a lane and decodes the reply's status.
+// call sends one request on a lane and decodes the reply's status. A zero
+// deadline waits as long as the child lives.
 func (p *proc) call(laneID int, req []byte, deadline time.Time) (*wire.Decoder, error) {
 	p.lanes[laneID].Lock()
 	defer p.lanes[laneID].Unlock()
-	if err := p.alive(); err != nil {
+	in := p.cur.Load()
+	alive := func() error { return in.alive(p.name) }
+	if err := alive(); err != nil {
 		return nil, err
 	}
-	resp, err := p.mb.lanes[laneID].call(req, deadline, p.alive)
+	resp, err := in.mb.lanes[laneID].call(req, deadline, alive)
 	if err != nil {
 		if KindOf(err) == TimeoutError {
-			err = Errorf(TimeoutError, "%s: child process %d did not answer in time", p.name, p.cmd.Process.Pid)
+			err = Errorf(TimeoutError, "%s: child process %d did not answer in time", p.name, in.cmd.Process.Pid)
 		}
 		return nil, err
 	}
@@ -110,7 +145,7 @@ func (p *proc) call(laneID int, req []byte, deadline time.Time) (*wire.Decoder, 
 
 // control is call on the control lane with the default deadline.
 func (p *proc) control(build func(e *wire.Encoder)) (*wire.Decoder, error) {
-	return p.controlWithin(DefaultStartupTimeout, build)
+	return p.controlWithin(DefaultControlTimeout, build)
 }
 
 // controlWithin is control with its own bound on the child's answer.
@@ -123,22 +158,24 @@ func (p *proc) controlWithin(d time.Duration, build func(e *wire.Encoder)) (*wir
 // close asks the child to shut down, reaps it (killing it if it does not
 // go), and removes the mailbox.
 func (p *proc) close() error {
+	p.bg.Wait()
+	in := p.cur.Load()
 	select {
-	case <-p.exited:
+	case <-in.exited:
 	default:
 		p.call(laneControl, []byte{opShutdown}, time.Now().Add(2*time.Second))
 		select {
-		case <-p.exited:
+		case <-in.exited:
 		case <-time.After(5 * time.Second):
-			p.cmd.Process.Kill()
-			<-p.exited
+			in.cmd.Process.Kill()
+			<-in.exited
 		}
 	}
-	return p.mb.seg.Close()
+	return in.mb.seg.Close()
 }
 
-// kill ends the child at once (for tests of endpoint failure).
-func (p *proc) kill() { p.cmd.Process.Kill() }
+// kill ends the child at once.
+func (p *proc) kill() { p.cur.Load().cmd.Process.Kill() }
 
 // register ships a callable to the child by module and name.
 func (p *proc) register(c Callable) error {

@@ -67,9 +67,10 @@ type rnode struct {
 	mu     sync.Mutex
 	seq    uint64
 	wait   map[uint64]chan rreply
-	tasks  map[uint64]taskDone // tasks sent and not completed, by sequence
-	sinks  map[uint64][]byte   // where a COPY_FROM reply's data goes, by sequence
-	big    chan []byte         // the reusable buffer for large replies, while not in use
+	tasks  map[uint64]taskDone  // tasks sent and not completed, by sequence
+	seqOf  map[memberKey]uint64 // the sequence of each of those, by task member (cancel)
+	sinks  map[uint64][]byte    // where a COPY_FROM reply's data goes, by sequence
+	big    chan []byte          // the reusable buffer for large replies, while not in use
 	dead   error
 	gone   chan struct{}  // closed when the connection is lost
 	reader sync.WaitGroup // the reader, the health monitor and failure callbacks
@@ -102,7 +103,7 @@ func dialNode(name string, id int, spec RemoteSpec, src *Sources, parent uint64,
 	if err != nil {
 		return nil, Errorf(RuntimeError, "%s: cannot reach %s: %v", name, spec.Endpoint, errors.Unwrap(err))
 	}
-	n := &rnode{name: name, id: id, spec: spec, conn: conn, timeout: timeout, wait: map[uint64]chan rreply{}, tasks: map[uint64]taskDone{}, sinks: map[uint64][]byte{}, gone: make(chan struct{}), big: make(chan []byte, 1)}
+	n := &rnode{name: name, id: id, spec: spec, conn: conn, timeout: timeout, wait: map[uint64]chan rreply{}, tasks: map[uint64]taskDone{}, seqOf: map[memberKey]uint64{}, sinks: map[uint64][]byte{}, gone: make(chan struct{}), big: make(chan []byte, 1)}
 	n.big <- nil
 	var sid [8]byte
 	rand.Read(sid[:])
@@ -209,6 +210,14 @@ func (n *rnode) read() {
 		delete(n.sinks, h.Seq)
 		done := n.tasks[h.Seq]
 		delete(n.tasks, h.Seq)
+		if done != nil {
+			for k, q := range n.seqOf {
+				if q == h.Seq {
+					delete(n.seqOf, k)
+					break
+				}
+			}
+		}
 		n.mu.Unlock()
 		switch {
 		case done != nil:
@@ -423,8 +432,8 @@ func (n *rnode) controlData(c *wire.Control, bulk, sink []byte) (wire.ControlRep
 // start sends a TASK; done gets its outcome when the COMPLETION arrives
 // or the node fails. Tasks run on the node in the order they are sent. An
 // error means the task was not sent and done will not be called.
-func (n *rnode) start(h *Handle, args *TaskArgs, cfg *CallConfig, done taskDone) error {
-	t := &wire.Task{Digest: h.Digest(), Config: wire.CallConfig{BlockDim: cfg.BlockDim, AicpuThreadNum: cfg.AicpuThreadNum, EnableProfiling: cfg.EnableProfiling}, Scalars: args.Scalars}
+func (n *rnode) start(key memberKey, h *Handle, args *TaskArgs, cfg *CallConfig, done taskDone) error {
+	t := &wire.Task{Digest: h.Digest(), Config: cfg.Wire(), Scalars: args.Scalars}
 	for i, ten := range args.Tensors {
 		ta := wire.TensorArg{Tag: wire.Tag(args.Tags[i]), DType: ten.DType, Shape: ten.Shape}
 		switch {
@@ -450,10 +459,12 @@ func (n *rnode) start(h *Handle, args *TaskArgs, cfg *CallConfig, done taskDone)
 	n.seq++
 	seq := n.seq
 	n.tasks[seq] = done
+	n.seqOf[key] = seq
 	n.mu.Unlock()
 	if err := n.send(wire.TypeTask, seq, t); err != nil {
 		n.mu.Lock()
 		delete(n.tasks, seq)
+		delete(n.seqOf, key)
 		n.mu.Unlock()
 		n.fail(Errorf(RuntimeError, "%s: sending %s: %v", n.name, wire.TypeTask, err))
 		return n.dead
@@ -498,4 +509,37 @@ func (n *rnode) close() {
 	n.send(wire.TypeShutdown, 0, &wire.Shutdown{Reason: "closed"})
 	n.fail(Errorf(RuntimeError, "%s: session closed", n.name))
 	n.reader.Wait()
+}
+
+// cancel asks the node to stop a task member it runs or has queued, and
+// retires the whole session if the member has not come back within twice
+// killGrace: a node whose kernel will not stop is ended, not waited for.
+// It does not wait.
+func (n *rnode) cancel(key memberKey, reason string) {
+	n.mu.Lock()
+	seq, ok := n.seqOf[key]
+	n.mu.Unlock()
+	if !ok {
+		return
+	}
+	n.reader.Add(1)
+	go func() {
+		defer n.reader.Done()
+		n.control(&wire.Control{Cmd: wire.CmdCancel, TaskSeq: seq})
+		deadline := time.Now().Add(2 * killGrace)
+		for time.Now().Before(deadline) {
+			n.mu.Lock()
+			_, running := n.tasks[seq]
+			n.mu.Unlock()
+			if !running {
+				return
+			}
+			select {
+			case <-n.gone:
+				return
+			case <-time.After(10 * time.Millisecond): // polling the completion map
+			}
+		}
+		n.fail(Errorf(RuntimeError, "%s: the node did not stop a task within %v of being asked to (%s); the session is ended", n.name, 2*killGrace, reason))
+	}()
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"slices"
 	"sync"
 	"time"
 
@@ -61,6 +60,8 @@ type session struct {
 	running     bool    // a goroutine is running tasks
 	queued      []frame // tasks read while one runs, in arrival order
 	queuedBytes uint64
+	curSeq      uint64  // the task running now (0: none)
+	taskStop    Stopper // stops it (CANCEL)
 	// reader names the goroutine holding the reading role (read's role);
 	// readerBusy says it is running a command or tasks, and workSeq
 	// counts finished work, so the watchdog sees work that spans a tick.
@@ -162,8 +163,8 @@ func (s *session) accept(hello wire.Hello) error {
 	if err != nil {
 		return err
 	}
-	if !p.Simulated() || hello.CommProfile != "sim" && !slices.Contains(p.CommProfiles(), hello.CommProfile) {
-		return Errorf(ValueError, "HELLO: comm profile %q is not served on %s", hello.CommProfile, p.Name())
+	if err := p.Serves(hello.CommProfile); err != nil {
+		return Wrap(err, "HELLO")
 	}
 	s.inner, err = NewWorker(Config{Level: 3, Platform: p, DeviceIDs: hello.DeviceIDs, NumSubWorkers: hello.NumSubWorkers,
 		CommProfile: hello.CommProfile, GlobalDeviceRanks: hello.GlobalDeviceRanks})
@@ -334,9 +335,14 @@ func (s *session) readFrame() (frame, error) {
 // runTasks runs f and every task queued meanwhile, in order.
 func (s *session) runTasks(f frame) {
 	for {
+		s.mu.Lock()
+		s.curSeq = f.h.Seq
+		s.taskStop.Reset()
+		s.mu.Unlock()
 		s.task(f)
 		f.done()
 		s.mu.Lock()
+		s.curSeq = 0
 		if len(s.queued) == 0 {
 			s.running = false
 			s.mu.Unlock()
@@ -410,9 +416,36 @@ func (s *session) runTask(payload []byte) error {
 	if err != nil {
 		return err
 	}
-	cfg := CallConfig{BlockDim: t.Config.BlockDim, AicpuThreadNum: t.Config.AicpuThreadNum, EnableProfiling: t.Config.EnableProfiling}
-	_, err = s.inner.Run(func(o *Orchestrator) (any, error) { return nil, oc.RunOrch(o, args, &cfg) })
-	return err
+	cfg := callConfigOf(t.Config)
+	r, err := s.inner.submit(func(o *Orchestrator) (any, error) { return nil, oc.RunOrch(o, args, &cfg) }, &s.taskStop)
+	if err != nil {
+		return err
+	}
+	return r.Wait(-1)
+}
+
+// cancel stops the task of sequence seq: the running one's run is
+// cancelled; a queued one is taken out and fails at once.
+func (s *session) cancel(seq uint64) error {
+	s.mu.Lock()
+	if s.curSeq == seq {
+		s.mu.Unlock()
+		s.taskStop.Stop(fmt.Sprintf("task %d cancelled by the parent", seq))
+		return nil
+	}
+	for i, f := range s.queued {
+		if f.h.Seq == seq {
+			s.queued = append(s.queued[:i], s.queued[i+1:]...)
+			s.queuedBytes -= uint64(len(f.payload))
+			s.inflight--
+			s.mu.Unlock()
+			f.done()
+			fail := &wire.TaskFailure{Kind: string(RuntimeError), Message: "cancelled before it ran"}
+			return s.write(wire.TypeCompletion, seq, &wire.Completion{Seq: seq, Err: fail})
+		}
+	}
+	s.mu.Unlock()
+	return nil // done already: nothing to stop
 }
 
 // taskArgs places each tensor in this process: a remote ref resolves to
@@ -486,6 +519,8 @@ func (s *session) control(f frame) {
 
 func (s *session) command(c wire.Control, r *wire.ControlReply) error {
 	switch c.Cmd {
+	case wire.CmdCancel:
+		return s.cancel(c.TaskSeq)
 	case wire.CmdBundle:
 		return s.bundle(c.Bundle)
 	case wire.CmdRegister:

@@ -13,22 +13,26 @@ type Run struct {
 	spaces   map[spaceKey]*rangeMap // who wrote and read which bytes (deps.go)
 	tasks    int                    // submitted
 	inflight int                    // submitted and not retired
-	building bool                   // the orchestration function has not returned
-	fenced   bool
-	firstErr *Task // the root failure with the lowest task id
-	buildErr error
-	result   any
-	root     *scope
-	cleanups []Cleanup       // run after the fence, last registered first
-	domains  []*Domain       // allocated by this run, in allocation order
-	captured []*RemoteBuffer // slot refs taken by this run's tasks
-	globals  []*GlobalDomain // brokered by this run
-	retired  bool            // past the fence: a release frees at once
-	held     []*Task         // ready tasks waiting for the runs before this one
-	failSeen bool            // the orchestrator has seen a failure (drain): later submits are refused
-	observed bool            // the Worker has an observer: tasks keep their producers' ids
-	done     chan struct{}
-	waitErr  error // set before done is closed
+	running  int                    // members started on an endpoint and not yet reported back
+	// cancelled is why the run was cancelled (nil: it was not).
+	cancelled error
+	building  bool // the orchestration function has not returned
+	fenced    bool
+	firstErr  *Task // the root failure with the lowest task id
+	buildErr  error
+	result    any
+	root      *scope
+	cleanups  []Cleanup       // run after the fence, last registered first
+	domains   []*Domain       // allocated by this run, in allocation order
+	captured  []*RemoteBuffer // slot refs taken by this run's tasks
+	globals   []*GlobalDomain // brokered by this run
+	retired   bool            // past the fence: a release frees at once
+	held      []*Task         // ready tasks waiting for the runs before this one
+	failSeen  bool            // the orchestrator has seen a failure (drain): later submits are refused
+	observed  bool            // the Worker has an observer: tasks keep their producers' ids
+	stop      Stopper         // stops the orchestration function while it runs (Cancel)
+	done      chan struct{}
+	waitErr   error // set before done is closed
 }
 
 // Cleanup is work that must happen after a run's fence (freeing a domain,
@@ -43,6 +47,12 @@ type Cleanup struct {
 // after the tasks it had already submitted have retired, so nothing of the
 // run is still running when the caller sees it.
 func (w *Worker) Submit(build func(o *Orchestrator) (any, error)) (*Run, error) {
+	return w.submit(build, nil)
+}
+
+// submit is Submit for a run that parent may stop: stopping parent
+// cancels the run (a level-4 task running as a child's run).
+func (w *Worker) submit(build func(o *Orchestrator) (any, error), parent *Stopper) (*Run, error) {
 	w.mu.Lock()
 	if err := w.ready("submit"); err != nil {
 		w.mu.Unlock()
@@ -58,6 +68,9 @@ func (w *Worker) Submit(build func(o *Orchestrator) (any, error)) (*Run, error) 
 	w.runs[r] = struct{}{}
 	w.core.begin(r)
 	w.mu.Unlock()
+	if parent != nil {
+		parent.OnStop(func(string) { r.Cancel() })
+	}
 
 	o := &Orchestrator{w: w, run: r, scope: r.root}
 	res, panicked, err := callBuild(build, o)
@@ -116,6 +129,24 @@ func (w *Worker) Run(build func(o *Orchestrator) (any, error)) (any, error) {
 	return r.result, nil
 }
 
+// Cancel ends the run: tasks not started retire without running, running
+// ones are asked to stop (a Starlark kernel at its next step; a child
+// process that does not stop is killed), the orchestration function, if it
+// still runs, is stopped, and Wait returns "RuntimeError: run N
+// cancelled". It does not wait; cancelling again, or a run that is done,
+// does nothing.
+func (r *Run) Cancel() {
+	w := r.w
+	why := Errorf(RuntimeError, "run %d cancelled", r.id)
+	w.mu.Lock()
+	var eff Effects
+	w.core.cancel(r, why, &eff)
+	w.wake(eff)
+	w.mu.Unlock()
+	r.stop.Stop(why.Error())
+	w.apply(eff, why.Error())
+}
+
 // ID is the run's number within its Worker.
 func (r *Run) ID() uint64 { return r.id }
 
@@ -132,7 +163,7 @@ func (r *Run) Done() bool {
 // Wait blocks until the run is done, or for at most timeout (negative
 // means no limit), and returns the first root task failure.
 func (r *Run) Wait(timeout time.Duration) error {
-	if timeout < 0 {
+	if timeout < 0 || r.Done() {
 		<-r.done
 		return r.waitErr
 	}
@@ -184,6 +215,9 @@ func (w *Worker) finish(r *Run) {
 	if r.firstErr != nil {
 		r.waitErr = r.firstErr.err
 	}
+	if r.cancelled != nil {
+		r.waitErr = r.cancelled
+	}
 	w.mu.Unlock()
 	if err := w.dropCaptured(r); err != nil && r.waitErr == nil {
 		r.waitErr = err
@@ -197,8 +231,7 @@ func (w *Worker) finish(r *Run) {
 		}
 	}
 	if err := w.freeGlobals(r); err != nil && r.waitErr == nil {
-		w.Poison(err)
-		r.waitErr = err
+		r.waitErr = err // retryable: the domain stays released, and close tries again (lifetime.go)
 	}
 	if err := w.freeDomains(r); err != nil && r.waitErr == nil {
 		r.waitErr = err

@@ -207,3 +207,27 @@ func (s *Sched) takeSub() int {
 	}
 	panic("engine: takeSub with no idle SUB worker")
 }
+
+// Remove takes every queued task for which drop is true out of the
+// queues (a cancelled run's), keeping the others in order, and returns
+// them. Running tasks are not the scheduler's to stop.
+func (s *Sched) Remove(drop func(*Task) bool) []*Task {
+	var out []*Task
+	filter := func(q *fifo) {
+		kept := q.items[:0:0]
+		for _, t := range q.items[q.head:] {
+			if drop(t) {
+				out = append(out, t)
+			} else {
+				kept = append(kept, t)
+			}
+		}
+		q.items, q.head = kept, 0
+	}
+	for i := range s.next {
+		filter(&s.next[i])
+	}
+	filter(&s.subQ)
+	filter(&s.groups)
+	return out
+}

@@ -15,7 +15,8 @@ type Task struct {
 
 	pending   int     // unfinished producers
 	consumers []*Task // tasks waiting on this one
-	remaining int     // members not yet finished
+	remaining int     // members not yet settled
+	settled   []bool  // by member: its outcome is recorded (made on first settle)
 	done      bool
 	err       error // why it failed: its own error (root) or a producer's
 	root      bool  // err came from running this task

@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"simpler/hal"
 	"simpler/hal/dtype"
@@ -111,10 +112,25 @@ type CallConfig struct {
 	BlockDim        int  // cores a kernel is launched on
 	AicpuThreadNum  int  // AICPU scheduler threads
 	EnableProfiling bool // collect per-task timing
+	// Timeout is the task's deadline, from when it starts on its endpoint;
+	// 0 means the Worker's TaskTimeout (none by default). A task past it
+	// fails with a TimeoutError and is asked to stop.
+	Timeout time.Duration
+}
+
+// Wire is the part of c that crosses to where the task runs (a deadline
+// is kept by the side that started the task).
+func (c CallConfig) Wire() wire.CallConfig {
+	return wire.CallConfig{BlockDim: c.BlockDim, AicpuThreadNum: c.AicpuThreadNum, EnableProfiling: c.EnableProfiling}
+}
+
+// callConfigOf is the CallConfig a task received from its parent.
+func callConfigOf(w wire.CallConfig) CallConfig {
+	return CallConfig{BlockDim: w.BlockDim, AicpuThreadNum: w.AicpuThreadNum, EnableProfiling: w.EnableProfiling}
 }
 
 // ConfigKeys lists the CallConfig keys scripts may set.
-var ConfigKeys = []string{"block_dim", "aicpu_thread_num", "enable_profiling"}
+var ConfigKeys = []string{"block_dim", "aicpu_thread_num", "enable_profiling", "timeout_s"}
 
 // DefaultCallConfig is what a nil config means.
 var DefaultCallConfig = CallConfig{BlockDim: 1, AicpuThreadNum: 1}
@@ -133,12 +149,16 @@ type ChipCtx struct {
 	// Local is the endpoint's own slot for the binding (a Starlark thread,
 	// say), reused across the tasks of one endpoint.
 	Local any
+	// Stop is how the engine asks the running kernel to stop; a kernel
+	// that can stop registers how with Stop.OnStop. Nil: nothing asks.
+	Stop *Stopper
 }
 
 // SubCtx is what a SUB callable sees of its worker.
 type SubCtx struct {
 	WorkerID int
 	Local    any
+	Stop     *Stopper // as ChipCtx.Stop
 }
 
 // ChipKernel runs on a chip: NEXT_LEVEL tasks of an L3 worker.

@@ -16,7 +16,6 @@ package engine
 
 import (
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,6 +44,20 @@ type Config struct {
 	// SessionTimeout bounds every command to a remote node and its health
 	// probes; 0 means DefaultSessionTimeout.
 	SessionTimeout time.Duration
+	// TaskTimeout is every task's deadline unless its CallConfig sets one;
+	// 0 means none.
+	TaskTimeout time.Duration
+	// ControlTimeout bounds every control round trip to a local child
+	// process (registration, direct control, domain and global-domain
+	// steps); 0 means DefaultControlTimeout.
+	ControlTimeout time.Duration
+	// HealthTimeout is how long a local child process may go without
+	// answering a health probe while it runs a task before it is failed;
+	// 0 means DefaultHealthTimeout.
+	HealthTimeout time.Duration
+	// CloseTimeout bounds Close: after it, running work is cancelled and
+	// child processes are killed; 0 means DefaultCloseTimeout.
+	CloseTimeout time.Duration
 	// Sources is the code shipped to remote nodes.
 	Sources *Sources
 	// CommProfile is the level-3 node's communication profile ("" means
@@ -56,8 +69,11 @@ type Config struct {
 
 // Defaults for Config.
 const (
-	DefaultHeapRingSize = 64 << 20
-	DefaultTaskWindow   = 16384
+	DefaultHeapRingSize   = 64 << 20
+	DefaultTaskWindow     = 16384
+	DefaultControlTimeout = 30 * time.Second
+	DefaultHealthTimeout  = 10 * time.Second
+	DefaultCloseTimeout   = 10 * time.Second
 )
 
 type lifecycle uint8
@@ -125,6 +141,8 @@ type Worker struct {
 	bufSeq      uint64
 
 	observer Observer // nil: no events
+	// deadlines are the timers of running members with a deadline.
+	deadlines map[memberKey]*time.Timer
 }
 
 // NewWorker validates cfg and returns a Worker in state NEW.
@@ -138,6 +156,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 		rbufs:       map[*RemoteBuffer]struct{}{},
 		globals:     map[uint64]*nodeGlobal{},
 		gdomains:    map[uint64]*GlobalDomain{},
+		deadlines:   map[memberKey]*time.Timer{},
 		namespace:   fmt.Sprintf("w%d", workerSeq.Add(1))}
 	w.cond = sync.NewCond(&w.mu)
 	w.reg.byDigest = map[string]*Handle{}
@@ -184,10 +203,10 @@ func checkRemoteSpec(spec *RemoteSpec) error {
 		return Wrap(err, op+": platform")
 	}
 	if spec.CommProfile == "" {
-		spec.CommProfile = "sim"
+		spec.CommProfile = hal.SimProfile
 	}
-	if !slices.Contains(p.CommProfiles(), spec.CommProfile) && !(spec.CommProfile == "sim" && p.Simulated()) {
-		return Errorf(ValueError, "%s: comm_profile %q is not supported on %s (supported: %v)", op, spec.CommProfile, p.Name(), p.CommProfiles())
+	if err := p.Serves(spec.CommProfile); err != nil {
+		return Wrap(err, op)
 	}
 	if err := checkRemoteDevices(op, spec.DeviceIDs, p); err != nil {
 		return err
@@ -218,6 +237,22 @@ func checkRemoteDevices(op string, ids []int, p hal.Platform) error {
 			return Errorf(ValueError, "%s: device_ids[%d] = %d is listed twice", op, i, id)
 		}
 		seen[id] = true
+	}
+	return nil
+}
+
+// defaultTimeouts fills the timeouts left 0 with their defaults.
+func defaultTimeouts(cfg *Config) error {
+	if cfg.TaskTimeout < 0 {
+		return Errorf(ValueError, "Worker: task_timeout_s must be >= 0, got %v", cfg.TaskTimeout)
+	}
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{{&cfg.ControlTimeout, DefaultControlTimeout}, {&cfg.HealthTimeout, DefaultHealthTimeout}, {&cfg.CloseTimeout, DefaultCloseTimeout}} {
+		if *d.v <= 0 {
+			*d.v = d.def
+		}
 	}
 	return nil
 }
@@ -268,6 +303,9 @@ func validate(cfg *Config) error {
 	if err := checkGlobalRanks("Worker", cfg.GlobalDeviceRanks, len(cfg.DeviceIDs)); err != nil {
 		return err
 	}
+	if err := cfg.Platform.Serves(cfg.CommProfile); err != nil {
+		return Wrap(err, "Worker")
+	}
 	if cfg.EnableSDMA && !hal.SDMA(cfg.Platform) {
 		return Errorf(ValueError, "Worker: enable_sdma is honoured only on a2a3 (platform %s has no SDMA engine)", cfg.Platform.Name())
 	}
@@ -279,6 +317,9 @@ func validate(cfg *Config) error {
 	}
 	if cfg.TaskWindow <= 0 {
 		cfg.TaskWindow = DefaultTaskWindow
+	}
+	if err := defaultTimeouts(cfg); err != nil {
+		return err
 	}
 	if cfg.StartupTimeout <= 0 {
 		cfg.StartupTimeout = DefaultStartupTimeout

@@ -1,6 +1,10 @@
 // Package golden runs .star scripts through the simpler binary and
 // compares what they did with the NAME.golden file beside each script.
-// It is shared by `simpler test` and the repository's own golden tests.
+// It is the one implementation behind `simpler test` and the repository's
+// own golden tests (tests/golden): a Runner runs and checks one script
+// (starting the daemons it asks for); a Suite plans the runs of many
+// (one per mode for the thread/process metamorphic check; which may
+// rewrite golden files) and runs them in parallel, reporting in order.
 //
 // A golden file holds three sections:
 //
@@ -13,9 +17,12 @@
 //
 // Host addresses change from run to run, so every 0x followed by six or
 // more hex digits is written as 0xADDR before comparing. A script may add
-// arguments of its own with a comment line:
+// arguments of its own, and ask for remote-l3-worker daemons whose
+// addresses follow its name on its command line (ctx.argv), with comment
+// lines:
 //
 //	# simpler-args: --devices 0-7 --platform a5sim
+//	# simpler-daemons: 2
 package golden
 
 import (
@@ -215,6 +222,7 @@ func (r *Runner) Run(script string) (res Result, leaks []string, err error) {
 // Outcome is the verdict on one script.
 type Outcome struct {
 	Script  string
+	Mode    string // the job's mode, "" when its Suite has no Modes
 	Passed  bool
 	Updated bool          // the golden file was (re)written
 	Diff    string        // want → got, when the output differs

@@ -42,9 +42,16 @@ type Platform interface {
 	Name() string
 	Arch() *Arch
 	Simulated() bool
-	// CommProfiles lists the communication profiles usable on this
-	// platform, the default first.
+	// CommProfiles lists the communication profiles the platform knows,
+	// the default first, for display. Whether one can be used is Serves'
+	// to say: a listed profile may still lack its backend in this build.
 	CommProfiles() []string
+	// Serves reports why the platform cannot serve communication profile
+	// profile in this build ("" means SimProfile), or nil. It is the one
+	// policy for (platform, comm profile) pairs: every check, wherever a
+	// profile is given or re-checked, asks it and adds its own context.
+	// The error is a ValueError that names the profile and the platform.
+	Serves(profile string) error
 	// Check reports why the platform cannot be used on this machine (the
 	// vendor runtime is missing, say), or nil.
 	Check() error
@@ -79,6 +86,11 @@ type Chip interface {
 	// Close frees everything the chip still holds.
 	Close() error
 }
+
+// SimProfile is the communication profile of the simulated platforms:
+// hal/comm's windows in shared memory. It is the default ("" means it) and,
+// in this build, the only profile any platform serves.
+const SimProfile = "sim"
 
 var platforms = map[string]Platform{}
 var aliases = map[string]string{"sim": "a2a3sim"}

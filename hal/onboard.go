@@ -3,6 +3,7 @@ package hal
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"simpler/kind"
@@ -54,6 +55,23 @@ func (p *onboardPlatform) Name() string           { return p.name }
 func (p *onboardPlatform) Arch() *Arch            { return p.arch }
 func (p *onboardPlatform) Simulated() bool        { return false }
 func (p *onboardPlatform) CommProfiles() []string { return append([]string(nil), p.profiles...) }
+
+// Serves refuses every profile in this build, saying why: the platform's
+// own fabric profiles need a backend this binary does not carry, and the
+// sim profile's windows live in host shared memory, which an onboard chip
+// cannot map.
+func (p *onboardPlatform) Serves(profile string) error {
+	if profile == "" {
+		profile = SimProfile
+	}
+	switch {
+	case slices.Contains(p.profiles, profile):
+		return kind.Errorf(kind.ValueError, "comm_profile %q on %s needs the fabric backend, which this build does not have (it serves %q on the simulated platforms)", profile, p.name, SimProfile)
+	case profile == SimProfile:
+		return kind.Errorf(kind.ValueError, "comm_profile %q needs a simulated platform, and %s is onboard (use --platform %ssim)", profile, p.name, p.name)
+	}
+	return kind.Errorf(kind.ValueError, "comm_profile %q is not supported on %s (supported: %v)", profile, p.name, p.profiles)
+}
 
 func (p *onboardPlatform) Check() error {
 	cann, driver := runtimeDirs()

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"simpler/hal/dtype"
+	"simpler/kind"
 )
 
 func TestArchTables(t *testing.T) {
@@ -152,5 +153,48 @@ func TestDefaultRuntimeDirs(t *testing.T) {
 	}
 	if want := []string{"/usr/local/Ascend/driver/lib64", "/usr/local/Ascend/driver/lib64/driver"}; !reflect.DeepEqual(driver, want) {
 		t.Errorf("driver dirs = %v, want %v", driver, want)
+	}
+}
+
+// Serves is the one policy for (platform, comm profile) pairs: the
+// simulated platforms serve "sim" (also as ""); the onboard ones list a
+// fabric profile but refuse it here, since this build has no fabric
+// backend; every refusal is a ValueError naming the pair.
+func TestServes(t *testing.T) {
+	cases := []struct{ platform, profile, want string }{
+		{"a2a3sim", "", ""},
+		{"a2a3sim", "sim", ""},
+		{"a5sim", "", ""},
+		{"a5sim", "sim", ""},
+		{"a2a3sim", "a3-fabric-v1", `ValueError: comm_profile "a3-fabric-v1" is not supported on a2a3sim (supported: [sim])`},
+		{"a5sim", "infiniband", `ValueError: comm_profile "infiniband" is not supported on a5sim (supported: [sim])`},
+		{"a2a3sim", "SIM", `ValueError: comm_profile "SIM" is not supported on a2a3sim (supported: [sim])`},
+		{"a2a3", "a3-fabric-v1", `ValueError: comm_profile "a3-fabric-v1" on a2a3 needs the fabric backend, which this build does not have (it serves "sim" on the simulated platforms)`},
+		{"a5", "a5-fabric-v1", `ValueError: comm_profile "a5-fabric-v1" on a5 needs the fabric backend, which this build does not have (it serves "sim" on the simulated platforms)`},
+		{"a2a3", "", `ValueError: comm_profile "sim" needs a simulated platform, and a2a3 is onboard (use --platform a2a3sim)`},
+		{"a5", "sim", `ValueError: comm_profile "sim" needs a simulated platform, and a5 is onboard (use --platform a5sim)`},
+		{"a5", "a3-fabric-v1", `ValueError: comm_profile "a3-fabric-v1" is not supported on a5 (supported: [a5-fabric-v1])`},
+		{"a2a3", "infiniband", `ValueError: comm_profile "infiniband" is not supported on a2a3 (supported: [a3-fabric-v1])`},
+	}
+	for _, c := range cases {
+		p, err := Lookup(c.platform)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = p.Serves(c.profile)
+		if c.want == "" && err != nil || c.want != "" && (err == nil || err.Error() != c.want || kind.Of(err) != kind.ValueError) {
+			t.Errorf("%s.Serves(%q) = %v\nwant %s", c.platform, c.profile, err, c.want)
+		}
+	}
+	// Every platform serves its default or says why; none serves a
+	// profile it does not list (the default aside).
+	for _, name := range Names() {
+		p, _ := Lookup(name)
+		if err := p.Serves("no-such-profile"); err == nil {
+			t.Errorf("%s serves a profile it does not list", name)
+		}
+		if p.Simulated() != (p.Serves("") == nil) {
+			t.Errorf("%s: Serves(\"\") = %v for a platform with Simulated() = %v", name, p.Serves(""), p.Simulated())
+		}
 	}
 }

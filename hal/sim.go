@@ -18,8 +18,16 @@ func (p *simPlatform) Name() string    { return p.name }
 func (p *simPlatform) Arch() *Arch     { return p.arch }
 func (p *simPlatform) Simulated() bool { return true }
 
-// CommProfiles: the simulator models one in-process fabric.
-func (p *simPlatform) CommProfiles() []string { return []string{"sim"} }
+// CommProfiles: the simulator models one fabric, hal/comm's windows.
+func (p *simPlatform) CommProfiles() []string { return []string{SimProfile} }
+
+// Serves accepts the sim profile (or "", its default) and nothing else.
+func (p *simPlatform) Serves(profile string) error {
+	if profile == "" || profile == SimProfile {
+		return nil
+	}
+	return kind.Errorf(kind.ValueError, "comm_profile %q is not supported on %s (supported: %v)", profile, p.name, p.CommProfiles())
+}
 
 // Check is always nil: the simulator needs nothing from the machine.
 func (p *simPlatform) Check() error { return nil }

@@ -54,20 +54,33 @@ func (c *callable) RunChip(ctx *engine.ChipCtx, args *engine.TaskArgs) error {
 	if st.chip == nil || st.chip.ctx.Chip != ctx.Chip || st.chip.ctx.WorkerID != ctx.WorkerID {
 		st.chip = &Chip{ctx: &engine.ChipCtx{WorkerID: ctx.WorkerID, Chip: ctx.Chip}}
 	}
-	_, err := starlark.Call(st.thread(), c.fn, starlark.Tuple{st.chip, &TaskArgs{a: args, chip: ctx.Chip}}, nil)
+	th := st.thread()
+	stoppable(ctx.Stop, th)
+	_, err := starlark.Call(th, c.fn, starlark.Tuple{st.chip, &TaskArgs{a: args, chip: ctx.Chip}}, nil)
 	return kernelError(err)
 }
 
 func (c *callable) RunSub(ctx *engine.SubCtx, args *engine.TaskArgs) error {
 	st := c.state(ctx.Local, "sub")
-	_, err := starlark.Call(st.thread(), c.fn, starlark.Tuple{&TaskArgs{a: args}}, nil)
+	th := st.thread()
+	stoppable(ctx.Stop, th)
+	_, err := starlark.Call(th, c.fn, starlark.Tuple{&TaskArgs{a: args}}, nil)
 	return kernelError(err)
 }
 
 func (c *callable) RunOrch(o *engine.Orchestrator, args *engine.TaskArgs, cfg *engine.CallConfig) error {
 	th := c.s.newThread("orch")
+	o.OnStop(th.Cancel)
 	_, err := starlark.Call(th, c.fn, starlark.Tuple{&Orchestrator{s: c.s, o: o}, &TaskArgs{a: args}, &CallConfig{c: *cfg}}, nil)
 	return kernelError(err)
+}
+
+// stoppable makes the engine's stop of a running kernel cancel its
+// interpreter, which then fails at its next step.
+func stoppable(s *engine.Stopper, th *starlark.Thread) {
+	if s != nil {
+		s.OnStop(th.Cancel)
+	}
 }
 
 // callableFor returns the callable of a top-level function, refusing

@@ -122,7 +122,7 @@ func LookupDoc(name string) []Doc {
 // docTable is the reference itself. Keep one line per summary.
 var docTable = []Doc{
 	// Globals.
-	{"Worker", DocGlobal, "Worker(level=3, platform=ctx.platform, device_id=None, device_ids=None, num_sub_workers=0, mode=ctx.mode, enable_sdma=False, heap_ring_size=None, control_timeout_s=None, startup_timeout_s=None, remote_session_timeout_s=None, comm_profile=\"sim\", global_device_ranks=None) -> Worker",
+	{"Worker", DocGlobal, "Worker(level=3, platform=ctx.platform, device_id=None, device_ids=None, num_sub_workers=0, mode=ctx.mode, enable_sdma=False, heap_ring_size=None, control_timeout_s=None, startup_timeout_s=None, remote_session_timeout_s=None, comm_profile=\"sim\", global_device_ranks=None, task_timeout_s=None, health_timeout_s=None, close_timeout_s=None) -> Worker",
 		"A node of the worker tree: level 2 is one chip, level 3 owns chips and SUB workers, level 4+ owns child Workers; call only at run time."},
 	{"host_tensor", DocGlobal, "host_tensor(shape=None, dtype=FLOAT32, data=None) -> Tensor",
 		"A zero-filled (or data-filled) tensor in shared host memory, visible to every local child; the shape is inferred from data when omitted."},
@@ -233,6 +233,7 @@ var docTable = []Doc{
 	{"RunHandle.done", DocMember, "r.done -> bool", "Whether the run has passed its fence and cleaned up."},
 	{"RunHandle.wait", DocMember, "r.wait(timeout=None)", "Waits for the run; raises the first task failure, or TimeoutError after timeout seconds."},
 	{"RunHandle.result", DocMember, "r.result() -> value", "Waits, then returns what the orchestration function returned."},
+	{"RunHandle.cancel", DocMember, "r.cancel()", "Ends the run: tasks not started retire without running, running kernels are stopped (a child process that does not stop is killed and started again), and wait() raises RuntimeError: run N cancelled. Idempotent; a finished run is left as it was."},
 
 	// Orchestrator.
 	{"Orchestrator", DocType, "def orch(o, args, config)", "The orchestrator an orchestration function receives: it submits tasks and manages a run's memory."},
@@ -273,6 +274,7 @@ var docTable = []Doc{
 	{"CallConfig.block_dim", DocMember, "c.block_dim -> int", "Cores per task on the device."},
 	{"CallConfig.aicpu_thread_num", DocMember, "c.aicpu_thread_num -> int", "AICPU scheduler threads per task."},
 	{"CallConfig.enable_profiling", DocMember, "c.enable_profiling -> bool", "Ask the device runtime for a profile."},
+	{"CallConfig.timeout_s", DocMember, "c.timeout_s -> float or None", "The task's deadline from when it starts; past it the task fails with TimeoutError (naming worker, callable and deadline), its consumers are poisoned and the kernel is stopped. None: the Worker's task_timeout_s."},
 
 	// Tensor.
 	{"Tensor", DocType, "Tensor", "A view over memory (host, or a chip's device memory when child_memory)."},
@@ -315,7 +317,7 @@ var docTable = []Doc{
 	{"GlobalCommDomainHandle.buffer_range", DocMember, "h.buffer_range(name) -> (offset, nbytes)", "Where a named buffer lies in every member's window. RuntimeError once the handle is released (like member() and staging)."},
 	{"GlobalCommDomainHandle.retain_after_run", DocMember, "h.retain_after_run -> bool", "Whether the domain outlives its run's fence (release it yourself)."},
 	{"GlobalCommDomainHandle.release", DocMember, "h.release()", "Lets the domain go: freed at its run's fence, or at once if that run is over; a failed release can be retried."},
-	{"GlobalCommDomainHandle.released", DocMember, "h.released -> bool", "Whether release() was called (and has not failed)."},
+	{"GlobalCommDomainHandle.released", DocMember, "h.released -> bool", "Whether release() was called. A release whose free failed stays released (the free is tried again by a later release or by close)."},
 	{"GlobalCommDomainHandle.freed", DocMember, "h.freed -> bool", "Whether every node has released its windows."},
 
 	// CommDomainHandle.

@@ -233,7 +233,11 @@ func (t TagValue) Hash() (uint32, error) { return uint32(t) + 1, nil }
 type CallConfig struct{ c engine.CallConfig }
 
 func (c *CallConfig) String() string {
-	return fmt.Sprintf("CallConfig(block_dim=%d, aicpu_thread_num=%d, enable_profiling=%s)", c.c.BlockDim, c.c.AicpuThreadNum, starlark.Bool(c.c.EnableProfiling))
+	s := fmt.Sprintf("CallConfig(block_dim=%d, aicpu_thread_num=%d, enable_profiling=%s", c.c.BlockDim, c.c.AicpuThreadNum, starlark.Bool(c.c.EnableProfiling))
+	if c.c.Timeout > 0 {
+		s += fmt.Sprintf(", timeout_s=%v", c.c.Timeout.Seconds())
+	}
+	return s + ")"
 }
 func (c *CallConfig) Type() string         { return "CallConfig" }
 func (c *CallConfig) Freeze()              {}
@@ -250,6 +254,11 @@ func (c *CallConfig) Attr(name string) (starlark.Value, error) {
 		return starlark.MakeInt(c.c.AicpuThreadNum), nil
 	case "enable_profiling":
 		return starlark.Bool(c.c.EnableProfiling), nil
+	case "timeout_s":
+		if c.c.Timeout == 0 {
+			return starlark.None, nil
+		}
+		return starlark.Float(c.c.Timeout.Seconds()), nil
 	}
 	return nil, nil
 }
@@ -275,6 +284,8 @@ func newCallConfig(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple
 				err = errorf(engine.TypeError, "CallConfig: enable_profiling must be a bool, got %s", pair[1].Type())
 			}
 			c.c.EnableProfiling = bool(b)
+		case "timeout_s":
+			c.c.Timeout, err = seconds("CallConfig", key, pair[1])
 		default:
 			err = errorf(engine.TypeError, "CallConfig: unknown key %q (known: %v)", key, engine.ConfigKeys)
 		}

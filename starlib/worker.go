@@ -3,7 +3,6 @@ package starlib
 import (
 	"fmt"
 	"math"
-	"slices"
 	"time"
 
 	"go.starlark.net/starlark"
@@ -111,7 +110,7 @@ func (s *Session) newWorker(th *starlark.Thread, b *starlark.Builtin, args starl
 	var deviceIDs starlark.Value = starlark.None
 	numSub, heapRing := 0, 0
 	enableSDMA := false
-	var controlT, startupT, sessionT starlark.Value = starlark.None, starlark.None, starlark.None
+	var controlT, startupT, sessionT, taskT, healthT, closeT starlark.Value = starlark.None, starlark.None, starlark.None, starlark.None, starlark.None, starlark.None
 	commProfile := "sim"
 	var globalRanks starlark.Value = starlark.None
 	if err := starlark.UnpackArgs("Worker", args, kw,
@@ -119,13 +118,19 @@ func (s *Session) newWorker(th *starlark.Thread, b *starlark.Builtin, args starl
 		"num_sub_workers?", &numSub, "mode?", &mode, "enable_sdma?", &enableSDMA,
 		"heap_ring_size?", &heapRing, "control_timeout_s?", &controlT, "startup_timeout_s?", &startupT,
 		"remote_session_timeout_s?", &sessionT, "comm_profile?", &commProfile,
-		"global_device_ranks?", &globalRanks); err != nil {
+		"global_device_ranks?", &globalRanks, "task_timeout_s?", &taskT, "health_timeout_s?", &healthT,
+		"close_timeout_s?", &closeT); err != nil {
 		return nil, err
 	}
-	for name, v := range map[string]starlark.Value{"control_timeout_s": controlT, "startup_timeout_s": startupT, "remote_session_timeout_s": sessionT} {
-		if _, err := seconds("Worker", name, v); err != nil {
+	timeouts := map[string]starlark.Value{"control_timeout_s": controlT, "startup_timeout_s": startupT, "remote_session_timeout_s": sessionT,
+		"task_timeout_s": taskT, "health_timeout_s": healthT, "close_timeout_s": closeT}
+	durations := map[string]time.Duration{}
+	for name, v := range timeouts {
+		d, err := seconds("Worker", name, v)
+		if err != nil {
 			return nil, err
 		}
+		durations[name] = d
 	}
 	p, err := hal.Lookup(platform)
 	if err != nil {
@@ -135,9 +140,7 @@ func (s *Session) newWorker(th *starlark.Thread, b *starlark.Builtin, args starl
 	if err != nil {
 		return nil, err
 	}
-	if !slices.Contains(p.CommProfiles(), commProfile) && !(commProfile == "sim" && p.Simulated()) {
-		return nil, errorf(engine.ValueError, "Worker: comm_profile %q is not supported on %s (supported: %v)", commProfile, p.Name(), p.CommProfiles())
-	}
+	// comm_profile is checked by engine.NewWorker (hal.Platform.Serves).
 	cfg := engine.Config{
 		Level: level, Platform: p, DeviceIDs: devices, NumSubWorkers: numSub,
 		Mode: mode, EnableSDMA: enableSDMA, HeapRingSize: heapRing, CommProfile: commProfile,
@@ -147,12 +150,9 @@ func (s *Session) newWorker(th *starlark.Thread, b *starlark.Builtin, args starl
 			return nil, err
 		}
 	}
-	if startup, _ := seconds("Worker", "startup_timeout_s", startupT); startup > 0 {
-		cfg.StartupTimeout = startup
-	}
-	if session, _ := seconds("Worker", "remote_session_timeout_s", sessionT); session > 0 {
-		cfg.SessionTimeout = session
-	}
+	cfg.StartupTimeout, cfg.SessionTimeout = durations["startup_timeout_s"], durations["remote_session_timeout_s"]
+	cfg.ControlTimeout, cfg.TaskTimeout = durations["control_timeout_s"], durations["task_timeout_s"]
+	cfg.HealthTimeout, cfg.CloseTimeout = durations["health_timeout_s"], durations["close_timeout_s"]
 	if level >= 4 {
 		cfg.Sources = s.sources()
 	}
@@ -482,12 +482,20 @@ func (h *RunHandle) Truth() starlark.Bool { return true }
 func (h *RunHandle) Hash() (uint32, error) {
 	return 0, errorf(engine.TypeError, "unhashable type: RunHandle")
 }
-func (h *RunHandle) AttrNames() []string { return []string{"done", "result", "wait"} }
+func (h *RunHandle) AttrNames() []string { return []string{"cancel", "done", "result", "wait"} }
 
 func (h *RunHandle) Attr(name string) (starlark.Value, error) {
 	switch name {
 	case "done":
 		return starlark.Bool(h.r.Done()), nil
+	case "cancel":
+		return builtin("cancel", func(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+			if err := noArgs("cancel", args, kw); err != nil {
+				return nil, err
+			}
+			h.r.Cancel()
+			return starlark.None, nil
+		}), nil
 	case "wait":
 		return builtin("wait", func(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
 			var tv starlark.Value = starlark.None

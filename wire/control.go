@@ -26,6 +26,7 @@ const (
 	CmdStageTo                          // Domain{ID, Generation}, Rank, Offset, Data (≤ MaxStage) → ()
 	CmdStageFrom                        // Domain{ID, Generation}, Rank, Offset, NBytes (≤ MaxStage) → Data
 	CmdBundle                           // Bundle → ()
+	CmdCancel                           // TaskSeq → (); stop that TASK if it is queued or runs
 	numCommands
 )
 
@@ -48,6 +49,7 @@ var commandNames = [...]string{
 	CmdStageTo:       "STAGE_TO",
 	CmdStageFrom:     "STAGE_FROM",
 	CmdBundle:        "BUNDLE",
+	CmdCancel:        "CANCEL",
 }
 
 // Valid reports whether c is a known command.
@@ -93,6 +95,8 @@ type Control struct {
 	Token  []byte    // IMPORT: the export id, 1..MaxExportToken bytes
 	Domain Domain    // COMM_INIT … RELEASE_DOMAIN; STAGE_*: ID and Generation
 	Bundle Bundle    // BUNDLE
+	// TaskSeq is CANCEL's: the sequence of the TASK frame to stop.
+	TaskSeq uint64
 }
 
 // Encode writes the CONTROL payload.
@@ -127,6 +131,8 @@ func (c *Control) Encode(e *Encoder) {
 		e.U8(uint8(c.Access))
 	case CmdBundle:
 		c.Bundle.encode(e)
+	case CmdCancel:
+		e.U64(c.TaskSeq)
 	case CmdStageTo, CmdStageFrom:
 		e.U64(c.Domain.ID)
 		e.U64(c.Domain.Generation)
@@ -206,30 +212,10 @@ func DecodeControl(b []byte) (Control, error) {
 		c.Access = decodeAccess(d, true)
 	case CmdBundle:
 		c.Bundle = decodeBundle(d)
+	case CmdCancel:
+		c.TaskSeq = decodeSeq(d)
 	case CmdStageTo, CmdStageFrom:
-		c.Domain.ID, c.Domain.Generation = d.U64(), d.U64()
-		if d.err == nil && (c.Domain.ID == 0 || c.Domain.Generation == 0) {
-			d.FailBounds("domain id %d generation %d: both must be non-zero", c.Domain.ID, c.Domain.Generation)
-		}
-		c.Rank = d.U32()
-		if d.err == nil && c.Rank >= MaxRanks {
-			d.FailBounds("rank %d exceeds its bound %d", c.Rank, MaxRanks-1)
-		}
-		c.Offset = d.U64()
-		n := c.NBytes
-		if c.Cmd == CmdStageTo {
-			c.Data = d.BlobRef(MaxStage)
-			if d.err == nil && len(c.Data) == 0 {
-				d.FailBounds("empty staging copy")
-			}
-			n = uint64(len(c.Data))
-		} else {
-			c.NBytes = decodeSize(d, MaxStage, "staging copy")
-			n = c.NBytes
-		}
-		if d.err == nil && (c.Offset > MaxWindow || n > MaxWindow-c.Offset) {
-			d.FailBounds("staging range at offset %d of %d bytes ends beyond %d", c.Offset, n, uint64(MaxWindow))
-		}
+		decodeStage(d, &c)
 	default:
 		c.Domain = decodeDomain(d, c.Cmd)
 	}
@@ -237,6 +223,33 @@ func DecodeControl(b []byte) (Control, error) {
 		return Control{}, err
 	}
 	return c, nil
+}
+
+// decodeStage reads the body of STAGE_TO or STAGE_FROM into c.
+func decodeStage(d *Decoder, c *Control) {
+	c.Domain.ID, c.Domain.Generation = d.U64(), d.U64()
+	if d.err == nil && (c.Domain.ID == 0 || c.Domain.Generation == 0) {
+		d.FailBounds("domain id %d generation %d: both must be non-zero", c.Domain.ID, c.Domain.Generation)
+	}
+	c.Rank = d.U32()
+	if d.err == nil && c.Rank >= MaxRanks {
+		d.FailBounds("rank %d exceeds its bound %d", c.Rank, MaxRanks-1)
+	}
+	c.Offset = d.U64()
+	n := c.NBytes
+	if c.Cmd == CmdStageTo {
+		c.Data = d.BlobRef(MaxStage)
+		if d.err == nil && len(c.Data) == 0 {
+			d.FailBounds("empty staging copy")
+		}
+		n = uint64(len(c.Data))
+	} else {
+		c.NBytes = decodeSize(d, MaxStage, "staging copy")
+		n = c.NBytes
+	}
+	if d.err == nil && (c.Offset > MaxWindow || n > MaxWindow-c.Offset) {
+		d.FailBounds("staging range at offset %d of %d bytes ends beyond %d", c.Offset, n, uint64(MaxWindow))
+	}
 }
 
 func decodeDomain(d *Decoder, cmd Command) Domain {

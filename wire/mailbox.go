@@ -38,6 +38,8 @@ const (
 	OpRunOrch                      // MailboxTask: an orchestration function on a level-3 node
 	OpGlobal                       // MailboxControl: Global, a global-domain command → ControlReply
 	OpGlobalRank                   // MailboxControl: GlobalRank, one step of one rank
+	OpCancel                       // MailboxControl: Task, Reason; stop that task if the task lane still runs it
+	OpPing                         // MailboxControl: nothing; a health probe
 )
 
 // The roles a child takes up (MailboxInit.Role).

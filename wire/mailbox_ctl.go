@@ -19,6 +19,8 @@ type MailboxControl struct {
 	Comm       CommAlloc     // OpCommAlloc
 	Global     Control       // OpGlobal
 	GlobalRank GlobalRankReq // OpGlobalRank
+	Task       uint64        // OpCancel: the task's number on the task lane (1, 2, … as sent)
+	Reason     string        // OpCancel: why, ≤ MaxReason
 }
 
 // Encode writes the control request.
@@ -46,6 +48,9 @@ func (c *MailboxControl) Encode(e *Encoder) {
 		c.Global.Encode(e) // the rest of the request
 	case OpGlobalRank:
 		c.GlobalRank.encode(e)
+	case OpCancel:
+		e.U64(c.Task)
+		e.String(c.Reason)
 	}
 }
 
@@ -55,7 +60,10 @@ func DecodeMailboxControl(b []byte) (MailboxControl, error) {
 	d := NewDecoder(b)
 	c := MailboxControl{Op: d.U8()}
 	switch c.Op {
-	case OpShutdown:
+	case OpShutdown, OpPing:
+	case OpCancel:
+		c.Task = d.U64()
+		c.Reason = d.StringMax(MaxReason)
 	case OpRegister:
 		c.Digest = decodeDigest(d)
 		c.Module = decodeName(d, "module name")

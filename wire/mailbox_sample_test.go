@@ -157,6 +157,8 @@ func mailboxSamples() []sample {
 		{"host-ref/largest", &hostRefMsg{HostRef{Name: "simpler-9-hostbuf-3", Size: MaxBufferBytes, Off: MaxBufferBytes - 1}}, decHostRef},
 		{"node-config", &nodeConfigMsg{sampleNodeConfig()}, decNodeConfig},
 		{"call-config", &callConfigMsg{CallConfig{BlockDim: MaxBlockDim, EnableProfiling: true}}, decCallConfig},
+		{"control/cancel", &MailboxControl{Op: OpCancel, Task: 7, Reason: "run 3 cancelled"}, decMailboxControl},
+		{"control/ping", &MailboxControl{Op: OpPing}, decMailboxControl},
 	}
 	for step := RankPrepare; step <= RankRelease; step++ {
 		g := sampleGlobalRank(step)

@@ -114,6 +114,7 @@ func samples() []sample {
 		{"control/import", &Control{Cmd: CmdImport, Token: sampleExportID().Bytes(), Access: 0}, decControl},
 		{"control/bundle", &Control{Cmd: CmdBundle, Bundle: sampleBundle()}, decControl},
 		{"control/bundle-empty", &Control{Cmd: CmdBundle}, decControl},
+		{"control/cancel", &Control{Cmd: CmdCancel, TaskSeq: 17}, decControl},
 		{"control/import-rw", &Control{Cmd: CmdImport, Token: []byte("opaque-token"), Access: AccessReadWrite}, decControl},
 		{"control/release-import", &Control{Cmd: CmdReleaseImport, Buffer: buf}, decControl},
 		{"control/comm-init", &Control{Cmd: CmdCommInit, Domain: Domain{ID: 5, Generation: 2, Size: 4, Ranks: []DomainRank{{Rank: 0, Worker: 1}}, Table: []byte("topology")}}, decControl},

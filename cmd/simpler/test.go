@@ -10,9 +10,9 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -21,133 +21,59 @@ import (
 	"simpler/golden"
 )
 
-const testUsage = "usage: simpler test [-update] [-run regex] [-v] [-p N] [-timeout D] [--platform P] [--devices 0-3] [--load-path DIR]... [--max-steps N] [paths...]"
+const testUsage = "usage: simpler test [-update] [-run regex] [-v] [-p N] [-timeout D] [--platform P] [--devices 0-3] [--mode thread|process|thread,process] [--load-path DIR]... [--max-steps N] [paths...]"
+
+// testOptions are the flags of `simpler test`.
+type testOptions struct {
+	update, verbose bool
+	parallel        int
+	timeout         time.Duration
+	modes           []string
+	runArgs         []string       // the `simpler run` flags of every script but --mode
+	filter          *regexp.Regexp // nil: every script
+	paths           []string
+}
 
 // cmdTest runs users' golden tests: every script in a fresh child process
 // of this binary (`simpler run`), its exit code, stdout and stderr
 // compared with NAME.golden. The last line is always "N passed, M failed".
+// The runs themselves are simpler/golden's, as for the repository's own
+// golden tests.
 func cmdTest(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("test", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, testUsage)
-		fs.PrintDefaults()
-	}
-	update := fs.Bool("update", false, "rewrite each NAME.golden from the current output")
-	runPat := fs.String("run", "", "only scripts whose path matches this regular expression")
-	verbose := fs.Bool("v", false, "also list the scripts that passed")
-	parallel := fs.Int("p", runtime.NumCPU(), "scripts run at once")
-	timeout := fs.Duration("timeout", 10*time.Minute, "time limit per script")
-	platform := fs.String("platform", golden.DefaultArgs[1], "--platform each script runs with")
-	devices := fs.String("devices", golden.DefaultArgs[3], "--devices each script runs with")
-	mode := fs.String("mode", "thread", "--mode each script runs with")
-	var loadPath pathList
-	fs.Var(&loadPath, "load-path", "--load-path each script runs with (repeatable)")
-	maxSteps := fs.Uint64("max-steps", 0, "--max-steps each script runs with; 0: no bound")
-	if err := parseInterspersed(fs, args); err != nil {
+	opts, err := parseTestFlags(args, stderr)
+	if err != nil {
 		return 2
 	}
-	runArgs, err := scriptRunArgs(*platform, *devices, *mode, loadPath, *maxSteps)
+	scripts, err := opts.scripts()
 	if err != nil {
 		fmt.Fprintf(stderr, "simpler test: %v\n", err)
 		return 2
 	}
-	var re *regexp.Regexp
-	if *runPat != "" {
-		if re, err = regexp.Compile(*runPat); err != nil {
-			fmt.Fprintf(stderr, "simpler test: -run: %v\n", err)
-			return 2
-		}
-	}
-	if *parallel < 1 {
-		*parallel = 1
+	if len(scripts) == 0 {
+		fmt.Fprintf(stderr, "simpler test: no scripts found in %s\n", strings.Join(opts.paths, " "))
+		fmt.Fprintln(stdout, "0 passed, 0 failed")
+		return 1
 	}
 	bin, err := os.Executable()
 	if err != nil {
 		fmt.Fprintf(stderr, "simpler test: cannot find this binary: %v\n", err)
 		return 2
 	}
-	paths := fs.Args()
-	if len(paths) == 0 {
-		paths = []string{"."}
-	}
-	all, err := golden.Find(paths)
-	if err != nil {
-		fmt.Fprintf(stderr, "simpler test: %v\n", err)
-		return 2
-	}
-	var scripts []string
-	for _, s := range all {
-		if re == nil || re.MatchString(s) {
-			scripts = append(scripts, s)
-		}
-	}
-	if len(scripts) == 0 {
-		fmt.Fprintf(stderr, "simpler test: no scripts found in %s\n", strings.Join(paths, " "))
-		fmt.Fprintln(stdout, "0 passed, 0 failed")
-		return 1
-	}
 
 	// Ctrl-C stops every script (each runs in a process group of its own,
 	// which the terminal's SIGINT does not reach) and still reports.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	runner := &golden.Runner{Binary: bin, Timeout: *timeout, Context: ctx, Args: runArgs}
-	outcomes := make([]chan golden.Outcome, len(scripts))
-	for i := range outcomes {
-		outcomes[i] = make(chan golden.Outcome, 1)
+	suite := &golden.Suite{
+		Runner:   golden.Runner{Binary: bin, Timeout: opts.timeout, Context: ctx, Args: opts.runArgs},
+		Modes:    opts.modes,
+		Update:   opts.update,
+		Parallel: opts.parallel,
 	}
-	jobs := make(chan int)
-	var wg sync.WaitGroup
-	for range min(*parallel, len(scripts)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range jobs {
-				outcomes[i] <- runner.Check(scripts[i], *update)
-			}
-		}()
-	}
-	go func() {
-		defer close(jobs)
-		for i := range scripts {
-			select {
-			case jobs <- i:
-			case <-ctx.Done(): // the rest are reported as interrupted
-				for ; i < len(scripts); i++ {
-					outcomes[i] <- golden.Outcome{Script: scripts[i], Problem: "interrupted before it ran"}
-				}
-				return
-			}
-		}
-	}()
-
 	paint := newPainter(stdout)
-	passed, failed := 0, 0
-	for i := range scripts { // report in order, each as soon as it and those before it are done
-		o := <-outcomes[i]
-		secs := fmt.Sprintf("(%.2fs)", o.Elapsed.Seconds())
-		switch {
-		case o.Passed && o.Updated:
-			passed++
-			fmt.Fprintf(stdout, "%s %s %s\n", paint.green("UPDATED"), o.Script, secs)
-		case o.Passed:
-			passed++
-			if *verbose {
-				fmt.Fprintf(stdout, "%s %s %s\n", paint.green("PASS"), o.Script, secs)
-			}
-		default:
-			failed++
-			fmt.Fprintf(stdout, "%s %s %s\n", paint.red("FAIL"), o.Script, secs)
-			if o.Problem != "" {
-				fmt.Fprintf(stdout, "    %s\n", o.Problem)
-			}
-			if o.Diff != "" {
-				fmt.Fprint(stdout, paint.diff(o.Diff))
-			}
-		}
-	}
-	wg.Wait()
+	passed, failed := suite.Run(suite.Jobs(scripts), func(o golden.Outcome) {
+		reportOutcome(stdout, paint, o, opts.verbose, len(opts.modes) > 1)
+	})
 	if ctx.Err() != nil {
 		fmt.Fprintln(stderr, "simpler test: interrupted")
 	}
@@ -158,10 +84,114 @@ func cmdTest(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// scriptRunArgs are the `simpler run` flags of every script. Each runs in
-// its own directory, so a relative --load-path is made absolute here.
-func scriptRunArgs(platform, devices, mode string, loadPath []string, maxSteps uint64) ([]string, error) {
-	args := []string{"--platform", platform, "--devices", devices, "--mode", mode}
+// parseTestFlags parses the flags of `simpler test`; an error has been
+// reported on stderr.
+func parseTestFlags(args []string, stderr io.Writer) (*testOptions, error) {
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, testUsage)
+		fs.PrintDefaults()
+	}
+	opts := &testOptions{}
+	fs.BoolVar(&opts.update, "update", false, "rewrite each NAME.golden from the current output (of the first --mode)")
+	runPat := fs.String("run", "", "only scripts whose path matches this regular expression")
+	fs.BoolVar(&opts.verbose, "v", false, "also list the scripts that passed")
+	fs.IntVar(&opts.parallel, "p", runtime.NumCPU(), "scripts run at once")
+	fs.DurationVar(&opts.timeout, "timeout", 10*time.Minute, "time limit per script")
+	platform := fs.String("platform", golden.DefaultArgs[1], "--platform each script runs with")
+	devices := fs.String("devices", golden.DefaultArgs[3], "--devices each script runs with")
+	mode := fs.String("mode", "thread", "--mode each script runs with; thread,process runs each in both and checks both against one golden file")
+	var loadPath pathList
+	fs.Var(&loadPath, "load-path", "--load-path each script runs with (repeatable)")
+	maxSteps := fs.Uint64("max-steps", 0, "--max-steps each script runs with; 0: no bound")
+	if err := parseInterspersed(fs, args); err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*testOptions, error) {
+		fmt.Fprintf(stderr, "simpler test: %v\n", err)
+		return nil, err
+	}
+	var err error
+	if opts.modes, err = testModes(*mode); err != nil {
+		return fail(err)
+	}
+	if opts.runArgs, err = scriptRunArgs(*platform, *devices, loadPath, *maxSteps); err != nil {
+		return fail(err)
+	}
+	if *runPat != "" {
+		if opts.filter, err = regexp.Compile(*runPat); err != nil {
+			return fail(fmt.Errorf("-run: %v", err))
+		}
+	}
+	opts.paths = fs.Args()
+	if len(opts.paths) == 0 {
+		opts.paths = []string{"."}
+	}
+	return opts, nil
+}
+
+// testModes splits --mode: one mode, or several separated by commas.
+func testModes(s string) ([]string, error) {
+	modes := strings.Split(s, ",")
+	for i, m := range modes {
+		if m != "thread" && m != "process" {
+			return nil, fmt.Errorf("--mode must be thread, process or both separated by a comma, got %q", s)
+		}
+		if slices.Contains(modes[:i], m) {
+			return nil, fmt.Errorf("--mode %s: %s twice", s, m)
+		}
+	}
+	return modes, nil
+}
+
+// scripts are the scripts found in the paths that -run selects.
+func (opts *testOptions) scripts() ([]string, error) {
+	all, err := golden.Find(opts.paths)
+	if err != nil {
+		return nil, err
+	}
+	var scripts []string
+	for _, s := range all {
+		if opts.filter == nil || opts.filter.MatchString(s) {
+			scripts = append(scripts, s)
+		}
+	}
+	return scripts, nil
+}
+
+// reportOutcome prints one script's verdict: UPDATED and FAIL always, PASS
+// with -v; a failure with its problem and its diff. withMode names the
+// mode, for runs in several.
+func reportOutcome(w io.Writer, paint painter, o golden.Outcome, verbose, withMode bool) {
+	name := o.Script
+	if withMode {
+		name += " [" + o.Mode + "]"
+	}
+	secs := fmt.Sprintf("(%.2fs)", o.Elapsed.Seconds())
+	switch {
+	case o.Passed && o.Updated:
+		fmt.Fprintf(w, "%s %s %s\n", paint.green("UPDATED"), name, secs)
+	case o.Passed:
+		if verbose {
+			fmt.Fprintf(w, "%s %s %s\n", paint.green("PASS"), name, secs)
+		}
+	default:
+		fmt.Fprintf(w, "%s %s %s\n", paint.red("FAIL"), name, secs)
+		if o.Problem != "" {
+			fmt.Fprintf(w, "    %s\n", o.Problem)
+		}
+		if o.Diff != "" {
+			fmt.Fprint(w, paint.diff(o.Diff))
+		}
+	}
+}
+
+// scriptRunArgs are the `simpler run` flags of every script but --mode
+// (each golden.Suite job adds its own). Each script runs in its own
+// directory, so a relative --load-path is made absolute here.
+func scriptRunArgs(platform, devices string, loadPath []string, maxSteps uint64) ([]string, error) {
+	args := []string{"--platform", platform, "--devices", devices}
 	for _, dir := range loadPath {
 		abs, err := filepath.Abs(dir)
 		if err != nil {

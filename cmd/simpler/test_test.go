@@ -110,6 +110,39 @@ func TestSimplerTestCrashAndMissingGolden(t *testing.T) {
 	}
 }
 
+// TestSimplerTestModes: --mode thread,process runs every script in both
+// modes against one golden file, so a script whose output depends on the
+// mode fails in the second; a bad --mode is a usage error.
+func TestSimplerTestModes(t *testing.T) {
+	t.Setenv(asCLI, "1")
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{
+		"same.star":   "def main(ctx):\n    print(\"hello\")\n",
+		"same.golden": "-- exit --\n0\n-- stdout --\nhello\n-- stderr --\n",
+		"mode.star":   "def main(ctx):\n    print(ctx.mode)\n",
+		"mode.golden": "-- exit --\n0\n-- stdout --\nthread\n-- stderr --\n",
+	})
+	code, out, errs := runCLI(t, "test", "-v", "--mode", "thread,process", dir)
+	modeStar := filepath.Join(dir, "mode.star")
+	for _, want := range []string{
+		"PASS " + modeStar + " [thread]",
+		"PASS " + filepath.Join(dir, "same.star") + " [process]",
+		"FAIL " + modeStar + " [process]",
+		"    -thread\n    +process\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if code != 1 || !strings.HasSuffix(out, "3 passed, 1 failed\n") {
+		t.Errorf("exit %d\n%s\n%s", code, out, errs)
+	}
+	code, out, errs = runCLI(t, "test", "--mode", "threads", dir)
+	if code != 2 || out != "" || !strings.Contains(errs, "--mode must be thread, process or both") {
+		t.Errorf("--mode threads: exit %d %q %q", code, out, errs)
+	}
+}
+
 func TestDoc(t *testing.T) {
 	code, out, _ := runCLI(t, "doc")
 	if code != 0 {

@@ -3,15 +3,14 @@ package comm
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"simpler/hal"
 	"simpler/hal/shm"
-	"simpler/internal/futex"
 	"simpler/kind"
 )
 
@@ -51,25 +50,16 @@ func (q *Request) domain() string {
 	return fmt.Sprintf("%q (allocation %d)", q.Name, q.AllocationID)
 }
 
-func (q *Request) check(rank int, chip hal.Chip) error {
-	bad := func(format string, args ...any) error {
-		return kind.Errorf(kind.ValueError, "comm: allocating domain %s: "+format, append([]any{q.domain()}, args...)...)
+// check refuses a bad request; what is "comm: allocating domain ...".
+func (q *Request) check(what string, rank int, chip hal.Chip) error {
+	if err := checkRequest(what, chip, q.Prefix, q.Ranks, rank, q.Timeout); err != nil {
+		return err
 	}
 	switch {
-	case chip == nil:
-		return bad("no chip")
 	case q.Namespace == "" || strings.ContainsRune(q.Namespace, '/'):
-		return bad("bad namespace %q", q.Namespace)
-	case strings.ContainsRune(q.Prefix, '/') || (q.Prefix != "" && !strings.HasPrefix(q.Prefix, "simpler-")):
-		return bad(`name prefix %q must start with "simpler-" and contain no "/"`, q.Prefix)
-	case q.Ranks < 1 || q.Ranks > maxRanks:
-		return bad("%d ranks; want 1..%d", q.Ranks, maxRanks)
-	case rank < 0 || rank >= q.Ranks:
-		return kind.Errorf(kind.IndexError, "comm: allocating domain %s: rank %d out of range for %d ranks", q.domain(), rank, q.Ranks)
+		return kind.Errorf(kind.ValueError, "%s: bad namespace %q", what, q.Namespace)
 	case q.WindowSize <= 0:
-		return bad("window size must be > 0, got %d", q.WindowSize)
-	case q.Timeout <= 0:
-		return bad("timeout must be > 0, got %v", q.Timeout)
+		return kind.Errorf(kind.ValueError, "%s: window size must be > 0, got %d", what, q.WindowSize)
 	}
 	return nil
 }
@@ -84,16 +74,10 @@ type Rank struct {
 	Bases      []uint64 // every rank's window as mapped in this chip; Bases[Rank] == WindowBase
 
 	req  Request
-	chip hal.Chip
+	core rankCore
 
-	mu       sync.Mutex
-	released bool
-
-	windows    []*object // by rank; windows[Rank] is this rank's own
-	hdr        *object
-	hdrCreated bool   // this rank created the header: it unlinks the name
-	hdrBase    uint64 // the header as mapped in the chip
-	joined     bool   // the allocation barrier completed
+	mu     sync.Mutex // serialises Release
+	joined bool       // the allocation barrier completed
 }
 
 // testHookJoined, if set, runs in Allocate right after the allocation
@@ -107,56 +91,46 @@ var testHookJoined func(req Request, rank int)
 //     first to arrive (creation is exclusive; the others retry opening
 //     until it exists, within req.Timeout);
 //  2. make this rank's window object (from the pool or fresh), zeroed;
-//  3. join the allocation barrier in the header and wait for all ranks;
-//  4. map every peer's window and the header, and place them all in the
-//     chip's address space;
-//  5. write the CommContext into device memory.
+//  3. join the allocation barrier in the header and wait for all ranks:
+//     past it, every window exists under the name the request gives it,
+//     which is the table a global domain's import is handed;
+//  4. attach: map every window and the header into the chip, write the
+//     CommContext, and make it live at once.
 //
 // On failure everything done so far is undone and the allocation is
 // marked abandoned in the header, so that peers still waiting fail at once
 // instead of at their timeout.
 func Allocate(req Request, rank int, chip hal.Chip) (*Rank, error) {
-	if err := req.check(rank, chip); err != nil {
+	what := "comm: allocating domain " + req.domain()
+	if err := req.check(what, rank, chip); err != nil {
 		return nil, err
 	}
-	r := &Rank{
-		Rank: rank, Size: req.Ranks, WindowSize: req.WindowSize,
-		req: req, chip: chip,
-		windows: make([]*object, req.Ranks),
-		Bases:   make([]uint64, req.Ranks),
-	}
+	r := &Rank{Rank: rank, Size: req.Ranks, WindowSize: req.WindowSize, req: req,
+		core: newRankCore(chip, what+" rank "+strconv.Itoa(rank),
+			req.prefix(), req.Name, req.AllocationID, rank, req.Ranks, req.WindowSize)}
 	if err := r.setup(time.Now().Add(req.Timeout)); err != nil {
 		if terr := r.teardown(); terr != nil {
 			err = fmt.Errorf("%w (undoing it: %v)", err, terr)
 		}
 		return nil, err
 	}
+	r.DeviceCtx, r.WindowBase = r.core.ctx, r.core.bases[rank]
+	r.Bases = slices.Clone(r.core.bases) // the core's are zeroed on release
 	return r, nil
 }
 
-func (r *Rank) errorf(k kind.Kind, format string, args ...any) error {
-	return kind.Errorf(k, "comm: allocating domain %s rank %d: %s", r.req.domain(), r.Rank, fmt.Sprintf(format, args...))
-}
-
-// chipError puts a chip's error in the allocation's context, keeping its
-// kind.
-func (r *Rank) chipError(err error) error {
-	return kind.Wrap(err, fmt.Sprintf("comm: allocating domain %s rank %d", r.req.domain(), r.Rank))
-}
-
 func (r *Rank) setup(deadline time.Time) error {
-	q := &r.req
-	n := q.Ranks
-	hdrSize := headerSize(n)
-	if err := r.openHeader(hdrSize, deadline); err != nil {
+	c := &r.core
+	if err := r.openHeader(deadline); err != nil {
 		return err
 	}
-	winSize := roundPage(q.WindowSize)
-	own, err := createWindow(q.prefix(), q.windowName(r.Rank), winSize, q.WindowSize)
-	if err != nil {
-		return r.errorf(kind.RuntimeError, "window: %v", err)
+	names := make([]string, r.Size)
+	for j := range names {
+		names[j] = r.req.windowName(j)
 	}
-	r.windows[r.Rank] = own
+	if err := c.makeWindow(names[r.Rank], true); err != nil {
+		return c.errorf(kind.RuntimeError, "window: %v", err)
+	}
 	// The window is zero now; only from here on may peers store into it.
 	if err := r.join(deadline); err != nil {
 		return err
@@ -164,105 +138,47 @@ func (r *Rank) setup(deadline time.Time) error {
 	if testHookJoined != nil {
 		testHookJoined(r.req, r.Rank)
 	}
-	for j := range n {
-		if j == r.Rank {
-			continue
-		}
-		// Every rank made its window before joining, so it exists now.
-		o, _, err := openObject(q.prefix(), q.windowName(j), winSize, false)
-		if errors.Is(err, errNotReady) {
-			return r.errorf(kind.RuntimeError, "the window of rank %d is gone (did rank %d fail?)", j, j)
-		} else if err != nil {
-			return r.errorf(kind.RuntimeError, "window of rank %d: %v", j, err)
-		}
-		r.windows[j] = o
+	if err := c.attach(names, r.peerError); err != nil {
+		return err
 	}
-	for j, o := range r.windows {
-		base, err := r.chip.MapWindow(o.seg.Mem[:q.WindowSize], fmt.Sprintf("%s rank %d", q.Name, j))
-		if err != nil {
-			return r.chipError(err)
-		}
-		r.Bases[j] = base
-	}
-	r.WindowBase = r.Bases[r.Rank]
-	if r.hdrBase, err = r.chip.MapWindow(r.hdr.seg.Mem[:hdrSize], q.Name+" header"); err != nil {
-		return r.chipError(err)
-	}
-	f := ctxFields{rank: r.Rank, size: n, windowSize: q.WindowSize, allocID: q.AllocationID,
-		headerBase: r.hdrBase, headerSize: hdrSize, name: q.Name, bases: r.Bases}
-	b := encodeCtx(f)
-	ctx, err := r.chip.Malloc(len(b))
-	if err != nil {
-		return r.chipError(err)
-	}
-	r.DeviceCtx = ctx
-	if err := r.chip.CopyIn(ctx, b); err != nil {
-		return r.chipError(err)
+	if err := c.setLive(1); err != nil {
+		return c.chipError(err)
 	}
 	return nil
 }
 
+// peerError words a peer's window that could not be opened after the
+// barrier: every rank made its window before joining, so it existed.
+func (r *Rank) peerError(j int, _ string, err error) error {
+	if errors.Is(err, errNotReady) {
+		return r.core.errorf(kind.RuntimeError, "the window of rank %d is gone (did rank %d fail?)", j, j)
+	}
+	return r.core.errorf(kind.RuntimeError, "window of rank %d: %v", j, err)
+}
+
 // Release undoes Allocate for this rank: it marks the CommContext dead (a
 // later Open of it fails), removes the windows and the header from the
-// chip, frees the CommContext, and drops this rank's hold on the shm
-// objects (the last holder in this process unmaps them; its own window goes
-// to the pool). A second call does nothing and returns nil.
+// chip, frees the CommContext, removes the name of this rank's window and
+// drops this rank's hold on the shm objects (the last holder in this
+// process unmaps them; its own window goes to the pool). A second call
+// does nothing and returns nil.
 //
 // The caller must ensure no kernel of this rank still uses the domain: the
 // memory behind its windows may be unmapped.
 func (r *Rank) Release() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.released {
-		return nil
-	}
-	r.released = true
-	if err := r.teardown(); err != nil {
-		return fmt.Errorf("comm: releasing domain %s rank %d: %w", r.req.domain(), r.Rank, err)
-	}
-	return nil
+	return r.core.release("domain "+r.req.domain(), r.teardown)
 }
 
 // teardown undoes whatever setup completed; it also serves a failed
-// Allocate. Errors are collected, never stop the cleanup: whatever the
-// chip says, the shm objects must go.
+// Allocate.
 func (r *Rank) teardown() error {
-	var errs []error
-	add := func(err error) {
-		if err != nil {
-			errs = append(errs, err)
-		}
+	// Dead first: a kernel that looks at the context from now on is
+	// refused even before the memory is freed.
+	err := r.core.setLive(0)
+	if r.core.hdr != nil && !r.joined {
+		r.abandon()
 	}
-	if r.DeviceCtx != 0 {
-		// Dead first: a kernel that looks at the context from now on is
-		// refused even before the memory is freed.
-		if b, err := r.chip.Bytes(r.DeviceCtx+offLive, 4); err == nil {
-			atomic.StoreUint32(futex.Word32(b, 0), 0)
-		} else {
-			add(err)
-		}
-		add(r.chip.Free(r.DeviceCtx))
-	}
-	// The chip must stop referring to the memory before it is unmapped.
-	for _, base := range r.Bases {
-		if base != 0 {
-			add(r.chip.UnmapWindow(base))
-		}
-	}
-	if r.hdrBase != 0 {
-		add(r.chip.UnmapWindow(r.hdrBase))
-	}
-	for _, o := range r.windows {
-		if o != nil {
-			add(o.release())
-		}
-	}
-	if r.hdr != nil {
-		if !r.joined {
-			r.abandon()
-		}
-		add(r.unlinkHeader())
-		add(r.hdr.release())
-	}
-	return errors.Join(errs...)
+	return errors.Join(err, r.core.teardown())
 }

@@ -3,9 +3,11 @@ package comm
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unsafe"
@@ -76,11 +78,7 @@ func TestAllocate(t *testing.T) {
 				t.Errorf("objects of the live domain: %v, want %v", left, want)
 			}
 			releaseAll(t, ranks)
-			for r, c := range chips {
-				if allocs, windows := c.Live(); allocs != 0 || windows != 0 {
-					t.Errorf("chip %d after release: %d allocations, %d windows", r, allocs, windows)
-				}
-			}
+			wantBare(t, chips)
 			if left, _ := shm.Leftovers(shm.Prefix() + "dom-"); len(left) != 0 {
 				t.Errorf("names left after release: %v", left)
 			}
@@ -259,11 +257,7 @@ func TestReleaseIdempotent(t *testing.T) {
 			}
 		}
 	}
-	for i, c := range chips {
-		if a, w := c.Live(); a != 0 || w != 0 {
-			t.Errorf("chip %d: %d allocations, %d windows after release", i, a, w)
-		}
-	}
+	wantBare(t, chips)
 }
 
 func TestAllocateTimeout(t *testing.T) {
@@ -276,9 +270,7 @@ func TestAllocateTimeout(t *testing.T) {
 		r.Release()
 	}
 	wantErr(t, err, fmt.Sprintf(`TimeoutError: comm: allocating domain "test" (allocation %d) rank 0: waited 50ms at the subset barrier; 1 of 2 ranks arrived; missing rank 1`, req.AllocationID))
-	if a, w := chips[0].Live(); a != 0 || w != 0 {
-		t.Errorf("chip holds %d allocations, %d windows after a failed allocation", a, w)
-	}
+	wantBare(t, chips)
 }
 
 // A rank that gives up marks the allocation abandoned: a peer still
@@ -334,11 +326,7 @@ func TestAllocateFailsOnClosedChip(t *testing.T) {
 		t.Error("a failed Allocate returned a Rank")
 	}
 	releaseAll(t, ranks)
-	for i, c := range chips[:2] {
-		if a, w := c.Live(); a != 0 || w != 0 {
-			t.Errorf("chip %d: %d allocations, %d windows", i, a, w)
-		}
-	}
+	wantBare(t, chips[:2])
 }
 
 func TestAllocateBadRequest(t *testing.T) {
@@ -365,5 +353,68 @@ func TestAllocateBadRequest(t *testing.T) {
 			r.Release()
 		}
 		wantErr(t, err, tc.want)
+	}
+}
+
+// A rank whose attach fails after the barrier (here: mapping a peer's
+// window) undoes all of it, and its peers, through the barrier already,
+// are released by the caller; nothing is left behind. The failure waits
+// for the peers to finish, or they could find its window gone.
+func TestAllocateMapFailureUndoes(t *testing.T) {
+	clean(t)
+	chips := openChips(t, 3)
+	req := newReq(3, 4096)
+	peersDone := make(chan struct{})
+	testHookMapPeer = func(rank, peer int) error {
+		if rank == 1 && peer == 2 {
+			<-peersDone
+			return errors.New("injected")
+		}
+		return nil
+	}
+	t.Cleanup(func() { testHookMapPeer = nil })
+	ranks := make([]*Rank, 3)
+	errs := make([]error, 3)
+	var failed sync.WaitGroup
+	failed.Go(func() { ranks[1], errs[1] = Allocate(req, 1, chips[1]) })
+	var peers sync.WaitGroup
+	for _, r := range []int{0, 2} {
+		peers.Go(func() { ranks[r], errs[r] = Allocate(req, r, chips[r]) })
+	}
+	peers.Wait()
+	close(peersDone)
+	failed.Wait()
+	t.Cleanup(func() { releaseAll(t, ranks) })
+	wantErr(t, errs[1], fmt.Sprintf(`RuntimeError: comm: allocating domain "test" (allocation %d) rank 1: mapping the window of rank 2: injected`, req.AllocationID))
+	if ranks[1] != nil || errs[0] != nil || errs[2] != nil {
+		t.Fatalf("ranks %v, errors %v", ranks, errs)
+	}
+	wantBare(t, chips[1:2])
+	if left, _ := shm.Leftovers(req.windowName(1)); len(left) != 0 {
+		t.Errorf("the failed rank's window is still named: %v", left)
+	}
+}
+
+// A rank's window loses its name when the rank releases, even while a
+// peer in this process still maps it (as a global rank's does); the peer
+// keeps working on the memory until it releases too.
+func TestReleaseRetiresWindowName(t *testing.T) {
+	clean(t)
+	chips := openChips(t, 2)
+	req := newReq(2, 4096)
+	ranks := mustAllocate(t, req, chips)
+	v1 := mustOpen(t, ranks[1], chips[1])
+	if err := ranks[0].Release(); err != nil {
+		t.Fatal(err)
+	}
+	left, _ := shm.Leftovers(shm.Prefix() + fmt.Sprintf("dom-t-%d-", req.AllocationID))
+	if !slices.Equal(left, []string{req.windowName(1)}) {
+		t.Errorf("names after rank 0 released: %v, want only rank 1's window", left)
+	}
+	if err := v1.Notify(0, ranks[1].Bases[0], 8, 5, "set"); err != nil {
+		t.Error(err)
+	}
+	if got := binary.LittleEndian.Uint64(mustBytes(t, chips[1], ranks[1].Bases[0], 8)); got != 5 {
+		t.Errorf("rank 0's window as rank 1 maps it holds %d", got)
 	}
 }

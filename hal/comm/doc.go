@@ -31,8 +31,33 @@
 // and its Descriptor), Import (the whole rank-ordered table; atomic and
 // idempotent), Commit (the view goes live), Invalidate and Release.
 //
-// The files: alloc.go (Allocate, Release), join.go (the allocation
-// barrier), view.go (the kernel side), layout.go (the CommContext and
-// header layouts), objects.go (the shm cache and pool), global.go and
-// descriptor.go (global domains).
+// One rank core serves both kinds (rank.go, rankCore): a rank's window,
+// its peers' windows and the header as shm objects and as mapped in the
+// chip, the CommContext, and the rules for undoing them: attach (open the
+// peers named by a table, map every window and the header in rank order,
+// write the context dead), setLive, detach (atomically take back an
+// attach: nothing is closed that the chip still maps) and teardown
+// (everything, whatever the chip says; a rank removes the names it made).
+// A local allocation is the core's phases run back to back in one call:
+// prepare (header, window), the barrier in place of a broker's import
+// (once every rank has joined, every window exists under the name the
+// Request gives it: that is the table), attach, setLive(1). A global rank
+// runs the same phases one broker command at a time.
+//
+// The cut is a core that both wrap, not a local domain made of a
+// GlobalRank, because what the wrappers add differs for reasons: a local
+// domain's names derive from the Request and its objects are pooled (it
+// is released as a whole), while a global window's name is a random
+// capability and is never pooled (nodes release one by one, so a peer may
+// still map it); a local header is made by whichever rank comes first,
+// since the barrier lives in it, a global one by rank 0; and the global
+// phase state (idempotent Import, broken, prepared claims) has no meaning
+// for phases that run once, in one call.
+//
+// The files: rank.go (the rank core), alloc.go (Allocate, Release),
+// join.go (the allocation barrier), global.go (PrepareGlobal ... Release),
+// global_names.go (global requests and capability names),
+// global_orphan.go (a dead process's names), descriptor.go (the exported
+// window), view.go (the kernel side), layout.go (the CommContext and
+// header layouts), objects.go (the shm cache and pool).
 package comm

@@ -14,171 +14,27 @@ package comm
 //	Invalidate     make it dead again, before releasing
 //	Release/Abort  undo everything, at any phase
 //
-// The sim profile: every window is a POSIX shm object named
-//
-//	<prefix>gdom-<domain id, hex>-<generation, hex>-<key>-r<rank, decimal>
-//
-// where <prefix> is the preparing node's (GlobalRequest.Prefix, by default
-// shm.Prefix() of its process: "simpler-<pid>-") and <key> is 128 random
-// bits (32 hex digits) the rank draws at Prepare. The name is the
-// descriptor's handle, so nodes need not share a prefix; and since another
-// node opens the window by that name, which a broker relays, the key makes
-// the name a capability: a client that was not given it cannot guess a
-// window of someone else's domain into its table. The header (the barrier
-// and wait-sequence words that View uses, same layout as a local domain's)
-// is created zeroed by rank 0's Prepare under
-//
-//	<rank 0's window name without "-r0">-hdr
-//
-// and every other rank derives that name from the table's descriptor of
-// rank 0 at Import, retrying until it exists, within GlobalRequest.Timeout.
-// Rank 0's Release unlinks it; ranks that have it mapped keep using it
-// until they release. Each rank's Release unlinks its own window's name.
-// Global objects are never pooled: once every rank has released, nothing
-// of the domain remains in /dev/shm.
-//
-// Names are scoped by domain id and generation, so concurrent domains and
-// the generations of one domain never collide. A (domain id, generation)
-// pair is prepared once: a retry after an abort takes a new generation
-// (re-preparing the same one is refused while its names exist, and a
-// process that still maps a peer window of the old one could be handed that
-// stale mapping).
+// The windows, the header, the CommContext and their undoing are the rank
+// core's (rank.go), as for a local domain; this file adds the phases and
+// their state. The request and the names are in global_names.go.
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"simpler/hal"
-	"simpler/hal/shm"
-	"simpler/internal/futex"
 	"simpler/kind"
 )
-
-// GlobalRequest describes one rank's part of one generation of a global
-// domain. DomainID, Generation, Name, Ranks and WindowSize must be the
-// same on every node; Prefix and Timeout are the node's own.
-type GlobalRequest struct {
-	// Prefix starts the names of the objects this node creates; "" means
-	// shm.Prefix() of this process. It must start with "simpler-" and
-	// contain no "/".
-	Prefix     string
-	DomainID   uint64
-	Generation uint64
-	Name       string        // the domain's label, for messages and the CommContext
-	Ranks      int           // 1..1024
-	WindowSize int           // bytes per rank, > 0
-	Timeout    time.Duration // bound on Import waiting for rank 0's header, > 0
-}
-
-func (q *GlobalRequest) prefix() string {
-	if q.Prefix != "" {
-		return q.Prefix
-	}
-	return shm.Prefix()
-}
-
-// globalStem is the part of every name of one generation of a domain that
-// follows the prefix: "gdom-<id>-<generation>-".
-func globalStem(domainID, generation uint64) string {
-	return "gdom-" + strconv.FormatUint(domainID, 16) + "-" + strconv.FormatUint(generation, 16) + "-"
-}
-
-// globalKeyLen is the length of a window name's key: 128 bits in hex.
-const globalKeyLen = 32
-
-// newGlobalKey draws a window name's key.
-func newGlobalKey() string {
-	var b [globalKeyLen / 2]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic(err) // crypto/rand does not fail on Linux
-	}
-	return hex.EncodeToString(b[:])
-}
-
-func globalWindowSuffix(domainID, generation uint64, key string, rank int) string {
-	return globalStem(domainID, generation) + key + "-r" + strconv.Itoa(rank)
-}
-
-// globalHeaderOf is the header's name, made from rank 0's window name.
-func globalHeaderOf(window0 string) string {
-	return strings.TrimSuffix(window0, "-r0") + "-hdr"
-}
-
-func (q *GlobalRequest) windowName(key string, rank int) string {
-	return q.prefix() + globalWindowSuffix(q.DomainID, q.Generation, key, rank)
-}
-
-// windowKey returns the key of a window name of this domain's rank, if
-// handle is one: a good prefix, this domain's stem, a key of lowercase
-// hex, this rank.
-func (q *GlobalRequest) windowKey(handle string, rank int) (string, bool) {
-	stem := globalStem(q.DomainID, q.Generation)
-	i := strings.Index(handle, stem)
-	if i < 0 || !goodPrefix(handle[:i]) || len(handle) > DescriptorHandleMax {
-		return "", false
-	}
-	rest := handle[i+len(stem):]
-	key, r, ok := strings.Cut(rest, "-r")
-	if !ok || len(key) != globalKeyLen || strings.Trim(key, "0123456789abcdef") != "" || r != strconv.Itoa(rank) {
-		return "", false
-	}
-	return key, true
-}
-
-// goodPrefix reports whether p may start an shm name of a domain.
-func goodPrefix(p string) bool {
-	return strings.HasPrefix(p, "simpler-") && !strings.ContainsAny(p, "/\x00")
-}
-
-// domain names the domain in messages.
-func (q *GlobalRequest) domain() string {
-	return fmt.Sprintf("%q (id %d, generation %d)", q.Name, q.DomainID, q.Generation)
-}
-
-// maxWindow is the largest window View accepts.
-const maxWindow = 1 << 40
-
-func (q *GlobalRequest) check(rank int, chip hal.Chip) error {
-	bad := func(format string, args ...any) error {
-		return kind.Errorf(kind.ValueError, "comm: preparing global domain %s: "+format, append([]any{q.domain()}, args...)...)
-	}
-	switch {
-	case chip == nil:
-		return bad("no chip")
-	case q.Prefix != "" && !goodPrefix(q.Prefix):
-		return bad(`name prefix %q must start with "simpler-" and contain no "/"`, q.Prefix)
-	case q.Ranks < 1 || q.Ranks > maxRanks:
-		return bad("%d ranks; want 1..%d", q.Ranks, maxRanks)
-	case rank < 0 || rank >= q.Ranks:
-		return kind.Errorf(kind.IndexError, "comm: preparing global domain %s: rank %d out of range for %d ranks", q.domain(), rank, q.Ranks)
-	case q.WindowSize <= 0 || q.WindowSize > maxWindow:
-		return bad("window size must be in 1..%d, got %d", maxWindow, q.WindowSize)
-	case q.Timeout <= 0:
-		return bad("timeout must be > 0, got %v", q.Timeout)
-	case !slices.Contains(chip.Platform().CommProfiles(), ProfileSim.String()):
-		return bad("device %d is on platform %s, which has no %q comm profile", chip.DeviceID(), chip.Platform().Name(), ProfileSim.String())
-	}
-	if name := q.windowName(strings.Repeat("0", globalKeyLen), rank); len(name) > DescriptorHandleMax {
-		return bad("the window name %q is longer than %d bytes (shorten the prefix)", name, DescriptorHandleMax)
-	}
-	return nil
-}
 
 // GlobalRank is one rank's part of a global domain on one chip, from
 // PrepareGlobal to Release. Its methods are safe for concurrent use; they
 // serialise, so an Import waiting for the header holds up the others.
 type GlobalRank struct {
 	req  GlobalRequest
-	rank int
-	chip hal.Chip
 	desc Descriptor
 	key  preparedKey
 
@@ -186,22 +42,13 @@ type GlobalRank struct {
 	imported    bool
 	committed   bool
 	invalidated bool
-	released    bool
 	broken      error // an Import's rollback failed: only Release is left
 
-	own        *object   // this rank's window (Prepare)
-	hdr        *object   // the header: rank 0's from Prepare, the others' from Import
-	hdrCreated bool      // rank 0: this rank created the header and unlinks it
-	peers      []*object // by rank, nil at this rank's index (Import)
-	bases      []uint64  // every window in the chip, by rank; own from Prepare, peers from Import
-	hdrBase    uint64    // the header in the chip (Import)
-	ctx        uint64    // the CommContext (Import)
-	table      []Descriptor
+	// core: own window and (rank 0) header from Prepare; peers, the
+	// others' header, the mappings and the CommContext from Import.
+	core  rankCore
+	table []Descriptor
 }
-
-// testHookGlobalMapPeer, if set, runs in Import before each peer window is
-// mapped into the chip; an error fails the Import there.
-var testHookGlobalMapPeer func(rank, peer int) error
 
 // PrepareGlobal sets up rank's window of a global domain on chip: it
 // creates the window's shm object (fresh, so zeroed; exclusively, so a
@@ -209,18 +56,17 @@ var testHookGlobalMapPeer func(rank, peer int) error
 // domain's header. It returns the rank and the descriptor to export. There
 // is no barrier: it waits for nobody. On failure nothing is left behind.
 func PrepareGlobal(req GlobalRequest, rank int, chip hal.Chip) (*GlobalRank, Descriptor, error) {
-	if err := req.check(rank, chip); err != nil {
+	dom := req.domain()
+	if err := req.check("comm: preparing global domain "+dom, rank, chip); err != nil {
 		return nil, Descriptor{}, err
 	}
 	key := preparedKey{req.prefix(), req.DomainID, req.Generation, rank}
 	if !claimPrepared(key) {
-		return nil, Descriptor{}, kind.Errorf(kind.RuntimeError, "comm: global domain %s rank %d is already prepared in this process (file exists): a retry takes a new generation", req.domain(), rank)
+		return nil, Descriptor{}, kind.Errorf(kind.RuntimeError, "comm: global domain %s rank %d is already prepared in this process (file exists): a retry takes a new generation", dom, rank)
 	}
-	g := &GlobalRank{
-		req: req, rank: rank, chip: chip, key: key,
-		peers: make([]*object, req.Ranks),
-		bases: make([]uint64, req.Ranks),
-	}
+	g := &GlobalRank{req: req, key: key,
+		core: newRankCore(chip, "comm: global domain "+dom+" rank "+strconv.Itoa(rank),
+			req.prefix(), req.Name, req.DomainID, rank, req.Ranks, req.WindowSize)}
 	if err := g.prepare(); err != nil {
 		if terr := g.teardown(); terr != nil {
 			err = fmt.Errorf("%w (undoing it: %v)", err, terr)
@@ -230,67 +76,31 @@ func PrepareGlobal(req GlobalRequest, rank int, chip hal.Chip) (*GlobalRank, Des
 	return g, g.desc, nil
 }
 
+// prepare makes the objects this rank owns, never pooled: a peer on
+// another node may still map them after this rank released them.
 func (g *GlobalRank) prepare() error {
-	q := &g.req
-	window := q.windowName(newGlobalKey(), g.rank)
-	if g.rank == 0 {
-		o, err := createOwned(globalHeaderOf(window), headerSize(q.Ranks))
+	q, c := &g.req, &g.core
+	window := q.windowName(newGlobalKey(), c.rank)
+	if c.rank == 0 {
+		size := headerSize(q.Ranks)
+		o, err := createObject(c.prefix, globalHeaderOf(window), size, size, false)
 		if err != nil {
-			return g.errorf(kind.RuntimeError, "creating the header: %v", err)
+			return c.errorf(kind.RuntimeError, "creating the header: %v", err)
 		}
-		g.hdr, g.hdrCreated = o, true
+		c.hdr, c.hdrOwned = o, true
 	}
-	o, err := createOwned(window, roundPage(q.WindowSize))
-	if err != nil {
-		return g.errorf(kind.RuntimeError, "creating the window: %v", err)
+	if err := c.makeWindow(window, false); err != nil {
+		return c.errorf(kind.RuntimeError, "creating the window: %v", err)
 	}
-	g.own = o
-	base, err := g.chip.MapWindow(o.seg.Mem[:q.WindowSize], g.label(g.rank))
-	if err != nil {
-		return g.chipError(err)
+	if err := c.mapWindow(c.rank); err != nil {
+		return err
 	}
-	g.bases[g.rank] = base
 	g.desc = Descriptor{
 		Profile: ProfileSim, DomainID: q.DomainID, Generation: q.Generation,
-		Rank: uint32(g.rank), Ranks: uint32(q.Ranks), MappingSize: uint64(q.WindowSize),
-		Handle: o.seg.Name,
+		Rank: uint32(c.rank), Ranks: uint32(q.Ranks), MappingSize: uint64(q.WindowSize),
+		Handle: c.own.seg.Name,
 	}
 	return nil
-}
-
-// createOwned creates the object name of size bytes, zeroed, failing if
-// the name exists, and enters it in the process's cache so that ranks of
-// this process that import it share the mapping. It is never pooled.
-func createOwned(name string, size int) (*object, error) {
-	seg, err := shm.CreateNamed(name, size)
-	if err != nil {
-		return nil, err
-	}
-	return cacheNew(&object{seg: seg, key: name, refs: 1})
-}
-
-// unlinkOwned removes the name of an object this process created: a new
-// open of the name fails from now on, while existing mappings stay valid.
-func unlinkOwned(o *object) error {
-	cacheMu.Lock()
-	if cache[o.key] == o {
-		delete(cache, o.key)
-	}
-	cacheMu.Unlock()
-	return o.seg.Unlink()
-}
-
-func (g *GlobalRank) label(rank int) string {
-	return g.req.Name + " rank " + strconv.Itoa(rank)
-}
-
-func (g *GlobalRank) errorf(k kind.Kind, format string, args ...any) error {
-	return kind.Errorf(k, "comm: global domain %s rank %d: %s", g.req.domain(), g.rank, fmt.Sprintf(format, args...))
-}
-
-// chipError puts a chip's error in the domain's context, keeping its kind.
-func (g *GlobalRank) chipError(err error) error {
-	return kind.Wrap(err, fmt.Sprintf("comm: global domain %s rank %d", g.req.domain(), g.rank))
 }
 
 // Import brings the rank into the domain described by table, the
@@ -311,18 +121,19 @@ func (g *GlobalRank) chipError(err error) error {
 func (g *GlobalRank) Import(table []Descriptor) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	c := &g.core
 	switch {
-	case g.released:
-		return g.errorf(kind.RuntimeError, "import after release")
+	case c.released:
+		return c.errorf(kind.RuntimeError, "import after release")
 	case g.broken != nil:
-		return g.errorf(kind.RuntimeError, "an earlier import could not be undone (%v); release the rank", g.broken)
+		return c.errorf(kind.RuntimeError, "an earlier import could not be undone (%v); release the rank", g.broken)
 	case g.invalidated:
-		return g.errorf(kind.RuntimeError, "import after invalidate")
+		return c.errorf(kind.RuntimeError, "import after invalidate")
 	case g.imported:
 		if slices.Equal(table, g.table) {
 			return nil
 		}
-		return g.errorf(kind.RuntimeError, "already imported with a different table (%s); refusing the new one", tableDiff(g.table, table))
+		return c.errorf(kind.RuntimeError, "already imported with a different table (%s); refusing the new one", tableDiff(g.table, table))
 	}
 	if err := g.checkTable(table); err != nil {
 		return err
@@ -353,13 +164,13 @@ func tableDiff(had, got []Descriptor) string {
 }
 
 func (g *GlobalRank) checkTable(table []Descriptor) error {
-	q := &g.req
+	q, c := &g.req, &g.core
 	if len(table) != q.Ranks {
-		return g.errorf(kind.ValueError, "the table has %d descriptors for %d ranks", len(table), q.Ranks)
+		return c.errorf(kind.ValueError, "the table has %d descriptors for %d ranks", len(table), q.Ranks)
 	}
 	for j, d := range table {
 		bad := func(format string, args ...any) error {
-			return g.errorf(kind.ValueError, "descriptor %d of the table: "+format, append([]any{j}, args...)...)
+			return c.errorf(kind.ValueError, "descriptor %d of the table: "+format, append([]any{j}, args...)...)
 		}
 		switch {
 		case d.Profile != ProfileSim:
@@ -377,134 +188,65 @@ func (g *GlobalRank) checkTable(table []Descriptor) error {
 			return bad("handle %q is not the name of rank %d's window of this domain", d.Handle, j)
 		}
 	}
-	if table[g.rank] != g.desc {
-		return g.errorf(kind.ValueError, "descriptor %d of the table is %v, but this rank prepared %v", g.rank, table[g.rank], g.desc)
+	if table[c.rank] != g.desc {
+		return c.errorf(kind.ValueError, "descriptor %d of the table is %v, but this rank prepared %v", c.rank, table[c.rank], g.desc)
 	}
 	return nil
 }
 
-// importTable does Import's work on a checked table, recording each step
-// in g as it completes, for undoImport.
+// importTable does Import's work on a checked table: the header, if this
+// rank did not create it, then the core's attach to the table's windows.
 func (g *GlobalRank) importTable(table []Descriptor) error {
-	q := &g.req
-	n := q.Ranks
-	if !g.hdrCreated {
-		if err := g.openHeader(globalHeaderOf(table[0].Handle), time.Now().Add(q.Timeout)); err != nil {
+	c := &g.core
+	if c.hdr == nil {
+		if err := g.openHeader(globalHeaderOf(table[0].Handle)); err != nil {
 			return err
 		}
 	}
-	winSize := roundPage(q.WindowSize)
-	for j := range n {
-		if j == g.rank {
-			continue
-		}
-		o, _, err := openObject(q.prefix(), table[j].Handle, winSize, false)
-		if errors.Is(err, errNotReady) {
-			return g.errorf(kind.RuntimeError, "the window of rank %d (%s) does not exist or is smaller than %d bytes (was rank %d released?)",
-				j, table[j].Handle, winSize, j)
-		} else if err != nil {
-			return g.errorf(kind.RuntimeError, "the window of rank %d: %v", j, err)
-		}
-		g.peers[j] = o
+	names := make([]string, len(table))
+	for j, d := range table {
+		names[j] = d.Handle
 	}
-	for j, o := range g.peers {
-		if o == nil {
-			continue
-		}
-		if testHookGlobalMapPeer != nil {
-			if err := testHookGlobalMapPeer(g.rank, j); err != nil {
-				return g.errorf(kind.RuntimeError, "mapping the window of rank %d: %v", j, err)
-			}
-		}
-		base, err := g.chip.MapWindow(o.seg.Mem[:q.WindowSize], g.label(j))
-		if err != nil {
-			return g.chipError(err)
-		}
-		g.bases[j] = base
+	return c.attach(names, g.peerError)
+}
+
+// openHeader opens rank 0's header, waiting while it does not exist yet
+// (rank 0's node may still be preparing, or between creating and sizing
+// it), for up to this node's Timeout.
+func (g *GlobalRank) openHeader(name string) error {
+	c := &g.core
+	o, _, err := awaitObject(c.prefix, name, headerSize(c.size), false, time.Now().Add(g.req.Timeout))
+	if errors.Is(err, errNotReady) {
+		return c.errorf(kind.TimeoutError, "waited %v for rank 0's header %s to exist (has rank 0 prepared, and not released?)",
+			g.req.Timeout, name)
+	} else if err != nil {
+		return c.errorf(kind.RuntimeError, "the header: %v", err)
 	}
-	hdrSize := headerSize(n)
-	base, err := g.chip.MapWindow(g.hdr.seg.Mem[:hdrSize], q.Name+" header")
-	if err != nil {
-		return g.chipError(err)
-	}
-	g.hdrBase = base
-	b := encodeCtx(ctxFields{rank: g.rank, size: n, windowSize: q.WindowSize, allocID: q.DomainID,
-		headerBase: g.hdrBase, headerSize: hdrSize, name: q.Name, bases: g.bases})
-	// Not live until Commit: a kernel that opens it before is refused.
-	clear(b[offLive : offLive+4])
-	ctx, err := g.chip.Malloc(len(b))
-	if err != nil {
-		return g.chipError(err)
-	}
-	g.ctx = ctx
-	if err := g.chip.CopyIn(ctx, b); err != nil {
-		return g.chipError(err)
-	}
+	c.hdr = o
 	return nil
 }
 
-// openHeader opens rank 0's header, retrying while it does not exist yet
-// (rank 0's node may still be preparing, or between creating and sizing
-// it) until deadline.
-func (g *GlobalRank) openHeader(name string, deadline time.Time) error {
-	pause := 20 * time.Microsecond
-	for {
-		o, _, err := openObject(g.req.prefix(), name, headerSize(g.req.Ranks), false)
-		if err == nil {
-			g.hdr = o
-			return nil
-		}
-		if !errors.Is(err, errNotReady) {
-			return g.errorf(kind.RuntimeError, "the header: %v", err)
-		}
-		if time.Now().After(deadline) {
-			return g.errorf(kind.TimeoutError, "waited %v for rank 0's header %s to exist (has rank 0 prepared, and not released?)",
-				g.req.Timeout, name)
-		}
-		time.Sleep(pause)
-		pause = min(2*pause, 2*time.Millisecond)
+// peerError words a peer's window that could not be opened: its name came
+// from the table, and every Prepare precedes every Import.
+func (g *GlobalRank) peerError(j int, name string, err error) error {
+	if errors.Is(err, errNotReady) {
+		return g.core.errorf(kind.RuntimeError, "the window of rank %d (%s) does not exist or is smaller than %d bytes (was rank %d released?)",
+			j, name, roundPage(g.req.WindowSize), j)
 	}
+	return g.core.errorf(kind.RuntimeError, "the window of rank %d: %v", j, err)
 }
 
 // undoImport takes back whatever importTable did, leaving what Prepare
-// did. An object is closed only once the chip no longer maps it, so what
-// the chip refuses to unmap stays valid memory (and recorded, for
-// Release).
+// did: the core's detach, and the header if this import opened it and the
+// chip no longer maps it.
 func (g *GlobalRank) undoImport() error {
-	var errs []error
-	if g.ctx != 0 {
-		if err := g.chip.Free(g.ctx); err != nil {
-			errs = append(errs, err)
-		} else {
-			g.ctx = 0
-		}
+	c := &g.core
+	err := c.detach()
+	if c.hdr != nil && !c.hdrOwned && c.hdrBase == 0 {
+		err = errors.Join(err, c.hdr.release())
+		c.hdr = nil
 	}
-	if g.hdrBase != 0 {
-		if err := g.chip.UnmapWindow(g.hdrBase); err != nil {
-			errs = append(errs, err)
-		} else {
-			g.hdrBase = 0
-		}
-	}
-	for j, o := range g.peers {
-		if o == nil {
-			continue
-		}
-		if g.bases[j] != 0 {
-			if err := g.chip.UnmapWindow(g.bases[j]); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			g.bases[j] = 0
-		}
-		errs = append(errs, o.release())
-		g.peers[j] = nil
-	}
-	if g.hdr != nil && !g.hdrCreated && g.hdrBase == 0 {
-		errs = append(errs, g.hdr.release())
-		g.hdr = nil
-	}
-	return errors.Join(errs...)
+	return err
 }
 
 // Commit makes the imported CommContext live: from now on a kernel's Open
@@ -513,21 +255,20 @@ func (g *GlobalRank) undoImport() error {
 func (g *GlobalRank) Commit() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	c := &g.core
 	switch {
-	case g.released:
-		return g.errorf(kind.RuntimeError, "commit after release")
+	case c.released:
+		return c.errorf(kind.RuntimeError, "commit after release")
 	case g.invalidated:
-		return g.errorf(kind.RuntimeError, "commit after invalidate")
+		return c.errorf(kind.RuntimeError, "commit after invalidate")
 	case !g.imported:
-		return g.errorf(kind.RuntimeError, "commit before import")
+		return c.errorf(kind.RuntimeError, "commit before import")
 	case g.committed:
 		return nil
 	}
-	b, err := g.chip.Bytes(g.ctx+offLive, 4)
-	if err != nil {
-		return g.chipError(err)
+	if err := c.setLive(1); err != nil {
+		return c.chipError(err)
 	}
-	atomic.StoreUint32(futex.Word32(b, 0), 1)
 	g.committed = true
 	return nil
 }
@@ -544,13 +285,8 @@ func (g *GlobalRank) Invalidate() {
 
 func (g *GlobalRank) invalidate() {
 	g.invalidated, g.committed = true, false
-	if g.ctx == 0 {
-		return
-	}
 	// A failure means the chip is closed: nothing can reach the context.
-	if b, err := g.chip.Bytes(g.ctx+offLive, 4); err == nil {
-		atomic.StoreUint32(futex.Word32(b, 0), 0)
-	}
+	_ = g.core.setLive(0)
 }
 
 // Release undoes everything for this rank, at any phase: it invalidates
@@ -565,15 +301,10 @@ func (g *GlobalRank) invalidate() {
 func (g *GlobalRank) Release() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.released {
-		return nil
-	}
-	g.released = true
-	g.invalidate()
-	if err := g.teardown(); err != nil {
-		return fmt.Errorf("comm: releasing global domain %s rank %d: %w", g.req.domain(), g.rank, err)
-	}
-	return nil
+	return g.core.release("global domain "+g.req.domain(), func() error {
+		g.invalidate()
+		return g.teardown()
+	})
 }
 
 // Abort is Release, named for the transaction's failure path: it is valid
@@ -582,93 +313,26 @@ func (g *GlobalRank) Abort() error { return g.Release() }
 
 // teardown releases whatever g holds; it also serves a failed Prepare.
 func (g *GlobalRank) teardown() error {
-	var errs []error
-	add := func(err error) {
-		if err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if g.ctx != 0 {
-		add(g.chip.Free(g.ctx))
-		g.ctx = 0
-	}
-	if g.hdrBase != 0 {
-		add(g.chip.UnmapWindow(g.hdrBase))
-		g.hdrBase = 0
-	}
-	for j, base := range g.bases {
-		if base != 0 {
-			add(g.chip.UnmapWindow(base))
-			g.bases[j] = 0
-		}
-	}
-	for j, o := range g.peers {
-		if o != nil {
-			add(o.release())
-			g.peers[j] = nil
-		}
-	}
-	if g.own != nil {
-		add(unlinkOwned(g.own))
-		add(g.own.release())
-		g.own = nil
-	}
-	if g.hdr != nil {
-		if g.hdrCreated {
-			add(unlinkOwned(g.hdr))
-		}
-		add(g.hdr.release())
-		g.hdr = nil
-	}
+	err := g.core.teardown()
 	g.imported = false
-	if len(errs) == 0 {
+	if err == nil {
 		unclaimPrepared(g.key) // a rank whose objects could not all go stays claimed
 	}
-	return errors.Join(errs...)
-}
-
-// preparedKey names one rank of one generation of a domain made by this
-// process: window names carry a random key, so it is this set, not the
-// names, that refuses preparing the same rank twice.
-type preparedKey struct {
-	prefix         string
-	id, generation uint64
-	rank           int
-}
-
-var (
-	preparedMu sync.Mutex
-	prepared   = map[preparedKey]bool{}
-)
-
-func claimPrepared(k preparedKey) bool {
-	preparedMu.Lock()
-	defer preparedMu.Unlock()
-	if prepared[k] {
-		return false
-	}
-	prepared[k] = true
-	return true
-}
-
-func unclaimPrepared(k preparedKey) {
-	preparedMu.Lock()
-	defer preparedMu.Unlock()
-	delete(prepared, k)
+	return err
 }
 
 // Descriptor is what PrepareGlobal returned.
 func (g *GlobalRank) Descriptor() Descriptor { return g.desc }
 
 // Rank is this rank's index in the domain.
-func (g *GlobalRank) Rank() int { return g.rank }
+func (g *GlobalRank) Rank() int { return g.core.rank }
 
 // DeviceCtx is the CommContext's device address once Import succeeded (a
 // kernel may Open it once Commit made it live), 0 before and after Release.
 func (g *GlobalRank) DeviceCtx() uint64 {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.ctx
+	return g.core.ctx
 }
 
 // WindowBase is this rank's window in the chip's address space, from
@@ -676,7 +340,7 @@ func (g *GlobalRank) DeviceCtx() uint64 {
 func (g *GlobalRank) WindowBase() uint64 {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.bases[g.rank]
+	return g.core.bases[g.core.rank]
 }
 
 // Bases is every rank's window in the chip's address space, by rank: only
@@ -684,7 +348,7 @@ func (g *GlobalRank) WindowBase() uint64 {
 func (g *GlobalRank) Bases() []uint64 {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return slices.Clone(g.bases)
+	return slices.Clone(g.core.bases)
 }
 
 // Imported reports whether Import succeeded and the rank is not released.

@@ -24,20 +24,20 @@ func TestGlobalImportIsAtomic(t *testing.T) {
 	// The third peer mapping fails: the two before it are taken back.
 	var calls int
 	var mapped []uint64
-	testHookGlobalMapPeer = func(rank, peer int) error {
+	testHookMapPeer = func(rank, peer int) error {
 		if rank != 1 {
 			return nil
 		}
 		if calls++; calls == 3 {
-			mapped = slices.Clone(g.bases) // g.mu is held by Import: read directly
+			mapped = slices.Clone(g.core.bases) // g.mu is held by Import: read directly
 			return errors.New("injected")
 		}
 		return nil
 	}
-	t.Cleanup(func() { testHookGlobalMapPeer = nil })
+	t.Cleanup(func() { testHookMapPeer = nil })
 	err := g.Import(d.table)
 	wantErrPrefix(t, err, fmt.Sprintf("RuntimeError: comm: global domain \"gtest\" (id %d, generation 1) rank 1: mapping the window of rank 3: injected", req.DomainID))
-	testHookGlobalMapPeer = nil
+	testHookMapPeer = nil
 	if calls != 3 {
 		t.Fatalf("%d peer mappings tried, want 3", calls)
 	}
@@ -82,7 +82,16 @@ func TestGlobalImportIsAtomic(t *testing.T) {
 	}
 	assertPrepared(t, g, chip)
 
-	// The retry with the real table succeeds and maps every peer once.
+	wantRetrySucceeds(t, d, 1, before)
+}
+
+// wantRetrySucceeds imports rank's table again after failed imports:
+// it maps every peer once (the chip holds the context, the peers and the
+// header more than before), then the other ranks import, and the domain
+// works and goes.
+func wantRetrySucceeds(t *testing.T, d *globalDomain, rank int, before live) {
+	t.Helper()
+	req, chips, g, chip := d.req, d.chips, d.ranks[rank], d.chips[rank]
 	if err := g.Import(d.table); err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +100,7 @@ func TestGlobalImportIsAtomic(t *testing.T) {
 	}
 	for j := range 4 {
 		want := 1
-		if j != 1 {
+		if j != rank {
 			want = 2
 		}
 		if n := refs(d.table[j].Handle); n != want {
@@ -100,7 +109,7 @@ func TestGlobalImportIsAtomic(t *testing.T) {
 	}
 	// The other ranks import too; the domain works.
 	for r, rk := range d.ranks {
-		if r != 1 {
+		if r != rank {
 			if err := rk.Import(d.table); err != nil {
 				t.Fatal(err)
 			}
@@ -186,9 +195,8 @@ func TestGlobalImportChecksTable(t *testing.T) {
 
 func TestGlobalImportIdempotent(t *testing.T) {
 	clean(t)
-	chips := openChips(t, 2)
-	req := newGlobalReq(2, 4096)
-	d := prepareDomain(t, req, chips, 1)
+	d := preparedDomain(t, 2)
+	req, chips := d.req, d.chips
 	d.importAll(t)
 	g := d.ranks[0]
 	ctx, bases, before := g.DeviceCtx(), g.Bases(), liveOf(chips[0])
@@ -233,9 +241,8 @@ func TestGlobalImportIdempotent(t *testing.T) {
 // until its timeout, and is left as prepared.
 func TestGlobalImportHeaderTimeout(t *testing.T) {
 	clean(t)
-	chips := openChips(t, 2)
-	req := newGlobalReq(2, 4096)
-	d := prepareDomain(t, req, chips, 1)
+	d := preparedDomain(t, 2)
+	req, chips := d.req, d.chips
 	if err := d.ranks[0].Abort(); err != nil {
 		t.Fatal(err)
 	}
@@ -259,11 +266,8 @@ func TestGlobalImportHeaderTimeout(t *testing.T) {
 
 func TestGlobalInvalidate(t *testing.T) {
 	clean(t)
-	chips := openChips(t, 2)
-	req := newGlobalReq(2, 4096)
-	d := prepareDomain(t, req, chips, 1)
-	d.importAll(t)
-	d.commitAll(t)
+	d := committedDomain(t, 2)
+	req, chips := d.req, d.chips
 	views := d.views(t)
 	g := d.ranks[1]
 	g.Invalidate()
@@ -313,13 +317,13 @@ func TestGlobalAbort(t *testing.T) {
 				}
 			}
 			// Rank 2 fails midway through its peers.
-			testHookGlobalMapPeer = func(rank, peer int) error {
+			testHookMapPeer = func(rank, peer int) error {
 				if rank == 2 && peer == 1 {
 					return errors.New("injected")
 				}
 				return nil
 			}
-			defer func() { testHookGlobalMapPeer = nil }()
+			defer func() { testHookMapPeer = nil }()
 			if err := d.ranks[2].Import(d.table); err == nil {
 				t.Fatal("the injected failure did not fail the import")
 			}
@@ -370,11 +374,8 @@ func TestGlobalAbort(t *testing.T) {
 // header's name).
 func TestGlobalReleaseOrder(t *testing.T) {
 	clean(t)
-	chips := openChips(t, 2)
-	req := newGlobalReq(2, 4096)
-	d := prepareDomain(t, req, chips, 1)
-	d.importAll(t)
-	d.commitAll(t)
+	d := committedDomain(t, 2)
+	req, chips := d.req, d.chips
 	views := d.views(t)
 	if err := d.ranks[0].Release(); err != nil {
 		t.Fatal(err)
@@ -407,6 +408,9 @@ func TestGlobalReleaseOrder(t *testing.T) {
 type fabricOnly struct{ hal.Platform }
 
 func (fabricOnly) CommProfiles() []string { return []string{"a3-fabric-v1"} }
+func (f fabricOnly) Serves(profile string) error {
+	return fmt.Errorf("ValueError: comm_profile %q is not supported on %s", profile, f.Name())
+}
 
 type onPlatform struct {
 	hal.Chip
@@ -458,9 +462,8 @@ func TestPrepareGlobalChecks(t *testing.T) {
 // untouched; other generations and other domains never collide.
 func TestPrepareGlobalNames(t *testing.T) {
 	clean(t)
-	chips := openChips(t, 2)
-	req := newGlobalReq(2, 4096)
-	d := prepareDomain(t, req, chips, 1)
+	d := preparedDomain(t, 2)
+	req, chips := d.req, d.chips
 	for r := range 2 {
 		before := liveOf(chips[r])
 		_, _, err := PrepareGlobal(req, r, chips[r])

@@ -1,13 +1,11 @@
 package comm
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -99,6 +97,22 @@ func (d *globalDomain) commitAll(t *testing.T) {
 	}
 }
 
+// preparedDomain is a fresh domain of n ranks of 4 KiB windows, one rank
+// a node, prepared.
+func preparedDomain(t *testing.T, n int) *globalDomain {
+	t.Helper()
+	return prepareDomain(t, newGlobalReq(n, 4096), openChips(t, n), 1)
+}
+
+// committedDomain is preparedDomain, imported and committed.
+func committedDomain(t *testing.T, n int) *globalDomain {
+	t.Helper()
+	d := preparedDomain(t, n)
+	d.importAll(t)
+	d.commitAll(t)
+	return d
+}
+
 func (d *globalDomain) views(t *testing.T) []*View {
 	t.Helper()
 	views := make([]*View, len(d.ranks))
@@ -145,11 +159,7 @@ func wantGone(t *testing.T, req GlobalRequest, chips []hal.Chip) {
 	if left := globalObjects(req); len(left) > 0 {
 		t.Errorf("left behind: %v", left)
 	}
-	for i, c := range chips {
-		if a, w := c.Live(); a != 0 || w != 0 {
-			t.Errorf("chip %d: %d allocations, %d windows left", i, a, w)
-		}
-	}
+	wantBare(t, chips)
 }
 
 type live struct{ allocs, windows int }
@@ -219,36 +229,7 @@ func TestGlobalFourRanksTwoNodes(t *testing.T) {
 	req := newGlobalReq(4, size)
 	req.Name = "g4"
 	d := prepareDomain(t, req, chips, 2)
-	for r, g := range d.ranks {
-		want := Descriptor{Profile: ProfileSim, DomainID: req.DomainID, Generation: 1, Rank: uint32(r), Ranks: 4,
-			MappingSize: size, Handle: d.table[r].Handle}
-		if d.table[r] != want || g.Descriptor() != want {
-			t.Errorf("rank %d exported %v, want %v", r, d.table[r], want)
-		}
-		// The name is this process's, of this domain and rank, with a key
-		// of 128 random bits that no other rank shares.
-		key, ok := req.windowKey(d.table[r].Handle, r)
-		if !ok || !strings.HasPrefix(d.table[r].Handle, fmt.Sprintf("%sgdom-%x-1-", shm.Prefix(), req.DomainID)) {
-			t.Errorf("rank %d's window is named %q", r, d.table[r].Handle)
-		}
-		for j := range r {
-			if k, _ := req.windowKey(d.table[j].Handle, j); k == key {
-				t.Errorf("ranks %d and %d share the key %s", j, r, key)
-			}
-		}
-		if b := mustBytes(t, chips[r], g.WindowBase(), size); slices.ContainsFunc(b, func(x byte) bool { return x != 0 }) {
-			t.Errorf("rank %d's window is not zero", r)
-		}
-		if g.DeviceCtx() != 0 || g.Imported() || g.Committed() {
-			t.Errorf("rank %d after prepare: ctx %#x, imported %v, committed %v", r, g.DeviceCtx(), g.Imported(), g.Committed())
-		}
-		if err := g.Commit(); err == nil || !strings.Contains(err.Error(), "commit before import") {
-			t.Errorf("commit before import: %v", err)
-		}
-		if bases := g.Bases(); slices.IndexFunc(bases, func(b uint64) bool { return b != 0 }) != r {
-			t.Errorf("rank %d after prepare maps %#x", r, bases)
-		}
-	}
+	wantPrepared(t, d)
 	if got := globalObjects(req); len(got) != 5*2 { // 4 windows and the header, named and cached
 		t.Errorf("objects after prepare: %v", got)
 	}
@@ -276,34 +257,7 @@ func TestGlobalFourRanksTwoNodes(t *testing.T) {
 		}
 	}
 
-	// Notify/wait across nodes: every rank signals the rank at the same
-	// place on the other node, who answers back.
-	var wg sync.WaitGroup
-	for r, v := range views {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			peer := (r + 2) % 4
-			pb, _ := v.Base(peer)
-			own, _ := v.Base(r)
-			if err := v.Notify(peer, pb+8*uint64(r), 8, int64(100+r), "set"); err != nil {
-				t.Error(err)
-				return
-			}
-			if got, err := v.Wait(own+8*uint64(peer), 8, int64(100+peer), "==", 20*time.Second); err != nil || got != int64(100+peer) {
-				t.Errorf("rank %d waiting for rank %d: %d, %v", r, peer, got, err)
-			}
-			// And every rank adds into rank 1's counter.
-			b1, _ := v.Base(1)
-			if err := v.Notify(1, b1+256, 4, 1, "add"); err != nil {
-				t.Error(err)
-			}
-		}()
-	}
-	wg.Wait()
-	if got, err := views[1].Wait(d.ranks[1].WindowBase()+256, 4, 4, "==", 20*time.Second); err != nil {
-		t.Errorf("rank 1's counter: %d, %v", got, err)
-	}
+	signalAcrossNodes(t, d, views)
 
 	// Plain data stored by rank 3 (node B) into rank 0's window (node A),
 	// ordered by the barrier of all four.
@@ -334,14 +288,82 @@ func TestGlobalFourRanksTwoNodes(t *testing.T) {
 	}
 }
 
+// wantPrepared checks every rank of d as Prepare left it: its descriptor,
+// its window's name (a capability of its own) and contents, and that it
+// is neither imported nor committed.
+func wantPrepared(t *testing.T, d *globalDomain) {
+	t.Helper()
+	req, chips, size := d.req, d.chips, d.req.WindowSize
+	for r, g := range d.ranks {
+		want := Descriptor{Profile: ProfileSim, DomainID: req.DomainID, Generation: 1, Rank: uint32(r), Ranks: uint32(req.Ranks),
+			MappingSize: uint64(size), Handle: d.table[r].Handle}
+		if d.table[r] != want || g.Descriptor() != want {
+			t.Errorf("rank %d exported %v, want %v", r, d.table[r], want)
+		}
+		// The name is this process's, of this domain and rank, with a key
+		// of 128 random bits that no other rank shares.
+		key, ok := req.windowKey(d.table[r].Handle, r)
+		if !ok || !strings.HasPrefix(d.table[r].Handle, fmt.Sprintf("%sgdom-%x-1-", shm.Prefix(), req.DomainID)) {
+			t.Errorf("rank %d's window is named %q", r, d.table[r].Handle)
+		}
+		for j := range r {
+			if k, _ := req.windowKey(d.table[j].Handle, j); k == key {
+				t.Errorf("ranks %d and %d share the key %s", j, r, key)
+			}
+		}
+		if b := mustBytes(t, chips[r], g.WindowBase(), size); slices.ContainsFunc(b, func(x byte) bool { return x != 0 }) {
+			t.Errorf("rank %d's window is not zero", r)
+		}
+		if g.DeviceCtx() != 0 || g.Imported() || g.Committed() {
+			t.Errorf("rank %d after prepare: ctx %#x, imported %v, committed %v", r, g.DeviceCtx(), g.Imported(), g.Committed())
+		}
+		if err := g.Commit(); err == nil || !strings.Contains(err.Error(), "commit before import") {
+			t.Errorf("commit before import: %v", err)
+		}
+		if bases := g.Bases(); slices.IndexFunc(bases, func(b uint64) bool { return b != 0 }) != r {
+			t.Errorf("rank %d after prepare maps %#x", r, bases)
+		}
+	}
+}
+
+// signalAcrossNodes has every rank of a four-rank domain on two nodes
+// signal the rank at the same place on the other node, who answers back,
+// and add into rank 1's counter.
+func signalAcrossNodes(t *testing.T, d *globalDomain, views []*View) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for r, v := range views {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			peer := (r + 2) % 4
+			pb, _ := v.Base(peer)
+			own, _ := v.Base(r)
+			if err := v.Notify(peer, pb+8*uint64(r), 8, int64(100+r), "set"); err != nil {
+				t.Error(err)
+				return
+			}
+			if got, err := v.Wait(own+8*uint64(peer), 8, int64(100+peer), "==", 20*time.Second); err != nil || got != int64(100+peer) {
+				t.Errorf("rank %d waiting for rank %d: %d, %v", r, peer, got, err)
+			}
+			// And every rank adds into rank 1's counter.
+			b1, _ := v.Base(1)
+			if err := v.Notify(1, b1+256, 4, 1, "add"); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if got, err := views[1].Wait(d.ranks[1].WindowBase()+256, 4, 4, "==", 20*time.Second); err != nil {
+		t.Errorf("rank 1's counter: %d, %v", got, err)
+	}
+}
+
 // A domain of one rank needs nothing but itself.
 func TestGlobalSingleRank(t *testing.T) {
 	clean(t)
-	chips := openChips(t, 1)
-	req := newGlobalReq(1, 4096)
-	d := prepareDomain(t, req, chips, 1)
-	d.importAll(t)
-	d.commitAll(t)
+	d := committedDomain(t, 1)
+	req, chips := d.req, d.chips
 	v := d.views(t)[0]
 	if err := v.Barrier(time.Second); err != nil {
 		t.Error(err)
@@ -378,10 +400,6 @@ func TestGlobalTwoProcesses(t *testing.T) {
 	chips := openChips(t, 2)
 	req := newGlobalReq(4, size)
 	req.Generation = 7
-	spec, err := json.Marshal(req)
-	if err != nil {
-		t.Fatal(err)
-	}
 	fromChild, childOut, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
@@ -390,23 +408,7 @@ func TestGlobalTwoProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestGlobalTwoProcesses$", "-test.count=1")
-	cmd.Env = append(os.Environ(), globalChildEnv+"="+string(spec), "GORACE=atexit_sleep_ms=0")
-	cmd.ExtraFiles = []*os.File{childOut, childIn}
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err = cmd.Start()
-	childOut.Close() // the child's ends: EOF reaches us when it exits
-	childIn.Close()
-	if err != nil {
-		fromChild.Close()
-		toChild.Close()
-		t.Fatal(err)
-	}
-	var once sync.Once
-	var childErr error
-	reap := func() error { once.Do(func() { childErr = cmd.Wait() }); return childErr }
-	t.Cleanup(func() { reap() })
+	child := startChild(t, "TestGlobalTwoProcesses", globalChildEnv, req, childOut, childIn)
 	// Registered later, so run first: a failing parent lets the child see
 	// EOF instead of blocking.
 	t.Cleanup(func() { fromChild.Close(); toChild.Close() })
@@ -414,35 +416,18 @@ func TestGlobalTwoProcesses(t *testing.T) {
 		t.Helper()
 		fromChild.Close()
 		toChild.Close()
-		reap()
-		t.Fatalf("%s\nchild output:\n%s", fmt.Sprintf(format, args...), out.String())
+		child.reap()
+		t.Fatalf("%s\nchild output:\n%s", fmt.Sprintf(format, args...), child.out.String())
 	}
 
 	// This node: ranks 0 and 1. The table's other half comes from the
 	// child.
 	d := &globalDomain{req: req, chips: chips, perNode: 2, ranks: make([]*GlobalRank, 2), table: make([]Descriptor, 4)}
 	t.Cleanup(func() { d.release(t) })
-	table := make([]byte, 4*DescriptorSize)
-	for r := range 2 {
-		g, desc, err := PrepareGlobal(req, r, chips[r])
-		if err != nil {
-			fail("prepare: %v", err)
-		}
-		d.ranks[r] = g
-		copy(table[r*DescriptorSize:], EncodeDescriptor(desc))
+	if err := prepareWithChild(d, fromChild, toChild); err != nil {
+		fail("%v", err)
 	}
-	if _, err := io.ReadFull(fromChild, table[2*DescriptorSize:]); err != nil {
-		fail("reading the child's descriptors: %v", err)
-	}
-	if _, err := toChild.Write(table); err != nil {
-		fail("sending the table: %v", err)
-	}
-	for r := range 4 {
-		if d.table[r], err = DecodeDescriptor(table[r*DescriptorSize : (r+1)*DescriptorSize]); err != nil {
-			fail("descriptor %d: %v", r, err)
-		}
-	}
-	childPrefix := "simpler-" + strconv.Itoa(cmd.Process.Pid) + "-"
+	childPrefix := "simpler-" + strconv.Itoa(child.cmd.Process.Pid) + "-"
 	if !strings.HasPrefix(d.table[2].Handle, childPrefix) {
 		fail("rank 2's window %q is not under the child's prefix %s", d.table[2].Handle, childPrefix)
 	}
@@ -472,13 +457,41 @@ func TestGlobalTwoProcesses(t *testing.T) {
 	}
 	// Release while the child may still run: it keeps what it mapped.
 	d.release(t)
-	if err := reap(); err != nil {
-		t.Fatalf("child: %v\n%s", err, out.String())
+	if err := child.reap(); err != nil {
+		t.Fatalf("child: %v\n%s", err, child.out.String())
 	}
 	if left, _ := shm.Leftovers(childPrefix); len(left) > 0 {
 		t.Errorf("the child left %v", left)
 	}
 	wantGone(t, req, chips)
+}
+
+// prepareWithChild prepares d's ranks 0 and 1 here and trades
+// descriptors with the child, which hosts ranks 2 and 3: it reads the
+// child's two, sends the whole table back, and decodes it into d.table.
+func prepareWithChild(d *globalDomain, fromChild io.Reader, toChild io.Writer) error {
+	table := make([]byte, 4*DescriptorSize)
+	for r := range 2 {
+		g, desc, err := PrepareGlobal(d.req, r, d.chips[r])
+		if err != nil {
+			return fmt.Errorf("prepare: %w", err)
+		}
+		d.ranks[r] = g
+		copy(table[r*DescriptorSize:], EncodeDescriptor(desc))
+	}
+	if _, err := io.ReadFull(fromChild, table[2*DescriptorSize:]); err != nil {
+		return fmt.Errorf("reading the child's descriptors: %w", err)
+	}
+	if _, err := toChild.Write(table); err != nil {
+		return fmt.Errorf("sending the table: %w", err)
+	}
+	for r := range 4 {
+		var err error
+		if d.table[r], err = DecodeDescriptor(table[r*DescriptorSize : (r+1)*DescriptorSize]); err != nil {
+			return fmt.Errorf("descriptor %d: %w", r, err)
+		}
+	}
+	return nil
 }
 
 func openGlobalView(t *testing.T, chip hal.Chip, g *GlobalRank) *View {

@@ -15,33 +15,24 @@ import (
 )
 
 // openHeader opens the allocation's header, creating it if no rank has.
-// Retrying covers a creator in another process between creating and
-// sizing the object; polling is the only portable way to wait for a name
-// to appear, and the back-off keeps it cheap.
-func (r *Rank) openHeader(size int, deadline time.Time) error {
+// Waiting covers a creator in another process between creating and
+// sizing the object.
+func (r *Rank) openHeader(deadline time.Time) error {
 	name := r.req.headerName()
-	pause := 20 * time.Microsecond
-	for {
-		o, created, err := openObject(r.req.prefix(), name, size, true)
-		if err == nil {
-			r.hdr, r.hdrCreated = o, created
-			return nil
-		}
-		if !errors.Is(err, errNotReady) {
-			return r.errorf(kind.RuntimeError, "header: %v", err)
-		}
-		if time.Now().After(deadline) {
-			return r.errorf(kind.TimeoutError, "waited %v for the header %s to be created", r.req.Timeout, name)
-		}
-		time.Sleep(pause)
-		pause = min(2*pause, 2*time.Millisecond)
+	o, created, err := awaitObject(r.req.prefix(), name, headerSize(r.Size), true, deadline)
+	if errors.Is(err, errNotReady) {
+		return r.core.errorf(kind.TimeoutError, "waited %v for the header %s to be created", r.req.Timeout, name)
+	} else if err != nil {
+		return r.core.errorf(kind.RuntimeError, "header: %v", err)
 	}
+	r.core.hdr, r.core.hdrOwned = o, created
+	return nil
 }
 
 // join is the allocation barrier: count this rank in and wait for all n.
 func (r *Rank) join(deadline time.Time) error {
 	n := uint32(r.Size)
-	hdr := r.hdr.seg.Mem
+	hdr := r.core.hdr.seg.Mem
 	w := futex.Word32(hdr, hdrAlloc)
 	// The per-rank flag only feeds messages: which ranks never came.
 	atomic.StoreUint32(futex.Word32(hdr, rankWord(r.Rank, rankAlloc)), 1)
@@ -67,8 +58,8 @@ func (r *Rank) join(deadline time.Time) error {
 	}
 	if done && v&allocAbandoned == 0 {
 		r.joined = true
-		if err := r.unlinkHeader(); err != nil {
-			return r.errorf(kind.RuntimeError, "header: %v", err)
+		if err := r.retireHeader(); err != nil {
+			return r.core.errorf(kind.RuntimeError, "header: %v", err)
 		}
 		return nil
 	}
@@ -76,13 +67,13 @@ func (r *Rank) join(deadline time.Time) error {
 		return r.abandonedError()
 	}
 	arrived, miss := r.missing(rankAlloc, 1)
-	return r.errorf(kind.TimeoutError, "waited %v at the subset barrier; %d of %d ranks arrived%s",
+	return r.core.errorf(kind.TimeoutError, "waited %v at the subset barrier; %d of %d ranks arrived%s",
 		r.req.Timeout, arrived, n, miss)
 }
 
 func (r *Rank) abandonedError() error {
 	arrived, miss := r.missing(rankAlloc, 1)
-	return r.errorf(kind.RuntimeError, "a peer gave up on the allocation; %d of %d ranks had arrived%s",
+	return r.core.errorf(kind.RuntimeError, "a peer gave up on the allocation; %d of %d ranks had arrived%s",
 		arrived, r.Size, miss)
 }
 
@@ -90,7 +81,7 @@ func (r *Rank) abandonedError() error {
 // and wakes the waiters so that they fail now. It reports whether the
 // barrier had completed instead.
 func (r *Rank) abandon() (completed bool) {
-	w := futex.Word32(r.hdr.seg.Mem, hdrAlloc)
+	w := futex.Word32(r.core.hdr.seg.Mem, hdrAlloc)
 	for {
 		v := atomic.LoadUint32(w)
 		if v&allocCount >= uint32(r.Size) {
@@ -103,21 +94,22 @@ func (r *Rank) abandon() (completed bool) {
 	}
 }
 
-// unlinkHeader removes the header's name once nobody needs to find it:
+// retireHeader removes the header's name once nobody needs to find it:
 // when all ranks have arrived (each has it mapped) or the allocation was
-// abandoned. Only the creator does it, so the name is removed exactly
-// once; the object itself lives on under a pool name until released.
-func (r *Rank) unlinkHeader() error {
-	if !r.hdrCreated {
+// abandoned (then the core's teardown does it). Only the creator does it,
+// so the name is removed exactly once; the object itself lives on under a
+// pool name until released.
+func (r *Rank) retireHeader() error {
+	if !r.core.hdrOwned {
 		return nil
 	}
-	return r.hdr.retireName()
+	return r.core.hdr.retire()
 }
 
 // missing describes the ranks whose header word field is not want, for
 // messages: "; missing ranks 2, 3".
 func (r *Rank) missing(field int, want uint32) (arrived int, text string) {
-	return missingRanks(r.hdr.seg.Mem, r.Size, field, want)
+	return missingRanks(r.core.hdr.seg.Mem, r.Size, field, want)
 }
 
 // missingRanks counts the ranks whose per-rank header word field holds

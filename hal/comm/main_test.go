@@ -1,8 +1,11 @@
 package comm
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"os"
+	"os/exec"
 	"runtime"
 	"strings"
 	"sync"
@@ -106,6 +109,16 @@ func releaseAll(tb testing.TB, ranks []*Rank) {
 	}
 }
 
+// wantBare checks that no chip holds an allocation or a window any more.
+func wantBare(tb testing.TB, chips []hal.Chip) {
+	tb.Helper()
+	for i, c := range chips {
+		if a, w := c.Live(); a != 0 || w != 0 {
+			tb.Errorf("chip %d: %d allocations, %d windows left", i, a, w)
+		}
+	}
+}
+
 func mustOpen(tb testing.TB, r *Rank, chip hal.Chip) *View {
 	tb.Helper()
 	v, err := Open(chip, r.DeviceCtx)
@@ -148,6 +161,48 @@ func headerWord(req Request, off int) (v uint32, ok bool) {
 		return 0, false
 	}
 	return atomic.LoadUint32(futex.Word32(o.seg.Mem, off)), true
+}
+
+// testChild is this test binary run again as a child process, to play
+// the other side of a test that spans processes.
+type testChild struct {
+	cmd  *exec.Cmd
+	out  bytes.Buffer // read it only after reap
+	once sync.Once
+	err  error
+}
+
+// startChild runs the test name in a child process with env set to spec
+// as JSON (the test, finding it set, plays the child's part) and extra
+// as the child's fds 3 and up; it closes this process's copies of extra,
+// so that EOF reaches the parent when the child exits. The child is
+// reaped at cleanup at the latest.
+func startChild(t *testing.T, name, env string, spec any, extra ...*os.File) *testChild {
+	t.Helper()
+	b, err := json.Marshal(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &testChild{cmd: exec.Command(os.Args[0], "-test.run=^"+name+"$", "-test.count=1")}
+	// GORACE: a race-enabled child would otherwise linger a second at exit.
+	c.cmd.Env = append(os.Environ(), env+"="+string(b), "GORACE=atexit_sleep_ms=0")
+	c.cmd.ExtraFiles = extra
+	c.cmd.Stdout, c.cmd.Stderr = &c.out, &c.out
+	err = c.cmd.Start()
+	for _, f := range extra {
+		f.Close()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.reap() })
+	return c
+}
+
+// reap waits for the child to exit (once) and returns how it did.
+func (c *testChild) reap() error {
+	c.once.Do(func() { c.err = c.cmd.Wait() })
+	return c.err
 }
 
 // eventually polls cond, yielding in between, until it holds or a generous

@@ -10,17 +10,21 @@ package comm
 //
 // The pool exists because fresh shared memory is expensive (create, size,
 // map, then a page fault and zero-fill per page on first touch; unmap
-// later), while clearing memory that is already resident is fast. An
-// object created here (a rank's window, or a header this process created)
-// is renamed to a pool name when its last user in this process releases
-// it, and kept mapped; the next object of the same size is renamed to its
-// new name and cleared instead of being created. Renaming keeps the rules
-// that an allocation's objects are found by name only and that nothing is
-// left under an allocation's names once it is released.
+// later), while clearing memory that is already resident is fast. A
+// local domain's object created here (a rank's window, or a header this
+// process created) loses its name once nobody needs to find it (retire: a
+// window when its rank releases, a header once every rank has joined):
+// it is renamed to a pool name and, once its last user in this process
+// has released it, kept mapped; the next object of the same size is
+// renamed to its new name and cleared instead of being created. Renaming
+// keeps the rules that an allocation's objects are found by name only and
+// that nothing is left under an allocation's names once it is released.
 //
 // An object is only recycled once no rank of this process uses it. Ranks
 // in other processes may still have it mapped; that is safe because a
-// domain is released as a whole, after its kernels have finished.
+// local domain is released as a whole, after its kernels have finished.
+// A global domain is not (its nodes release one by one), so its objects
+// are never pooled: retire unlinks them.
 
 import (
 	"errors"
@@ -29,6 +33,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -71,20 +76,29 @@ var (
 // errNotReady means an object another rank is creating is not usable yet.
 var errNotReady = errors.New("not created yet")
 
-// createWindow makes the object for this rank's window under name, of
-// size bytes, with its first clearLen bytes zero: a pooled object if one
-// of that size is idle, a fresh one otherwise.
-func createWindow(prefix, name string, size, clearLen int) (*object, error) {
-	seg, err := poolTake(name, size, clearLen)
+// createObject makes the object name of size bytes, exclusively, with
+// its first clearLen bytes zero, and enters it in the cache so that the
+// ranks of this process that open it share the mapping. A pooled object
+// (one that goes back to the pool when released here) is taken from the
+// pool if one of that size is idle.
+func createObject(prefix, name string, size, clearLen int, pooled bool) (*object, error) {
+	seg, err := newSegment(name, size, clearLen, pooled)
 	if err != nil {
 		return nil, err
 	}
-	if seg == nil {
-		if seg, err = shm.CreateNamed(name, size); err != nil {
-			return nil, err // fresh objects are zero-filled by the kernel
+	return cacheNew(&object{seg: seg, key: name, refs: 1, recycle: pooled, prefix: prefix})
+}
+
+// newSegment creates the shm object name exclusively: an idle pooled one
+// of size bytes, cleared up to clearLen and renamed (if pooled and there
+// is one), else a fresh one, which the kernel zero-fills.
+func newSegment(name string, size, clearLen int, pooled bool) (*shm.Segment, error) {
+	if pooled {
+		if seg, err := poolTake(name, size, clearLen); seg != nil || err != nil {
+			return seg, err
 		}
 	}
-	return cacheNew(&object{seg: seg, key: name, refs: 1, recycle: true, prefix: prefix})
+	return shm.CreateNamed(name, size)
 }
 
 // cacheNew enters an object this process just created in the cache. A
@@ -118,10 +132,7 @@ func openObject(prefix, name string, size int, create bool) (o *object, created 
 	}
 	var seg *shm.Segment
 	if create {
-		seg, err = poolTake(name, size, size)
-		if seg == nil && err == nil {
-			seg, err = shm.CreateNamed(name, size)
-		}
+		seg, err = newSegment(name, size, size, true)
 		if err == nil {
 			created = true
 		} else if !errors.Is(err, unix.EEXIST) {
@@ -148,12 +159,34 @@ func openObject(prefix, name string, size int, create bool) (o *object, created 
 	return o, created, nil
 }
 
-// retireName removes the name of an object created here while it stays in
-// use: renamed to a pool name if it will be recycled, unlinked otherwise.
-// Only the creator calls it, once nobody needs to find the object by name.
-func (o *object) retireName() error {
+// awaitObject is openObject retried while the object is not ready (a
+// creator elsewhere has not made or sized it yet) until deadline; past it
+// the error is errNotReady. Polling is the only portable way to wait for
+// a name to appear, and the back-off keeps it cheap.
+func awaitObject(prefix, name string, size int, create bool, deadline time.Time) (*object, bool, error) {
+	pause := 20 * time.Microsecond
+	for {
+		o, created, err := openObject(prefix, name, size, create)
+		if !errors.Is(err, errNotReady) || time.Now().After(deadline) {
+			return o, created, err
+		}
+		time.Sleep(pause)
+		pause = min(2*pause, 2*time.Millisecond)
+	}
+}
+
+// retire removes the name of an object created here while it stays in
+// use, once nobody needs to find it by name: renamed to a pool name if it
+// will be recycled, unlinked otherwise. It also leaves the cache, so that
+// no rank of this process finds it by that name either: after retire, an
+// open of the name fails in every process alike. Only the creator calls
+// it; a second call does nothing.
+func (o *object) retire() error {
 	cacheMu.Lock() // release reads the flags
 	defer cacheMu.Unlock()
+	if cache[o.key] == o {
+		delete(cache, o.key)
+	}
 	if o.parked {
 		return nil
 	}
@@ -273,11 +306,7 @@ func poolPut(seg *shm.Segment, prefix string, parked bool) error {
 		pool = pool[1:]
 	}
 	poolMu.Unlock()
-	var errs []error
-	for _, s := range evict {
-		errs = append(errs, s.Close())
-	}
-	return errors.Join(errs...)
+	return closeAll(evict)
 }
 
 // DrainPool unmaps and unlinks every idle pooled object. Objects of live
@@ -288,8 +317,13 @@ func DrainPool() error {
 	idle := pool
 	pool, poolBytes = nil, 0
 	poolMu.Unlock()
+	return closeAll(idle)
+}
+
+// closeAll unmaps and unlinks segs, every one whatever the others say.
+func closeAll(segs []*shm.Segment) error {
 	var errs []error
-	for _, s := range idle {
+	for _, s := range segs {
 		errs = append(errs, s.Close())
 	}
 	return errors.Join(errs...)

@@ -1,13 +1,10 @@
 package comm
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"os"
-	"os/exec"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -32,27 +29,11 @@ func TestTwoProcesses(t *testing.T) {
 	chips := openChips(t, 1)
 	req := newReq(2, 8192)
 	req.Prefix = shm.Prefix()
-	spec, err := json.Marshal(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestTwoProcesses$", "-test.count=1")
-	// GORACE: a race-enabled child would otherwise linger a second at exit.
-	cmd.Env = append(os.Environ(), childEnv+"="+string(spec), "GORACE=atexit_sleep_ms=0")
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var once sync.Once
-	var childErr error
-	reap := func() error { once.Do(func() { childErr = cmd.Wait() }); return childErr }
-	t.Cleanup(func() { reap() })
-
+	child := startChild(t, "TestTwoProcesses", childEnv, req)
 	r0, err := Allocate(req, 0, chips[0])
 	if err != nil {
-		reap()
-		t.Fatalf("%v\nchild output:\n%s", err, out.String())
+		child.reap()
+		t.Fatalf("%v\nchild output:\n%s", err, child.out.String())
 	}
 	v := mustOpen(t, r0, chips[0])
 	if err := v.Notify(1, r0.Bases[1], 8, 7, "set"); err != nil {
@@ -74,8 +55,8 @@ func TestTwoProcesses(t *testing.T) {
 	if err := r0.Release(); err != nil {
 		t.Error(err)
 	}
-	if err := reap(); err != nil {
-		t.Fatalf("child: %v\n%s", err, out.String())
+	if err := child.reap(); err != nil {
+		t.Fatalf("child: %v\n%s", err, child.out.String())
 	}
 }
 

@@ -1,12 +1,13 @@
 // Package golden runs every .star script under tests/golden and
-// scripts/examples through the real simpler binary and compares its exit
-// code, stdout and stderr with the NAME.golden file beside the script.
-// The runner is simpler/golden, the same one `simpler test` uses.
+// scripts/examples through the real simpler binary, in thread mode and in
+// process mode, and compares its exit code, stdout and stderr with the
+// NAME.golden file beside the script. Everything but building the binary
+// is simpler/golden, the same code `simpler test` runs: finding the
+// scripts, the runs each gets, comparing, -update, `# simpler-args:` and
+// `# simpler-daemons:`.
 //
-// Run with -update to rewrite the golden files from the current output.
-// A script may ask for other flags with a first-lines comment:
-//
-//	# simpler-args: --devices 0-7 --platform a5sim
+// Run with -update to rewrite the golden files from the thread-mode
+// output; run again without it to check process mode too.
 package golden
 
 import (
@@ -15,7 +16,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"simpler/golden"
@@ -47,38 +47,35 @@ func TestMain(m *testing.M) {
 }
 
 func TestGolden(t *testing.T) {
-	var scripts []string
-	for _, pattern := range []string{"*.star", "../../scripts/examples/*.star"} {
-		m, err := filepath.Glob(pattern)
-		if err != nil {
-			t.Fatal(err)
-		}
-		scripts = append(scripts, m...)
+	scripts, err := golden.Find([]string{".", "../../scripts/examples"})
+	if err != nil {
+		t.Fatal(err)
 	}
 	if len(scripts) == 0 {
 		t.Fatal("no golden scripts found")
 	}
 	// The metamorphic check: every script gives the same output with its
-	// workers' children as goroutines and as processes. Golden files are
-	// written from thread mode and checked in both.
-	for _, mode := range []string{"thread", "process"} {
-		runner := &golden.Runner{Binary: binary, Args: append(append([]string(nil), golden.DefaultArgs...), "--mode", mode)}
-		for _, script := range scripts {
-			name := strings.TrimSuffix(filepath.Base(script), ".star")
-			t.Run(mode+"/"+name, func(t *testing.T) {
-				// Process mode starts up to 17 processes a script; one
-				// script at a time keeps the two cores from starving them.
-				if mode == "thread" {
-					t.Parallel()
-				}
-				o := runner.Check(script, *update && mode == "thread")
-				if o.Problem != "" {
-					t.Error(o.Problem)
-				}
-				if o.Diff != "" {
-					t.Errorf("%s (%s mode): output differs from %s\n%s", script, mode, golden.GoldenPath(script), o.Diff)
-				}
-			})
-		}
+	// workers' children as goroutines and as processes. Process-mode runs
+	// go one at a time (Exclusive); Go's test runner runs the others in
+	// parallel, after them.
+	suite := &golden.Suite{
+		Runner:    golden.Runner{Binary: binary},
+		Modes:     []string{"thread", "process"},
+		Exclusive: []string{"process"},
+		Update:    *update,
+	}
+	for _, job := range suite.Jobs(scripts) {
+		t.Run(job.Name(), func(t *testing.T) {
+			if !job.Exclusive {
+				t.Parallel()
+			}
+			o := job.Run()
+			if o.Problem != "" {
+				t.Error(o.Problem)
+			}
+			if o.Diff != "" {
+				t.Errorf("%s (%s mode): output differs from %s\n%s", o.Script, o.Mode, golden.GoldenPath(o.Script), o.Diff)
+			}
+		})
 	}
 }

@@ -1,0 +1,124 @@
+package engine
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// liveWorkers are a thread-mode and a process-mode level-3 worker of two
+// chips with the test kernels registered.
+func liveWorkers(t *testing.T) map[string]*Worker {
+	ws := map[string]*Worker{"thread": newWorker(t, Config{}), "process": procWorker(t, 2, 0)}
+	for _, w := range ws {
+		for _, k := range []string{"spin", "hang", "add1"} {
+			register(t, w, procKernel{k})
+		}
+	}
+	return ws
+}
+
+func kernel(t *testing.T, w *Worker, name string) *Handle {
+	h, ok := w.Lookup(procKernel{name}.Digest())
+	if !ok {
+		t.Fatalf("%s not registered", name)
+	}
+	return h
+}
+
+// A task past its deadline fails with a TimeoutError naming worker,
+// callable and deadline, soon after it; its consumer is poisoned; the
+// chip works for the next run. A kernel that heeds the stop ends at once;
+// one that does not is killed with its child process (process mode), and
+// the process is started again.
+func TestTaskDeadline(t *testing.T) {
+	sp := newSpace(t)
+	for mode, w := range liveWorkers(t) {
+		kernels := []string{"spin"}
+		if mode == "process" {
+			kernels = append(kernels, "hang")
+		}
+		for _, k := range kernels {
+			x, xb := hostI64(t, sp, 1)
+			ran := false
+			start := time.Now()
+			err := runDone(t, w, func(o *Orchestrator) error {
+				must(o.SubmitNext(kernel(t, w, k), mkArgs(x, OutputExisting), &CallConfig{Timeout: 200 * time.Millisecond}, 0))
+				_, err := o.SubmitNext(kernel(t, w, "add1"), mkArgs(x, InOut), nil, 1)
+				return err
+			})
+			el := time.Since(start)
+			if KindOf(err) != TimeoutError || !strings.Contains(err.Error(), `chip_worker 0 (device 0): task 1 running "`+k+`"`) || !strings.Contains(err.Error(), "deadline of 200ms") {
+				t.Errorf("%s mode, %s: %v", mode, k, err)
+			}
+			if el > 200*time.Millisecond+2*time.Second {
+				t.Errorf("%s mode, %s: the run ended %v after it started", mode, k, el)
+			}
+			if got := get64(xb); got != 1 {
+				ran = true
+			}
+			if ran {
+				t.Errorf("%s mode, %s: the poisoned consumer ran", mode, k)
+			}
+			mustRun(t, w, func(o *Orchestrator) error {
+				_, err := o.SubmitNext(kernel(t, w, "add1"), mkArgs(x, InOut), nil, 0)
+				return err
+			})
+			if get64(xb) != 2 {
+				t.Errorf("%s mode, %s: chip 0 after the deadline: %d", mode, k, get64(xb))
+			}
+		}
+	}
+}
+
+// Cancel retires pending tasks without running them, stops the running
+// one, and wait raises "run N cancelled"; a second cancel, or cancelling a
+// finished run, does nothing.
+func TestRunCancel(t *testing.T) {
+	sp := newSpace(t)
+	for mode, w := range liveWorkers(t) {
+		x, xb := hostI64(t, sp, 1)
+		r := must(w.Submit(asBuild(func(o *Orchestrator) error {
+			must(o.SubmitNext(kernel(t, w, "spin"), mkArgs(x, OutputExisting), nil, 0))
+			_, err := o.SubmitNext(kernel(t, w, "add1"), mkArgs(x, InOut), nil, 1)
+			return err
+		})))
+		poll(t, "the kernel to start", func() bool { return get64(xb) == 1 })
+		start := time.Now()
+		r.Cancel()
+		r.Cancel()
+		err := r.Wait(5 * time.Second)
+		if KindOf(err) != RuntimeError || !strings.Contains(err.Error(), "cancelled") {
+			t.Errorf("%s mode: wait after cancel: %v", mode, err)
+		}
+		if el := time.Since(start); el > 2*time.Second {
+			t.Errorf("%s mode: cancel took %v", mode, el)
+		}
+		if get64(xb) != 1 {
+			t.Errorf("%s mode: the pending task ran after the cancel", mode)
+		}
+		r.Cancel() // a finished run: nothing happens
+		if err := r.Wait(0); !strings.Contains(err.Error(), "cancelled") {
+			t.Errorf("%s mode: a finished run changed: %v", mode, err)
+		}
+		mustRun(t, w, func(o *Orchestrator) error {
+			_, err := o.SubmitNext(kernel(t, w, "add1"), mkArgs(x, InOut), nil, 0)
+			return err
+		})
+	}
+}
+
+// runDone submits build and waits for the run to be done (at most 20 s),
+// returning its error, which may itself be a TimeoutError.
+func runDone(t *testing.T, w *Worker, build func(o *Orchestrator) error) error {
+	t.Helper()
+	r, err := w.Submit(asBuild(build))
+	if err != nil {
+		return err
+	}
+	err = r.Wait(20 * time.Second)
+	if !r.Done() {
+		t.Fatalf("run hung: %v", err)
+	}
+	return err
+}
