@@ -2,6 +2,7 @@ package engine
 
 import (
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -121,4 +122,47 @@ func runDone(t *testing.T, w *Worker, build func(o *Orchestrator) error) error {
 		t.Fatalf("run hung: %v", err)
 	}
 	return err
+}
+
+// A chip or SUB process that stops answering (SIGSTOP) while it runs a
+// task is noticed within health_timeout: the task fails naming it, the
+// rest of the worker goes on, and the slot's next task runs in a new
+// process.
+func TestStoppedChildIsDetected(t *testing.T) {
+	sp := newSpace(t)
+	w := newWorker(t, Config{Level: 3, DeviceIDs: []int{0, 1}, NumSubWorkers: 1, Mode: "process",
+		Launcher: testLauncher(), HealthTimeout: 600 * time.Millisecond})
+	for _, k := range []string{"spin", "add1"} {
+		register(t, w, procKernel{k})
+	}
+	for _, sub := range []bool{false, true} {
+		x, xb := hostI64(t, sp, 1)
+		r := must(w.Submit(asBuild(func(o *Orchestrator) error {
+			if sub {
+				_, err := o.SubmitSub(kernel(t, w, "spin"), mkArgs(x, OutputExisting))
+				return err
+			}
+			_, err := o.SubmitNext(kernel(t, w, "spin"), mkArgs(x, OutputExisting), nil, 0)
+			return err
+		})))
+		poll(t, "the kernel to start", func() bool { return get64(xb) == 1 })
+		p := w.chipProcs[0]
+		if sub {
+			p = w.subProcs[0]
+		}
+		p.cur.Load().cmd.Process.Signal(syscall.SIGSTOP)
+		start := time.Now()
+		err := r.Wait(10 * time.Second)
+		if !r.Done() || !strings.Contains(err.Error(), "stopped answering") {
+			t.Fatalf("sub %v: a stopped child: %v", sub, err)
+		}
+		if el := time.Since(start); el > 3*time.Second {
+			t.Errorf("sub %v: noticed after %v", sub, el)
+		}
+		mustRun(t, w, func(o *Orchestrator) error { _, err := o.SubmitNext(kernel(t, w, "add1"), mkArgs(x, InOut), nil, 1); return err })
+		mustRun(t, w, func(o *Orchestrator) error { _, err := o.SubmitNext(kernel(t, w, "add1"), mkArgs(x, InOut), nil, 0); return err })
+		if get64(xb) != 3 {
+			t.Errorf("sub %v: after the stop: %d", sub, get64(xb))
+		}
+	}
 }

@@ -89,16 +89,17 @@ func runTestChild() int {
 
 func procWorker(t *testing.T, chips, subs int) *Worker {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	ids := make([]int, chips)
 	for i := range ids {
 		ids[i] = i
 	}
-	return newWorker(t, Config{Level: 3, DeviceIDs: ids, NumSubWorkers: subs, Mode: "process",
-		Launcher: &Launcher{Path: exe, Env: []string{childEnv + "=1"}}})
+	return newWorker(t, Config{Level: 3, DeviceIDs: ids, NumSubWorkers: subs, Mode: "process", Launcher: testLauncher()})
+}
+
+// testLauncher starts child processes of this test binary.
+func testLauncher() *Launcher {
+	exe, _ := os.Executable()
+	return &Launcher{Path: exe, Env: []string{childEnv + "=1"}}
 }
 
 func TestProcessModeRunsTasksInChildren(t *testing.T) {

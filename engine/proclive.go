@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"sync"
 	"time"
 
 	"simpler/wire"
@@ -76,8 +77,14 @@ func (w *Worker) runTask(e *loopEndpoint, p *proc, op uint8, a Assignment, cfg *
 	n := p.begin()
 	defer p.end(n)
 	e.stop.OnStop(func(reason string) { p.cancel(n, reason) })
+	unwatch := p.watchHealth(w.cfg.HealthTimeout)
 	t := a.Task
-	return p.run(op, t.handle, &t.args[a.Member], cfg)
+	err := p.run(op, t.handle, &t.args[a.Member], cfg)
+	unwatch()
+	if why := p.deathReason(); why != nil && err != nil {
+		return why
+	}
+	return err
 }
 
 // restart starts p again and ships it every callable registered here.
@@ -99,3 +106,70 @@ func (w *Worker) restart(p *proc) error {
 	}
 	return nil
 }
+
+// watchHealth probes p while it runs a task: a ping on the control lane
+// every third of timeout (skipped while another control request holds
+// the lane, which has a deadline of its own). A child that does not answer
+// one within timeout, such as a stopped process, is killed, and the task
+// fails naming why. It returns the function that ends the watch. A timer,
+// not a goroutine, waits between probes: most tasks end before the first.
+func (p *proc) watchHealth(timeout time.Duration) func() {
+	var mu sync.Mutex
+	stopped := false
+	var t *time.Timer
+	probe := func() {
+		if err := p.ping(timeout); err != nil && KindOf(err) == TimeoutError {
+			p.declareDead(Errorf(RuntimeError, "%s: child process %d stopped answering (no health reply within %v); it was killed", p.name, p.pid(), timeout))
+			return
+		}
+		mu.Lock()
+		if !stopped {
+			t.Reset(timeout / 3)
+		}
+		mu.Unlock()
+	}
+	mu.Lock()
+	t = time.AfterFunc(timeout/3, probe)
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		stopped = true
+		t.Stop()
+		mu.Unlock()
+	}
+}
+
+// ping sends a health probe unless the control lane is busy.
+func (p *proc) ping(timeout time.Duration) error {
+	if !p.lanes[laneControl].TryLock() {
+		return nil
+	}
+	defer p.lanes[laneControl].Unlock()
+	in := p.cur.Load()
+	alive := func() error { return in.alive(p.name) }
+	if err := alive(); err != nil {
+		return err
+	}
+	_, err := in.mb.lanes[laneControl].call([]byte{wire.OpPing}, time.Now().Add(timeout), alive)
+	return err
+}
+
+// declareDead records why p is being killed and kills it.
+func (p *proc) declareDead(why error) {
+	p.tmu.Lock()
+	p.why = why
+	p.tmu.Unlock()
+	p.kill()
+}
+
+// deathReason is why p was killed by its parent, if it was (nil
+// otherwise), cleared by reading it.
+func (p *proc) deathReason() error {
+	p.tmu.Lock()
+	defer p.tmu.Unlock()
+	why := p.why
+	p.why = nil
+	return why
+}
+
+func (p *proc) pid() int { return p.cur.Load().cmd.Process.Pid }

@@ -174,7 +174,8 @@ func taskArgs(m *wire.MailboxTask, attach func(hostRef) (uint64, error)) (*TaskA
 func nodeConfig(c Config) wire.NodeConfig {
 	return wire.NodeConfig{Level: c.Level, Platform: c.Platform.Name(), DeviceIDs: c.DeviceIDs, NumSubWorkers: c.NumSubWorkers,
 		Mode: c.Mode, EnableSDMA: c.EnableSDMA, HeapRingSize: c.HeapRingSize, TaskWindow: c.TaskWindow,
-		StartupTimeout: c.StartupTimeout, CommProfile: c.CommProfile, GlobalDeviceRanks: c.GlobalDeviceRanks}
+		StartupTimeout: c.StartupTimeout, CommProfile: c.CommProfile, GlobalDeviceRanks: c.GlobalDeviceRanks,
+		ControlTimeout: c.ControlTimeout, TaskTimeout: c.TaskTimeout, HealthTimeout: c.HealthTimeout, CloseTimeout: c.CloseTimeout}
 }
 
 // configOf is the Config a node process builds its worker from. The
@@ -191,5 +192,6 @@ func configOf(n wire.NodeConfig) (Config, error) {
 	}
 	return Config{Level: n.Level, Platform: p, DeviceIDs: n.DeviceIDs, NumSubWorkers: n.NumSubWorkers,
 		Mode: n.Mode, EnableSDMA: n.EnableSDMA, HeapRingSize: n.HeapRingSize, TaskWindow: n.TaskWindow,
-		StartupTimeout: n.StartupTimeout, CommProfile: n.CommProfile, GlobalDeviceRanks: n.GlobalDeviceRanks}, nil
+		StartupTimeout: n.StartupTimeout, CommProfile: n.CommProfile, GlobalDeviceRanks: n.GlobalDeviceRanks,
+		ControlTimeout: n.ControlTimeout, TaskTimeout: n.TaskTimeout, HealthTimeout: n.HealthTimeout, CloseTimeout: n.CloseTimeout}, nil
 }

@@ -38,15 +38,17 @@ const DefaultStartupTimeout = 30 * time.Second
 // would not stop, a child that stopped answering) is started again in
 // place, so its worker slot stays usable.
 type proc struct {
-	name   string // e.g. "chip_worker 1 (device 1)"
-	launch *Launcher
-	init   wire.MailboxInit
-	cur    atomic.Pointer[incarnation]
-	lanes  [mboxLanes]sync.Mutex
+	name    string        // e.g. "chip_worker 1 (device 1)"
+	timeout time.Duration // bounds a control round trip (the Worker's ControlTimeout)
+	launch  *Launcher
+	init    wire.MailboxInit
+	cur     atomic.Pointer[incarnation]
+	lanes   [mboxLanes]sync.Mutex
 
 	tmu     sync.Mutex
 	sent    uint64 // tasks sent on the task lane
 	running uint64 // the number of the task in progress (0: none)
+	why     error  // why the parent killed the current incarnation (watchHealth)
 	bg      sync.WaitGroup
 }
 
@@ -61,9 +63,9 @@ type incarnation struct {
 // startProc starts a child and sends it its role: init, with the
 // launcher's and this process's fields filled in here. The wait for its
 // reply is bounded by deadline.
-func startProc(l *Launcher, name string, init wire.MailboxInit, deadline time.Time) (*proc, error) {
+func startProc(l *Launcher, name string, init wire.MailboxInit, control time.Duration, deadline time.Time) (*proc, error) {
 	init.Prefix, init.Path, init.Args, init.Bundle = shm.Prefix(), l.Path, l.Args, l.Bundle
-	p := &proc{name: name, launch: l, init: init}
+	p := &proc{name: name, timeout: control, launch: l, init: init}
 	if err := p.spawn(deadline); err != nil {
 		return nil, err
 	}
@@ -143,9 +145,10 @@ func (p *proc) call(laneID int, req []byte, deadline time.Time) (*wire.Decoder, 
 	return decodeReply(resp)
 }
 
-// control is call on the control lane with the default deadline.
+// control is call on the control lane, bounded by the Worker's control
+// timeout.
 func (p *proc) control(build func(e *wire.Encoder)) (*wire.Decoder, error) {
-	return p.controlWithin(DefaultControlTimeout, build)
+	return p.controlWithin(p.timeout, build)
 }
 
 // controlWithin is control with its own bound on the child's answer.
@@ -340,7 +343,7 @@ func (c *procChip) commAlloc(req commRequest, rank int) (domainRank, error) {
 // read. IMPORT may wait for rank 0's header up to the request's timeout,
 // so the child's own timeout answers first.
 func (c *procChip) globalRank(g wire.GlobalRankReq) (*wire.Decoder, error) {
-	wait := DefaultStartupTimeout
+	wait := c.p.timeout
 	if g.Step == grImport {
 		wait = CommTimeout + 5*time.Second
 	}

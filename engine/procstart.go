@@ -27,7 +27,7 @@ func (w *Worker) startProcs() error {
 				role, id = roleSub, i-n
 			}
 			init := wire.MailboxInit{Role: role, WorkerID: id, Platform: w.cfg.Platform.Name(), Device: device}
-			procs[i], errs[i] = startProc(w.cfg.Launcher, w.workerName(poolOf(role), id), init, deadline)
+			procs[i], errs[i] = startProc(w.cfg.Launcher, w.workerName(poolOf(role), id), init, w.cfg.ControlTimeout, deadline)
 		}()
 	}
 	wg.Wait()
@@ -84,7 +84,7 @@ func (w *Worker) startNodes() error {
 		go func() {
 			defer wg.Done()
 			init := wire.MailboxInit{Role: roleNode, WorkerID: i, Node: nodeConfig(cfg)}
-			procs[i], errs[i] = startProc(w.cfg.Launcher, w.workerName(NextLevel, i), init, deadline)
+			procs[i], errs[i] = startProc(w.cfg.Launcher, w.workerName(NextLevel, i), init, w.cfg.ControlTimeout, deadline)
 		}()
 	}
 	wg.Wait()

@@ -276,6 +276,8 @@ type NodeConfig struct {
 	StartupTimeout    time.Duration
 	CommProfile       string
 	GlobalDeviceRanks []int
+	// The node's own bounds, as the parent's Worker was given them.
+	ControlTimeout, TaskTimeout, HealthTimeout, CloseTimeout time.Duration
 }
 
 func (c *NodeConfig) encode(e *Encoder) {
@@ -290,6 +292,9 @@ func (c *NodeConfig) encode(e *Encoder) {
 	e.I64(int64(c.StartupTimeout))
 	e.String(c.CommProfile)
 	encodeInts(e, c.GlobalDeviceRanks)
+	for _, t := range []time.Duration{c.ControlTimeout, c.TaskTimeout, c.HealthTimeout, c.CloseTimeout} {
+		e.I64(int64(t))
+	}
 }
 
 func decodeNodeConfig(d *Decoder) NodeConfig {
@@ -305,5 +310,8 @@ func decodeNodeConfig(d *Decoder) NodeConfig {
 	c.StartupTimeout = time.Duration(d.I64())
 	c.CommProfile = decodeIdent(d, "comm profile")
 	c.GlobalDeviceRanks = decodeInts(d, MaxDevices, MaxDeviceID, "global device rank")
+	for _, t := range []*time.Duration{&c.ControlTimeout, &c.TaskTimeout, &c.HealthTimeout, &c.CloseTimeout} {
+		*t = time.Duration(d.I64())
+	}
 	return c
 }
