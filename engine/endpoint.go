@@ -292,18 +292,31 @@ func (w *Worker) subRunner() func(e *loopEndpoint, a Assignment) error {
 	}
 }
 
-// stopEndpoints ends the endpoints; no task may be in flight.
-func (w *Worker) stopEndpoints() {
+// stopEndpointsWithin ends the endpoints and waits for their goroutines,
+// at most d; it reports whether they all ended. (A kernel that neither
+// returns nor heeds a stop, a Go kernel in a loop, keeps its goroutine.)
+func (w *Worker) stopEndpointsWithin(d time.Duration) bool {
 	for _, ep := range w.next {
 		ep.Stop()
 	}
 	for _, ep := range w.subs {
 		ep.Stop()
 	}
-	if w.epWG != nil {
-		w.epWG.Wait()
-	}
 	w.next, w.subs = nil, nil
+	if w.epWG == nil {
+		return true
+	}
+	done := make(chan struct{})
+	go func() {
+		w.epWG.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return true
+	case <-time.After(d):
+		return false
+	}
 }
 
 // Node is a level-3 node as its level-4 parent commands it (the global

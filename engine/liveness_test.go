@@ -1,10 +1,19 @@
 package engine
 
 import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"simpler/engine/hostmem"
+	"simpler/hal"
+	"simpler/hal/shm"
 )
 
 // liveWorkers are a thread-mode and a process-mode level-3 worker of two
@@ -164,5 +173,139 @@ func TestStoppedChildIsDetected(t *testing.T) {
 		if get64(xb) != 3 {
 			t.Errorf("sub %v: after the stop: %d", sub, get64(xb))
 		}
+	}
+}
+
+// close is bounded: a run whose kernel does not finish is cancelled after
+// close_timeout, and close says so; nothing is left behind.
+func TestCloseIsBounded(t *testing.T) {
+	sp := newSpace(t)
+	for _, mode := range []string{"thread", "process"} {
+		cfg := Config{Level: 3, DeviceIDs: []int{0}, CloseTimeout: 300 * time.Millisecond}
+		if mode == "process" {
+			cfg.Mode, cfg.Launcher = "process", testLauncher()
+		}
+		w, err := NewWorker(Config{Level: 3, Platform: sim(t), DeviceIDs: cfg.DeviceIDs, Mode: cfg.Mode, Launcher: cfg.Launcher, CloseTimeout: cfg.CloseTimeout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		must(w.Register(procKernel{"hang"}, nil))
+		must(w.Register(procKernel{"spin"}, nil))
+		if err := w.Init(); err != nil {
+			t.Fatal(err)
+		}
+		x, xb := hostI64(t, sp, 1)
+		hang := kernel(t, w, "hang")
+		if mode == "thread" { // a Go kernel that heeds no stop cannot be ended in this process: use one that does
+			hang = kernel(t, w, "spin")
+		}
+		must(w.Submit(asBuild(func(o *Orchestrator) error { _, err := o.SubmitNext(hang, mkArgs(x, OutputExisting), nil, 0); return err })))
+		poll(t, "the kernel to start", func() bool { return get64(xb) == 1 })
+		start := time.Now()
+		err = w.Close()
+		if el := time.Since(start); el > 300*time.Millisecond+5*time.Second {
+			t.Errorf("%s mode: close took %v", mode, el)
+		}
+		if err == nil || !strings.Contains(err.Error(), "still running after close_timeout_s=300ms: cancelled") {
+			t.Errorf("%s mode: close: %v", mode, err)
+		}
+	}
+}
+
+// orphanEnv makes this test binary the parent of a process-mode worker
+// whose kernels spin, for a test to kill.
+const orphanEnv = "SIMPLER_ENGINE_TEST_ORPHAN"
+
+// runOrphanParent starts a process-mode worker of one chip and one SUB
+// worker, sets a spinning task going on each, prints the children's pids
+// and waits to be killed.
+func runOrphanParent() int {
+	p, _ := hal.Lookup("a2a3sim")
+	w, err := NewWorker(Config{Level: 3, Platform: p, DeviceIDs: []int{0}, NumSubWorkers: 1, Mode: "process", Launcher: testLauncher()})
+	if err == nil {
+		err = w.Init()
+	}
+	var h *Handle
+	if err == nil {
+		h, err = w.Register(procKernel{"spin"}, nil)
+	}
+	sp := hostmem.NewSpace()
+	addr, mem, err2 := sp.Alloc(16)
+	if err == nil {
+		err = err2
+	}
+	if err != nil {
+		fmt.Println("error:", err)
+		return 1
+	}
+	_, err = w.Submit(func(o *Orchestrator) (any, error) {
+		a := Tensor{Addr: addr, Shape: []int{1}, DType: 7}
+		b := Tensor{Addr: addr + 8, Shape: []int{1}, DType: 7}
+		if _, err := o.SubmitNext(h, mkArgs(a, OutputExisting), nil, 0); err != nil {
+			return nil, err
+		}
+		_, err := o.SubmitSub(h, mkArgs(b, OutputExisting))
+		return nil, err
+	})
+	for err == nil && (get64(mem[:8]) != 1 || get64(mem[8:]) != 1) {
+		time.Sleep(time.Millisecond) // waiting for both kernels to start
+	}
+	for _, p := range w.procs() {
+		fmt.Println(p.pid())
+	}
+	fmt.Println("ready")
+	select {}
+}
+
+// A chip or SUB process whose parent dies while its kernel spins stops
+// the kernel and exits within its 2 s grace.
+func TestOrphanChildrenEnd(t *testing.T) {
+	exe, _ := os.Executable()
+	parent := exec.Command(exe, "-test.run=^$")
+	parent.Env = append(os.Environ(), orphanEnv+"=1")
+	out, _ := parent.StdoutPipe()
+	parent.Stderr = os.Stderr
+	if err := parent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	r := bufio.NewReader(out)
+	for {
+		line, err := r.ReadString('\n')
+		line = strings.TrimSpace(line)
+		if err != nil || line == "ready" {
+			break
+		}
+		n, err := strconv.Atoi(line)
+		if err != nil {
+			parent.Process.Kill()
+			parent.Wait()
+			t.Fatalf("the parent said %q", line)
+		}
+		pids = append(pids, n)
+	}
+	if len(pids) != 2 {
+		parent.Process.Kill()
+		parent.Wait()
+		t.Fatalf("children %v", pids)
+	}
+	parent.Process.Kill()
+	parent.Wait()
+	start := time.Now()
+	for _, pid := range pids {
+		for syscall.Kill(pid, 0) == nil {
+			if time.Since(start) > 3*time.Second {
+				syscall.Kill(pid, syscall.SIGKILL)
+				t.Fatalf("child %d outlived its parent by %v", pid, time.Since(start))
+			}
+			time.Sleep(20 * time.Millisecond) // polling for the process to go
+		}
+	}
+	t.Logf("the children ended %v after their parent", time.Since(start))
+	// The killed parent could not unlink its mailboxes; a later process's
+	// sweep would (shm.SweepDead). This test removes them itself.
+	left, _ := shm.Leftovers(fmt.Sprintf("simpler-%d-", parent.Process.Pid))
+	for _, n := range left {
+		os.Remove("/dev/shm/" + n)
 	}
 }

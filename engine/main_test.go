@@ -17,5 +17,8 @@ func TestMain(m *testing.M) {
 	if os.Getenv(sessionEnv) != "" {
 		os.Exit(runTestSession())
 	}
+	if os.Getenv(orphanEnv) != "" {
+		os.Exit(runOrphanParent())
+	}
 	leakcheck.Main(m)
 }

@@ -128,6 +128,7 @@ func (c *child) watchParent() {
 	for range tick.C {
 		if os.Getppid() != c.ppid {
 			c.stop()
+			c.taskStop.Stop("the parent process died")
 			time.AfterFunc(sessionGrace, func() {
 				shm.RemoveOwn()
 				os.Exit(1)

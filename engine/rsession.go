@@ -61,6 +61,7 @@ type session struct {
 	queued      []frame // tasks read while one runs, in arrival order
 	queuedBytes uint64
 	curSeq      uint64  // the task running now (0: none)
+	gone        bool    // the parent went away: queued tasks are dropped
 	taskStop    Stopper // stops it (CANCEL)
 	// reader names the goroutine holding the reading role (read's role);
 	// readerBusy says it is running a command or tasks, and workSeq
@@ -203,11 +204,14 @@ func (s *session) serve() error {
 	return err
 }
 
-// lost stops what the session runs for a parent that is gone: module
-// loads are cancelled, and onLost bounds how long the rest may take.
+// lost stops what the session runs for a parent that is gone: the running
+// task is cancelled, module loads too, and onLost bounds how long the rest
+// may take.
 func (s *session) lost() {
+	s.taskStop.Stop("the parent disconnected")
 	s.mu.Lock()
 	r := s.resolve
+	s.gone = true
 	s.mu.Unlock()
 	if c, ok := r.(interface{ Cancel(string) }); ok {
 		c.Cancel("the parent disconnected")
@@ -336,10 +340,15 @@ func (s *session) readFrame() (frame, error) {
 func (s *session) runTasks(f frame) {
 	for {
 		s.mu.Lock()
+		gone := s.gone
 		s.curSeq = f.h.Seq
-		s.taskStop.Reset()
+		if !gone {
+			s.taskStop.Reset()
+		}
 		s.mu.Unlock()
-		s.task(f)
+		if !gone { // tasks queued for a parent that went away are not run
+			s.task(f)
+		}
 		f.done()
 		s.mu.Lock()
 		s.curSeq = 0

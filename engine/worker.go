@@ -16,6 +16,7 @@ package engine
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -590,6 +591,59 @@ func (w *Worker) Close() error {
 	return w.closeTree()
 }
 
+// drainRuns waits for runs to finish, up to the close timeout; the ones
+// still running then are cancelled, and if they do not finish within a
+// grace either, the child processes and remote sessions behind them are
+// ended. It returns an error naming what had to be forced, or nil.
+func (w *Worker) drainRuns(runs []*Run) error {
+	deadline := time.Now().Add(w.cfg.CloseTimeout)
+	var late []*Run
+	for _, r := range runs {
+		select {
+		case <-r.done:
+		case <-time.After(time.Until(deadline)):
+			late = append(late, r)
+		}
+	}
+	if len(late) == 0 {
+		return nil
+	}
+	ids := make([]string, len(late))
+	for i, r := range late {
+		ids[i] = fmt.Sprint(r.id)
+		r.Cancel()
+	}
+	what := fmt.Sprintf("close: run %s still running after close_timeout_s=%v: cancelled", strings.Join(ids, ", "), w.cfg.CloseTimeout)
+	grace := time.After(3 * killGrace)
+	for _, r := range late {
+		select {
+		case <-r.done:
+		case <-grace:
+			w.killChildren()
+			return Errorf(RuntimeError, "%s, and still running after that: its child processes and sessions were ended", what)
+		}
+	}
+	return Errorf(RuntimeError, "%s", what)
+}
+
+// killChildren ends every child process and remote session at once, so
+// that whatever waits on them returns.
+func (w *Worker) killChildren() {
+	for _, p := range w.procs() {
+		p.kill()
+	}
+	for _, n := range w.remotes {
+		if n != nil {
+			n.fail(Errorf(RuntimeError, "%s: ended by close", n.name))
+		}
+	}
+	for _, c := range w.children {
+		if c != nil {
+			c.killChildren()
+		}
+	}
+}
+
 func (w *Worker) closeTree() error {
 	w.regMu.Lock()
 	defer w.regMu.Unlock()
@@ -608,17 +662,21 @@ func (w *Worker) closeTree() error {
 	}
 	w.state = stateClosed // refuse new work while the runs drain
 	w.mu.Unlock()
-	for _, r := range runs {
-		<-r.done
-	}
+	forced := w.drainRuns(runs)
 	gerr := w.closeGlobalDomains()
 	w.closeGlobals()
+	// Endpoints report to w.mu as they stop: wait for them outside it.
+	if !w.stopEndpointsWithin(killGrace) && forced == nil {
+		forced = Errorf(RuntimeError, "close: a kernel of this worker did not stop; its goroutine is abandoned")
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.stopEndpoints()
 	err := w.teardown()
 	if err == nil {
 		err = gerr
+	}
+	if forced != nil {
+		err = forced // what had to be forced comes first: it says why the rest may be missing
 	}
 	if e := w.closeHostBuffers(); e != nil && err == nil {
 		err = e

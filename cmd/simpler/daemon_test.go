@@ -209,3 +209,62 @@ func (c *daemonConn) control(t *testing.T, m *wire.Control, want string) {
 		t.Fatalf("%s: %+v, want an error containing %q", m.Cmd, r.Err, want)
 	}
 }
+
+// A remote session whose level-4 parent is killed while its kernel loops
+// for ever stops the kernel and exits within its 2 s grace.
+func TestOrphanSessionEnds(t *testing.T) {
+	d, addr := startRemoteDaemon(t)
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"main.star": `
+def spin(chip, args):
+    args.tensor(0).fill(1)
+    while True:
+        pass
+
+def node(o, args, cfg):
+    o.submit_next_level(spin, TaskArgs(tensors = [(args.tensor(0), OUTPUT_EXISTING)]), worker = 0)
+
+def main(ctx):
+    w = Worker(level = 4, platform = ctx.platform)
+    w.add_remote_worker(endpoint = ctx.argv[0], platform = ctx.platform, device_ids = [0])
+    w.register(spin)
+    w.register(node)
+    w.init()
+    h = w.remote_malloc(worker = 0, nbytes = 4)
+    run = w.submit(lambda o, a, c: o.submit_next_level(node, TaskArgs(tensors = [(RemoteTensorRef(h, shape = [1]), OUTPUT_EXISTING)]), worker = 0))
+    seen = host_tensor(shape = [1])
+    for i in range(1000000):
+        w.remote_copy_from(h, seen, 4)
+        if seen.read()[0] == 1.0:
+            break
+    print("started")
+    run.wait()
+`})
+	exe, _ := os.Executable()
+	run := exec.Command(exe, "run", filepath.Join(dir, "main.star"), addr)
+	run.Env = cliEnv()
+	stdout, _ := run.StdoutPipe()
+	run.Stderr = os.Stderr
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if line, _ := bufio.NewReader(stdout).ReadString('\n'); strings.TrimSpace(line) != "started" {
+		run.Process.Kill()
+		run.Wait()
+		t.Fatalf("script said %q", line)
+	}
+	sessions := childPids(d.Process.Pid)
+	if len(sessions) != 1 {
+		t.Fatalf("sessions: %v", sessions)
+	}
+	run.Process.Kill()
+	run.Wait()
+	start := time.Now()
+	for len(childPids(d.Process.Pid)) > 0 {
+		if time.Since(start) > 3*time.Second {
+			t.Fatalf("the session outlived its parent by %v", time.Since(start))
+		}
+		time.Sleep(20 * time.Millisecond) // polling the process table
+	}
+	t.Logf("the session ended %v after its parent", time.Since(start))
+}
