@@ -693,3 +693,21 @@ func (w *Worker) closeTree() error {
 	}
 	return err
 }
+
+// CancelRuns cancels every run of the worker (Run.Cancel): an interrupt
+// ends the work in hand without waiting for it.
+func (w *Worker) CancelRuns() {
+	w.mu.Lock()
+	runs := make([]*Run, 0, len(w.runs))
+	for r := range w.runs {
+		runs = append(runs, r)
+	}
+	w.mu.Unlock()
+	for _, r := range runs {
+		r.Cancel()
+	}
+}
+
+// Kill ends every child process and remote session of the tree at once:
+// the forced end of a second interrupt.
+func (w *Worker) Kill() { w.killChildren() }

@@ -52,6 +52,7 @@ type Session struct {
 	space     *hostmem.Space
 	callables map[*starlark.Function]*callable
 	workers   []*Worker
+	main      *starlark.Thread // the thread running main(ctx), for Interrupt
 }
 
 // NewSession makes a session with the given defaults.
@@ -117,6 +118,32 @@ func (s *Session) track(w *Worker) {
 	s.workers = append(s.workers, w)
 }
 
+// Interrupt ends the script from another goroutine (a signal): every run
+// of its workers is cancelled and the main thread stops at its next step,
+// failing with reason. Close still has to be called.
+func (s *Session) Interrupt(reason string) {
+	s.mu.Lock()
+	th, workers := s.main, append([]*Worker(nil), s.workers...)
+	s.mu.Unlock()
+	for _, w := range workers {
+		w.w.CancelRuns()
+	}
+	if th != nil {
+		th.Cancel(reason)
+	}
+}
+
+// Kill ends every child process and remote session of the script's
+// workers at once (a second interrupt: no waiting).
+func (s *Session) Kill() {
+	s.mu.Lock()
+	workers := append([]*Worker(nil), s.workers...)
+	s.mu.Unlock()
+	for _, w := range workers {
+		w.w.Kill()
+	}
+}
+
 // Close closes every worker the script left open, then frees host memory.
 func (s *Session) Close() error {
 	s.mu.Lock()
@@ -155,6 +182,9 @@ func (s *Session) RunFile(path string) error {
 		return fmt.Errorf("TypeError: %s: main is a %s, not a function", name, mainFn.Type())
 	}
 	th := s.newThread("main")
+	s.mu.Lock()
+	s.main = th
+	s.mu.Unlock()
 	_, err = starlark.Call(th, fn, starlark.Tuple{s.ctx()}, nil)
 	return labelled(err)
 }

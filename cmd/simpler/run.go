@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 
 	"simpler/hal"
 	"simpler/hal/shm"
@@ -120,21 +123,85 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	obs := newRunObservers(*tracePath, stderr)
 	obs.attach(s)
+	intr := watchInterrupts(s)
 	err = s.RunFile(fs.Arg(0))
 	if cerr := s.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
+	sig := intr.stop()
 	if terr := obs.finish(); terr != nil {
 		fmt.Fprintln(stderr, terr)
-		if err == nil {
+		if err == nil && sig == nil {
 			return 1
 		}
+	}
+	if sig != nil {
+		fmt.Fprintf(stderr, "simpler run: interrupted by %v: the runs were cancelled and everything closed\n", sig)
+		return exitCode(sig)
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, starlib.Backtrace(err))
 		return 1
 	}
 	return 0
+}
+
+// interrupts watches SIGINT, SIGTERM and SIGHUP while a script runs: the
+// first cancels its runs and stops its main thread (close then runs within
+// its bound, the trace so far is written, the progress line cleared); a
+// second ends the child processes and sessions at once, removes this
+// process's shared memory and exits.
+type interrupts struct {
+	ch   chan os.Signal
+	done chan struct{}
+	mu   sync.Mutex
+	got  os.Signal
+}
+
+func watchInterrupts(s *starlib.Session) *interrupts {
+	in := &interrupts{ch: make(chan os.Signal, 2), done: make(chan struct{})}
+	signal.Notify(in.ch, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	go func() {
+		for {
+			select {
+			case <-in.done:
+				return
+			case sig := <-in.ch:
+				in.mu.Lock()
+				first := in.got == nil
+				if first {
+					in.got = sig
+				}
+				in.mu.Unlock()
+				if first {
+					s.Interrupt(fmt.Sprintf("interrupted by %v", sig))
+					continue
+				}
+				s.Kill()
+				shm.RemoveOwn()
+				os.Exit(exitCode(sig))
+			}
+		}
+	}()
+	return in
+}
+
+// stop ends the watch and returns the first signal, if one came.
+func (in *interrupts) stop() os.Signal {
+	signal.Stop(in.ch)
+	close(in.done)
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.got
+}
+
+// exitCode is the conventional status of a process ended by sig: 128
+// plus its number (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP).
+func exitCode(sig os.Signal) int {
+	if s, ok := sig.(syscall.Signal); ok {
+		return 128 + int(s)
+	}
+	return 1
 }
 
 func cmdPlatforms(stdout io.Writer) int {

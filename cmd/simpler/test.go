@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -61,9 +62,22 @@ func cmdTest(args []string, stdout, stderr io.Writer) int {
 	}
 
 	// Ctrl-C stops every script (each runs in a process group of its own,
-	// which the terminal's SIGINT does not reach) and still reports.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	// which the terminal's SIGINT does not reach) and still reports; the
+	// exit status then says which signal it was (128 + its number).
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	var got atomic.Value
+	go func() {
+		select {
+		case sig := <-sigs:
+			got.Store(sig)
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	suite := &golden.Suite{
 		Runner:   golden.Runner{Binary: bin, Timeout: opts.timeout, Context: ctx, Args: opts.runArgs},
 		Modes:    opts.modes,
@@ -74,10 +88,11 @@ func cmdTest(args []string, stdout, stderr io.Writer) int {
 	passed, failed := suite.Run(suite.Jobs(scripts), func(o golden.Outcome) {
 		reportOutcome(stdout, paint, o, opts.verbose, len(opts.modes) > 1)
 	})
-	if ctx.Err() != nil {
-		fmt.Fprintln(stderr, "simpler test: interrupted")
-	}
 	fmt.Fprintf(stdout, "%d passed, %d failed\n", passed, failed)
+	if sig, ok := got.Load().(os.Signal); ok {
+		fmt.Fprintf(stderr, "simpler test: interrupted by %v\n", sig)
+		return exitCode(sig)
+	}
 	if failed > 0 {
 		return 1
 	}

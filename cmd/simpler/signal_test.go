@@ -1,0 +1,88 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+const interruptScript = `
+def spin(chip, args):
+    args.tensor(0).fill(1)
+    while True:
+        pass
+
+def main(ctx):
+    w = Worker(level = 3, platform = ctx.platform, device_ids = [0, 1], mode = ctx.mode)
+    w.register(spin)
+    w.init()
+    big = host_tensor(shape = [64 * 1024])   # 256 KiB of shared memory
+    x = host_tensor(shape = [1])
+    r = w.submit(lambda o, a, c: o.submit_next_level(spin, TaskArgs(tensors = [(x, OUTPUT_EXISTING)]), worker = 0))
+    for i in range(10000000):
+        if x.read()[0] == 1.0:
+            break
+    print("started")
+    r.wait()
+`
+
+// A signal to simpler run mid-run cancels the runs, closes everything
+// within the bound, writes the trace so far and exits 128+signal, with
+// nothing left in /dev/shm and no child process running.
+func TestRunInterrupted(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"spin.star": interruptScript})
+	exe, _ := os.Executable()
+	for _, c := range []struct {
+		sig  syscall.Signal
+		mode string
+		code int
+	}{{syscall.SIGINT, "thread", 130}, {syscall.SIGTERM, "process", 143}, {syscall.SIGHUP, "thread", 129}, {syscall.SIGINT, "process", 130}} {
+		trace := filepath.Join(dir, "trace-"+c.mode+".json")
+		run := exec.Command(exe, "run", "--mode", c.mode, "--trace", trace, filepath.Join(dir, "spin.star"))
+		run.Env = cliEnv()
+		out, _ := run.StdoutPipe()
+		var stderr strings.Builder
+		run.Stderr = &stderr
+		if err := run.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if line, _ := bufio.NewReader(out).ReadString('\n'); strings.TrimSpace(line) != "started" {
+			run.Process.Kill()
+			run.Wait()
+			t.Fatalf("%v: the script said %q (%s)", c.sig, line, stderr.String())
+		}
+		kids := childPids(run.Process.Pid)
+		start := time.Now()
+		run.Process.Signal(c.sig)
+		err := run.Wait()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		}
+		if code != c.code || !strings.Contains(stderr.String(), "interrupted by") {
+			t.Errorf("%v in %s mode: exit %d (%v), stderr %q; want %d", c.sig, c.mode, code, err, stderr.String(), c.code)
+		}
+		if el := time.Since(start); el > 10*time.Second {
+			t.Errorf("%v: exited %v after the signal", c.sig, el)
+		}
+		checkNoShm(t, run.Process.Pid)
+		for _, k := range kids {
+			if syscall.Kill(k, 0) == nil {
+				t.Errorf("%v: child %d still runs", c.sig, k)
+				syscall.Kill(k, syscall.SIGKILL)
+			}
+		}
+		b, err := os.ReadFile(trace)
+		var events any
+		if err != nil || json.Unmarshal(b, &events) != nil {
+			t.Errorf("%v: the trace so far: %v (%d bytes)", c.sig, err, len(b))
+		}
+	}
+}
