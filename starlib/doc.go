@@ -289,6 +289,7 @@ var docTable = []Doc{
 	{"Tensor.fill", DocMember, "t.fill(v)", "Sets every element to v."},
 	{"Tensor.tolist", DocMember, "t.tolist() -> list", "The contents as (nested) lists."},
 	{"Tensor.view", DocMember, "t.view(shape=None, dtype=None, offset=0) -> Tensor", "Another view of the same memory at a byte offset; must stay inside the backing."},
+	{"Tensor.free", DocMember, "t.free()", "Gives a host_tensor's memory back now; later use of it, or of a view of it, is a RuntimeError. Refused while a run in flight uses it. An unreferenced host tensor is reclaimed without it."},
 	{"Tensor.accumulate", DocMember, "t.accumulate(src, op=\"sum\")", "Elementwise t = op(t, src) for a tensor src of the same dtype and size (op: sum, max, min)."},
 
 	// HostBuffer.

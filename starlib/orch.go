@@ -15,6 +15,41 @@ type Orchestrator struct {
 	worker  *Worker // nil when running as a child's orchestration
 	methods map[string]*starlark.Builtin
 	handles map[handleKey]*engine.Handle // resolved for this run
+	pinned  []*hostAlloc                 // host tensors the run's tasks use, unpinned at its fence
+}
+
+// pinArgs keeps the host tensors of submitted args (a TaskArgs or a list
+// of them) from being reclaimed while the run is in flight, however soon
+// the script drops them.
+func (o *Orchestrator) pinArgs(v starlark.Value) {
+	var all []*TaskArgs
+	switch x := v.(type) {
+	case *TaskArgs:
+		all = []*TaskArgs{x}
+	case starlark.Indexable:
+		for i := range x.Len() {
+			if a, ok := x.Index(i).(*TaskArgs); ok {
+				all = append(all, a)
+			}
+		}
+	}
+	first := len(o.pinned) == 0
+	for _, a := range all {
+		for _, t := range a.bufs {
+			if t.host != nil {
+				t.host.pin()
+				o.pinned = append(o.pinned, t.host)
+			}
+		}
+	}
+	if first && len(o.pinned) > 0 {
+		o.o.Run().AddCleanup(engine.Cleanup{Name: "host tensors", Fn: func() error {
+			for _, h := range o.pinned {
+				h.unpin()
+			}
+			return nil
+		}})
+	}
 }
 
 // handleKey is a function or handle value as submitted, with the pool it
@@ -221,7 +256,9 @@ func (o *Orchestrator) submitNext(th *starlark.Thread, args starlark.Tuple, kw [
 			return nil, err
 		}
 	}
-	_, err = o.o.SubmitNext(h, a, cfg, worker)
+	if _, err = o.o.SubmitNext(h, a, cfg, worker); err == nil && p[1] != nil {
+		o.pinArgs(p[1])
+	}
 	return starlark.None, err
 }
 
@@ -252,7 +289,9 @@ func (o *Orchestrator) submitNextGroup(th *starlark.Thread, args starlark.Tuple,
 	if err != nil {
 		return nil, err
 	}
-	_, err = o.o.SubmitNextGroup(h, list, cfg, workers)
+	if _, err = o.o.SubmitNextGroup(h, list, cfg, workers); err == nil {
+		o.pinArgs(lv)
+	}
 	return starlark.None, err
 }
 
@@ -271,7 +310,9 @@ func (o *Orchestrator) submitSub(th *starlark.Thread, args starlark.Tuple, kw []
 	if err != nil {
 		return nil, err
 	}
-	_, err = o.o.SubmitSub(h, a)
+	if _, err = o.o.SubmitSub(h, a); err == nil {
+		o.pinArgs(av)
+	}
 	return starlark.None, err
 }
 
@@ -289,7 +330,9 @@ func (o *Orchestrator) submitSubGroup(th *starlark.Thread, args starlark.Tuple, 
 	if err != nil {
 		return nil, err
 	}
-	_, err = o.o.SubmitSubGroup(h, list)
+	if _, err = o.o.SubmitSubGroup(h, list); err == nil {
+		o.pinArgs(lv)
+	}
 	return starlark.None, err
 }
 

@@ -53,6 +53,7 @@ type Session struct {
 	callables map[*starlark.Function]*callable
 	workers   []*Worker
 	main      *starlark.Thread // the thread running main(ctx), for Interrupt
+	sinceGC   int              // bytes of host tensors allocated since the last collection (hostalloc.go)
 }
 
 // NewSession makes a session with the given defaults.

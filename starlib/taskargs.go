@@ -16,10 +16,10 @@ import (
 type TaskArgs struct {
 	a    *engine.TaskArgs
 	chip hal.Chip
-	bufs []*Tensor // views of host buffers among its tensors: checked at submit
+	bufs []*Tensor // tensors whose memory can be freed (host buffers, host tensors): checked at submit
 }
 
-// live refuses args holding a view of a freed host buffer.
+// live refuses args holding a tensor whose memory was freed.
 func (t *TaskArgs) live(op string) error {
 	for _, v := range t.bufs {
 		if err := v.live(op); err != nil {
@@ -106,7 +106,7 @@ func (t *TaskArgs) addTensor(tv, tagV starlark.Value) error {
 		if err := ten.live("add_tensor"); err != nil {
 			return err
 		}
-		if ten.buf != nil {
+		if ten.buf != nil || ten.host != nil {
 			t.bufs = append(t.bufs, ten)
 		}
 		return t.a.AddTensor(ten.t, engine.Tag(tag))

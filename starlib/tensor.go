@@ -22,11 +22,17 @@ type Tensor struct {
 	size int         // bytes of backing memory from base
 	chip hal.Chip    // set for device tensors inside a kernel
 	buf  *HostBuffer // the host buffer it is a view of, if any
+	host *hostAlloc  // the host_tensor memory it is (a view of), if any
 }
 
 // live refuses a view of a host buffer that was freed: its memory may be
 // another buffer's by now, so using it would alias that one.
 func (t *Tensor) live(op string) error {
+	if t.host != nil {
+		if err := t.host.live(op); err != nil {
+			return err
+		}
+	}
 	if t.buf != nil && t.buf.b.Freed(t.buf.w.w) {
 		return errorf(engine.RuntimeError, "%s: the tensor is a view of host buffer %d, which was freed", op, t.buf.b.Token)
 	}
@@ -57,6 +63,7 @@ var tensorMethods = map[string]*starlark.Builtin{
 	"fill":   builtin("fill", tensorFill),
 	"tolist": builtin("tolist", tensorToList),
 	"view":   builtin("view", tensorView),
+	"free":   builtin("free", tensorFree),
 
 	"accumulate": builtin("accumulate", tensorAccumulate),
 }
@@ -80,6 +87,19 @@ func (t *Tensor) Attr(name string) (starlark.Value, error) {
 		return m.BindReceiver(t), nil
 	}
 	return nil, nil
+}
+
+// tensorFree gives a host_tensor's memory back now; any later use of it,
+// or of a view of it, is a RuntimeError.
+func tensorFree(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	if err := noArgs("free", args, kw); err != nil {
+		return nil, err
+	}
+	t := b.Receiver().(*Tensor)
+	if t.host == nil {
+		return nil, errorf(engine.ValueError, "free: only a host_tensor's memory can be freed (this tensor is a view of other memory)")
+	}
+	return starlark.None, t.host.free("free")
 }
 
 func (t *Tensor) AttrNames() []string {
@@ -218,7 +238,10 @@ func tensorView(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 		}
 		shape = s
 	}
-	v := &Tensor{t: engine.Tensor{Addr: t.t.Addr + uint64(offset), Shape: shape, DType: dt, ChildMemory: t.t.ChildMemory}, base: t.base, size: t.size, chip: t.chip, buf: t.buf}
+	v := &Tensor{t: engine.Tensor{Addr: t.t.Addr + uint64(offset), Shape: shape, DType: dt, ChildMemory: t.t.ChildMemory}, base: t.base, size: t.size, chip: t.chip, buf: t.buf, host: t.host}
+	if t.host != nil {
+		t.host.hold(v)
+	}
 	if end := int(start) + v.t.NBytes(); end > t.size {
 		return nil, errorf(engine.ValueError, "view: %d bytes at offset %d overrun the tensor's %d-byte backing", v.t.NBytes(), offset, t.size)
 	}
@@ -326,15 +349,20 @@ func (s *Session) hostTensor(th *starlark.Thread, b *starlark.Builtin, args star
 		return nil, errorf(engine.ValueError, "host_tensor: give shape or data")
 	}
 	et := engine.Tensor{Shape: shape, DType: dt}
-	addr, mem, err := s.space.Alloc(max(et.NBytes(), 1))
+	n := max(et.NBytes(), 1)
+	addr, mem, err := s.space.Alloc(n)
 	if err != nil {
 		return nil, engine.Wrap(err, "host_tensor")
 	}
+	s.allocated(n)
 	et.Addr = addr
 	if init != nil {
 		copy(mem, init.Bytes())
 	}
-	return newTensor(et, nil), nil
+	t := newTensor(et, nil)
+	t.host = &hostAlloc{space: s.space, addr: addr}
+	t.host.hold(t)
+	return t, nil
 }
 
 func product(shape []int) int {

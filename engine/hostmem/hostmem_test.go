@@ -215,3 +215,37 @@ func TestConcurrent(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// Freed allocations give their memory back: a large one's segment at
+// once, a chunk when all of it is free and another chunk took its place.
+func TestSpaceFree(t *testing.T) {
+	sp := NewSpace()
+	defer sp.Close()
+	big, _, err := sp.Alloc(2 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := sp.Bytes()
+	if err := sp.Free(big); err != nil || sp.Bytes() != before-(2<<20) {
+		t.Fatalf("freeing a large allocation: %v, %d bytes left of %d", err, sp.Bytes(), before)
+	}
+	if err := sp.Free(big); err == nil {
+		t.Error("a second free of the same allocation was accepted")
+	}
+	// 10 000 allocations of 64 KiB, each freed: the space stays small.
+	for i := range 10000 {
+		a, _, err := sp.Alloc(64 << 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sp.Free(a); err != nil {
+			t.Fatalf("free %d: %v", i, err)
+		}
+	}
+	if n := sp.Bytes(); n > 2*chunkSize {
+		t.Errorf("after 10000 freed allocations the space holds %d bytes", n)
+	}
+	if err := sp.Free(12345); err == nil {
+		t.Error("freeing an address of no allocation was accepted")
+	}
+}
