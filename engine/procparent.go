@@ -93,7 +93,7 @@ func (p *proc) spawn(deadline time.Time) error {
 	}()
 	p.cur.Store(in)
 	if _, err := p.call(laneControl, wire.Payload(&p.init), deadline); err != nil {
-		p.close()
+		p.abort() // it never took up its role: nothing to shut down politely
 		if time.Now().After(deadline) {
 			return Errorf(TimeoutError, "%s: starting: no answer within the startup deadline", p.name)
 		}
@@ -175,6 +175,14 @@ func (p *proc) close() error {
 		}
 	}
 	return in.mb.seg.Close()
+}
+
+// abort kills the child, reaps it and removes its mailbox.
+func (p *proc) abort() {
+	in := p.cur.Load()
+	in.cmd.Process.Kill()
+	<-in.exited
+	in.mb.seg.Close()
 }
 
 // kill ends the child at once.

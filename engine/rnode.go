@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -132,7 +133,7 @@ func (n *rnode) hello(parent uint64, deadline time.Time) error {
 	defer n.conn.SetDeadline(time.Time{})
 	h, payload, err := wire.ReadFrame(n.conn, wire.TypeChallenge.MaxPayload())
 	if err != nil {
-		return Errorf(RuntimeError, "no challenge from the daemon: %v", err)
+		return handshakeError("no challenge from the daemon", err)
 	}
 	if h.Type != wire.TypeChallenge {
 		return Errorf(RuntimeError, "the daemon opened with %s, want CHALLENGE", h.Type)
@@ -149,7 +150,7 @@ func (n *rnode) hello(parent uint64, deadline time.Time) error {
 	}
 	h, payload, err = wire.ReadFrame(n.conn, wire.TypeHelloReply.MaxPayload())
 	if err != nil {
-		return Errorf(RuntimeError, "no reply to HELLO: %v", err)
+		return handshakeError("no reply to HELLO", err)
 	}
 	if h.Type != wire.TypeHelloReply {
 		return Errorf(RuntimeError, "the daemon answered HELLO with %s", h.Type)
@@ -168,6 +169,15 @@ func (n *rnode) hello(parent uint64, deadline time.Time) error {
 		return Errorf(RuntimeError, "the daemon runs comm profile %q, want %q", r.CommProfile, n.spec.CommProfile)
 	}
 	return nil
+}
+
+// handshakeError is a failed handshake read: a TimeoutError when the
+// start-up deadline passed (a stopped daemon, say), else a RuntimeError.
+func handshakeError(what string, err error) error {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return Errorf(TimeoutError, "%s within the startup deadline", what)
+	}
+	return Errorf(RuntimeError, "%s: %v", what, err)
 }
 
 func (n *rnode) send(t wire.Type, seq uint64, m wire.Message) error {
