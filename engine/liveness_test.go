@@ -169,8 +169,14 @@ func TestStoppedChildIsDetected(t *testing.T) {
 		if el := time.Since(start); el > 3*time.Second {
 			t.Errorf("sub %v: noticed after %v", sub, el)
 		}
-		mustRun(t, w, func(o *Orchestrator) error { _, err := o.SubmitNext(kernel(t, w, "add1"), mkArgs(x, InOut), nil, 1); return err })
-		mustRun(t, w, func(o *Orchestrator) error { _, err := o.SubmitNext(kernel(t, w, "add1"), mkArgs(x, InOut), nil, 0); return err })
+		mustRun(t, w, func(o *Orchestrator) error {
+			_, err := o.SubmitNext(kernel(t, w, "add1"), mkArgs(x, InOut), nil, 1)
+			return err
+		})
+		mustRun(t, w, func(o *Orchestrator) error {
+			_, err := o.SubmitNext(kernel(t, w, "add1"), mkArgs(x, InOut), nil, 0)
+			return err
+		})
 		if get64(xb) != 3 {
 			t.Errorf("sub %v: after the stop: %d", sub, get64(xb))
 		}
@@ -200,7 +206,10 @@ func TestCloseIsBounded(t *testing.T) {
 		if mode == "thread" { // a Go kernel that heeds no stop cannot be ended in this process: use one that does
 			hang = kernel(t, w, "spin")
 		}
-		must(w.Submit(asBuild(func(o *Orchestrator) error { _, err := o.SubmitNext(hang, mkArgs(x, OutputExisting), nil, 0); return err })))
+		must(w.Submit(asBuild(func(o *Orchestrator) error {
+			_, err := o.SubmitNext(hang, mkArgs(x, OutputExisting), nil, 0)
+			return err
+		})))
 		poll(t, "the kernel to start", func() bool { return get64(xb) == 1 })
 		start := time.Now()
 		err = w.Close()
