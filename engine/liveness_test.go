@@ -415,3 +415,18 @@ func kernelNode(t *testing.T, w *Worker, name string) *Handle {
 	}
 	return h
 }
+
+// control_timeout_s bounds a control round trip to a child process: a
+// malloc on a stopped chip fails at the configured bound.
+func TestControlTimeoutIsHonoured(t *testing.T) {
+	w := newWorker(t, Config{Level: 3, DeviceIDs: []int{0}, Mode: "process", Launcher: testLauncher(), ControlTimeout: 300 * time.Millisecond})
+	p := w.chipProcs[0]
+	p.cur.Load().cmd.Process.Signal(syscall.SIGSTOP)
+	defer p.cur.Load().cmd.Process.Signal(syscall.SIGCONT)
+	start := time.Now()
+	_, err := w.Malloc(0, 8)
+	el := time.Since(start)
+	if KindOf(err) != TimeoutError || el < 300*time.Millisecond || el > 2*time.Second {
+		t.Errorf("malloc on a stopped chip: %v after %v", err, el)
+	}
+}

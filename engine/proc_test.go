@@ -23,33 +23,33 @@ func (k procKernel) Name() string   { return k.name }
 func (k procKernel) Digest() string { return "sha256:test-" + k.name }
 func (k procKernel) Module() string { return "engine_test" }
 
-func (k procKernel) RunChip(c *ChipCtx, a *TaskArgs) error { return procKernels[k.name](a, c) }
-func (k procKernel) RunSub(c *SubCtx, a *TaskArgs) error   { return procKernels[k.name](a, nil) }
+func (k procKernel) RunChip(c *ChipCtx, a *TaskArgs) error { return procKernels[k.name](a, c, c.Stop) }
+func (k procKernel) RunSub(c *SubCtx, a *TaskArgs) error   { return procKernels[k.name](a, nil, c.Stop) }
 
-var procKernels = map[string]func(a *TaskArgs, c *ChipCtx) error{
+var procKernels = map[string]func(a *TaskArgs, c *ChipCtx, stop *Stopper) error{
 	// add1 adds one to the int64 in tensor 0, in place.
-	"add1": func(a *TaskArgs, c *ChipCtx) error {
+	"add1": func(a *TaskArgs, c *ChipCtx, stop *Stopper) error {
 		b := taskBytes(a, c, 0)
 		binary.LittleEndian.PutUint64(b, binary.LittleEndian.Uint64(b)+1)
 		return nil
 	},
 	// hang marks tensor 0 and then never returns.
-	"hang": func(a *TaskArgs, c *ChipCtx) error {
+	"hang": func(a *TaskArgs, c *ChipCtx, stop *Stopper) error {
 		binary.LittleEndian.PutUint64(taskBytes(a, c, 0), 1)
 		select {}
 	},
-	"noop": func(a *TaskArgs, c *ChipCtx) error { return nil },
+	"noop": func(a *TaskArgs, c *ChipCtx, stop *Stopper) error { return nil },
 	// spin marks tensor 0 and runs until it is asked to stop.
-	"spin": func(a *TaskArgs, c *ChipCtx) error {
+	"spin": func(a *TaskArgs, c *ChipCtx, stop *Stopper) error {
 		binary.LittleEndian.PutUint64(taskBytes(a, c, 0), 1)
 		for {
-			if stopped, why := c.Stop.Stopped(); stopped {
+			if stopped, why := stop.Stopped(); stopped {
 				return Errorf(RuntimeError, "stopped: %s", why)
 			}
 			time.Sleep(time.Millisecond)
 		}
 	},
-	"fail": func(a *TaskArgs, c *ChipCtx) error { return Errorf(IndexError, "child says no") },
+	"fail": func(a *TaskArgs, c *ChipCtx, stop *Stopper) error { return Errorf(IndexError, "child says no") },
 }
 
 // taskBytes is tensor i's memory in a chip kernel (device) or SUB (host).

@@ -92,9 +92,13 @@ func (p *proc) spawn(deadline time.Time) error {
 		close(in.exited)
 	}()
 	p.cur.Store(in)
-	if _, err := p.call(laneControl, wire.Payload(&p.init), deadline); err != nil {
-		p.abort() // it never took up its role: nothing to shut down politely
-		if time.Now().After(deadline) {
+	_, err = p.call(laneControl, wire.Payload(&p.init), deadline)
+	if err == nil && time.Now().After(deadline) {
+		err = Errorf(TimeoutError, "late") // answered, but after the deadline it was given
+	}
+	if err != nil {
+		p.abort() // it never took up its role in time: nothing to shut down politely
+		if KindOf(err) == TimeoutError || time.Now().After(deadline) {
 			return Errorf(TimeoutError, "%s: starting: no answer within the startup deadline", p.name)
 		}
 		return Wrap(err, p.name+": starting")
@@ -138,7 +142,10 @@ func (p *proc) call(laneID int, req []byte, deadline time.Time) (*wire.Decoder, 
 	resp, err := in.mb.lanes[laneID].call(req, deadline, alive)
 	if err != nil {
 		if KindOf(err) == TimeoutError {
-			err = Errorf(TimeoutError, "%s: child process %d did not answer in time", p.name, in.cmd.Process.Pid)
+			// The request may still be answered, later, into a lane the next
+			// request uses: a child in that state is not used again.
+			err = Errorf(TimeoutError, "%s: child process %d did not answer in time; it was killed", p.name, in.cmd.Process.Pid)
+			in.cmd.Process.Kill()
 		}
 		return nil, err
 	}

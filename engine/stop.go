@@ -2,6 +2,8 @@ package engine
 
 import "sync"
 
+// A nil *Stopper is one that nothing will ask: its methods do nothing.
+//
 // Stopper lets running code be asked to stop: a kernel past its deadline,
 // the tasks of a cancelled run. What stopping means is the runner's: the
 // binding registers it when a callable starts (a Starlark thread's
@@ -17,6 +19,9 @@ type Stopper struct {
 // OnStop registers how to stop what runs now; if Stop came first, fn is
 // called at once.
 func (s *Stopper) OnStop(fn func(reason string)) {
+	if s == nil {
+		return // nothing will ask
+	}
 	s.mu.Lock()
 	s.fn = fn
 	done, reason := s.done, s.reason
@@ -28,6 +33,9 @@ func (s *Stopper) OnStop(fn func(reason string)) {
 
 // Stop asks what runs to stop, with reason; only the first Stop counts.
 func (s *Stopper) Stop(reason string) {
+	if s == nil {
+		return
+	}
 	s.mu.Lock()
 	if s.done {
 		s.mu.Unlock()
@@ -43,6 +51,9 @@ func (s *Stopper) Stop(reason string) {
 
 // Stopped reports whether Stop was called, and why.
 func (s *Stopper) Stopped() (bool, string) {
+	if s == nil {
+		return false, ""
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.done, s.reason
