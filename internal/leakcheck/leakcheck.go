@@ -38,6 +38,12 @@ func Run(m *testing.M) int { return RunThen(m, nil) }
 // for a package that legitimately holds something across tests (a pool)
 // until it is released.
 func RunThen(m *testing.M, release func() error) int {
+	if fuzzWorker() {
+		// The fuzzing coordinator kills its workers when it is done: a
+		// worker's checks would never finish, and what it made for them
+		// (its private directories) would be left behind.
+		return m.Run()
+	}
 	// os/signal's receiving goroutine, once started, lives as long as the
 	// process; the testing package starts it when fuzzing, and some tests
 	// start it (a command that watches SIGINT). Starting it here puts it in
@@ -166,4 +172,15 @@ func goroutines(before int) (int, string) {
 		}
 		time.Sleep(10 * time.Millisecond) // polling a count, not waiting for work
 	}
+}
+
+// fuzzWorker reports whether this process is a worker the fuzzing
+// coordinator started.
+func fuzzWorker() bool {
+	for _, a := range os.Args[1:] {
+		if a == "-test.fuzzworker" || a == "-test.fuzzworker=true" {
+			return true
+		}
+	}
+	return false
 }
