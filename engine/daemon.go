@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"simpler/hal/shm"
+	"simpler/internal/orphan"
 	"simpler/wire"
 )
 
@@ -545,11 +546,11 @@ func ServeSessionFD(newResolver SourceResolver) error {
 	// connection ends serve, which frees what it holds.
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
-	done := make(chan struct{})
-	go watchSession(conn, sig, done)
-	err = RunSession(conn, l, start, newResolver, func() { abandon(conn) })
+	closeConn := func() { conn.Close() }
+	end := orphan.Watch(sig, closeConn)
+	err = RunSession(conn, l, start, newResolver, func() { orphan.Abandon(closeConn) })
 	signal.Stop(sig)
-	close(done)
+	end()
 	return err
 }
 
@@ -564,44 +565,4 @@ func readStart(l *link) (wire.Link, error) {
 		err = fmt.Errorf("link: first message is %d, want LINK_START", m.Kind)
 	}
 	return m, err
-}
-
-// watchSession ends the session when it is interrupted or its daemon is
-// gone. A session outlives neither: a daemon that is killed takes its
-// sessions with it, so the parent sees the connection drop.
-func watchSession(conn net.Conn, sig chan os.Signal, done chan struct{}) {
-	ppid := os.Getppid()
-	tick := time.NewTicker(pollEvery)
-	defer tick.Stop()
-	for {
-		select {
-		case <-sig:
-			abandon(conn)
-			return
-		case <-tick.C:
-			if os.Getppid() != ppid {
-				abandon(conn)
-				return
-			}
-		case <-done:
-			return
-		}
-	}
-}
-
-// sessionGrace is how long an abandoned session may take to finish the
-// task it is running before the process ends without it.
-const sessionGrace = 2 * time.Second
-
-// abandon ends a session whose daemon or parent is gone or that was
-// interrupted: closing the connection ends serve, which frees what the
-// session holds once its running work returns. Work that does not return
-// in time (a kernel in a long loop) must not keep the process alive: its
-// shared memory is removed and the process exits.
-func abandon(conn net.Conn) {
-	conn.Close()
-	time.AfterFunc(sessionGrace, func() {
-		shm.RemoveOwn()
-		os.Exit(1)
-	})
 }

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"simpler/engine/hostmem"
 	"simpler/hal"
@@ -14,6 +13,7 @@ import (
 	"simpler/hal/shm"
 	"simpler/internal/bounds"
 	"simpler/internal/futex"
+	"simpler/internal/orphan"
 	"simpler/wire"
 )
 
@@ -105,7 +105,14 @@ func RunChild(name string, newResolver func(bundle []byte) (Resolver, error)) er
 		return nil
 	}
 	ctl.reply([]byte{statusOK})
-	go c.watchParent()
+	// A child whose parent died while a kernel runs (the lanes notice an
+	// absent parent only between requests) stops the kernel and ends
+	// within orphan.Grace.
+	endWatch := orphan.Watch(nil, func() {
+		c.stop()
+		c.taskStop.Stop("the parent process died")
+	})
+	defer endWatch()
 	task := mb.lanes[laneTask]
 	taskDone := make(chan struct{})
 	go func() {
@@ -117,30 +124,6 @@ func RunChild(name string, newResolver func(bundle []byte) (Resolver, error)) er
 	<-taskDone              // it reads the mailbox until it returns
 	c.shutdown()
 	return nil
-}
-
-// watchParent ends a child whose parent died while a kernel runs (the
-// lanes notice an absent parent only between requests): after a grace
-// period it removes its own shared memory and exits.
-func (c *child) watchParent() {
-	tick := time.NewTicker(pollEvery)
-	defer tick.Stop()
-	for range tick.C {
-		if os.Getppid() != c.ppid {
-			c.stop()
-			c.taskStop.Stop("the parent process died")
-			time.AfterFunc(sessionGrace, func() {
-				shm.RemoveOwn()
-				os.Exit(1)
-			})
-			return
-		}
-		select {
-		case <-c.done: // shut down by the parent: nothing to watch
-			return
-		default:
-		}
-	}
 }
 
 // stop ends both lanes.
