@@ -8,9 +8,12 @@ PLATFORM ?= a2a3sim
 build:
 	$(GO) build -o $(BIN) ./cmd/simpler
 
-# The main example on the default simulated platform.
+# The main example on the default simulated platform, then what it did and
+# where to go next.
 demo: build
 	$(BIN) run --platform $(PLATFORM) scripts/examples/multi_chip_dispatch.star
+	@echo "demo: two simulated $(PLATFORM) chips each added two 1024-element vectors, and a SUB task that waited for both checked every element."
+	@echo "next: docs/guide.md explains the script line by line; $(BIN) repl gives you a live Worker to try things on."
 
 # Every test: vet, formatting, a short run of every fuzz target, then the
 # whole suite under the race detector (golden scripts in both modes, real

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"simpler/engine"
+	"simpler/engine/remote"
 	"simpler/hal"
 )
 
@@ -39,7 +40,7 @@ func Global(w io.Writer) (ok bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	top, err := engine.NewWorker(engine.Config{Level: 4, Platform: p})
+	top, err := engine.NewWorker(engine.Config{Level: 4, Platform: p, Dial: remote.Dial})
 	if err != nil {
 		return false, err
 	}

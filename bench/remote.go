@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"simpler/engine"
+	"simpler/engine/remote"
 	"simpler/internal/token"
 	"simpler/starlib"
 )
@@ -214,7 +215,7 @@ func remoteSetup() (limits, *daemon, string, error) {
 // daemon is a benchmark's daemon and the token file it wrote, where the
 // script's add_remote_worker finds it.
 type daemon struct {
-	*engine.Daemon
+	*remote.Daemon
 	tokenPath string
 }
 
@@ -240,7 +241,7 @@ func startDaemon() (*daemon, string, error) {
 		ln.Close()
 		return nil, "", err
 	}
-	d, err := engine.NewDaemon(ln, engine.DaemonConfig{Token: tok, Log: os.Stderr, Session: &engine.Launcher{Path: exe, Args: []string{"__session"}}})
+	d, err := remote.NewDaemon(ln, remote.DaemonConfig{Token: tok, Log: os.Stderr, Session: &engine.Launcher{Path: exe, Args: []string{"__session"}}})
 	if err != nil {
 		ln.Close()
 		token.Remove(path)

@@ -90,12 +90,13 @@ func (w *Worker) RunKernel(h *Handle, args *TaskArgs) error {
 			return Errorf(ValueError, "run: tensor %d has no dtype", i)
 		}
 	}
-	if w.chipProcs != nil {
-		err = w.chipProcs[0].run(opRunChip, h, &a, nil)
-	} else {
+	err = w.observeKernel(h.Name(), func() error {
+		if w.chipProcs != nil {
+			return w.chipProcs[0].run(opRunChip, h, &a, nil)
+		}
 		var local any
-		err = runKernel(&ChipCtx{Chip: w.chips[0], Local: &local}, k, &a)
-	}
+		return runKernel(&ChipCtx{Chip: w.chips[0], Local: &local}, k, &a)
+	})
 	if err != nil {
 		return taskError(1, w.workerName(NextLevel, 0), h.Name(), err)
 	}

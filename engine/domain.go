@@ -133,7 +133,7 @@ func (d *Domain) Rank(worker int) (*RankView, error) {
 		}
 		return v, nil
 	}
-	return nil, Errorf(KeyError, "worker %d is not a member of domain %q (members: %s)", worker, d.spec.Name, intList(d.spec.Workers))
+	return nil, Errorf(KeyError, "worker %d is not a member of domain %q (members: %s)", worker, d.spec.Name, FormatInts(d.spec.Workers))
 }
 
 // validateDomain checks a spec before any backend work.
@@ -420,8 +420,9 @@ func initBaseComm(c hal.Chip, profile string) error {
 	return c.Platform().Serves(profile)
 }
 
-// intList formats ids the way scripts write lists: [0, 2].
-func intList(ids []int) string {
+// FormatInts formats ids the way scripts write lists, [0, 2], for
+// messages and names a user reads (Go's %v would print [0 2]).
+func FormatInts(ids []int) string {
 	b := []byte{'['}
 	for i, id := range ids {
 		if i > 0 {

@@ -94,18 +94,64 @@ func (e *loopEndpoint) runSafely(a Assignment) (err error) {
 	return e.run(e, a)
 }
 
+// RemoteNode is a remote level-3 node as its parent drives it: tasks
+// sent ahead up to RemoteDepth, an ordered command lane, registration and
+// its health. Package engine/remote implements it over TCP; engine never
+// imports that package (Config.Dial brings it in). Its locks are leaf
+// locks: none is held while it calls done.
+type RemoteNode interface {
+	// Start sends a task member, named by key (comparable) for Cancel.
+	// done gets its outcome exactly once, on a goroutine that must not
+	// wait for another reply from the node; work that might is returned
+	// as after, which runs where it may block. An error means nothing was
+	// sent and done will not be called.
+	Start(key any, h *Handle, args *TaskArgs, cfg *CallConfig, done func(error) (after func())) error
+	// Cancel asks the node to stop member key, and retires the node if it
+	// does not stop in time. It does not wait.
+	Cancel(key any, reason string)
+	// Control runs one command on the ordered lane.
+	Control(c *wire.Control) (wire.ControlReply, error)
+	// ControlData runs a command with bulk data after it (a COPY_TO) or a
+	// sink its reply's data is read into (a COPY_FROM); the reply's data is
+	// valid until release is called, which the caller must do.
+	ControlData(c *wire.Control, bulk, sink []byte) (r wire.ControlReply, release func(), err error)
+	// Register ships a callable by module and name.
+	Register(c Callable) error
+	// Lost is why the node takes no more work (nil while it is usable).
+	Lost() error
+	// Fail retires the node with err: its tasks in flight fail with it.
+	Fail(err error)
+	// Close ends the session and waits for what serves it.
+	Close()
+}
+
+// DialRequest is what a Dialer is given to bring up one remote node.
+type DialRequest struct {
+	Name     string // the node as errors name it ("remote_worker 1")
+	ID       int    // its NEXT_LEVEL id, which its frames carry
+	Spec     RemoteSpec
+	Sources  *Sources      // the code the node runs
+	Parent   uint64        // the level-4 worker's id: the node's exports are bound to it
+	Timeout  time.Duration // bounds every command and health probe
+	Deadline time.Time     // the start-up deadline
+}
+
+// Dialer connects a remote node, proves the token, brings the node up and
+// ships it the code: Config.Dial (engine/remote's Dial).
+type Dialer func(req DialRequest) (RemoteNode, error)
+
 // remoteEndpoint sends assignments to a remote node, up to its depth at
 // once; the node's reader reports them. Work that may need the node again
 // (finishing a fenced run) is not done on that reader.
 type remoteEndpoint struct {
 	w *Worker
-	n *rnode
+	n RemoteNode
 }
 
 func (e *remoteEndpoint) Start(a Assignment) {
 	e.w.started(a)
 	t := a.Task
-	err := e.n.start(memberKey{t, a.Member}, t.handle, &t.args[a.Member], &t.cfg, func(err error) func() { return e.w.completed(a, err, nil) })
+	err := e.n.Start(memberKey{t, a.Member}, t.handle, &t.args[a.Member], &t.cfg, func(err error) func() { return e.w.completed(a, err, nil) })
 	if err != nil { // not sent: report it off this goroutine, which may hold a caller's state
 		e.w.remoteFailed.Add(1)
 		go func() {
@@ -120,7 +166,7 @@ func (e *remoteEndpoint) Start(a Assignment) {
 func (e *remoteEndpoint) Stop() {}
 
 func (e *remoteEndpoint) Cancel(a Assignment, reason string) {
-	e.n.cancel(memberKey{a.Task, a.Member}, reason)
+	e.n.Cancel(memberKey{a.Task, a.Member}, reason)
 }
 
 // started records that a starts on its endpoint, and arms its deadline.
@@ -272,7 +318,7 @@ func (w *Worker) nextRunner() func(e *loopEndpoint, a Assignment) error {
 func (w *Worker) runChild(e *loopEndpoint, a Assignment) error {
 	t := a.Task
 	oc, args, cfg := t.handle.Callable.(OrchCallable), &t.args[a.Member], t.cfg
-	r, err := w.children[a.Target].submit(func(o *Orchestrator) (any, error) { return nil, oc.RunOrch(o, args, &cfg) }, &e.stop)
+	r, err := w.children[a.Target].SubmitStoppable(func(o *Orchestrator) (any, error) { return nil, oc.RunOrch(o, args, &cfg) }, &e.stop)
 	if err != nil {
 		return err
 	}
@@ -322,7 +368,7 @@ func (w *Worker) stopEndpointsWithin(d time.Duration) bool {
 // Node is a level-3 node as its level-4 parent commands it (the global
 // domain transaction and staging): a remote session, a level-3 worker in a
 // child process, or one in this process. Every kind of node serves the
-// commands with the same code (Worker.globalCommand, on the node).
+// commands with the same code (Worker.GlobalCommand, on the node).
 type Node interface {
 	Command(c *wire.Control) (wire.ControlReply, error)
 }
@@ -332,7 +378,7 @@ type localNode struct{ w *Worker }
 
 func (n localNode) Command(c *wire.Control) (wire.ControlReply, error) {
 	r := wire.ControlReply{Cmd: c.Cmd}
-	err := n.w.globalCommand(*c, &r)
+	err := n.w.GlobalCommand(*c, &r)
 	return r, err
 }
 

@@ -28,6 +28,7 @@ type Event struct {
 	Worker   string // endpoint name, e.g. "chip_worker 1 (device 1)"
 	Callable string
 	Deps     []int // producers' task ids (TaskSubmitted)
+	Members  int   // TaskSubmitted: how many members the task has (a group's, one per args)
 	Err      error // TaskFinished with a failure
 	Domain   string
 	AllocID  uint64
@@ -51,4 +52,24 @@ func (w *Worker) emit(e Event) {
 		e.At = time.Now()
 		w.observer(e)
 	}
+}
+
+// observeKernel runs a level-2 run(kernel, args) and reports it as a run
+// of its own with one task on the chip's lane, submitted, started and
+// finished like a level-3 task: otherwise a level-2 script's trace and
+// progress line would show no task at all.
+func (w *Worker) observeKernel(callable string, run func() error) error {
+	if w.observer == nil {
+		return run()
+	}
+	w.mu.Lock()
+	w.runSeq++
+	id := w.runSeq
+	w.mu.Unlock()
+	lane := w.workerName(NextLevel, 0)
+	w.emit(Event{Kind: TaskSubmitted, Run: id, Task: 1, Members: 1, Callable: callable})
+	w.emit(Event{Kind: TaskStarted, Run: id, Task: 1, Worker: lane, Callable: callable})
+	err := run()
+	w.emit(Event{Kind: TaskFinished, Run: id, Task: 1, Worker: lane, Callable: callable, Err: err})
+	return err
 }

@@ -203,7 +203,7 @@ func TestGlobalDomainProcessChipsAbortFailurePoisons(t *testing.T) {
 	if n := len(gdomNames(t, w)); n == 0 {
 		t.Error("the failed abort of node 0 released its windows anyway")
 	}
-	w.children[0].closeGlobals() // what the failed abort left on node 0
+	w.children[0].CloseGlobals() // what the failed abort left on node 0
 	if left := gdomNames(t, w); len(left) != 0 {
 		t.Errorf("left after releasing node 0: %v", left)
 	}

@@ -194,6 +194,15 @@ func (g *nodeGlobal) release() error {
 	return first
 }
 
+// HostedGlobals is the number of global domains this node holds ranks of,
+// from PREPARE until their release: what an ABORT or a RELEASE of each
+// brings back to zero (tests of remote nodes check it on a local one).
+func (w *Worker) HostedGlobals() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.globals)
+}
+
 // GlobalView is this node's committed view of global domain id: for each
 // local worker hosting a rank, its context.
 func (w *Worker) GlobalView(id uint64) (map[int]*RankView, error) {
@@ -216,9 +225,10 @@ func (w *Worker) GlobalView(id uint64) (map[int]*RankView, error) {
 	return view, nil
 }
 
-// closeGlobals releases every global domain still held. Caller holds no
+// CloseGlobals releases every global domain this node still holds (Close
+// does; a remote session's fuzzer does between inputs). Caller holds no
 // lock.
-func (w *Worker) closeGlobals() {
+func (w *Worker) CloseGlobals() {
 	w.mu.Lock()
 	ids := make([]uint64, 0, len(w.globals))
 	for id := range w.globals {
@@ -298,14 +308,15 @@ func decodeDescs(b []byte) ([]comm.Descriptor, error) {
 
 // globalFaultPoints names the fault point of each global-domain command;
 // the broker hits it for the node it sends to (nodeCmd), and a node hits
-// its bare form for itself (globalCommand). Staging has none.
+// its bare form for itself (GlobalCommand). Staging has none.
 var globalFaultPoints = map[wire.Command]string{wire.CmdCommInit: "global.comm_init", wire.CmdPrepare: "global.prepare",
 	wire.CmdImportTable: "global.import", wire.CmdCommit: "global.commit", wire.CmdAbort: "global.abort", wire.CmdReleaseDomain: "global.release"}
 
-// globalCommand serves a global-domain CONTROL command on a node (the
-// remote session's side of the transaction). A daemon applies bare fault
-// points to itself.
-func (w *Worker) globalCommand(c wire.Control, r *wire.ControlReply) error {
+// GlobalCommand serves a global-domain CONTROL command on a level-3 node:
+// every kind of node runs it (in this process, in a child process, in a
+// remote session, whose package reaches it only through this method). A
+// daemon applies bare fault points to itself.
+func (w *Worker) GlobalCommand(c wire.Control, r *wire.ControlReply) error {
 	if err := fault.Hit(globalFaultPoints[c.Cmd], -1); err != nil {
 		return err
 	}

@@ -165,7 +165,7 @@ func (o *Orchestrator) checkTensors(op string, job schedJob, m int, a *TaskArgs)
 	}
 	remote := job.pool == NextLevel && o.w.IsRemote(worker)
 	if remote {
-		if err := o.w.remotes[worker].lost(); err != nil {
+		if err := o.w.remotes[worker].Lost(); err != nil {
 			return &Error{Kind: RuntimeError, Msg: fmt.Sprintf("%s: remote_worker %d can take no more work: %v", op, worker, err), Cause: err}
 		}
 	}
@@ -281,7 +281,7 @@ func (o *Orchestrator) submit(op string, h *Handle, job schedJob, argsList []*Ta
 	w.refHostBufs(t)
 	r.captureRemote(t)
 	if w.observer != nil {
-		w.emit(Event{Kind: TaskSubmitted, Run: r.id, Task: t.ID, Callable: h.Name(), Deps: t.deps})
+		w.emit(Event{Kind: TaskSubmitted, Run: r.id, Task: t.ID, Members: len(argsList), Callable: h.Name(), Deps: t.deps})
 	}
 	eff := Effects{Assign: o.dispatch[:0]}
 	w.core.add(t, &eff)

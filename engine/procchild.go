@@ -229,7 +229,7 @@ func (c *child) task(req []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg, op := callConfigOf(m.Config), m.Op
+	cfg, op := CallConfigOf(m.Config), m.Op
 	c.mu.Lock()
 	fn := c.callables[m.Digest]
 	c.tasks++
@@ -252,7 +252,7 @@ func (c *child) task(req []byte) ([]byte, error) {
 			return nil, Errorf(TypeError, "%q cannot run as an orchestration function", fn.Name())
 		}
 		var r *Run
-		if r, err = c.node.submit(func(o *Orchestrator) (any, error) { return nil, oc.RunOrch(o, args, &cfg) }, &c.taskStop); err == nil {
+		if r, err = c.node.SubmitStoppable(func(o *Orchestrator) (any, error) { return nil, oc.RunOrch(o, args, &cfg) }, &c.taskStop); err == nil {
 			err = r.Wait(-1)
 		}
 	case op == opRunSub && c.role == roleSub:
@@ -307,7 +307,7 @@ func (c *child) control(req []byte) ([]byte, error) {
 			return nil, Errorf(RuntimeError, "a global-domain command needs a level-3 node; this child is a chip or SUB worker")
 		}
 		reply := wire.ControlReply{Seq: 1, Cmd: r.Global.Cmd} // the mailbox has no sequence; the codec wants one
-		if err := c.node.globalCommand(r.Global, &reply); err != nil {
+		if err := c.node.GlobalCommand(r.Global, &reply); err != nil {
 			return nil, err
 		}
 		return ok(reply.Encode), nil

@@ -177,7 +177,7 @@ func FuzzTaskArgs(f *testing.F) {
 			}
 		}
 		return func(e *wire.Encoder) error {
-			back, err := mailboxTask(m.Op, m.Digest, a, callConfigOf(m.Config), h.locate)
+			back, err := mailboxTask(m.Op, m.Digest, a, CallConfigOf(m.Config), h.locate)
 			if err == nil {
 				back.Encode(e)
 			}

@@ -53,6 +53,10 @@ func (h *RemoteBuffer) Imported() bool { return h.source != nil }
 // Released reports whether the user released h.
 func (h *RemoteBuffer) Released() bool { return h.released }
 
+// Freed reports whether h's physical action was issued and not undone: the
+// free of an owner allocation, the release of an imported view.
+func (h *RemoteBuffer) Freed() bool { return h.done }
+
 // RemoteAction is physical work the registry decided on.
 type RemoteAction struct {
 	Free          *RemoteBuffer // free this owner allocation on its owner

@@ -169,14 +169,14 @@ func sameInts(a, b []int) bool {
 // registerRemote ships c to every remote node, all or nothing: when one
 // node refuses, the nodes that took it are told to drop it again.
 func (w *Worker) registerRemote(c Callable) error {
-	var took []*rnode
+	var took []RemoteNode
 	for _, n := range w.remotes {
 		if n == nil {
 			continue
 		}
-		if err := n.register(c); err != nil {
+		if err := n.Register(c); err != nil {
 			for _, done := range took {
-				done.control(&wire.Control{Cmd: wire.CmdUnregister, Digest: c.Digest()})
+				done.Control(&wire.Control{Cmd: wire.CmdUnregister, Digest: c.Digest()})
 			}
 			return err
 		}

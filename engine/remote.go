@@ -2,6 +2,8 @@ package engine
 
 import (
 	"fmt"
+	"net"
+	"strconv"
 	"sync"
 	"time"
 
@@ -9,6 +11,40 @@ import (
 	"simpler/internal/token"
 	"simpler/wire"
 )
+
+// RemoteSpec describes a remote level-3 node served by a
+// `simpler remote-l3-worker` daemon.
+type RemoteSpec struct {
+	Endpoint          string // host:port
+	Platform          string
+	DeviceIDs         []int
+	NumSubWorkers     int
+	CommProfile       string
+	GlobalDeviceRanks []int
+	Token             []byte // nil: the token the daemon wrote on this host (token.ForEndpoint)
+}
+
+// Sources is the code a remote node runs: the module bundle with its
+// sources, since a remote host has no copy of the parent's files.
+type Sources struct {
+	Root    string
+	Modules []wire.Module
+}
+
+// DefaultSessionTimeout bounds every remote command and health probe.
+const DefaultSessionTimeout = 30 * time.Second
+
+// validateEndpoint checks host:port with a numeric port.
+func validateEndpoint(ep string) error {
+	host, port, err := net.SplitHostPort(ep)
+	if err != nil || host == "" {
+		return Errorf(ValueError, "add_remote_worker: endpoint %q is not host:port", ep)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
+		return Errorf(ValueError, "add_remote_worker: endpoint %q has a non-numeric or out-of-range port", ep)
+	}
+	return nil
+}
 
 // AddRemoteWorker attaches a remote level-3 node (level 4 and up, before
 // Init) and returns its NEXT_LEVEL id, from the same counter as AddWorker.
@@ -46,15 +82,18 @@ func (w *Worker) IsRemote(id int) bool {
 }
 
 // dialRemotes connects every remote node in parallel under the start-up
-// deadline and ships the registry. Caller holds w.regMu (not w.mu: this
-// waits on the network).
+// deadline (through Config.Dial) and ships the registry. Caller holds
+// w.regMu (not w.mu: this waits on the network).
 func (w *Worker) dialRemotes() error {
 	if len(w.remoteSpecs) == 0 {
 		return nil
 	}
+	if err := w.canDial(); err != nil {
+		return err
+	}
 	deadline := time.Now().Add(w.cfg.StartupTimeout)
 	parent := w.clusterID()
-	w.remotes = make([]*rnode, len(w.remoteSpecs))
+	w.remotes = make([]RemoteNode, len(w.remoteSpecs))
 	errs := make([]error, len(w.remoteSpecs))
 	var wg sync.WaitGroup
 	for id, spec := range w.remoteSpecs {
@@ -64,7 +103,13 @@ func (w *Worker) dialRemotes() error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w.remotes[id], errs[id] = dialNode(fmt.Sprintf("remote_worker %d", id), id, *spec, w.cfg.Sources, parent, w.cfg.SessionTimeout, deadline)
+			req := DialRequest{Name: fmt.Sprintf("remote_worker %d", id), ID: id, Spec: *spec, Sources: w.cfg.Sources,
+				Parent: parent, Timeout: w.cfg.SessionTimeout, Deadline: deadline}
+			n, err := w.cfg.Dial(req)
+			if err == nil { // a failed dial leaves nothing to close
+				w.remotes[id] = n
+			}
+			errs[id] = err
 		}()
 	}
 	wg.Wait()
@@ -81,8 +126,22 @@ func (w *Worker) dialRemotes() error {
 	return nil
 }
 
+// canDial refuses remote nodes on a worker that has no transport for
+// them: engine does not speak TCP itself (engine/remote does).
+func (w *Worker) canDial() error {
+	if w.cfg.Dial != nil {
+		return nil
+	}
+	for id, spec := range w.remoteSpecs {
+		if spec != nil {
+			return Errorf(RuntimeError, "init: remote_worker %d: this worker has no transport for remote nodes (Config.Dial is nil; set it to remote.Dial of package simpler/engine/remote)", id)
+		}
+	}
+	return nil
+}
+
 // node returns remote node id for op, refusing other ids.
-func (w *Worker) node(op string, id int) (*rnode, error) {
+func (w *Worker) node(op string, id int) (RemoteNode, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err := w.ready(op); err != nil {
@@ -105,7 +164,7 @@ func (w *Worker) RemoteMalloc(worker, nbytes int) (*RemoteBuffer, error) {
 	if err != nil {
 		return nil, err
 	}
-	r, err := n.control(&wire.Control{Cmd: wire.CmdMalloc, NBytes: uint64(nbytes)})
+	r, err := n.Control(&wire.Control{Cmd: wire.CmdMalloc, NBytes: uint64(nbytes)})
 	if err != nil {
 		return nil, Wrap(err, op)
 	}
@@ -182,7 +241,7 @@ func (w *Worker) remoteCmd(id int, c *wire.Control) error {
 // remoteCmdReply runs a command on remote node id and returns its reply.
 func (w *Worker) remoteCmdReply(id int, c *wire.Control) (wire.ControlReply, error) {
 	w.mu.Lock()
-	var n *rnode
+	var n RemoteNode
 	if id < len(w.remotes) {
 		n = w.remotes[id]
 	}
@@ -190,7 +249,7 @@ func (w *Worker) remoteCmdReply(id int, c *wire.Control) (wire.ControlReply, err
 	if n == nil {
 		return wire.ControlReply{}, Errorf(RuntimeError, "remote worker %d is gone", id)
 	}
-	return n.control(c)
+	return n.Control(c)
 }
 
 // ownerHandle checks h for a bulk copy.
@@ -218,7 +277,7 @@ func (w *Worker) RemoteCopyTo(h *RemoteBuffer, src []byte, offset int) error {
 	}
 	for done := 0; done < len(src); {
 		n := min(len(src)-done, wire.MaxCopy)
-		_, release, err := node.controlData(&wire.Control{Cmd: wire.CmdCopyTo, Buffer: ref(h), Offset: uint64(offset + done)}, src[done:done+n], nil)
+		_, release, err := node.ControlData(&wire.Control{Cmd: wire.CmdCopyTo, Buffer: ref(h), Offset: uint64(offset + done)}, src[done:done+n], nil)
 		release()
 		if err != nil {
 			return Wrap(err, op)
@@ -241,7 +300,7 @@ func (w *Worker) RemoteCopyFrom(h *RemoteBuffer, dst []byte, offset int) error {
 	for done := 0; done < len(dst); {
 		k := min(len(dst)-done, wire.MaxCopy)
 		sink := dst[done : done+k]
-		r, release, err := n.controlData(&wire.Control{Cmd: wire.CmdCopyFrom, Buffer: ref(h), Offset: uint64(offset + done), NBytes: uint64(k)}, nil, sink)
+		r, release, err := n.ControlData(&wire.Control{Cmd: wire.CmdCopyFrom, Buffer: ref(h), Offset: uint64(offset + done), NBytes: uint64(k)}, nil, sink)
 		if err == nil && len(r.Data) != k {
 			err = Errorf(RuntimeError, "asked for %d bytes, got %d", k, len(r.Data))
 		}
@@ -285,7 +344,7 @@ func (w *Worker) RemoteExportRange(h *RemoteBuffer, offset, nbytes int, access A
 	if err != nil {
 		return nil, err
 	}
-	r, err := n.control(&wire.Control{Cmd: wire.CmdExport, Buffer: ref(h), Offset: uint64(offset), NBytes: uint64(nbytes), Access: wire.Access(access)})
+	r, err := n.Control(&wire.Control{Cmd: wire.CmdExport, Buffer: ref(h), Offset: uint64(offset), NBytes: uint64(nbytes), Access: wire.Access(access)})
 	if err != nil {
 		return nil, Wrap(err, op)
 	}
@@ -312,7 +371,7 @@ func (w *Worker) RemoteImport(e *RemoteExport, worker int, access Access) (*Remo
 	if err := fault.Hit("remote.import", worker); err != nil {
 		return nil, Wrap(err, op)
 	}
-	r, err := n.control(&wire.Control{Cmd: wire.CmdImport, Token: e.token, Access: wire.Access(access)})
+	r, err := n.Control(&wire.Control{Cmd: wire.CmdImport, Token: e.token, Access: wire.Access(access)})
 	if err != nil {
 		return nil, Wrap(err, op)
 	}

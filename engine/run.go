@@ -47,12 +47,13 @@ type Cleanup struct {
 // after the tasks it had already submitted have retired, so nothing of the
 // run is still running when the caller sees it.
 func (w *Worker) Submit(build func(o *Orchestrator) (any, error)) (*Run, error) {
-	return w.submit(build, nil)
+	return w.SubmitStoppable(build, nil)
 }
 
-// submit is Submit for a run that parent may stop: stopping parent
-// cancels the run (a level-4 task running as a child's run).
-func (w *Worker) submit(build func(o *Orchestrator) (any, error), parent *Stopper) (*Run, error) {
+// SubmitStoppable is Submit for a run that parent may stop: stopping
+// parent cancels the run. It is how a parent's task runs as this worker's
+// run: a child Worker's, a process-mode node's, a remote session's.
+func (w *Worker) SubmitStoppable(build func(o *Orchestrator) (any, error), parent *Stopper) (*Run, error) {
 	w.mu.Lock()
 	if err := w.ready("submit"); err != nil {
 		w.mu.Unlock()

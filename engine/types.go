@@ -124,8 +124,9 @@ func (c CallConfig) Wire() wire.CallConfig {
 	return wire.CallConfig{BlockDim: c.BlockDim, AicpuThreadNum: c.AicpuThreadNum, EnableProfiling: c.EnableProfiling}
 }
 
-// callConfigOf is the CallConfig a task received from its parent.
-func callConfigOf(w wire.CallConfig) CallConfig {
+// CallConfigOf is the CallConfig a task received from its parent (over a
+// mailbox or a remote session's TASK).
+func CallConfigOf(w wire.CallConfig) CallConfig {
 	return CallConfig{BlockDim: w.BlockDim, AicpuThreadNum: w.AicpuThreadNum, EnableProfiling: w.EnableProfiling}
 }
 

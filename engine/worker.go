@@ -61,6 +61,10 @@ type Config struct {
 	CloseTimeout time.Duration
 	// Sources is the code shipped to remote nodes.
 	Sources *Sources
+	// Dial connects the remote nodes (AddRemoteWorker) at Init: the
+	// transport is package engine/remote's (remote.Dial), which engine
+	// does not import. Nil: a worker with remote nodes is refused at Init.
+	Dial Dialer
 	// CommProfile is the level-3 node's communication profile ("" means
 	// "sim"); GlobalDeviceRanks, if set, gives each chip its rank among
 	// all devices of a global domain (one per device id, unique).
@@ -111,7 +115,7 @@ type Worker struct {
 	// Remote nodes share the NEXT_LEVEL ids with children: children[id]
 	// is nil for a remote node, remoteSpecs[id] nil for a local one.
 	remoteSpecs []*RemoteSpec
-	remotes     []*rnode
+	remotes     []RemoteNode // nil for a local id
 	// remoteFailed counts goroutines completing remote tasks that could
 	// not be sent (see remoteEndpoint.Start).
 	remoteFailed sync.WaitGroup
@@ -303,6 +307,14 @@ func validate(cfg *Config) error {
 	}
 	if err := checkGlobalRanks("Worker", cfg.GlobalDeviceRanks, len(cfg.DeviceIDs)); err != nil {
 		return err
+	}
+	if cfg.Level <= 3 {
+		// A Worker with chips on a platform this host cannot run fails
+		// with that first: a refusal of its comm profile would only be a
+		// consequence. (A level-4 Worker has no chips here.)
+		if err := cfg.Platform.Check(); err != nil {
+			return Wrap(err, "Worker")
+		}
 	}
 	if err := cfg.Platform.Serves(cfg.CommProfile); err != nil {
 		return Wrap(err, "Worker")
@@ -529,7 +541,7 @@ func (w *Worker) teardown() error {
 	w.remoteFailed.Wait()
 	for _, n := range w.remotes {
 		if n != nil {
-			n.close()
+			n.Close()
 		}
 	}
 	w.remotes = nil
@@ -632,9 +644,9 @@ func (w *Worker) killChildren() {
 	for _, p := range w.procs() {
 		p.kill()
 	}
-	for _, n := range w.remotes {
+	for id, n := range w.remotes {
 		if n != nil {
-			n.fail(Errorf(RuntimeError, "%s: ended by close", n.name))
+			n.Fail(Errorf(RuntimeError, "%s: ended by close", w.workerName(NextLevel, id)))
 		}
 	}
 	for _, c := range w.children {
@@ -664,7 +676,7 @@ func (w *Worker) closeTree() error {
 	w.mu.Unlock()
 	forced := w.drainRuns(runs)
 	gerr := w.closeGlobalDomains()
-	w.closeGlobals()
+	w.CloseGlobals()
 	// Endpoints report to w.mu as they stop: wait for them outside it.
 	if !w.stopEndpointsWithin(killGrace) && forced == nil {
 		forced = Errorf(RuntimeError, "close: a kernel of this worker did not stop; its goroutine is abandoned")

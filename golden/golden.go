@@ -26,12 +26,10 @@
 package golden
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -47,9 +45,10 @@ import (
 )
 
 // DefaultArgs are the arguments every script is run with, before its own
-// `# simpler-args:`: a fixed platform and four chips, so that a golden
-// file does not depend on the environment.
-var DefaultArgs = []string{"--platform", "a2a3sim", "--devices", "0-3"}
+// `# simpler-args:`: a fixed platform, so that a golden file does not
+// depend on the environment, and the devices `simpler run` defaults to,
+// so that a script runs the same under `simpler run` and `simpler test`.
+var DefaultArgs = []string{"--platform", "a2a3sim", "--devices", "0,1"}
 
 // Result is what one run of a script did.
 type Result struct {
@@ -92,52 +91,6 @@ func ScriptDaemons(src []byte) int {
 	return n
 }
 
-// startDaemons starts n daemons on free loopback ports and waits until
-// each says it listens. stop interrupts them and waits for them to exit.
-func (r *Runner) startDaemons(n int) (addrs []string, stop func(), err error) {
-	var cmds []*exec.Cmd
-	stop = func() {
-		for _, c := range cmds {
-			c.Process.Signal(os.Interrupt)
-		}
-		for _, c := range cmds {
-			done := make(chan struct{})
-			go func() { c.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(10 * time.Second):
-				c.Process.Kill()
-				<-done
-			}
-		}
-	}
-	for i := 0; i < n; i++ {
-		c := exec.Command(r.Binary, "remote-l3-worker", "--listen", "127.0.0.1:0")
-		c.Env = append(os.Environ(), r.Env...)
-		c.Stderr = os.Stderr
-		out, err := c.StdoutPipe()
-		if err != nil {
-			stop()
-			return nil, nil, err
-		}
-		if err := c.Start(); err != nil {
-			stop()
-			return nil, nil, err
-		}
-		cmds = append(cmds, c)
-		// Readiness is the daemon's own line, not a sleep.
-		line, err := bufio.NewReader(out).ReadString('\n')
-		addr, ok := strings.CutPrefix(strings.TrimSpace(line), "simpler remote-l3-worker: listening on ")
-		if err != nil || !ok {
-			stop()
-			return nil, nil, fmt.Errorf("daemon %d did not start: %q %v", i, line, err)
-		}
-		go io.Copy(io.Discard, out)
-		addrs = append(addrs, addr)
-	}
-	return addrs, stop, nil
-}
-
 // GoldenPath is the golden file of a script: NAME.star → NAME.golden.
 func GoldenPath(script string) string { return strings.TrimSuffix(script, ".star") + ".golden" }
 
@@ -166,7 +119,7 @@ func (r *Runner) Run(script string) (res Result, leaks []string, err error) {
 	args = append(args, ScriptArgs(src)...)
 	args = append(args, filepath.Base(script))
 	if n := ScriptDaemons(src); n > 0 {
-		addrs, stop, err := r.startDaemons(n)
+		addrs, stop, err := StartDaemons(r.Binary, r.Env, n, os.Stderr)
 		if err != nil {
 			return res, nil, fmt.Errorf("%s: %v", script, err)
 		}

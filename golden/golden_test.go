@@ -128,7 +128,7 @@ func TestRunnerCheck(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	okGolden := "-- exit --\n3\n-- stdout --\nargs: run --platform a2a3sim --devices 0-3 --mode thread ok.star\n-- stderr --\noops 0xADDR\n"
+	okGolden := "-- exit --\n3\n-- stdout --\nargs: run --platform a2a3sim --devices 0,1 --mode thread ok.star\n-- stderr --\noops 0xADDR\n"
 	if err := os.WriteFile(filepath.Join(dir, "ok.golden"), []byte(okGolden), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -20,15 +20,15 @@ func TestSuiteJobs(t *testing.T) {
 		}
 	}
 	want := []string{
-		"thread/x --platform a2a3sim --devices 0-3 --mode thread",
-		"thread/y --platform a2a3sim --devices 0-3 --mode thread",
-		"process/x --platform a2a3sim --devices 0-3 --mode process",
-		"process/y --platform a2a3sim --devices 0-3 --mode process",
+		"thread/x --platform a2a3sim --devices 0,1 --mode thread",
+		"thread/y --platform a2a3sim --devices 0,1 --mode thread",
+		"process/x --platform a2a3sim --devices 0,1 --mode process",
+		"process/y --platform a2a3sim --devices 0,1 --mode process",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("jobs:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	if DefaultArgs[len(DefaultArgs)-1] != "0-3" {
+	if DefaultArgs[len(DefaultArgs)-1] != "0,1" {
 		t.Errorf("a job's --mode was appended to DefaultArgs itself: %q", DefaultArgs)
 	}
 

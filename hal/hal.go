@@ -12,6 +12,7 @@ package hal
 
 import (
 	"sort"
+	"strconv"
 	"strings"
 
 	"simpler/hal/dtype"
@@ -118,4 +119,14 @@ func Names() []string {
 	}
 	sort.Strings(n)
 	return n
+}
+
+// quotedList formats names the way scripts write a list of strings:
+// ["a", "b"].
+func quotedList(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = strconv.Quote(n)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
 }

@@ -70,7 +70,7 @@ func (p *onboardPlatform) Serves(profile string) error {
 	case profile == SimProfile:
 		return kind.Errorf(kind.ValueError, "comm_profile %q needs a simulated platform, and %s is onboard (use --platform %ssim)", profile, p.name, p.name)
 	}
-	return kind.Errorf(kind.ValueError, "comm_profile %q is not supported on %s (supported: %v)", profile, p.name, p.profiles)
+	return kind.Errorf(kind.ValueError, "comm_profile %q is not supported on %s (supported: %s)", profile, p.name, quotedList(p.profiles))
 }
 
 func (p *onboardPlatform) Check() error {

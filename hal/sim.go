@@ -26,7 +26,7 @@ func (p *simPlatform) Serves(profile string) error {
 	if profile == "" || profile == SimProfile {
 		return nil
 	}
-	return kind.Errorf(kind.ValueError, "comm_profile %q is not supported on %s (supported: %v)", profile, p.name, p.CommProfiles())
+	return kind.Errorf(kind.ValueError, "comm_profile %q is not supported on %s (supported: %s)", profile, p.name, quotedList(p.CommProfiles()))
 }
 
 // Check is always nil: the simulator needs nothing from the machine.

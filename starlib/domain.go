@@ -111,7 +111,7 @@ func specSize(name, key string, v starlark.Value, positive bool) (int, error) {
 type DomainHandle struct{ d *engine.Domain }
 
 func (h *DomainHandle) String() string {
-	return fmt.Sprintf("CommDomainHandle(%q, workers=%v, allocation_id=%d)", h.d.Name(), h.d.Workers(), h.d.AllocationID())
+	return fmt.Sprintf("CommDomainHandle(%q, workers=%s, allocation_id=%d)", h.d.Name(), engine.FormatInts(h.d.Workers()), h.d.AllocationID())
 }
 func (h *DomainHandle) Type() string          { return "CommDomainHandle" }
 func (h *DomainHandle) Freeze()               {}

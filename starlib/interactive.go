@@ -18,9 +18,11 @@ import (
 
 // Interactive is the module of an interactive session (simpler repl): one
 // set of globals that every chunk of input reads and extends. Each chunk
-// is recorded with the loader as a module of its own ("<repl 3>"), so a
-// function defined at the prompt has a digest and can be registered like
-// a function of a file.
+// is recorded with the loader as a module of its own ("<repl 3>"), with
+// its source, so a function defined at the prompt has a digest and can be
+// registered like a function of a file; a child process or a remote node,
+// which has no such file, gets the statement's source with the
+// registration (see locator in bundle.go).
 type Interactive struct {
 	s       *Session
 	globals starlark.StringDict
@@ -35,6 +37,12 @@ type Chunk struct {
 	File *syntax.File
 	Rest string // a line read after the chunk that starts the next one
 }
+
+// promptPrefix starts the module name of every chunk typed at the prompt.
+const promptPrefix = "<repl "
+
+// isPrompt reports whether module name is a chunk typed at the prompt.
+func isPrompt(name string) bool { return strings.HasPrefix(name, promptPrefix) }
 
 // interactiveOptions are the loader's options, with load() binding
 // globally as a REPL user expects.
@@ -108,7 +116,7 @@ func interactiveTarget(root, path string) (string, error) {
 // the next chunk.
 func (in *Interactive) ReadChunk(readline func() ([]byte, error)) (*Chunk, error) {
 	in.seq++
-	c := &Chunk{Name: fmt.Sprintf("<repl %d>", in.seq)}
+	c := &Chunk{Name: fmt.Sprintf("%s%d>", promptPrefix, in.seq)}
 	var lines [][]byte
 	f, err := interactiveOptions.ParseCompoundStmt(c.Name, func() ([]byte, error) {
 		line, err := readline()
@@ -179,7 +187,7 @@ func (in *Interactive) Needs(c *Chunk, name string) bool {
 // the global "_"); other chunks return None.
 func (in *Interactive) Exec(th *starlark.Thread, c *Chunk, extra starlark.StringDict) (starlark.Value, error) {
 	sum := sha256.Sum256(c.Src)
-	m := &module{name: c.Name, sum: hex.EncodeToString(sum[:]), globals: in.globals}
+	m := &module{name: c.Name, sum: hex.EncodeToString(sum[:]), src: c.Src, globals: in.globals}
 	l := in.s.loader
 	l.mu.Lock()
 	l.modules[c.Name] = m
@@ -213,6 +221,11 @@ func (in *Interactive) Exec(th *starlark.Thread, c *Chunk, extra starlark.String
 	}
 	return starlark.None, starlark.ExecREPLChunk(c.File, th, in.globals)
 }
+
+// OrchestratorMethods are the attributes of an Orchestrator (what `orch.`
+// completes to, at a prompt where orch is bound only while a statement
+// runs).
+func OrchestratorMethods() []string { return sortedKeys(orchMethods) }
 
 // NewOrchestrator is the `orch` value for an engine orchestrator of w's
 // engine worker, as an orchestration function would receive it.

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"syscall"
 
+	"go.starlark.net/resolve"
 	"go.starlark.net/starlark"
 	"go.starlark.net/syntax"
 
@@ -118,9 +119,26 @@ func (l *loader) source(name, written string) ([]byte, error) {
 	what := quoteLoad(written, name)
 	path, err := l.confine(name, what)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w%s", err, nearScript(name))
 	}
 	return readModule(path, what)
+}
+
+// nearScript suggests the .star file a user probably meant when module
+// name does not exist ("first.sta", "first" for first.star), or returns
+// "".
+func nearScript(name string) string {
+	if _, err := os.Stat(name); !errors.Is(err, fs.ErrNotExist) {
+		return ""
+	}
+	guess := strings.TrimSuffix(name, filepath.Ext(name)) + ".star"
+	if guess == name {
+		return ""
+	}
+	if fi, err := os.Stat(guess); err == nil && fi.Mode().IsRegular() {
+		return fmt.Sprintf(" (did you mean %s?)", guess)
+	}
+	return ""
 }
 
 // quoteLoad names a module in a refusal: the path as the script wrote
@@ -349,7 +367,45 @@ func (l *loader) exec(m *module, src []byte) (starlark.StringDict, error) {
 	defer l.done(th)
 	opts := &syntax.FileOptions{Set: true, While: true, TopLevelControl: true, GlobalReassign: false, Recursion: true}
 	globals, err := starlark.ExecFileOptions(opts, th, m.name, src, l.predecl)
-	return globals, kindCanceled(err)
+	if err == nil {
+		for _, name := range stdExports[m.name] {
+			globals[name] = l.predecl[name]
+		}
+	}
+	return globals, kindCanceled(hintUndefined(err))
+}
+
+// stdExports are the builtins a standard-library module exports under
+// their own names, which Starlark code cannot do (`assert = assert` reads
+// the global before it is bound).
+var stdExports = map[string][]string{
+	stdPrefix + "testing.star": {"assert"},
+}
+
+// nameHints are what a name from another language is called here.
+var nameHints = map[string]string{
+	"np":    "the array module is `array`",
+	"numpy": "the array module is `array`",
+	"true":  "Starlark spells it True",
+	"false": "Starlark spells it False",
+	"null":  "Starlark spells it None",
+	"nil":   "Starlark spells it None",
+}
+
+// hintUndefined adds to each "undefined: NAME" of a resolve error what
+// NAME is called here, for the names users bring from Python and other
+// languages.
+func hintUndefined(err error) error {
+	var list resolve.ErrorList
+	if !errors.As(err, &list) {
+		return err
+	}
+	for i, e := range list {
+		if name, ok := strings.CutPrefix(e.Msg, "undefined: "); ok && nameHints[name] != "" {
+			list[i].Msg += " (" + nameHints[name] + ")"
+		}
+	}
+	return err
 }
 
 // boundLoad bounds a module's top level by MaxLoadSteps, or by

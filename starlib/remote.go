@@ -75,9 +75,9 @@ type RemoteTensorRef struct{ t engine.Tensor }
 
 func (r *RemoteTensorRef) String() string {
 	if r.t.Inline != nil {
-		return fmt.Sprintf("RemoteTensorRef(host_inline %d bytes, shape=%v, %s)", len(r.t.Inline), r.t.Shape, r.t.DType)
+		return fmt.Sprintf("RemoteTensorRef(host_inline %d bytes, shape=%s, %s)", len(r.t.Inline), engine.FormatInts(r.t.Shape), r.t.DType)
 	}
-	return fmt.Sprintf("RemoteTensorRef(worker %d, offset=%d, shape=%v, %s)", r.t.Remote.Buf.Worker, r.t.Remote.Offset, r.t.Shape, r.t.DType)
+	return fmt.Sprintf("RemoteTensorRef(worker %d, offset=%d, shape=%s, %s)", r.t.Remote.Buf.Worker, r.t.Remote.Offset, engine.FormatInts(r.t.Shape), r.t.DType)
 }
 func (r *RemoteTensorRef) Type() string         { return "RemoteTensorRef" }
 func (r *RemoteTensorRef) Freeze()              {}

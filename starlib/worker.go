@@ -9,6 +9,7 @@ import (
 
 	"simpler/engine"
 	"simpler/engine/hostmem"
+	"simpler/engine/remote"
 	"simpler/hal"
 )
 
@@ -98,6 +99,29 @@ func atRunTime(th *starlark.Thread, what string) error {
 	return nil
 }
 
+// deviceKwargHint refuses Worker(devices=...), the flag's name, with the
+// keyword the Worker's level takes (Starlark's own spelling hint offers
+// device_id, which is wrong for the usual level 3).
+func deviceKwargHint(kw []starlark.Tuple) error {
+	level := starlark.Value(starlark.MakeInt(3))
+	name := ""
+	for _, p := range kw {
+		switch k := p[0].(starlark.String); k {
+		case "level":
+			level = p[1]
+		case "devices", "device":
+			name = string(k)
+		}
+	}
+	switch {
+	case name == "":
+		return nil
+	case level == starlark.MakeInt(2):
+		return fmt.Errorf("TypeError: Worker: no keyword argument %s: a level-2 Worker takes one chip, device_id=N", name)
+	}
+	return fmt.Errorf("TypeError: Worker: no keyword argument %s: did you mean device_ids=[...] (the chips of a level-3 Worker; ctx.device_ids holds --devices)?", name)
+}
+
 // newWorker implements Worker(...).
 func (s *Session) newWorker(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
 	if err := atRunTime(th, "Worker()"); err != nil {
@@ -113,6 +137,9 @@ func (s *Session) newWorker(th *starlark.Thread, b *starlark.Builtin, args starl
 	var controlT, startupT, sessionT, taskT, healthT, closeT starlark.Value = starlark.None, starlark.None, starlark.None, starlark.None, starlark.None, starlark.None
 	commProfile := "sim"
 	var globalRanks starlark.Value = starlark.None
+	if err := deviceKwargHint(kw); err != nil {
+		return nil, err
+	}
 	if err := starlark.UnpackArgs("Worker", args, kw,
 		"level?", &level, "platform?", &platform, "device_id?", &deviceID, "device_ids?", &deviceIDs,
 		"num_sub_workers?", &numSub, "mode?", &mode, "enable_sdma?", &enableSDMA,
@@ -153,8 +180,9 @@ func (s *Session) newWorker(th *starlark.Thread, b *starlark.Builtin, args starl
 	cfg.StartupTimeout, cfg.SessionTimeout = durations["startup_timeout_s"], durations["remote_session_timeout_s"]
 	cfg.ControlTimeout, cfg.TaskTimeout = durations["control_timeout_s"], durations["task_timeout_s"]
 	cfg.HealthTimeout, cfg.CloseTimeout = durations["health_timeout_s"], durations["close_timeout_s"]
-	if level >= 4 {
+	if level >= 4 { // add_remote_worker's nodes: the code they run, and the TCP transport
 		cfg.Sources = s.sources()
+		cfg.Dial = remote.Dial
 	}
 	if mode == "process" && s.Launcher != nil {
 		l := *s.Launcher

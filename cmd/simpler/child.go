@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"simpler/engine"
 	"simpler/starlib"
@@ -13,6 +15,11 @@ import (
 const childCommand = "__child"
 
 func cmdChild(args []string, stderr io.Writer) int {
+	// A terminal's Ctrl-C (or hangup) reaches the whole foreground process
+	// group, this child too; the parent decides what it means (cancel the
+	// runs, then close), and a child that died of it would turn a clean
+	// cancel into a crash. The child still ends with its parent.
+	signal.Ignore(syscall.SIGINT, syscall.SIGHUP)
 	if len(args) != 1 {
 		fmt.Fprintf(stderr, "simpler %s: internal: want a mailbox name\n", childCommand)
 		return 2

@@ -13,10 +13,14 @@ import (
 // or the entries matching one name ("Worker", "Worker.register",
 // "register", "host_tensor").
 func cmdDoc(args []string, stdout, stderr io.Writer) int {
+	fs := flagSet("doc")
+	if code, ok := parseFlags("doc", fs, args, nil, stdout, stderr); !ok {
+		return code
+	}
+	args = fs.Args()
 	switch {
-	case len(args) > 1 || (len(args) == 1 && strings.HasPrefix(args[0], "-")):
-		fmt.Fprintln(stderr, "usage: simpler doc [name]    (a global, a type such as Worker, or Type.member)")
-		return 2
+	case len(args) > 1:
+		return usageError(stderr, "doc", "one name at most, got %q", args)
 	case len(args) == 0:
 		for i, sec := range starlib.DocSections {
 			if i > 0 {

@@ -13,8 +13,8 @@ import (
 	"simpler/golden"
 )
 
-// The user docs are checked by running them. In docs/guide.md, repl.md
-// and testing.md:
+// The user docs are checked by running them. In README.md and
+// docs/guide.md, repl.md and testing.md:
 //
 //   - a fenced block right after <!-- file: PATH --> is written to PATH in
 //     a scratch directory (one per document) before anything runs;
@@ -29,7 +29,7 @@ import (
 //
 // In expected output a line "[...]" matches any number of lines; addresses
 // (0xADDR) and durations such as "(0.01s)" may differ.
-var checkedDocs = []string{"guide.md", "repl.md", "testing.md"}
+var checkedDocs = []string{"README.md", "docs/guide.md", "docs/repl.md", "docs/testing.md"}
 
 type docBlock struct {
 	marker string // the HTML comment right before the fence, if any
@@ -127,7 +127,7 @@ func runDocCommand(t *testing.T, dir string, args []string, stdin string) string
 func TestDocsRun(t *testing.T) {
 	for _, name := range checkedDocs {
 		t.Run(name, func(t *testing.T) {
-			src, err := os.ReadFile(filepath.Join("..", "..", "docs", name))
+			src, err := os.ReadFile(filepath.Join("..", "..", name))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,20 +1,25 @@
 // Command simpler runs Starlark orchestration scripts over simulated (or
 // real) Ascend NPU chips.
 //
-//	simpler run [--platform P] [--devices 0-3] [--mode thread|process] [--trace trace.json] script.star [ARGS...]
-//	simpler repl [--platform P] [--devices 0-3] [--mode thread|process]
-//	simpler test [-update] [-run regex] [paths...]
+//	simpler run [flags] script.star [ARGS...]
+//	simpler repl [flags]
+//	simpler test [flags] [paths...]
 //	simpler doc [name]
-//	simpler remote-l3-worker --listen HOST:PORT [--token-file F]
+//	simpler remote-l3-worker [flags]
 //	simpler bench [dispatch|process|collectives|remote|global]...
 //	simpler platforms
 //	simpler version
+//	simpler help [command]
+//
+// `simpler help COMMAND` (or `simpler COMMAND --help`) prints a command's
+// flags; usage.go holds the table help is made from.
 package main
 
 import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"simpler/bench"
 )
@@ -26,63 +31,47 @@ func main() {
 	os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// Main runs the CLI with args and returns the exit code.
+// Main runs the CLI with args and returns the exit code: 0 on success
+// (and for help), 1 when what ran failed, 2 for a wrong command line.
 func Main(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		usage(stderr)
 		return 2
 	}
-	switch args[0] {
+	cmd, rest := args[0], args[1:]
+	switch cmd {
 	case "run":
-		return cmdRun(args[1:], stdout, stderr)
+		return cmdRun(rest, stdout, stderr)
 	case childCommand:
-		return cmdChild(args[1:], stderr)
+		return cmdChild(rest, stderr)
 	case "remote-l3-worker":
-		return cmdRemote(args[1:], stdout, stderr)
+		return cmdRemote(rest, stdout, stderr)
 	case sessionCommand:
-		return cmdSession(args[1:], stderr)
+		return cmdSession(rest, stderr)
 	case bench.EchoCommand: // the peer of the benchmark's ping-pong
-		if len(args) != 2 || bench.EchoPeer(args[1]) != nil {
+		if len(rest) != 1 || bench.EchoPeer(rest[0]) != nil {
 			return 1
 		}
 		return 0
 	case "bench":
-		return cmdBench(args[1:], stdout, stderr)
+		return cmdBench(rest, stdout, stderr)
 	case "repl":
-		return cmdRepl(args[1:], os.Stdin, stdout, stderr)
+		return cmdRepl(rest, os.Stdin, stdout, stderr)
 	case "test":
-		return cmdTest(args[1:], stdout, stderr)
+		return cmdTest(rest, stdout, stderr)
 	case "doc":
-		return cmdDoc(args[1:], stdout, stderr)
+		return cmdDoc(rest, stdout, stderr)
 	case "platforms":
+		if code, ok := noArgs("platforms", rest, stdout, stderr); !ok {
+			return code
+		}
 		return cmdPlatforms(stdout)
 	case "version", "--version":
-		fmt.Fprintf(stdout, "simpler %s\n", Version)
-		return 0
-	case "help", "-h", "--help":
-		usage(stdout)
-		return 0
+		return cmdVersion(rest, stdout, stderr)
+	case "help", "-h", "-help", "--help":
+		return cmdHelp(rest, stdout, stderr)
 	}
-	fmt.Fprintf(stderr, "simpler: unknown command %q\n", args[0])
-	usage(stderr)
+	fmt.Fprintf(stderr, "simpler: unknown command %q (commands: %s)\n", cmd, strings.Join(commandNames(), ", "))
+	fmt.Fprintln(stderr, "run 'simpler help' for an overview")
 	return 2
-}
-
-func usage(w io.Writer) {
-	fmt.Fprint(w, `usage: simpler <command> [arguments]
-
-commands:
-  run [--platform P] [--devices 0-3] [--mode thread|process] [--trace trace.json] script.star [ARGS...]
-            load script.star and call its main(ctx)
-  repl [--platform P] [--devices 0-3] [--mode thread|process]
-            an interactive Starlark shell with a ready Worker w
-  test [-update] [-run regex] [paths...]
-            run .star scripts and compare their output with NAME.golden
-  remote-l3-worker --listen HOST:PORT [--token-file F]
-            serve remote level-3 nodes to level-4 workers over TCP
-  doc [name] print the builtins with their signatures
-  bench     run the benchmarks against limits measured in the same run
-  platforms print each platform's capabilities
-  version   print the version
-`)
 }

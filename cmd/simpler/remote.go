@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"simpler/engine"
+	"simpler/engine/remote"
 	"simpler/hal/shm"
 	"simpler/internal/token"
 	"simpler/starlib"
@@ -23,45 +24,60 @@ import (
 // the daemon as descriptor 4.
 const sessionCommand = "__session"
 
+// remoteOptions are the flags of `simpler remote-l3-worker`.
+type remoteOptions struct {
+	listen, tokenFile string
+	lim               wire.Limits
+	queued            uint
+	maxSessions       int
+	maxPending        int
+}
+
+func (o *remoteOptions) register(fs *flag.FlagSet) {
+	o.lim = remote.DefaultLimits
+	o.lim.BufferBytes = 0
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:7700", "`HOST:PORT` to serve on (port 0 picks a free one)")
+	fs.StringVar(&o.tokenFile, "token-file", "", "`FILE` holding the token parents must prove (mode 0600, at least 16 bytes); without it the daemon makes one in its runtime directory")
+	fs.Uint64Var(&o.lim.BufferBytes, "max-buffer-bytes", 0, "`BYTES` of remote buffers and global windows one session may hold; 0: half of /dev/shm's free space at start")
+	fs.Uint64Var(&o.lim.CopyBytes, "max-copy-bytes", o.lim.CopyBytes, "`BYTES` of one remote copy or staging")
+	fs.UintVar(&o.queued, "max-queued-tasks", uint(o.lim.QueuedTasks), "`N` tasks one session may have queued")
+	fs.Uint64Var(&o.lim.QueuedBytes, "max-queued-bytes", o.lim.QueuedBytes, "payload `BYTES` of one session's queued tasks")
+	fs.Uint64Var(&o.lim.LoadSteps, "max-load-steps", o.lim.LoadSteps, "Starlark `STEPS` of one shipped module's top-level code")
+	fs.IntVar(&o.maxSessions, "max-sessions", 64, "`N` sessions served at once")
+	fs.IntVar(&o.maxPending, "max-pending", 32, "`N` connections still proving the token at once (the oldest is dropped)")
+}
+
 // cmdRemote is `simpler remote-l3-worker --listen HOST:PORT [--token-file F] [bounds]`.
 func cmdRemote(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("remote-l3-worker", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	listen := fs.String("listen", "127.0.0.1:7700", "address to serve on (port 0 picks a free one)")
-	tokenFile := fs.String("token-file", "", "file holding the token parents must prove (mode 0600, at least 16 bytes); without it the daemon makes one in its runtime directory")
-	lim := engine.DefaultLimits
-	lim.BufferBytes = 0
-	fs.Uint64Var(&lim.BufferBytes, "max-buffer-bytes", 0, "bytes of remote buffers and global windows one session may hold (default: half of /dev/shm's free space at start)")
-	fs.Uint64Var(&lim.CopyBytes, "max-copy-bytes", lim.CopyBytes, "bytes of one remote copy or staging")
-	var queued uint
-	fs.UintVar(&queued, "max-queued-tasks", uint(lim.QueuedTasks), "tasks one session may have queued")
-	fs.Uint64Var(&lim.QueuedBytes, "max-queued-bytes", lim.QueuedBytes, "payload bytes of one session's queued tasks")
-	fs.Uint64Var(&lim.LoadSteps, "max-load-steps", lim.LoadSteps, "Starlark steps of one shipped module's top-level code")
-	maxSessions := fs.Int("max-sessions", 64, "sessions served at once")
-	maxPending := fs.Int("max-pending", 32, "connections still proving the token at once (the oldest is dropped)")
-	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
-		return 2
+	fs := flagSet("remote-l3-worker")
+	var o remoteOptions
+	o.register(fs)
+	if code, ok := parseFlags("remote-l3-worker", fs, args, nil, stdout, stderr); !ok {
+		return code
+	}
+	if fs.NArg() > 0 {
+		return usageError(stderr, "remote-l3-worker", "takes no arguments, got %q", fs.Args())
 	}
 	fail := func(code int, format string, a ...any) int {
 		fmt.Fprintf(stderr, "simpler remote-l3-worker: "+format+"\n", a...)
 		return code
 	}
-	if _, _, err := net.SplitHostPort(*listen); err != nil {
-		return fail(2, "--listen %q is not host:port", *listen)
+	if _, _, err := net.SplitHostPort(o.listen); err != nil {
+		return fail(2, "--listen %q is not host:port", o.listen)
 	}
-	if err := checkLimits(&lim, queued); err != nil {
+	if err := checkLimits(&o.lim, o.queued); err != nil {
 		return fail(2, "%v", err)
 	}
 	var tok []byte
-	if *tokenFile != "" {
-		t, err := token.Read(*tokenFile)
+	if o.tokenFile != "" {
+		t, err := token.Read(o.tokenFile)
 		if err != nil {
 			return fail(2, "%v", err)
 		}
 		tok = t
 	}
 	shm.SweepDead()
-	ln, err := net.Listen("tcp", *listen)
+	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return fail(1, "%v", err)
 	}
@@ -78,7 +94,7 @@ func cmdRemote(args []string, stdout, stderr io.Writer) int {
 		ln.Close()
 		return fail(1, "%v", err)
 	}
-	d, err := engine.NewDaemon(ln, engine.DaemonConfig{Token: tok, Log: stderr, Limits: lim, MaxSessions: *maxSessions, MaxPending: *maxPending,
+	d, err := remote.NewDaemon(ln, remote.DaemonConfig{Token: tok, Log: stderr, Limits: o.lim, MaxSessions: o.maxSessions, MaxPending: o.maxPending,
 		Session: &engine.Launcher{Path: exe, Args: []string{sessionCommand}, Stdout: stdout, Stderr: stderr}})
 	if err != nil {
 		ln.Close()
@@ -118,7 +134,7 @@ func shmFree() uint64 {
 
 // serveDaemon runs d until an interrupt, after saying where it listens
 // (and where its token is) on stdout.
-func serveDaemon(d *engine.Daemon, ln net.Listener, tokenPath string, stdout, stderr io.Writer) int {
+func serveDaemon(d *remote.Daemon, ln net.Listener, tokenPath string, stdout, stderr io.Writer) int {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sig)
@@ -149,7 +165,7 @@ func cmdSession(args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "simpler session: started by remote-l3-worker, takes no arguments")
 		return 2
 	}
-	if err := engine.ServeSessionFD(sessionResolver); err != nil {
+	if err := remote.ServeSessionFD(sessionResolver); err != nil {
 		fmt.Fprintf(stderr, "simpler session: %v\n", err)
 		return 1
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 
@@ -17,9 +18,16 @@ import (
 	"simpler/starlib"
 )
 
-const replUsage = "usage: simpler repl [--platform P] [--devices 0-3] [--mode thread|process] [--sub-workers N] [--load-path DIR]..."
+// registerReplFlags registers the flags of simpler repl on fs.
+func registerReplFlags(fs *flag.FlagSet) (*runFlags, *int) {
+	f := new(runFlags)
+	f.register(fs)
+	return f, fs.Int("sub-workers", 1, "`N` SUB workers of w")
+}
 
-const replHelp = `Type Starlark statements; an expression's value is printed.
+// replIntro is the first part of :help; the commands follow, from
+// metaCommands, then replKeys.
+const replIntro = `Type Starlark statements; an expression's value is printed.
 A line ending in ':' or with open brackets continues; a blank line ends a block.
 
   w          a level-3 Worker built from the flags, already init()ed
@@ -28,45 +36,83 @@ A line ending in ':' or with open brackets continues; a blank line ends a block.
                d = orch.allocate_domain(name="ring", window_size=4096)
              (a domain is freed at its run's fence: use :begin to keep
              one run open across statements)
+`
 
-  :begin     open a run on w; statements that use orch join it until :end
-  :end       end the open run: wait for its tasks, free its domains
-  :domains   every domain seen: live / released / freed, ranks, windows, buffers
-  :workers   the worker tree: levels, platforms, chips, SUB workers
-  :reset     close every worker and start a fresh session
-  :help      this text
-  :quit      exit (so does Ctrl-D)
+const replKeys = `Tab completes names and attributes (w.reg<TAB>, orch.<TAB>); Ctrl-R searches
+history; Ctrl-C cancels the running statement and the runs it started (a
+second Ctrl-C cancels every run), or the line being typed.`
 
-Tab completes names and attributes (w.reg<TAB>); Ctrl-R searches history;
-Ctrl-C cancels the running statement (or the line being typed).`
+// metaCommand is a command typed after ':'. Every command is in
+// metaCommands, which :help lists, completion offers and meta dispatches
+// from, so that none can be missing from one of them.
+type metaCommand struct {
+	name    string
+	aliases []string
+	help    string
+	run     func(r *repl) error // nil for :help and :quit, which meta handles
+}
 
-// metaCommands are completed after ':'.
-var metaCommands = []string{":begin", ":domains", ":end", ":help", ":quit", ":reset", ":workers"}
+var metaCommands = []metaCommand{
+	{name: ":begin", help: "open a run on w; statements that use orch join it until :end", run: (*repl).beginRun},
+	{name: ":end", help: "end the open run: wait for its tasks, free its domains", run: (*repl).endRun},
+	{name: ":domains", help: "every domain seen: live / released / freed, ranks, windows, buffers", run: func(r *repl) error {
+		r.snapshotDomains()
+		fmt.Fprint(r.out, r.domainReport())
+		return nil
+	}},
+	{name: ":workers", help: "the worker tree: levels, platforms, chips, SUB workers", run: func(r *repl) error {
+		fmt.Fprint(r.out, r.workerReport())
+		return nil
+	}},
+	{name: ":reset", help: "close every worker and start a fresh session", run: func(r *repl) error {
+		err := r.shutdown()
+		r.start()
+		return err
+	}},
+	{name: ":help", aliases: []string{":h", ":?"}, help: "this text"},
+	{name: ":quit", aliases: []string{":q", ":exit"}, help: "exit (so does Ctrl-D)"},
+}
+
+// replHelp is the text of :help.
+func replHelp() string {
+	var b strings.Builder
+	b.WriteString(replIntro)
+	b.WriteString("\n")
+	for _, c := range metaCommands {
+		names := strings.Join(append([]string{c.name}, c.aliases...), ", ")
+		fmt.Fprintf(&b, "  %-17s %s\n", names, c.help)
+	}
+	b.WriteString("\n")
+	b.WriteString(replKeys)
+	return b.String()
+}
+
+// lookupMeta finds a command by its name or an alias.
+func lookupMeta(name string) (metaCommand, bool) {
+	for _, c := range metaCommands {
+		if c.name == name || slices.Contains(c.aliases, name) {
+			return c, true
+		}
+	}
+	return metaCommand{}, false
+}
 
 // cmdRepl runs the interactive shell.
 func cmdRepl(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("repl", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, replUsage)
-		fs.PrintDefaults()
-	}
-	var f runFlags
-	f.register(fs)
-	subs := fs.Int("sub-workers", 1, "SUB workers of w")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	fs := flagSet("repl")
+	f, subs := registerReplFlags(fs)
+	if code, ok := parseFlags("repl", fs, args, nil, stdout, stderr); !ok {
+		return code
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintln(stderr, replUsage)
-		return 2
+		return usageError(stderr, "repl", "takes no arguments, got %q", fs.Args())
 	}
 	devices, err := f.check()
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 2
 	}
-	r := &repl{flags: f, devices: devices, subs: *subs}
+	r := &repl{flags: *f, devices: devices, subs: *subs}
 	if err := r.openInput(stdin, stdout, stderr); err != nil {
 		fmt.Fprintf(stderr, "simpler repl: %v\n", err)
 		return 1
@@ -92,9 +138,14 @@ type repl struct {
 	mu      sync.Mutex
 	workers []*replWorker
 	domains map[domainKey]*domainRec
-	running *starlark.Thread // the statement being executed, for Ctrl-C
+	runs    map[runKey]*runRec // runs in progress, from their events
+	stmt    *statement         // the statement being executed, for Ctrl-C
 
-	open *openRun // :begin ... :end
+	interrupting sync.WaitGroup // Ctrl-Cs still cancelling
+
+	seq    int      // statements begun
+	open   *openRun // :begin ... :end
+	failed bool     // a statement failed: piped input exits 1
 }
 
 // replWorker is an engine Worker the session made.
@@ -105,25 +156,9 @@ type replWorker struct {
 
 // loop reads and runs chunks until EOF or :quit.
 func (r *repl) loop() int {
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, os.Interrupt)
-	stopSigs := make(chan struct{})
-	sigDone := make(chan struct{})
-	go func() {
-		defer close(sigDone)
-		for {
-			select {
-			case <-sigs:
-				r.interrupt()
-			case <-stopSigs:
-				return
-			}
-		}
-	}()
+	stopSigs := r.watchSIGINT()
 	defer func() {
-		signal.Stop(sigs)
-		close(stopSigs)
-		<-sigDone
+		stopSigs()
 		r.in.close()
 	}()
 
@@ -178,7 +213,35 @@ func (r *repl) loop() int {
 		r.printError(err)
 		return 1
 	}
+	if r.failed && !r.prompts {
+		return 1 // a replayed session that failed fails, as a script would
+	}
 	return 0
+}
+
+// watchSIGINT makes SIGINT interrupt the running statement (Ctrl-C from
+// a terminal comes as a key instead: see repl_input.go) until stop.
+func (r *repl) watchSIGINT() (stop func()) {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt)
+	done := make(chan struct{})
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		for {
+			select {
+			case <-sigs:
+				r.interrupt()
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(sigs)
+		close(done)
+		<-ended
+	}
 }
 
 // prompt is ">>> ", or "(run N) >>> " while a run is open.
@@ -241,6 +304,7 @@ func (r *repl) start() {
 	r.mu.Lock()
 	r.workers = nil
 	r.domains = map[domainKey]*domainRec{}
+	r.runs = map[runKey]*runRec{}
 	r.mu.Unlock()
 	r.env = r.s.Interactive()
 	th := r.env.NewThread("repl setup")
@@ -265,9 +329,6 @@ func (r *repl) start() {
 	r.env.Globals()["w"] = w
 	if r.prompts {
 		fmt.Fprintf(r.out, "w = %s, ready\n", w)
-		if r.flags.mode == "process" {
-			fmt.Fprintln(r.out, "process mode: chips load registered functions from files, so load() your kernels, then make a Worker; functions typed here run in thread mode only")
-		}
 	}
 }
 
@@ -284,43 +345,51 @@ func (r *repl) shutdown() error {
 	return first
 }
 
-// interrupt is Ctrl-C while a statement runs: cancel its thread. Starlark
-// code stops at its next step; tasks already running on chips finish.
-func (r *repl) interrupt() {
-	r.mu.Lock()
-	th := r.running
-	r.mu.Unlock()
-	if th != nil {
-		th.Cancel("interrupted (Ctrl-C)")
-	}
-}
-
-func (r *repl) setRunning(th *starlark.Thread) {
-	r.mu.Lock()
-	r.running = th
-	r.mu.Unlock()
-}
-
 // execute runs one chunk and prints its value or error.
 func (r *repl) execute(c *starlib.Chunk) {
 	th := r.env.NewThread("repl")
-	r.setRunning(th)
+	st := r.begin(th)
+	stop := r.in.watch(r.interrupt)
 	var v starlark.Value
 	var err error
 	if r.env.Needs(c, "orch") {
-		v, err = r.execOrch(th, c)
+		v, err = r.execOrch(st, c)
 	} else {
 		v, err = r.env.Exec(th, c, nil)
 	}
-	r.setRunning(nil)
+	stop()
+	interrupted := r.end(st)
 	r.snapshotDomains()
-	if err != nil {
+	switch {
+	case interrupted && (err != nil || len(st.cancelled) > 0):
+		// The statement's error is what cancelling it made: the line
+		// says what was cancelled instead.
+		r.failed = true
+		fmt.Fprintln(r.errOut, r.cancelLine(st, err))
+	case err != nil:
 		r.printError(err)
-		return
-	}
-	if v != nil && v != starlark.None {
+	case v != nil && v != starlark.None:
 		fmt.Fprintln(r.out, v.String())
 	}
+}
+
+// runCommand runs a meta-command as a statement, so that Ctrl-C while
+// :end waits cancels the open run. The others have no run to cancel and
+// finish.
+func (r *repl) runCommand(c metaCommand) error {
+	st := r.begin(nil)
+	if c.name == ":end" && r.open != nil {
+		r.setRun(st, r.open.run, r.open.worker)
+	}
+	stop := r.in.watch(r.interrupt)
+	err := c.run(r)
+	stop()
+	if r.end(st) && len(st.cancelled) > 0 {
+		r.failed = true
+		fmt.Fprintln(r.errOut, r.cancelLine(st, nil))
+		return nil
+	}
+	return err
 }
 
 // worker is the REPL's w, which statements using orch run on.
@@ -334,9 +403,9 @@ func (r *repl) worker() (*starlib.Worker, error) {
 
 // execOrch runs a chunk that uses orch: inside the open run, or as a
 // run of its own (submit, then wait for its tasks).
-func (r *repl) execOrch(th *starlark.Thread, c *starlib.Chunk) (starlark.Value, error) {
+func (r *repl) execOrch(st *statement, c *starlib.Chunk) (starlark.Value, error) {
 	if r.open != nil {
-		return r.open.exec(th, c)
+		return r.open.exec(st.th, c)
 	}
 	w, err := r.worker()
 	if err != nil {
@@ -344,8 +413,9 @@ func (r *repl) execOrch(th *starlark.Thread, c *starlib.Chunk) (starlark.Value, 
 	}
 	var v starlark.Value
 	run, err := w.Engine().Submit(func(o *engine.Orchestrator) (any, error) {
+		r.setRun(st, o.Run(), w.Engine())
 		var err error
-		v, err = r.env.Exec(th, c, starlark.StringDict{"orch": r.s.NewOrchestrator(o, w)})
+		v, err = r.env.Exec(st.th, c, starlark.StringDict{"orch": r.s.NewOrchestrator(o, w)})
 		r.snapshotDomains()
 		return v, err
 	})
@@ -362,10 +432,12 @@ func (r *repl) execOrch(th *starlark.Thread, c *starlib.Chunk) (starlark.Value, 
 // orchestration function is a loop on its own goroutine that executes
 // the statements sent to it.
 type openRun struct {
-	id    uint64
-	stmts chan openStmt
-	done  chan struct{}
-	err   error // the run's result, once done is closed
+	id     uint64
+	run    *engine.Run
+	worker *engine.Worker
+	stmts  chan openStmt
+	done   chan struct{}
+	err    error // the run's result, once done is closed
 }
 
 type openStmt struct {
@@ -402,13 +474,13 @@ func (r *repl) beginRun() error {
 	if err != nil {
 		return err
 	}
-	o := &openRun{stmts: make(chan openStmt), done: make(chan struct{})}
-	started := make(chan uint64, 1)
+	o := &openRun{worker: w.Engine(), stmts: make(chan openStmt), done: make(chan struct{})}
+	started := make(chan *engine.Run, 1)
 	go func() {
 		defer close(o.done)
 		run, err := w.Engine().Submit(func(eo *engine.Orchestrator) (any, error) {
 			orch := r.s.NewOrchestrator(eo, w)
-			started <- eo.Run().ID()
+			started <- eo.Run()
 			for st := range o.stmts {
 				v, err := r.env.Exec(st.th, st.c, starlark.StringDict{"orch": orch})
 				r.snapshotDomains()
@@ -422,7 +494,8 @@ func (r *repl) beginRun() error {
 		o.err = err
 	}()
 	select {
-	case o.id = <-started:
+	case o.run = <-started:
+		o.id = o.run.ID()
 		r.open = o
 		fmt.Fprintf(r.out, "run %d open: statements that use orch join it until :end\n", o.id)
 		return nil
@@ -452,30 +525,19 @@ func (r *repl) endRun() error {
 // meta runs a meta-command; false means exit.
 func (r *repl) meta(cmd string) bool {
 	name, rest, _ := strings.Cut(cmd, " ")
-	if strings.TrimSpace(rest) != "" {
-		r.printError(fmt.Errorf("%s takes no arguments", name))
-		return true
-	}
+	c, ok := lookupMeta(name)
 	var err error
-	switch name {
-	case ":help", ":h", ":?":
-		fmt.Fprintln(r.out, replHelp)
-	case ":quit", ":q", ":exit":
-		return false
-	case ":domains":
-		r.snapshotDomains()
-		fmt.Fprint(r.out, r.domainReport())
-	case ":workers":
-		fmt.Fprint(r.out, r.workerReport())
-	case ":begin":
-		err = r.beginRun()
-	case ":end":
-		err = r.endRun()
-	case ":reset":
-		err = r.shutdown()
-		r.start()
-	default:
+	switch {
+	case !ok:
 		err = fmt.Errorf("unknown command %s (:help lists them)", name)
+	case strings.TrimSpace(rest) != "":
+		err = fmt.Errorf("%s takes no arguments", name)
+	case c.name == ":quit":
+		return false
+	case c.name == ":help":
+		fmt.Fprintln(r.out, replHelp())
+	default:
+		err = r.runCommand(c)
 	}
 	if err != nil {
 		r.printError(err)
@@ -485,5 +547,6 @@ func (r *repl) meta(cmd string) bool {
 
 // printError prints an error with its backtrace, in red on a terminal.
 func (r *repl) printError(err error) {
+	r.failed = true
 	fmt.Fprintln(r.errOut, r.paint.red(starlib.Backtrace(err)))
 }

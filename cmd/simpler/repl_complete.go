@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"go.starlark.net/starlark"
+
+	"simpler/starlib"
 )
 
 // Tab completion of globals and attributes.
@@ -25,7 +27,11 @@ func (c completer) Do(line []rune, pos int) ([][]rune, int) {
 // suffixes to insert, and the length of the word being completed.
 func complete(globals starlark.StringDict, before string) ([]string, int) {
 	if trimmed := strings.TrimLeft(before, " \t"); strings.HasPrefix(trimmed, ":") && !strings.ContainsAny(trimmed, " \t") {
-		return withPrefix(metaCommands, trimmed), len(trimmed)
+		var names []string
+		for _, c := range metaCommands {
+			names = append(names, c.name)
+		}
+		return withPrefix(names, trimmed), len(trimmed)
 	}
 	i := len(before)
 	for i > 0 && (isIdentByte(before[i-1]) || before[i-1] == '.') {
@@ -47,33 +53,43 @@ func complete(globals starlark.StringDict, before string) ([]string, int) {
 				names = append(names, name)
 			}
 		}
-		names = append(names, "def", "for", "if", "load", "return", "while", "lambda", "pass", "break", "continue")
+		names = append(names, "def", "for", "if", "load", "return", "while", "lambda", "pass", "break", "continue", "orch")
+	} else if _, mine := globals["orch"]; parts[0] == "orch" && !mine && len(parts) == 2 {
+		// orch is bound only while a statement runs: complete what it
+		// will be.
+		names = starlib.OrchestratorMethods()
 	} else {
-		v, ok := globals[parts[0]]
-		if !ok {
-			v, ok = starlark.Universe[parts[0]]
-		}
-		if !ok {
-			return nil, 0
-		}
-		for _, attr := range parts[1 : len(parts)-1] {
-			ha, ok := v.(starlark.HasAttrs)
-			if !ok {
-				return nil, 0
-			}
-			next, err := ha.Attr(attr)
-			if err != nil || next == nil {
-				return nil, 0
-			}
-			v = next
-		}
-		ha, ok := v.(starlark.HasAttrs)
-		if !ok {
-			return nil, 0
-		}
-		names = ha.AttrNames()
+		names = attrNames(globals, parts)
 	}
 	return withPrefix(names, partial), len(partial)
+}
+
+// attrNames returns the attributes of the value that the dotted parts
+// before the last one name, or nil.
+func attrNames(globals starlark.StringDict, parts []string) []string {
+	v, ok := globals[parts[0]]
+	if !ok {
+		v, ok = starlark.Universe[parts[0]]
+	}
+	if !ok {
+		return nil
+	}
+	for _, attr := range parts[1 : len(parts)-1] {
+		ha, ok := v.(starlark.HasAttrs)
+		if !ok {
+			return nil
+		}
+		next, err := ha.Attr(attr)
+		if err != nil || next == nil {
+			return nil
+		}
+		v = next
+	}
+	ha, ok := v.(starlark.HasAttrs)
+	if !ok {
+		return nil
+	}
+	return ha.AttrNames()
 }
 
 // withPrefix returns the sorted, distinct names that start with prefix,

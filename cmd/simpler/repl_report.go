@@ -12,8 +12,8 @@ import (
 
 // What the REPL reports about the live tree: :domains and :workers.
 
-// observe is the session's OnWorker hook: it tracks every engine Worker
-// and the domain events it reports.
+// observe is the session's OnWorker hook: it tracks every engine Worker,
+// the domain events it reports, and its runs in progress (for Ctrl-C).
 func (r *repl) observe(w *engine.Worker) {
 	r.mu.Lock()
 	rw := &replWorker{index: len(r.workers) + 1, w: w}
@@ -21,6 +21,11 @@ func (r *repl) observe(w *engine.Worker) {
 	r.mu.Unlock()
 	w.Observe(func(e engine.Event) {
 		switch e.Kind {
+		case engine.TaskSubmitted, engine.TaskFinished, engine.RunFenced:
+			r.mu.Lock()
+			r.trackRun(rw, e)
+			r.mu.Unlock()
+			return
 		case engine.DomainAllocated, engine.DomainReleased, engine.DomainFreed:
 		default:
 			return

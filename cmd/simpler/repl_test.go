@@ -1,14 +1,20 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 
 	"go.starlark.net/starlark"
+
+	"simpler/starlib"
 )
 
 // replEnv runs the REPL with its history in a temporary directory and
@@ -32,6 +38,11 @@ func TestReplTabCompletesAttributes(t *testing.T) {
 	p.expect("host_tensor")
 	p.send("(shape = [2]).shape\r")
 	p.expect("(2,)")
+	p.expect(">>> ")
+	p.send("orch.dr\t") // orch is bound only while a statement runs
+	p.expect("orch.drain")
+	p.send("\r")
+	p.expect("<built-in function drain>")
 	p.expect(">>> ")
 	p.send("\x04") // Ctrl-D
 	if code := p.wait(); code != 0 {
@@ -101,8 +112,8 @@ func TestReplCtrlCCancelsTheStatement(t *testing.T) {
 	p.expect(">>> ")
 	p.send("spin()\r")
 	p.expect("spinning")
-	p.send("\x03") // Ctrl-C: SIGINT from the terminal
-	p.expect("cancelled")
+	p.send("\x03") // Ctrl-C
+	p.expect("cancelled: the statement, in spin at <repl 1>:")
 	p.expect(">>> ")
 	p.send("1 + 41\r")
 	p.expect("42")
@@ -147,8 +158,9 @@ for i in range(2):
 	cmd.Stdin = strings.NewReader(input)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("%v\nstderr:\n%s", err, stderr.String())
+	err := cmd.Run()
+	if code := cmd.ProcessState.ExitCode(); code != 1 { // statements failed: a replayed session fails
+		t.Fatalf("exit code %d (%v), want 1\nstderr:\n%s", code, err, stderr.String())
 	}
 	checkNoShm(t, cmd.Process.Pid)
 	wantOut := []string{
@@ -204,6 +216,9 @@ func TestComplete(t *testing.T) {
 		{"s.upper.x", "", 0},
 		{":do", "mains", 3},
 		{"  :", "begin domains end help quit reset workers", 1},
+		{"orch.submit_next", "_level _level_group", 11},
+		{"orch.", strings.Join(starlib.OrchestratorMethods(), " "), 0},
+		{"orc", "h", 3},
 		{"_pr", "ivate", 3},
 		{"1.", "", 0},
 		{"nope.x", "", 0},
@@ -219,5 +234,231 @@ func TestComplete(t *testing.T) {
 	joined := " " + strings.Join(got, " ") + " "
 	if strings.Contains(joined, " _private ") || !strings.Contains(joined, " len ") || !strings.Contains(joined, " w ") {
 		t.Errorf("complete(\"\") = %v", got)
+	}
+}
+
+// A clean replayed session exits 0; one whose last statement fails
+// exits 1, though the statements after a failure still run.
+func TestReplPipedExitCode(t *testing.T) {
+	for _, c := range []struct {
+		input string
+		code  int
+		out   string
+	}{
+		{"x = 6 * 7\nx\n", 0, "42\n"},
+		{"1 / 0\nprint(\"after\")\n", 1, "after\n"},
+		{"print(\"before\")\n:nope\n", 1, "before\n"},
+	} {
+		cmd := exec.Command(os.Args[0], "repl", "--devices", "0")
+		cmd.Env = cliEnv("NO_COLOR=1")
+		cmd.Dir = t.TempDir()
+		cmd.Stdin = strings.NewReader(c.input)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		cmd.Run()
+		if code := cmd.ProcessState.ExitCode(); code != c.code || stdout.String() != c.out {
+			t.Errorf("%q: exit %d, stdout %q; want %d, %q\nstderr:\n%s", c.input, code, stdout.String(), c.code, c.out, stderr.String())
+		}
+		checkNoShm(t, cmd.Process.Pid)
+	}
+}
+
+// :help lists every command and alias there is, and each of them runs.
+func TestReplHelpListsEveryCommand(t *testing.T) {
+	var input strings.Builder
+	input.WriteString(":help\n")
+	for _, c := range metaCommands {
+		for _, name := range append([]string{c.name}, c.aliases...) {
+			if c.name != ":quit" {
+				input.WriteString(name + "\n")
+			}
+		}
+	}
+	input.WriteString(":q\nprint(\"not reached\")\n")
+	var out, errs bytes.Buffer
+	code := cmdRepl([]string{"--devices", "0"}, strings.NewReader(input.String()), &out, &errs)
+	if code != 0 || errs.Len() > 0 {
+		t.Fatalf("exit %d\nstderr:\n%s", code, errs.String())
+	}
+	help, _, _ := strings.Cut(out.String(), "Ctrl-C cancels")
+	for _, c := range metaCommands {
+		for _, name := range append([]string{c.name}, c.aliases...) {
+			if !regexp.MustCompile(`(?m)^  .*` + regexp.QuoteMeta(name) + `[, ]`).MatchString(help) {
+				t.Errorf(":help does not list %s:\n%s", name, help)
+			}
+		}
+	}
+	for _, want := range []string{"run 1 open", "run 1 ended", "no domains yet", "Worker 1 (w): level 3"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the commands did not all run: no %q in\n%s", want, out.String())
+		}
+	}
+	if n := strings.Count(out.String(), "Tab completes"); n != 4 || strings.Contains(out.String(), "not reached") {
+		t.Errorf(":help (twice), :h and :? printed the help %d times, or :q did not quit:\n%s", n, out.String())
+	}
+}
+
+const slowKernel = `def slow(chip, args):
+    print("kernel " + "running")
+    while True:
+        pass
+
+`
+
+// Ctrl-C while a statement waits for a long kernel cancels the statement's
+// run and says so in one line; the session stays usable, and in process
+// mode the chip processes live on (the terminal's Ctrl-C is not SIGINT to
+// them). The kernels are typed at the prompt, which process mode ships to
+// the chips.
+func TestReplCtrlCCancelsTheStatementsRun(t *testing.T) {
+	for _, mode := range []string{"thread", "process"} {
+		t.Run(mode, func(t *testing.T) {
+			env, _ := replEnv(t)
+			p := startPTY(t, env, "repl", "--devices", "0,1", "--mode", mode)
+			p.expect(">>> ")
+			p.send(strings.ReplaceAll(slowKernel, "\n", "\r"))
+			p.expect(">>> ")
+			p.send("def double(chip, args):\r    args.tensor(1).write(args.tensor(0).read() * 2.0)\r\r")
+			p.expect(">>> ")
+			p.send("w.register(slow)\r")
+			p.expect("CallableHandle(slow, ")
+			p.send("w.register(double)\r")
+			p.expect("CallableHandle(double, ")
+			p.send("x = host_tensor(data = [1.0, 2.0])\r")
+			p.expect(">>> ")
+			p.send("y = host_tensor(shape = [2])\r")
+			p.expect(">>> ")
+			kids := childPids(p.cmd.Process.Pid)
+
+			p.send("orch.submit_next_level(slow, TaskArgs(tensors = [(y, OUTPUT)]), worker = 0)\r")
+			p.expect("kernel running")
+			p.send("\x03")
+			p.expect("cancelled: run 1 (1 task pending)\r\n")
+			p.expect(">>> ")
+
+			// A statement's own w.run(...) is cancelled too.
+			p.send("w.run(lambda o, a, c: o.submit_next_level(slow, TaskArgs(tensors = [(y, OUTPUT)]), worker = 1))\r")
+			p.expect("kernel running")
+			p.send("\x03")
+			p.expect("cancelled: run 2 (1 task pending)\r\n")
+			p.expect(">>> ")
+
+			p.send("orch.submit_next_level(double, TaskArgs(tensors = [(x, INPUT), (y, OUTPUT)]), worker = 0)\r")
+			p.expect(">>> ")
+			p.send("y.read().tolist()\r")
+			p.expect("[2.0, 4.0]")
+			p.expect(">>> ")
+			for _, k := range kids {
+				if syscall.Kill(k, 0) != nil {
+					t.Errorf("child process %d died", k)
+				}
+			}
+			if mode == "process" && len(kids) != 3 {
+				t.Errorf("w has %d child processes, want 3 (two chips, one SUB worker)", len(kids))
+			}
+			p.send("\x04")
+			if code := p.wait(); code != 0 {
+				t.Errorf("exit code %d; output:\n%s", code, p.output())
+			}
+			if out := p.output(); strings.Contains(out, "Traceback") || strings.Contains(out, "signal: interrupt") {
+				t.Errorf("an error besides the cancel lines:\n%s", out)
+			}
+			checkNoShm(t, p.cmd.Process.Pid)
+		})
+	}
+}
+
+// SIGINT reaches a statement of a replayed session too: the REPL
+// cancels it, goes on with the next statements, and exits 1.
+func TestReplSIGINTCancelsAPipedStatement(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "repl", "--devices", "0")
+	cmd.Env = cliEnv("NO_COLOR=1")
+	cmd.Dir = t.TempDir()
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	var stderr lockedBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	io.WriteString(stdin, slowKernel+"w.register(slow)\nx = host_tensor(shape = [1])\n"+
+		"orch.submit_next_level(slow, TaskArgs(tensors = [(x, OUTPUT)]), worker = 0)\n")
+	out := bufio.NewReader(stdout)
+	readUntil(t, out, "kernel running")
+	cmd.Process.Signal(syscall.SIGINT)
+	io.WriteString(stdin, "print(\"next\")\n")
+	stdin.Close()
+	readUntil(t, out, "next")
+	cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != 1 || !strings.Contains(stderr.String(), "cancelled: run 1 (1 task pending)\n") {
+		t.Errorf("exit %d, stderr:\n%s", code, stderr.String())
+	}
+	checkNoShm(t, cmd.Process.Pid)
+}
+
+// readUntil reads lines from r until one contains want.
+func readUntil(t *testing.T, r *bufio.Reader, want string) {
+	t.Helper()
+	var seen strings.Builder
+	for {
+		line, err := r.ReadString('\n')
+		seen.WriteString(line)
+		if strings.Contains(line, want) {
+			return
+		}
+		if err != nil {
+			t.Fatalf("the output ended without %q:\n%s", want, seen.String())
+		}
+	}
+}
+
+// In process mode, w (made before the first prompt) runs a kernel loaded
+// from a file afterwards, one from the embedded library (which a child
+// used to report "changed on disk"), and one typed at the prompt, whose
+// statement is shipped to the chips; one that reads another statement's
+// global is refused with that reason.
+func TestReplProcessModeRegisters(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"kernels.star": "def add(chip, args):\n    args.tensor(2).write(args.tensor(0).read() + args.tensor(1).read())\n"})
+	input := `load("kernels.star", "add")
+w.register(add)
+a = host_tensor(data = [1.0, 2.0])
+out = host_tensor(shape = [2])
+orch.submit_next_level(add, TaskArgs(tensors = [(a, INPUT), (a, INPUT), (out, OUTPUT)]), worker = 0)
+out.read().tolist()
+def triple(chip, args):
+    args.tensor(1).write(args.tensor(0).read() * 3.0)
+
+w.register(triple)
+orch.submit_next_level(triple, TaskArgs(tensors = [(a, INPUT), (out, OUTPUT)]), worker = 1)
+out.read().tolist()
+load("@simpler//collective_kernels.star", "stage_window")
+w.register(stage_window)
+K = 5.0
+def scale(chip, args):
+    args.tensor(1).write(args.tensor(0).read() * K)
+
+w.register(scale)
+`
+	cmd := exec.Command(os.Args[0], "repl", "--mode", "process")
+	cmd.Env = cliEnv("NO_COLOR=1")
+	cmd.Dir = dir
+	cmd.Stdin = strings.NewReader(input)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.Run()
+	checkNoShm(t, cmd.Process.Pid)
+	got := regexp.MustCompile(`sha256:[0-9a-f]{12}`).ReplaceAllString(stdout.String(), "sha256:X")
+	want := "CallableHandle(add, sha256:X...)\n[2.0, 4.0]\nCallableHandle(triple, sha256:X...)\n[3.0, 6.0]\nCallableHandle(stage_window, sha256:X...)\n"
+	if got != want {
+		t.Errorf("stdout:\n%s\nwant:\n%s\nstderr:\n%s", got, want, stderr.String())
+	}
+	refusal := "register: scale was typed at the prompt (<repl 14>) and reads K, bound by another statement there"
+	if errs := stderr.String(); strings.Count(errs, "Traceback") != 1 || !strings.Contains(errs, refusal) {
+		t.Errorf("stderr:\n%s\nwant only the refusal %q", errs, refusal)
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 1 {
+		t.Errorf("exit code %d, want 1 (a registration was refused)", code)
 	}
 }

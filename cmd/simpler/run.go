@@ -35,15 +35,25 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	if def == "" {
 		def = "a2a3sim"
 	}
-	fs.StringVar(&f.platform, "platform", def, "platform: a2a3sim, a5sim, a2a3 or a5 (default $SIMPLER_PLATFORM, else a2a3sim)")
-	fs.StringVar(&f.devices, "devices", "0,1", "device ids: a list such as 0,2,3 or a range such as 0-3")
-	fs.StringVar(&f.mode, "mode", "thread", "worker mode: thread or process")
-	fs.Var(&f.loadPath, "load-path", "a directory load() may also read below (repeatable)")
+	fs.StringVar(&f.platform, "platform", def, "platform `P`: a2a3sim, a5sim, a2a3 or a5 (the default is $SIMPLER_PLATFORM when it is set)")
+	fs.StringVar(&f.devices, "devices", "0,1", "device `IDS`: a list such as 0,2,3, a range such as 0-3, or both (0-1,4)")
+	fs.StringVar(&f.mode, "mode", "thread", "worker `MODE`: thread or process")
+	fs.Var(&f.loadPath, "load-path", "also let load() read files below `DIR` (repeatable)")
 }
 
-// check validates the flags and returns the device ids.
+// check validates the flags and returns the device ids. A platform this
+// machine cannot run (an onboard one without the vendor runtime) is
+// reported first, with what to install: every later error would only be
+// a consequence of it.
 func (f *runFlags) check() ([]int, error) {
-	if _, err := hal.Lookup(f.platform); err != nil {
+	p, err := hal.Lookup(f.platform)
+	if err != nil {
+		if os.Getenv("SIMPLER_PLATFORM") == f.platform {
+			return nil, fmt.Errorf("ValueError: $SIMPLER_PLATFORM is %q, which is not a platform (want one of %s, or unset it)", f.platform, strings.Join(hal.Names(), ", "))
+		}
+		return nil, err
+	}
+	if err := p.Check(); err != nil {
 		return nil, err
 	}
 	if f.mode != "thread" && f.mode != "process" {
@@ -94,37 +104,43 @@ func parseDevices(s string) ([]int, error) {
 }
 
 func cmdRun(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var f runFlags
-	f.register(fs)
-	tracePath := fs.String("trace", "", "write a Chrome/Perfetto trace (JSON) of every task to this file")
-	maxSteps := fs.Uint64("max-steps", 0, "bound each Starlark thread of the script (main, each task of a thread-mode kernel, each module top level) to N steps; 0: no bound")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	rc, code, ok := parseRun(args, stdout, stderr)
+	if !ok {
+		return code
 	}
-	if fs.NArg() == 0 {
-		fmt.Fprintln(stderr, "usage: simpler run [--platform P] [--devices 0-3] [--mode thread|process] [--trace trace.json] [--load-path DIR]... [--max-steps N] script.star [ARGS...]")
-		return 2
-	}
+	f := &rc.opts
 	devices, err := f.check()
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 2
 	}
+	rc.warnMisplacedFlags(stderr)
 	shm.SweepDead() // objects of simpler processes that died without cleaning up
-	s := starlib.NewSession(f.platform, devices, f.mode, fs.Args()[1:], stdout, stderr)
+	stopDaemons, err := rc.startDaemons(stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	if stopDaemons != nil {
+		defer stopDaemons()
+	}
+	s := starlib.NewSession(f.platform, devices, f.mode, rc.argv, stdout, stderr)
 	s.Launcher = launcher()
-	s.SetMaxSteps(*maxSteps)
+	s.SetMaxSteps(f.maxSteps)
 	if err := f.apply(s); err != nil {
 		fmt.Fprintln(stderr, err)
 		s.Close()
 		return 2
 	}
-	obs := newRunObservers(*tracePath, stderr)
+	obs, err := newRunObservers(f.trace, stderr)
+	if err != nil { // before the script runs, not after it
+		fmt.Fprintln(stderr, err)
+		s.Close()
+		return 2
+	}
 	obs.attach(s)
-	intr := watchInterrupts(s)
-	err = s.RunFile(fs.Arg(0))
+	intr := watchInterrupts(s, stopDaemons)
+	err = s.RunFile(rc.script)
 	if cerr := s.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
@@ -141,6 +157,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, starlib.Backtrace(err))
+		rc.explainFailure(stderr)
 		return 1
 	}
 	return 0
@@ -158,7 +175,7 @@ type interrupts struct {
 	got  os.Signal
 }
 
-func watchInterrupts(s *starlib.Session) *interrupts {
+func watchInterrupts(s *starlib.Session, stopDaemons func()) *interrupts {
 	in := &interrupts{ch: make(chan os.Signal, 2), done: make(chan struct{})}
 	signal.Notify(in.ch, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	go func() {
@@ -178,6 +195,9 @@ func watchInterrupts(s *starlib.Session) *interrupts {
 					continue
 				}
 				s.Kill()
+				if stopDaemons != nil {
+					stopDaemons()
+				}
 				shm.RemoveOwn()
 				os.Exit(exitCode(sig))
 			}

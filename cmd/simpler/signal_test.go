@@ -34,19 +34,23 @@ def main(ctx):
 
 // A signal to simpler run mid-run cancels the runs, closes everything
 // within the bound, writes the trace so far and exits 128+signal, with
-// nothing left in /dev/shm and no child process running.
+// nothing left in /dev/shm and no child process running. A terminal's
+// Ctrl-C goes to the whole process group, the chip processes too (group).
 func TestRunInterrupted(t *testing.T) {
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{"spin.star": interruptScript})
 	exe, _ := os.Executable()
 	for _, c := range []struct {
-		sig  syscall.Signal
-		mode string
-		code int
-	}{{syscall.SIGINT, "thread", 130}, {syscall.SIGTERM, "process", 143}, {syscall.SIGHUP, "thread", 129}, {syscall.SIGINT, "process", 130}} {
+		sig   syscall.Signal
+		mode  string
+		code  int
+		group bool
+	}{{syscall.SIGINT, "thread", 130, false}, {syscall.SIGTERM, "process", 143, false}, {syscall.SIGHUP, "thread", 129, false},
+		{syscall.SIGINT, "process", 130, false}, {syscall.SIGINT, "process", 130, true}} {
 		trace := filepath.Join(dir, "trace-"+c.mode+".json")
 		run := exec.Command(exe, "run", "--mode", c.mode, "--trace", trace, filepath.Join(dir, "spin.star"))
 		run.Env = cliEnv()
+		run.SysProcAttr = &syscall.SysProcAttr{Setpgid: c.group}
 		out, _ := run.StdoutPipe()
 		var stderr strings.Builder
 		run.Stderr = &stderr
@@ -60,13 +64,17 @@ func TestRunInterrupted(t *testing.T) {
 		}
 		kids := childPids(run.Process.Pid)
 		start := time.Now()
-		run.Process.Signal(c.sig)
+		if c.group {
+			syscall.Kill(-run.Process.Pid, c.sig)
+		} else {
+			run.Process.Signal(c.sig)
+		}
 		err := run.Wait()
 		code := 0
 		if ee, ok := err.(*exec.ExitError); ok {
 			code = ee.ExitCode()
 		}
-		if code != c.code || !strings.Contains(stderr.String(), "interrupted by") {
+		if code != c.code || !strings.Contains(stderr.String(), "interrupted by") || strings.Contains(stderr.String(), "exited") {
 			t.Errorf("%v in %s mode: exit %d (%v), stderr %q; want %d", c.sig, c.mode, code, err, stderr.String(), c.code)
 		}
 		if el := time.Since(start); el > 10*time.Second {

@@ -22,17 +22,35 @@ import (
 	"simpler/golden"
 )
 
-const testUsage = "usage: simpler test [-update] [-run regex] [-v] [-p N] [-timeout D] [--platform P] [--devices 0-3] [--mode thread|process|thread,process] [--load-path DIR]... [--max-steps N] [paths...]"
-
-// testOptions are the flags of `simpler test`.
+// testOptions are the flags of `simpler test` and what they make.
 type testOptions struct {
 	update, verbose bool
 	parallel        int
 	timeout         time.Duration
-	modes           []string
-	runArgs         []string       // the `simpler run` flags of every script but --mode
-	filter          *regexp.Regexp // nil: every script
-	paths           []string
+	platform        string
+	devices         string
+	mode            string
+	loadPath        pathList
+	maxSteps        uint64
+	runPattern      string
+
+	modes   []string
+	runArgs []string       // the `simpler run` flags of every script but --mode
+	filter  *regexp.Regexp // nil: every script
+	paths   []string
+}
+
+func (o *testOptions) register(fs *flag.FlagSet) {
+	fs.BoolVar(&o.update, "update", false, "rewrite each NAME.golden from the current output (of the first --mode)")
+	fs.StringVar(&o.runPattern, "run", "", "only scripts whose path matches this `REGEXP`")
+	fs.BoolVar(&o.verbose, "v", false, "also list the scripts that passed")
+	fs.IntVar(&o.parallel, "p", runtime.NumCPU(), "`N` scripts run at once")
+	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "time limit per script (a `DURATION` such as 90s)")
+	fs.StringVar(&o.platform, "platform", golden.DefaultArgs[1], "--platform `P` each script runs with")
+	fs.StringVar(&o.devices, "devices", golden.DefaultArgs[3], "--devices `IDS` each script runs with (before its own # simpler-args:)")
+	fs.StringVar(&o.mode, "mode", "thread", "--mode each script runs with; thread,process runs each in both and checks both against one golden file (`MODES`)")
+	fs.Var(&o.loadPath, "load-path", "--load-path `DIR` each script runs with (repeatable)")
+	fs.Uint64Var(&o.maxSteps, "max-steps", 0, "--max-steps `N` each script runs with; 0: no bound")
 }
 
 // cmdTest runs users' golden tests: every script in a fresh child process
@@ -41,9 +59,9 @@ type testOptions struct {
 // The runs themselves are simpler/golden's, as for the repository's own
 // golden tests.
 func cmdTest(args []string, stdout, stderr io.Writer) int {
-	opts, err := parseTestFlags(args, stderr)
-	if err != nil {
-		return 2
+	opts, code, ok := parseTestFlags(args, stdout, stderr)
+	if !ok {
+		return code
 	}
 	scripts, err := opts.scripts()
 	if err != nil {
@@ -99,43 +117,27 @@ func cmdTest(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// parseTestFlags parses the flags of `simpler test`; an error has been
-// reported on stderr.
-func parseTestFlags(args []string, stderr io.Writer) (*testOptions, error) {
-	fs := flag.NewFlagSet("test", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, testUsage)
-		fs.PrintDefaults()
+// parseTestFlags parses the flags of `simpler test`. ok is false when the
+// command should stop with code (help was printed, or a usage error).
+func parseTestFlags(args []string, stdout, stderr io.Writer) (opts *testOptions, code int, ok bool) {
+	fs := flagSet("test")
+	opts = &testOptions{}
+	opts.register(fs)
+	if code, ok := parseFlags("test", fs, args, func() error { return parseInterspersed(fs, args) }, stdout, stderr); !ok {
+		return nil, code, false
 	}
-	opts := &testOptions{}
-	fs.BoolVar(&opts.update, "update", false, "rewrite each NAME.golden from the current output (of the first --mode)")
-	runPat := fs.String("run", "", "only scripts whose path matches this regular expression")
-	fs.BoolVar(&opts.verbose, "v", false, "also list the scripts that passed")
-	fs.IntVar(&opts.parallel, "p", runtime.NumCPU(), "scripts run at once")
-	fs.DurationVar(&opts.timeout, "timeout", 10*time.Minute, "time limit per script")
-	platform := fs.String("platform", golden.DefaultArgs[1], "--platform each script runs with")
-	devices := fs.String("devices", golden.DefaultArgs[3], "--devices each script runs with")
-	mode := fs.String("mode", "thread", "--mode each script runs with; thread,process runs each in both and checks both against one golden file")
-	var loadPath pathList
-	fs.Var(&loadPath, "load-path", "--load-path each script runs with (repeatable)")
-	maxSteps := fs.Uint64("max-steps", 0, "--max-steps each script runs with; 0: no bound")
-	if err := parseInterspersed(fs, args); err != nil {
-		return nil, err
-	}
-	fail := func(err error) (*testOptions, error) {
-		fmt.Fprintf(stderr, "simpler test: %v\n", err)
-		return nil, err
+	fail := func(err error) (*testOptions, int, bool) {
+		return nil, usageError(stderr, "test", "%v", err), false
 	}
 	var err error
-	if opts.modes, err = testModes(*mode); err != nil {
+	if opts.modes, err = testModes(opts.mode); err != nil {
 		return fail(err)
 	}
-	if opts.runArgs, err = scriptRunArgs(*platform, *devices, loadPath, *maxSteps); err != nil {
+	if opts.runArgs, err = scriptRunArgs(opts.platform, opts.devices, opts.loadPath, opts.maxSteps); err != nil {
 		return fail(err)
 	}
-	if *runPat != "" {
-		if opts.filter, err = regexp.Compile(*runPat); err != nil {
+	if opts.runPattern != "" {
+		if opts.filter, err = regexp.Compile(opts.runPattern); err != nil {
 			return fail(fmt.Errorf("-run: %v", err))
 		}
 	}
@@ -143,7 +145,7 @@ func parseTestFlags(args []string, stderr io.Writer) (*testOptions, error) {
 	if len(opts.paths) == 0 {
 		opts.paths = []string{"."}
 	}
-	return opts, nil
+	return opts, 0, true
 }
 
 // testModes splits --mode: one mode, or several separated by commas.

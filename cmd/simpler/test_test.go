@@ -18,7 +18,7 @@ var testFiles = map[string]string{
 def main(ctx):
     print(greet(ctx.platform, len(ctx.device_ids)))
 `,
-	"pass.golden": "-- exit --\n0\n-- stdout --\nhello a2a3sim with 4 chips\n-- stderr --\n",
+	"pass.golden": "-- exit --\n0\n-- stdout --\nhello a2a3sim with 2 chips\n-- stderr --\n",
 	"lib/helper.star": `def greet(p, n):
     return "hello %s with %d chips" % (p, n)
 `,

@@ -3,12 +3,14 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
+	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"simpler/engine"
@@ -22,17 +24,24 @@ import (
 type runObservers struct {
 	trace    *tracer
 	progress *progress
+	workers  atomic.Int32 // Workers seen, numbering them for the progress line
 }
 
-func newRunObservers(tracePath string, stderr io.Writer) *runObservers {
+// newRunObservers creates the trace file now, so that a path that cannot
+// be written is reported before the script runs rather than after it.
+func newRunObservers(tracePath string, stderr io.Writer) (*runObservers, error) {
 	ro := &runObservers{}
 	if tracePath != "" {
-		ro.trace = newTracer(tracePath)
+		t, err := newTracer(tracePath)
+		if err != nil {
+			return nil, err
+		}
+		ro.trace = t
 	}
 	if f, ok := stderr.(*os.File); ok && isTerminal(int(f.Fd())) {
 		ro.progress = newProgress(stderr, time.Second, 200*time.Millisecond)
 	}
-	return ro
+	return ro, nil
 }
 
 // attach hooks the observers into a session: every Worker it creates,
@@ -51,12 +60,13 @@ func (ro *runObservers) attach(s *starlib.Session) {
 		if ro.trace != nil {
 			pid = ro.trace.addWorker(w)
 		}
+		id := int(ro.workers.Add(1))
 		w.Observe(func(e engine.Event) {
 			if ro.trace != nil {
 				ro.trace.record(pid, e)
 			}
 			if ro.progress != nil {
-				ro.progress.record(e)
+				ro.progress.record(id, e)
 			}
 		})
 	}
@@ -76,10 +86,17 @@ func (ro *runObservers) finish() error {
 // tracer records events into a Chrome trace (Trace Event Format), which
 // ui.perfetto.dev and chrome://tracing open: one process per Worker, one
 // lane (thread) per endpoint, a slice per task, flow arrows from each
-// producer's end to its consumers' start, and instant events for domains
-// and run fences.
+// producer's end to its consumers' start, a lane of global-domain
+// commands per node, and instant events for domains and run fences.
+//
+// The format requires the slices of one thread to nest. Tasks on one
+// endpoint need not be disjoint (a remote node runs several at once), and
+// a node's commands overlap its tasks, so commands get a lane of their
+// own and a lane's slices that overlap go on further tracks of it
+// ("NAME #2"): see layout.
 type tracer struct {
 	path  string
+	f     *os.File // created by newTracer, written by write
 	mu    sync.Mutex
 	t0    time.Time
 	procs []*traceProc
@@ -89,9 +106,9 @@ type tracer struct {
 type traceProc struct {
 	pid   int
 	name  string
-	lanes map[string]int // endpoint name → tid
-	order []string       // lanes in first-use order
-	tasks map[taskKey][]*taskSpan
+	lanes map[string]*traceLane
+	order []*traceLane // in first-use order
+	tasks map[taskKey][]*traceSpan
 	deps  map[taskKey][]int // consumer → its producers' task ids
 }
 
@@ -100,13 +117,21 @@ type taskKey struct {
 	task int
 }
 
-type taskSpan struct {
+// traceLane is an endpoint's tasks, or a node's global commands.
+type traceLane struct {
+	name  string
+	spans []*traceSpan
+	names []string // its tracks' names, set by layout
+}
+
+// traceSpan is one slice; times are nanoseconds since the trace began.
+type traceSpan struct {
+	name, cat  string
 	member     int
-	tid        int
-	callable   string
-	start, end time.Time
+	start, end int64
 	done       bool
-	err        error
+	tid        int // its track, set by layout
+	args       map[string]any
 }
 
 // traceEvent is one entry of the "traceEvents" array.
@@ -124,41 +149,56 @@ type traceEvent struct {
 	Args  map[string]any `json:"args,omitempty"`
 }
 
-func newTracer(path string) *tracer { return &tracer{path: path, t0: time.Now()} }
+// newTracer creates the trace file at path.
+func newTracer(path string) (*tracer, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return nil, fmt.Errorf("ValueError: --trace %s: cannot create the file: %v", path, err)
+	}
+	return &tracer{path: path, f: f, t0: time.Now()}, nil
+}
 
 // addWorker gives w a process id in the trace and names it.
 func (t *tracer) addWorker(w *engine.Worker) int {
 	cfg := w.Config()
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	name := fmt.Sprintf("Worker %d: level %d", len(t.procs)+1, cfg.Level)
 	if cfg.Platform != nil {
 		name += ", " + cfg.Platform.Name()
 	}
 	if len(cfg.DeviceIDs) > 0 {
-		name += fmt.Sprintf(", devices %v", cfg.DeviceIDs)
+		name += ", devices " + engine.FormatInts(cfg.DeviceIDs)
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	p := &traceProc{pid: len(t.procs) + 1, name: name, lanes: map[string]int{},
-		tasks: map[taskKey][]*taskSpan{}, deps: map[taskKey][]int{}}
+	p := &traceProc{pid: len(t.procs) + 1, name: name, lanes: map[string]*traceLane{},
+		tasks: map[taskKey][]*traceSpan{}, deps: map[taskKey][]int{}}
 	t.procs = append(t.procs, p)
 	return p.pid
 }
 
-// us is microseconds since the trace began (nanosecond resolution).
-func (t *tracer) us(at time.Time) float64 { return float64(at.Sub(t.t0).Nanoseconds()) / 1e3 }
+// ns is nanoseconds since the trace began. Slices are laid out in whole
+// nanoseconds, so that the nesting they are given is exact.
+func (t *tracer) ns(at time.Time) int64 { return at.Sub(t.t0).Nanoseconds() }
 
-// round3 keeps three decimals: nanoseconds, in microseconds.
-func round3(x float64) float64 { return math.Round(x*1e3) / 1e3 }
+// us is the trace format's unit, microseconds, from nanoseconds.
+func us(ns int64) float64 { return float64(ns) / 1e3 }
 
-func (p *traceProc) lane(name string) int {
-	if tid, ok := p.lanes[name]; ok {
-		return tid
+func (p *traceProc) lane(name string) *traceLane {
+	l := p.lanes[name]
+	if l == nil {
+		l = &traceLane{name: name}
+		p.lanes[name] = l
+		p.order = append(p.order, l)
 	}
-	tid := len(p.lanes) + 1 // tid 0 carries the worker's instant events
-	p.lanes[name] = tid
-	p.order = append(p.order, name)
-	return tid
+	return l
 }
+
+// commandLane is the name of node's lane of global-domain commands.
+func commandLane(node string) string { return node + ": global commands" }
 
 func (t *tracer) record(pid int, e engine.Event) {
 	t.mu.Lock()
@@ -171,37 +211,87 @@ func (t *tracer) record(pid int, e engine.Event) {
 			p.deps[key] = append([]int(nil), e.Deps...)
 		}
 	case engine.TaskStarted:
-		p.tasks[key] = append(p.tasks[key], &taskSpan{member: e.Member, tid: p.lane(e.Worker), callable: e.Callable, start: e.At})
+		args := map[string]any{"run": e.Run, "task": e.Task, "member": e.Member}
+		if deps := p.deps[key]; len(deps) > 0 {
+			args["deps"] = deps
+		}
+		s := &traceSpan{name: e.Callable, cat: "task", member: e.Member, start: t.ns(e.At), args: args}
+		l := p.lane(e.Worker)
+		l.spans = append(l.spans, s)
+		p.tasks[key] = append(p.tasks[key], s)
 	case engine.TaskFinished:
 		for _, s := range p.tasks[key] {
 			if s.member == e.Member && !s.done {
-				s.end, s.done, s.err = e.At, true, e.Err
+				s.end, s.done = t.ns(e.At), true
+				if e.Err != nil {
+					s.args["error"] = e.Err.Error()
+				}
 				break
 			}
 		}
-	case engine.DomainAllocated, engine.DomainReleased, engine.DomainFreed:
-		verb := map[engine.EventKind]string{engine.DomainAllocated: "allocated", engine.DomainReleased: "released", engine.DomainFreed: "freed"}[e.Kind]
-		args := map[string]any{"domain": e.Domain, "allocation_id": e.AllocID, "run": e.Run}
-		if e.Err != nil {
-			args["error"] = e.Err.Error()
-		}
-		t.marks = append(t.marks, traceEvent{Name: fmt.Sprintf("domain %s %s", e.Domain, verb), Cat: "domain",
-			Ph: "i", Scope: "p", Ts: round3(t.us(e.At)), Pid: pid, Args: args})
-	case engine.GlobalStep: // a span on the node's lane, as the broker timed it
-		dur := round3(float64(e.Dur) / 1e3)
+	case engine.GlobalStep: // a span on the node's command lane, as the broker timed it
 		args := map[string]any{"domain": e.Domain, "domain_id": e.AllocID}
 		if e.Err != nil {
 			args["error"] = e.Err.Error()
 		}
-		t.marks = append(t.marks, traceEvent{Name: "global " + e.Callable, Cat: "global", Ph: "X", Ts: round3(t.us(e.At.Add(-e.Dur))), Dur: &dur,
-			Pid: pid, Tid: p.lane(e.Worker), Args: args})
-	case engine.RunFenced:
-		args := map[string]any{"run": e.Run}
-		if e.Err != nil {
-			args["error"] = e.Err.Error()
+		end := t.ns(e.At)
+		p.lane(e.Worker) // the node's tasks' lane, if it has none yet: the commands' lane shows after it
+		l := p.lane(commandLane(e.Worker))
+		l.spans = append(l.spans, &traceSpan{name: "global " + e.Callable, cat: "global",
+			start: end - e.Dur.Nanoseconds(), end: end, done: true, args: args})
+	case engine.DomainAllocated, engine.DomainReleased, engine.DomainFreed, engine.RunFenced:
+		t.marks = append(t.marks, t.mark(pid, e))
+	}
+}
+
+// mark is the instant event of a domain's or a run's event.
+func (t *tracer) mark(pid int, e engine.Event) traceEvent {
+	var name, cat string
+	args := map[string]any{"run": e.Run}
+	if e.Kind == engine.RunFenced {
+		name, cat = fmt.Sprintf("run %d fenced", e.Run), "run"
+	} else {
+		verb := map[engine.EventKind]string{engine.DomainAllocated: "allocated", engine.DomainReleased: "released", engine.DomainFreed: "freed"}[e.Kind]
+		name, cat = fmt.Sprintf("domain %s %s", e.Domain, verb), "domain"
+		args["domain"], args["allocation_id"] = e.Domain, e.AllocID
+	}
+	if e.Err != nil {
+		args["error"] = e.Err.Error()
+	}
+	return traceEvent{Name: name, Cat: cat, Ph: "i", Scope: "p", Ts: us(t.ns(e.At)), Pid: pid, Args: args}
+}
+
+// layout gives every span a track (a thread id), lane by lane: each span,
+// in order of start, goes on the lane's first track whose last span has
+// ended, a new track if none has. Slices on one track are then disjoint,
+// so they trivially nest. Tid 0 is the worker's "events" lane; a lane
+// without spans gets no track; a span still running at now ends there.
+func (p *traceProc) layout(now int64) {
+	tid := 0
+	for _, l := range p.order {
+		sort.SliceStable(l.spans, func(i, j int) bool { return l.spans[i].start < l.spans[j].start })
+		var ends []int64 // per track, where its last span ends
+		l.names = nil
+		for _, s := range l.spans {
+			if !s.done {
+				s.end = max(now, s.start)
+			}
+			k := 0
+			for k < len(ends) && ends[k] > s.start {
+				k++
+			}
+			if k == len(ends) {
+				ends = append(ends, 0)
+				name := l.name
+				if k > 0 {
+					name = fmt.Sprintf("%s #%d", l.name, k+1)
+				}
+				l.names = append(l.names, name)
+			}
+			ends[k] = s.end
+			s.tid = tid + 1 + k
 		}
-		t.marks = append(t.marks, traceEvent{Name: fmt.Sprintf("run %d fenced", e.Run), Cat: "run",
-			Ph: "i", Scope: "p", Ts: round3(t.us(e.At)), Pid: pid, Args: args})
+		tid += len(ends)
 	}
 }
 
@@ -209,112 +299,103 @@ func (t *tracer) record(pid int, e engine.Event) {
 func (t *tracer) events() []traceEvent {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	now := time.Now()
+	now := t.ns(time.Now())
 	var out []traceEvent
 	flow := 0
 	for _, p := range t.procs {
+		p.layout(now)
 		out = append(out,
 			traceEvent{Name: "process_name", Ph: "M", Pid: p.pid, Args: map[string]any{"name": p.name}},
 			traceEvent{Name: "process_sort_index", Ph: "M", Pid: p.pid, Args: map[string]any{"sort_index": p.pid}},
 			traceEvent{Name: "thread_name", Ph: "M", Pid: p.pid, Tid: 0, Args: map[string]any{"name": "events"}})
-		for _, name := range p.order {
-			tid := p.lanes[name]
-			out = append(out,
-				traceEvent{Name: "thread_name", Ph: "M", Pid: p.pid, Tid: tid, Args: map[string]any{"name": name}},
-				traceEvent{Name: "thread_sort_index", Ph: "M", Pid: p.pid, Tid: tid, Args: map[string]any{"sort_index": tid}})
-		}
-		keys := make([]taskKey, 0, len(p.tasks))
-		for k := range p.tasks {
-			keys = append(keys, k)
-		}
-		sort.Slice(keys, func(i, j int) bool {
-			if keys[i].run != keys[j].run {
-				return keys[i].run < keys[j].run
+		tid := 0
+		for _, l := range p.order {
+			for _, name := range l.names {
+				tid++
+				out = append(out,
+					traceEvent{Name: "thread_name", Ph: "M", Pid: p.pid, Tid: tid, Args: map[string]any{"name": name}},
+					traceEvent{Name: "thread_sort_index", Ph: "M", Pid: p.pid, Tid: tid, Args: map[string]any{"sort_index": tid}})
 			}
-			return keys[i].task < keys[j].task
-		})
-		for _, k := range keys {
-			for _, s := range p.tasks[k] {
-				end := s.end
-				if !s.done {
-					end = now
-				}
-				dur := round3(t.us(end) - t.us(s.start))
-				args := map[string]any{"run": k.run, "task": k.task, "member": s.member}
-				if s.err != nil {
-					args["error"] = s.err.Error()
-				}
-				if deps := p.deps[k]; len(deps) > 0 {
-					args["deps"] = deps
-				}
-				out = append(out, traceEvent{Name: s.callable, Cat: "task", Ph: "X", Ts: round3(t.us(s.start)), Dur: &dur, Pid: p.pid, Tid: s.tid, Args: args})
+			for _, s := range l.spans {
+				dur := us(s.end - s.start)
+				out = append(out, traceEvent{Name: s.name, Cat: s.cat, Ph: "X", Ts: us(s.start), Dur: &dur, Pid: p.pid, Tid: s.tid, Args: s.args})
 			}
 		}
-		// Flows: from the producer's last member to finish, to each
-		// member of the consumer. Each end sits just inside its slice so
-		// that viewers bind it to that slice.
-		for _, k := range keys {
-			for _, dep := range p.deps[k] {
-				prod := lastEnd(p.tasks[taskKey{k.run, dep}])
-				if prod == nil {
-					continue
-				}
-				for _, cons := range p.tasks[k] {
-					flow++
-					from := round3(inside(t.us(prod.start), t.us(prod.end), false))
-					to := round3(inside(t.us(cons.start), t.us(cons.end), true))
-					name := fmt.Sprintf("task %d → task %d", dep, k.task)
-					out = append(out,
-						traceEvent{Name: name, Cat: "dependency", Ph: "s", ID: flow, Ts: from, Pid: p.pid, Tid: prod.tid},
-						traceEvent{Name: name, Cat: "dependency", Ph: "f", Bp: "e", ID: flow, Ts: to, Pid: p.pid, Tid: cons.tid})
-				}
-			}
-		}
+		out = p.flows(out, &flow)
 	}
 	return append(out, t.marks...)
 }
 
+// flows adds an arrow from each dependency's producer (its member that
+// finished last) to each member of the consumer, numbering them from
+// *n. Each end sits just inside its slice, so that viewers bind it to
+// that slice.
+func (p *traceProc) flows(out []traceEvent, n *int) []traceEvent {
+	keys := make([]taskKey, 0, len(p.deps))
+	for k := range p.deps {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].run != keys[j].run {
+			return keys[i].run < keys[j].run
+		}
+		return keys[i].task < keys[j].task
+	})
+	for _, k := range keys {
+		for _, dep := range p.deps[k] {
+			prod := lastEnd(p.tasks[taskKey{k.run, dep}])
+			if prod == nil {
+				continue
+			}
+			for _, cons := range p.tasks[k] {
+				*n++
+				name := fmt.Sprintf("task %d → task %d", dep, k.task)
+				out = append(out,
+					traceEvent{Name: name, Cat: "dependency", Ph: "s", ID: *n, Ts: us(inside(prod.start, prod.end, false)), Pid: p.pid, Tid: prod.tid},
+					traceEvent{Name: name, Cat: "dependency", Ph: "f", Bp: "e", ID: *n, Ts: us(inside(cons.start, cons.end, true)), Pid: p.pid, Tid: cons.tid})
+			}
+		}
+	}
+	return out
+}
+
 // lastEnd is the finished span that ended last.
-func lastEnd(spans []*taskSpan) *taskSpan {
-	var last *taskSpan
+func lastEnd(spans []*traceSpan) *traceSpan {
+	var last *traceSpan
 	for _, s := range spans {
-		if s.done && (last == nil || s.end.After(last.end)) {
+		if s.done && (last == nil || s.end > last.end) {
 			last = s
 		}
 	}
 	return last
 }
 
-// inside returns a time just inside [start, end]: near the start when
-// atStart, else near the end.
-func inside(start, end float64, atStart bool) float64 {
-	const eps = 0.001 // one nanosecond, in microseconds
-	if end-start <= 2*eps {
-		return (start + end) / 2
+// inside returns a time in [start, end], a nanosecond in from the start
+// when atStart, else from the end.
+func inside(start, end int64, atStart bool) int64 {
+	switch {
+	case end-start < 2:
+		return start
+	case atStart:
+		return start + 1
+	default:
+		return end - 1
 	}
-	if atStart {
-		return start + eps
-	}
-	return end - eps
 }
 
-// write saves the trace as JSON.
+// write saves the trace as JSON into the file newTracer created.
 func (t *tracer) write() error {
-	f, err := os.Create(t.path)
-	if err != nil {
-		return fmt.Errorf("--trace: %v", err)
-	}
-	bw := bufio.NewWriter(f)
+	bw := bufio.NewWriter(t.f)
 	enc := json.NewEncoder(bw)
 	doc := struct {
 		TraceEvents     []traceEvent `json:"traceEvents"`
 		DisplayTimeUnit string       `json:"displayTimeUnit"`
 	}{t.events(), "ns"}
-	err = enc.Encode(doc)
+	err := enc.Encode(doc)
 	if ferr := bw.Flush(); err == nil {
 		err = ferr
 	}
-	if cerr := f.Close(); err == nil {
+	if cerr := t.f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
@@ -325,43 +406,100 @@ func (t *tracer) write() error {
 
 // progress is a one-line status on a terminal for long runs: it appears
 // after a delay, is redrawn periodically, and is cleared before anything
-// else is printed and at the end.
+// else is printed and at the end. It counts tasks of every Worker: done
+// out of submitted, the members running, and the tasks that failed.
 type progress struct {
 	w            io.Writer
 	delay, every time.Duration
 
-	mu                    sync.Mutex
-	t0                    time.Time
-	running, done, failed int
-	shown                 bool
-	quit                  chan struct{}
-	exited                chan struct{}
-	active                bool // a task has started: there is something to show
+	mu                               sync.Mutex
+	t0                               time.Time
+	submitted, done, failed, running int
+	open                             map[progressRun]map[int]*progressTask // tasks not done yet, by run
+	shown                            bool
+	quit                             chan struct{}
+	exited                           chan struct{}
+	active                           bool // a task has started: there is something to show
+}
+
+// progressRun is one run of one Worker (numbered by runObservers).
+type progressRun struct {
+	worker int
+	run    uint64
+}
+
+// progressTask is a task whose members have not all finished.
+type progressTask struct {
+	left    int   // members still to finish
+	running []int // members started and not finished
+	failed  bool
 }
 
 func newProgress(w io.Writer, delay, every time.Duration) *progress {
-	return &progress{w: w, delay: delay, every: every, quit: make(chan struct{}), exited: make(chan struct{})}
+	return &progress{w: w, delay: delay, every: every, open: map[progressRun]map[int]*progressTask{},
+		quit: make(chan struct{}), exited: make(chan struct{})}
 }
 
-func (p *progress) record(e engine.Event) {
+// record counts one event of Worker worker's. A task is done when its
+// last member finishes, or at its run's fence: a task that never ran
+// (a producer failed, or the run was cancelled) retires there, and
+// counts as failed.
+func (p *progress) record(worker int, e engine.Event) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	rk := progressRun{worker, e.Run}
 	switch e.Kind {
+	case engine.TaskSubmitted:
+		p.submitted++
+		if p.open[rk] == nil {
+			p.open[rk] = map[int]*progressTask{}
+		}
+		p.open[rk][e.Task] = &progressTask{left: max(e.Members, 1)}
 	case engine.TaskStarted:
-		p.running++
+		if t := p.open[rk][e.Task]; t != nil {
+			t.running = append(t.running, e.Member)
+			p.running++
+		}
 		p.active = true
 	case engine.TaskFinished:
-		p.running--
-		p.done++
-		if e.Err != nil {
-			p.failed++
+		t := p.open[rk][e.Task]
+		if t == nil {
+			return
 		}
+		// A member cancelled before it started finishes without starting.
+		if i := slices.Index(t.running, e.Member); i >= 0 {
+			t.running = slices.Delete(t.running, i, i+1)
+			p.running--
+		}
+		t.left--
+		t.failed = t.failed || e.Err != nil
+		if t.left == 0 {
+			p.retire(rk, e.Task, t.failed)
+		}
+	case engine.RunFenced:
+		for id := range p.open[rk] {
+			p.retire(rk, id, true)
+		}
+		delete(p.open, rk)
+	}
+}
+
+// retire counts task id of run rk as done. Caller holds p.mu.
+func (p *progress) retire(rk progressRun, id int, failed bool) {
+	p.running -= len(p.open[rk][id].running)
+	delete(p.open[rk], id)
+	if len(p.open[rk]) == 0 {
+		delete(p.open, rk)
+	}
+	p.done++
+	if failed {
+		p.failed++
 	}
 }
 
 // line is the status text.
 func (p *progress) line() string {
-	s := fmt.Sprintf("simpler: %d tasks done, %d running", p.done, p.running)
+	s := fmt.Sprintf("simpler: %d/%d tasks done, %d running", p.done, p.submitted, p.running)
 	if p.failed > 0 {
 		s += fmt.Sprintf(", %d failed", p.failed)
 	}

@@ -43,6 +43,11 @@ func Watch(signals <-chan os.Signal, stop func()) (end func()) {
 					continue
 				}
 			}
+			select {
+			case <-done: // ended while the event came in: select picks at random among ready cases
+				return
+			default:
+			}
 			Abandon(stop)
 			return
 		}

@@ -1,4 +1,4 @@
-package engine
+package remote
 
 import (
 	"crypto/rand"
@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"simpler/engine"
 	"simpler/hal/shm"
 	"simpler/internal/orphan"
 	"simpler/wire"
@@ -23,12 +24,12 @@ import (
 
 // DaemonConfig says whom a daemon admits and what each session may hold.
 type DaemonConfig struct {
-	Token       []byte      // what a parent must prove; required
-	Session     *Launcher   // starts a session process: fd 3 is the connection, fd 4 the link
-	Log         io.Writer   // refusals and session failures; nil: discarded
-	Limits      wire.Limits // per session; zero fields take DefaultLimits' values
-	MaxPending  int         // connections that have not yet proved the token; the oldest is dropped (default 32)
-	MaxSessions int         // sessions at once (default 64)
+	Token       []byte           // what a parent must prove; required
+	Session     *engine.Launcher // starts a session process: fd 3 is the connection, fd 4 the link
+	Log         io.Writer        // refusals and session failures; nil: discarded
+	Limits      wire.Limits      // per session; zero fields take DefaultLimits' values
+	MaxPending  int              // connections that have not yet proved the token; the oldest is dropped (default 32)
+	MaxSessions int              // sessions at once (default 64)
 	// HelloTimeout bounds a connection's CHALLENGE/HELLO exchange
 	// (default HelloTimeout).
 	HelloTimeout time.Duration
@@ -93,7 +94,7 @@ type linkRoute struct {
 // NewDaemon serves ln under cfg.
 func NewDaemon(ln net.Listener, cfg DaemonConfig) (*Daemon, error) {
 	if len(cfg.Token) == 0 {
-		return nil, Errorf(ValueError, "remote-l3-worker: a daemon needs a token")
+		return nil, engine.Errorf(engine.ValueError, "remote-l3-worker: a daemon needs a token")
 	}
 	if cfg.Log == nil {
 		cfg.Log = io.Discard
@@ -111,7 +112,7 @@ func NewDaemon(ln net.Listener, cfg DaemonConfig) (*Daemon, error) {
 	d := &Daemon{ln: ln, cfg: cfg, id: randomID(), done: make(chan struct{}), sessions: map[uint64]*dsession{}, routes: map[uint64]linkRoute{}}
 	p, err := listenPeer(d.id)
 	if err != nil {
-		return nil, Wrap(err, "remote-l3-worker: the socket for peer daemons")
+		return nil, engine.Wrap(err, "remote-l3-worker: the socket for peer daemons")
 	}
 	d.peer = p
 	d.wg.Add(1)
@@ -233,7 +234,7 @@ func (d *Daemon) handshake(conn net.Conn) (*wire.Link, error) {
 	}
 	h, err := wire.ReadHeader(conn, wire.MaxHello)
 	if errors.Is(err, wire.ErrVersion) && h.Type == wire.TypeHello {
-		return nil, refuse(conn, h, Errorf(ValueError, "HELLO of protocol version %d; this daemon speaks version %d", h.Version, wire.ProtocolVersion))
+		return nil, refuse(conn, h, engine.Errorf(engine.ValueError, "HELLO of protocol version %d; this daemon speaks version %d", h.Version, wire.ProtocolVersion))
 	}
 	if err != nil {
 		return nil, err
@@ -247,10 +248,10 @@ func (d *Daemon) handshake(conn net.Conn) (*wire.Link, error) {
 	}
 	hello, err := wire.DecodeHello(payload)
 	if err != nil {
-		return nil, refuse(conn, h, Errorf(ValueError, "HELLO: %v", err))
+		return nil, refuse(conn, h, engine.Errorf(engine.ValueError, "HELLO: %v", err))
 	}
 	if hello.Version < wire.ProtocolVersion {
-		return nil, refuse(conn, h, Errorf(ValueError, "HELLO from a parent that speaks protocol version %d; this daemon speaks version %d", hello.Version, wire.ProtocolVersion))
+		return nil, refuse(conn, h, engine.Errorf(engine.ValueError, "HELLO from a parent that speaks protocol version %d; this daemon speaks version %d", hello.Version, wire.ProtocolVersion))
 	}
 	if err := d.checkProof(conn, h, hello, ch, deadline); err != nil {
 		return nil, err
@@ -265,7 +266,7 @@ func (d *Daemon) checkProof(conn net.Conn, h wire.Header, hello wire.Hello, ch w
 	addr := hostOf(conn.RemoteAddr())
 	at := d.gate.reserve(addr, time.Now())
 	if at.After(deadline) {
-		return refuse(conn, h, Errorf(RuntimeError, "too many failed token proofs from %s; try again in %v", addr, time.Until(at).Round(time.Second)))
+		return refuse(conn, h, engine.Errorf(engine.RuntimeError, "too many failed token proofs from %s; try again in %v", addr, time.Until(at).Round(time.Second)))
 	}
 	select {
 	case <-time.After(time.Until(at)):
@@ -275,7 +276,7 @@ func (d *Daemon) checkProof(conn net.Conn, h wire.Header, hello wire.Hello, ch w
 	if !wire.Verify(d.cfg.Token, ch.Nonce, h.Session, hello.Parent, hello.Proof) {
 		d.gate.failed(addr, time.Now())
 		// One fixed message: it does not say what was wrong.
-		return refuse(conn, h, Errorf(ValueError, "HELLO: the token proof does not match"))
+		return refuse(conn, h, engine.Errorf(engine.ValueError, "HELLO: the token proof does not match"))
 	}
 	d.gate.passed(addr)
 	return nil
@@ -319,9 +320,9 @@ func (d *Daemon) startSession(conn net.Conn, start *wire.Link) error {
 		d.mu.Unlock()
 		h := wire.Header{Version: wire.ProtocolVersion, Session: start.Session, Worker: start.Worker}
 		if closed {
-			return refuse(conn, h, Errorf(RuntimeError, "the daemon is closing"))
+			return refuse(conn, h, engine.Errorf(engine.RuntimeError, "the daemon is closing"))
 		}
-		return refuse(conn, h, Errorf(RuntimeError, "the daemon serves %d sessions, its bound (--max-sessions)", n))
+		return refuse(conn, h, engine.Errorf(engine.RuntimeError, "the daemon serves %d sessions, its bound (--max-sessions)", n))
 	}
 	d.slots++
 	s := &dsession{slot: d.slots}
@@ -371,6 +372,14 @@ func (d *Daemon) spawn(conn net.Conn) (*exec.Cmd, *link, error) {
 		return nil, nil, err
 	}
 	return cmd, l, nil
+}
+
+// orStd is w, or def when w is nil (a Launcher's Stdout and Stderr).
+func orStd(w io.Writer, def *os.File) io.Writer {
+	if w != nil {
+		return w
+	}
+	return def
 }
 
 // serveLink forwards the session's export resolution until its process
@@ -451,7 +460,7 @@ func (d *Daemon) route(m wire.Link, from uint64, reply func(*wire.Link, int)) {
 	}
 }
 
-var errStaleExport = Errorf(RuntimeError, "IMPORT: the session that made this export has ended (a stale export id)")
+var errStaleExport = engine.Errorf(engine.RuntimeError, "IMPORT: the session that made this export has ended (a stale export id)")
 
 // forwardGrant passes an owner's answer back to whoever asked. Only the
 // session that was asked may answer, once.
@@ -466,7 +475,7 @@ func (d *Daemon) forwardGrant(owner *dsession, m wire.Link, fd int) {
 		return
 	}
 	if m.Err == nil && fd < 0 {
-		rt.reply(grantError(0, Errorf(RuntimeError, "IMPORT: the exporting session sent no memory")), -1)
+		rt.reply(grantError(0, engine.Errorf(engine.RuntimeError, "IMPORT: the exporting session sent no memory")), -1)
 		return
 	}
 	rt.reply(&m, fd)
@@ -548,7 +557,7 @@ func ServeSessionFD(newResolver SourceResolver) error {
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	closeConn := func() { conn.Close() }
 	end := orphan.Watch(sig, closeConn)
-	err = RunSession(conn, l, start, newResolver, func() { orphan.Abandon(closeConn) })
+	err = runSession(conn, l, start, newResolver, func() { orphan.Abandon(closeConn) })
 	signal.Stop(sig)
 	end()
 	return err

@@ -1,4 +1,12 @@
-package engine
+// Package remote is the TCP transport of remote level-3 nodes: the
+// parent's side of a session (Dial, the node a level-4 Worker drives
+// through engine.RemoteNode), and the daemon's (Daemon, its session
+// processes, their remote buffers and exports, the links between them and
+// to peer daemons, the proof gate). It imports engine, wire and the
+// packages below them; engine never imports it: starlib and the CLI set
+// engine.Config.Dial to Dial and run the daemon. docs/protocol.md has the
+// bytes, docs/security.md the threat model.
+package remote
 
 import (
 	"crypto/rand"
@@ -8,56 +16,23 @@ import (
 	"io"
 	"net"
 	"os"
-	"strconv"
 	"sync"
 	"time"
 
+	"simpler/engine"
 	"simpler/internal/netspin"
 	"simpler/internal/token"
 	"simpler/wire"
 )
 
-// RemoteSpec describes a remote level-3 node served by a
-// `simpler remote-l3-worker` daemon.
-type RemoteSpec struct {
-	Endpoint          string // host:port
-	Platform          string
-	DeviceIDs         []int
-	NumSubWorkers     int
-	CommProfile       string
-	GlobalDeviceRanks []int
-	Token             []byte // nil: the token the daemon wrote on this host (token.ForEndpoint)
-}
-
-// Sources is the code a remote node runs: the module bundle with its
-// sources, since a remote host has no copy of the parent's files.
-type Sources struct {
-	Root    string
-	Modules []wire.Module
-}
-
-// DefaultSessionTimeout bounds every remote command and health probe.
-const DefaultSessionTimeout = 30 * time.Second
-
-// validateEndpoint checks host:port with a numeric port.
-func validateEndpoint(ep string) error {
-	host, port, err := net.SplitHostPort(ep)
-	if err != nil || host == "" {
-		return Errorf(ValueError, "add_remote_worker: endpoint %q is not host:port", ep)
-	}
-	if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
-		return Errorf(ValueError, "add_remote_worker: endpoint %q has a non-numeric or out-of-range port", ep)
-	}
-	return nil
-}
-
-// rnode is the parent's side of one remote session: an ordered command
+// node is the parent's side of one remote session: an ordered command
 // lane (one command in flight), tasks, and health probes, multiplexed on
-// one connection by sequence number.
-type rnode struct {
+// one connection by sequence number. It is the engine.RemoteNode a
+// level-4 Worker drives.
+type node struct {
 	name    string
 	id      int
-	spec    RemoteSpec
+	spec    engine.RemoteSpec
 	conn    net.Conn
 	in      io.Reader // conn, read spinning briefly before blocking
 	session uint64
@@ -68,10 +43,10 @@ type rnode struct {
 	mu     sync.Mutex
 	seq    uint64
 	wait   map[uint64]chan rreply
-	tasks  map[uint64]taskDone  // tasks sent and not completed, by sequence
-	seqOf  map[memberKey]uint64 // the sequence of each of those, by task member (cancel)
-	sinks  map[uint64][]byte    // where a COPY_FROM reply's data goes, by sequence
-	big    chan []byte          // the reusable buffer for large replies, while not in use
+	tasks  map[uint64]taskDone // tasks sent and not completed, by sequence
+	seqOf  map[any]uint64      // the sequence of each of those, by task member's key (cancel)
+	sinks  map[uint64][]byte   // where a COPY_FROM reply's data goes, by sequence
+	big    chan []byte         // the reusable buffer for large replies, while not in use
 	dead   error
 	gone   chan struct{}  // closed when the connection is lost
 	reader sync.WaitGroup // the reader, the health monitor and failure callbacks
@@ -90,45 +65,55 @@ type rreply struct {
 	sunk    bool   // a COPY_FROM whose data went straight into the waiter's sink
 }
 
-// dialNode connects to a daemon, proves the token on behalf of parent (the
+// Dial is the engine.Dialer of remote nodes (engine.Config.Dial): it
+// connects to the daemon, proves the token on behalf of req.Parent (the
 // level-4 worker's id), brings the node up and ships it the code.
-func dialNode(name string, id int, spec RemoteSpec, src *Sources, parent uint64, timeout time.Duration, deadline time.Time) (*rnode, error) {
+func Dial(req engine.DialRequest) (engine.RemoteNode, error) {
+	n, err := dial(req)
+	if err != nil {
+		return nil, err // not a nil *node inside a non-nil interface
+	}
+	return n, nil
+}
+
+func dial(req engine.DialRequest) (*node, error) {
+	name, spec, deadline := req.Name, req.Spec, req.Deadline
 	if spec.Token == nil {
 		tok, err := token.ForEndpoint(spec.Endpoint)
 		if err != nil {
-			return nil, Wrap(err, name)
+			return nil, engine.Wrap(err, name)
 		}
 		spec.Token = tok
 	}
 	conn, err := net.DialTimeout("tcp", spec.Endpoint, time.Until(deadline))
 	if err != nil {
-		return nil, Errorf(RuntimeError, "%s: cannot reach %s: %v", name, spec.Endpoint, errors.Unwrap(err))
+		return nil, engine.Errorf(engine.RuntimeError, "%s: cannot reach %s: %v", name, spec.Endpoint, errors.Unwrap(err))
 	}
-	n := &rnode{name: name, id: id, spec: spec, conn: conn, timeout: timeout, wait: map[uint64]chan rreply{}, tasks: map[uint64]taskDone{}, seqOf: map[memberKey]uint64{}, sinks: map[uint64][]byte{}, gone: make(chan struct{}), big: make(chan []byte, 1)}
+	n := &node{name: name, id: req.ID, spec: spec, conn: conn, timeout: req.Timeout, wait: map[uint64]chan rreply{}, tasks: map[uint64]taskDone{}, seqOf: map[any]uint64{}, sinks: map[uint64][]byte{}, gone: make(chan struct{}), big: make(chan []byte, 1)}
 	n.big <- nil
 	var sid [8]byte
 	rand.Read(sid[:])
 	n.session = binary.LittleEndian.Uint64(sid[:]) | 1
-	if err := n.hello(parent, deadline); err != nil {
+	if err := n.hello(req.Parent, deadline); err != nil {
 		conn.Close()
-		return nil, Wrap(err, fmt.Sprintf("%s at %s", name, spec.Endpoint))
+		return nil, engine.Wrap(err, fmt.Sprintf("%s at %s", name, spec.Endpoint))
 	}
 	n.in = netspin.NewReader(conn, netspin.DefaultSpin)
 	n.reader.Add(2)
 	go n.read()
 	go n.monitor()
 	b := &wire.Control{Cmd: wire.CmdBundle}
-	if src != nil {
+	if src := req.Sources; src != nil {
 		b.Bundle = wire.Bundle{Root: src.Root, Modules: src.Modules}
 	}
-	if _, err := n.control(b); err != nil {
-		n.close()
-		return nil, Wrap(err, fmt.Sprintf("%s at %s: shipping the code", name, spec.Endpoint))
+	if _, err := n.Control(b); err != nil {
+		n.Close()
+		return nil, engine.Wrap(err, fmt.Sprintf("%s at %s: shipping the code", name, spec.Endpoint))
 	}
 	return n, nil
 }
 
-func (n *rnode) hello(parent uint64, deadline time.Time) error {
+func (n *node) hello(parent uint64, deadline time.Time) error {
 	n.conn.SetDeadline(deadline)
 	defer n.conn.SetDeadline(time.Time{})
 	h, payload, err := wire.ReadFrame(n.conn, wire.TypeChallenge.MaxPayload())
@@ -136,7 +121,7 @@ func (n *rnode) hello(parent uint64, deadline time.Time) error {
 		return handshakeError("no challenge from the daemon", err)
 	}
 	if h.Type != wire.TypeChallenge {
-		return Errorf(RuntimeError, "the daemon opened with %s, want CHALLENGE", h.Type)
+		return engine.Errorf(engine.RuntimeError, "the daemon opened with %s, want CHALLENGE", h.Type)
 	}
 	ch, err := wire.DecodeChallenge(payload)
 	if err != nil {
@@ -153,20 +138,20 @@ func (n *rnode) hello(parent uint64, deadline time.Time) error {
 		return handshakeError("no reply to HELLO", err)
 	}
 	if h.Type != wire.TypeHelloReply {
-		return Errorf(RuntimeError, "the daemon answered HELLO with %s", h.Type)
+		return engine.Errorf(engine.RuntimeError, "the daemon answered HELLO with %s", h.Type)
 	}
 	r, err := wire.DecodeHelloReply(payload)
 	switch {
 	case err != nil:
 		return err
 	case !r.Accepted:
-		return &Error{Kind: Kind(r.Err.Kind), Msg: "the daemon refused the session: " + r.Err.Message}
+		return &engine.Error{Kind: engine.Kind(r.Err.Kind), Msg: "the daemon refused the session: " + r.Err.Message}
 	case r.Session != n.session || r.Worker != uint32(n.id):
-		return Errorf(RuntimeError, "READY for session %#x worker %d, want %#x worker %d", r.Session, r.Worker, n.session, n.id)
+		return engine.Errorf(engine.RuntimeError, "READY for session %#x worker %d, want %#x worker %d", r.Session, r.Worker, n.session, n.id)
 	case r.Version != wire.ProtocolVersion:
-		return Errorf(RuntimeError, "the daemon speaks protocol %d, this parent %d", r.Version, wire.ProtocolVersion)
+		return engine.Errorf(engine.RuntimeError, "the daemon speaks protocol %d, this parent %d", r.Version, wire.ProtocolVersion)
 	case r.CommProfile != n.spec.CommProfile:
-		return Errorf(RuntimeError, "the daemon runs comm profile %q, want %q", r.CommProfile, n.spec.CommProfile)
+		return engine.Errorf(engine.RuntimeError, "the daemon runs comm profile %q, want %q", r.CommProfile, n.spec.CommProfile)
 	}
 	return nil
 }
@@ -175,18 +160,18 @@ func (n *rnode) hello(parent uint64, deadline time.Time) error {
 // start-up deadline passed (a stopped daemon, say), else a RuntimeError.
 func handshakeError(what string, err error) error {
 	if errors.Is(err, os.ErrDeadlineExceeded) {
-		return Errorf(TimeoutError, "%s within the startup deadline", what)
+		return engine.Errorf(engine.TimeoutError, "%s within the startup deadline", what)
 	}
-	return Errorf(RuntimeError, "%s: %v", what, err)
+	return engine.Errorf(engine.RuntimeError, "%s: %v", what, err)
 }
 
-func (n *rnode) send(t wire.Type, seq uint64, m wire.Message) error {
+func (n *node) send(t wire.Type, seq uint64, m wire.Message) error {
 	return n.sendBulk(t, seq, m, nil)
 }
 
 // sendBulk sends m, followed by bulk as its trailing blob when bulk is
 // not nil (a COPY_TO: the data is written from where it lies).
-func (n *rnode) sendBulk(t wire.Type, seq uint64, m wire.Message, bulk []byte) error {
+func (n *node) sendBulk(t wire.Type, seq uint64, m wire.Message, bulk []byte) error {
 	h := wire.Header{Version: wire.ProtocolVersion, Type: t, Session: n.session, Worker: uint32(n.id), Seq: seq}
 	n.wmu.Lock()
 	defer n.wmu.Unlock()
@@ -196,7 +181,7 @@ func (n *rnode) sendBulk(t wire.Type, seq uint64, m wire.Message, bulk []byte) e
 // read routes replies to their waiters and completions to their tasks
 // until the connection ends, or until a completion's after-work needs the
 // node: then a new goroutine reads and this one does that work.
-func (n *rnode) read() {
+func (n *node) read() {
 	defer n.reader.Done()
 	for {
 		h, err := wire.ReadHeader(n.in, wire.MaxPayload)
@@ -211,7 +196,7 @@ func (n *rnode) read() {
 			err = fmt.Errorf("a frame for session %#x worker %d on this session", h.Session, h.Worker)
 		}
 		if err != nil {
-			n.fail(Errorf(RuntimeError, "%s: connection to %s lost: %v", n.name, n.spec.Endpoint, err))
+			n.Fail(engine.Errorf(engine.RuntimeError, "%s: connection to %s lost: %v", n.name, n.spec.Endpoint, err))
 			return
 		}
 		n.mu.Lock()
@@ -249,7 +234,7 @@ func (n *rnode) read() {
 // readReply reads one reply's payload. A COPY_FROM reply whose waiter
 // left a sink of the right size is read straight into it (the data crosses
 // this process once); other large payloads go into the reused buffer.
-func (n *rnode) readReply(h wire.Header) (rreply, error) {
+func (n *node) readReply(h wire.Header) (rreply, error) {
 	r := rreply{h: h, done: func() {}}
 	if int(h.Length) <= bigFrame {
 		p, err := wire.ReadPayload(n.in, h, nil)
@@ -288,10 +273,10 @@ func (n *rnode) readReply(h wire.Header) (rreply, error) {
 // bigFrame is the payload size above which replies use the reused buffer.
 const bigFrame = 1 << 20
 
-// fail marks the node dead: every waiter gets err, and so does every task
-// in flight (on a goroutine of its own: fail may be called by one that
+// Fail marks the node dead: every waiter gets err, and so does every task
+// in flight (on a goroutine of its own: Fail may be called by one that
 // holds what a completion needs).
-func (n *rnode) fail(err error) {
+func (n *node) Fail(err error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.dead != nil {
@@ -316,12 +301,12 @@ func (n *rnode) fail(err error) {
 	}()
 }
 
-// lost reports why the node can take no more work: its connection failed
+// Lost reports why the node can take no more work: its connection failed
 // or a reply did not come in time (nil while it is usable). A session
 // whose outcome for a command is unknown is never used again, so no import
 // or buffer can be left half-known on a node that is still in use; its
 // process ends when the connection closes, releasing what it held.
-func (n *rnode) lost() error {
+func (n *node) Lost() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.dead
@@ -329,7 +314,7 @@ func (n *rnode) lost() error {
 
 // monitor probes the node's health while tasks are in flight: a long task
 // never looks dead, a dead node is noticed within the timeout.
-func (n *rnode) monitor() {
+func (n *node) monitor() {
 	defer n.reader.Done()
 	tick := time.NewTicker(n.timeout / 3)
 	defer tick.Stop()
@@ -350,13 +335,13 @@ func (n *rnode) monitor() {
 
 // request sends a frame and waits at most the session timeout for the
 // reply with its sequence.
-func (n *rnode) request(t wire.Type, m wire.Message) (rreply, error) {
+func (n *node) request(t wire.Type, m wire.Message) (rreply, error) {
 	return n.requestBulk(t, m, nil, nil)
 }
 
 // requestBulk is request with bulk data to send after m, and a sink for
 // the reply's data.
-func (n *rnode) requestBulk(t wire.Type, m wire.Message, bulk, sink []byte) (rreply, error) {
+func (n *node) requestBulk(t wire.Type, m wire.Message, bulk, sink []byte) (rreply, error) {
 	ch := make(chan rreply, 1)
 	n.mu.Lock()
 	if n.dead != nil {
@@ -371,7 +356,7 @@ func (n *rnode) requestBulk(t wire.Type, m wire.Message, bulk, sink []byte) (rre
 	}
 	n.mu.Unlock()
 	if err := n.sendBulk(t, seq, m, bulk); err != nil {
-		n.fail(Errorf(RuntimeError, "%s: sending %s: %v", n.name, t, err))
+		n.Fail(engine.Errorf(engine.RuntimeError, "%s: sending %s: %v", n.name, t, err))
 		return rreply{}, n.dead
 	}
 	timer := time.NewTimer(n.timeout)
@@ -382,30 +367,30 @@ func (n *rnode) requestBulk(t wire.Type, m wire.Message, bulk, sink []byte) (rre
 	case <-n.gone:
 		return rreply{}, n.dead
 	case <-timer.C:
-		n.fail(Errorf(TimeoutError, "%s: no reply to %s within remote_session_timeout_s=%v", n.name, t, n.timeout.Seconds()))
+		n.Fail(engine.Errorf(engine.TimeoutError, "%s: no reply to %s within remote_session_timeout_s=%v", n.name, t, n.timeout.Seconds()))
 		return rreply{}, n.dead
 	}
 }
 
 // health probes the node on its own lane: a long task never looks dead,
 // a dead node is noticed within the timeout.
-func (n *rnode) health() error {
+func (n *node) health() error {
 	r, err := n.request(wire.TypeHealth, &wire.Health{Timestamp: time.Now().UnixNano()})
 	if err != nil {
 		return err
 	}
 	r.done()
 	if r.h.Type != wire.TypeHealthReply {
-		n.fail(Errorf(RuntimeError, "%s: a %s answered HEALTH", n.name, r.h.Type))
+		n.Fail(engine.Errorf(engine.RuntimeError, "%s: a %s answered HEALTH", n.name, r.h.Type))
 		return n.dead
 	}
 	return nil
 }
 
-// control runs one command on the ordered command lane. Its reply's data
-// is valid until done is called (the caller must call it).
-func (n *rnode) control(c *wire.Control) (wire.ControlReply, error) {
-	reply, done, err := n.controlData(c, nil, nil)
+// Control runs one command on the ordered command lane; the reply's data
+// is the caller's (a copy).
+func (n *node) Control(c *wire.Control) (wire.ControlReply, error) {
+	reply, done, err := n.ControlData(c, nil, nil)
 	if err == nil {
 		reply.Data = append([]byte(nil), reply.Data...)
 	}
@@ -413,10 +398,11 @@ func (n *rnode) control(c *wire.Control) (wire.ControlReply, error) {
 	return reply, err
 }
 
-// controlData runs a command whose request may carry bulk data and whose
-// reply data is used in place until done, or was read into sink (then the
-// reply's Data is sink).
-func (n *rnode) controlData(c *wire.Control, bulk, sink []byte) (wire.ControlReply, func(), error) {
+// ControlData runs a command whose request may carry bulk data and whose
+// reply data is used in place until the returned release is called (the
+// caller must call it), or was read into sink (then the reply's Data is
+// sink).
+func (n *node) ControlData(c *wire.Control, bulk, sink []byte) (wire.ControlReply, func(), error) {
 	n.cmdMu.Lock()
 	defer n.cmdMu.Unlock()
 	r, err := n.requestBulk(wire.TypeControl, c, bulk, sink)
@@ -429,20 +415,20 @@ func (n *rnode) controlData(c *wire.Control, bulk, sink []byte) (wire.ControlRep
 	reply, err := wire.DecodeControlReply(r.payload)
 	if err != nil {
 		r.done()
-		n.fail(Errorf(RuntimeError, "%s: bad CONTROL_REPLY: %v", n.name, err))
+		n.Fail(engine.Errorf(engine.RuntimeError, "%s: bad CONTROL_REPLY: %v", n.name, err))
 		return reply, func() {}, n.dead
 	}
 	if reply.Err != nil {
 		r.done()
-		return reply, func() {}, &Error{Kind: Kind(reply.Err.Kind), Msg: reply.Err.Message}
+		return reply, func() {}, &engine.Error{Kind: engine.Kind(reply.Err.Kind), Msg: reply.Err.Message}
 	}
 	return reply, r.done, nil
 }
 
-// start sends a TASK; done gets its outcome when the COMPLETION arrives
+// Start sends a TASK; done gets its outcome when the COMPLETION arrives
 // or the node fails. Tasks run on the node in the order they are sent. An
 // error means the task was not sent and done will not be called.
-func (n *rnode) start(key memberKey, h *Handle, args *TaskArgs, cfg *CallConfig, done taskDone) error {
+func (n *node) Start(key any, h *engine.Handle, args *engine.TaskArgs, cfg *engine.CallConfig, done func(error) (after func())) error {
 	t := &wire.Task{Digest: h.Digest(), Config: cfg.Wire(), Scalars: args.Scalars}
 	for i, ten := range args.Tensors {
 		ta := wire.TensorArg{Tag: wire.Tag(args.Tags[i]), DType: ten.DType, Shape: ten.Shape}
@@ -457,7 +443,7 @@ func (n *rnode) start(key memberKey, h *Handle, args *TaskArgs, cfg *CallConfig,
 		case ten.Inline != nil:
 			ta.Inline = ten.Inline
 		default:
-			return Errorf(ValueError, "tensor %d: a host tensor cannot reach a remote node; use a RemoteTensorRef", i)
+			return engine.Errorf(engine.ValueError, "tensor %d: a host tensor cannot reach a remote node; use a RemoteTensorRef", i)
 		}
 		t.Tensors = append(t.Tensors, ta)
 	}
@@ -476,56 +462,60 @@ func (n *rnode) start(key memberKey, h *Handle, args *TaskArgs, cfg *CallConfig,
 		delete(n.tasks, seq)
 		delete(n.seqOf, key)
 		n.mu.Unlock()
-		n.fail(Errorf(RuntimeError, "%s: sending %s: %v", n.name, wire.TypeTask, err))
+		n.Fail(engine.Errorf(engine.RuntimeError, "%s: sending %s: %v", n.name, wire.TypeTask, err))
 		return n.dead
 	}
 	return nil
 }
 
 // completion decodes a task's COMPLETION into its error.
-func (n *rnode) completion(r rreply) error {
+func (n *node) completion(r rreply) error {
 	defer r.done()
 	if r.h.Type != wire.TypeCompletion {
-		n.fail(Errorf(RuntimeError, "%s: a %s answered TASK", n.name, r.h.Type))
+		n.Fail(engine.Errorf(engine.RuntimeError, "%s: a %s answered TASK", n.name, r.h.Type))
 		return n.dead
 	}
 	c, err := wire.DecodeCompletion(r.payload)
 	if err != nil {
-		n.fail(Errorf(RuntimeError, "%s: bad COMPLETION: %v", n.name, err))
+		n.Fail(engine.Errorf(engine.RuntimeError, "%s: bad COMPLETION: %v", n.name, err))
 		return n.dead
 	}
 	if c.Err == nil {
 		return nil
 	}
-	inner := &Error{Kind: Kind(c.Err.Kind), Msg: c.Err.Message}
+	inner := &engine.Error{Kind: engine.Kind(c.Err.Kind), Msg: c.Err.Message}
 	if c.Err.Path == "" {
 		return inner
 	}
-	return &TaskError{TaskID: int(c.Err.TaskID), Worker: c.Err.Path, Callable: c.Err.Callable, Err: inner}
+	return &engine.TaskError{TaskID: int(c.Err.TaskID), Worker: c.Err.Path, Callable: c.Err.Callable, Err: inner}
 }
 
-// register ships a callable by module and name.
-func (n *rnode) register(c Callable) error {
-	loc, ok := c.(Locatable)
+// Register ships a callable by module and name.
+func (n *node) Register(c engine.Callable) error {
+	loc, ok := c.(engine.Locatable)
 	if !ok {
-		return Errorf(ValueError, "%q cannot be sent to a remote node: it has no module to load it from", c.Name())
+		return engine.Errorf(engine.ValueError, "%q cannot be sent to a remote node: it has no module to load it from", c.Name())
 	}
-	_, err := n.control(&wire.Control{Cmd: wire.CmdRegister, Digest: c.Digest(), Module: loc.Module(), Name: c.Name()})
-	return Wrap(err, n.name)
+	_, err := n.Control(&wire.Control{Cmd: wire.CmdRegister, Digest: c.Digest(), Module: loc.Module(), Name: c.Name()})
+	return engine.Wrap(err, n.name)
 }
 
-// close ends the session: SHUTDOWN, then the connection.
-func (n *rnode) close() {
+// Close ends the session: SHUTDOWN, then the connection.
+func (n *node) Close() {
 	n.send(wire.TypeShutdown, 0, &wire.Shutdown{Reason: "closed"})
-	n.fail(Errorf(RuntimeError, "%s: session closed", n.name))
+	n.Fail(engine.Errorf(engine.RuntimeError, "%s: session closed", n.name))
 	n.reader.Wait()
 }
 
-// cancel asks the node to stop a task member it runs or has queued, and
+// killGrace is engine's grace for a child process asked to stop a task
+// (its killGrace); a node gets twice that before it is retired.
+const killGrace = time.Second
+
+// Cancel asks the node to stop a task member it runs or has queued, and
 // retires the whole session if the member has not come back within twice
 // killGrace: a node whose kernel will not stop is ended, not waited for.
 // It does not wait.
-func (n *rnode) cancel(key memberKey, reason string) {
+func (n *node) Cancel(key any, reason string) {
 	n.mu.Lock()
 	seq, ok := n.seqOf[key]
 	n.mu.Unlock()
@@ -535,7 +525,7 @@ func (n *rnode) cancel(key memberKey, reason string) {
 	n.reader.Add(1)
 	go func() {
 		defer n.reader.Done()
-		n.control(&wire.Control{Cmd: wire.CmdCancel, TaskSeq: seq})
+		n.Control(&wire.Control{Cmd: wire.CmdCancel, TaskSeq: seq})
 		deadline := time.Now().Add(2 * killGrace)
 		for time.Now().Before(deadline) {
 			n.mu.Lock()
@@ -550,6 +540,6 @@ func (n *rnode) cancel(key memberKey, reason string) {
 			case <-time.After(10 * time.Millisecond): // polling the completion map
 			}
 		}
-		n.fail(Errorf(RuntimeError, "%s: the node did not stop a task within %v of being asked to (%s); the session is ended", n.name, 2*killGrace, reason))
+		n.Fail(engine.Errorf(engine.RuntimeError, "%s: the node did not stop a task within %v of being asked to (%s); the session is ended", n.name, 2*killGrace, reason))
 	}()
 }

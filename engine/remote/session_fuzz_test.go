@@ -1,4 +1,4 @@
-package engine
+package remote
 
 import (
 	"bytes"
@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"simpler/engine"
 	"simpler/wire"
 )
 
@@ -62,7 +63,7 @@ func fuzzSession(t *testing.T) *session {
 	go refuseImports(peer)
 	start := wire.Link{Kind: wire.LinkStart, Daemon: 1, Slot: 1, Session: 1,
 		Limits: wire.Limits{BufferBytes: 1 << 20, CopyBytes: 1 << 16, QueuedTasks: 4, QueuedBytes: 1 << 16, LoadSteps: 1000}}
-	s := newSession(discardConn{}, l, start, func(wire.Bundle, uint64) (Resolver, error) { return sessionResolver{}, nil }, nil)
+	s := newSession(discardConn{}, l, start, func(wire.Bundle, uint64) (engine.Resolver, error) { return sessionResolver{}, nil }, nil)
 	s.bigFrame = 64
 	if err := s.accept(wire.Hello{Version: wire.ProtocolVersion, Parent: 1, Platform: "a2a3sim", DeviceIDs: []int{0}, CommProfile: "sim"}); err != nil {
 		t.Fatal(err)
@@ -81,7 +82,7 @@ func refuseImports(l *link) {
 			return
 		}
 		if m.Kind == wire.LinkResolve {
-			l.send(grantError(m.Req, Errorf(ValueError, "IMPORT: no such export")), -1)
+			l.send(grantError(m.Req, engine.Errorf(engine.ValueError, "IMPORT: no such export")), -1)
 		}
 	}
 }
@@ -99,7 +100,7 @@ func (s *session) reset() {
 	for _, ref := range refs {
 		s.drop(ref, owned[ref])
 	}
-	s.inner.closeGlobals()
+	s.inner.CloseGlobals()
 	s.mu.Lock()
 	s.owned, s.windows, s.exports, s.resolve = 0, map[uint64]uint64{}, map[[16]byte]export{}, nil
 	s.mu.Unlock()

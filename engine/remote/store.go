@@ -1,4 +1,4 @@
-package engine
+package remote
 
 import (
 	"crypto/rand"
@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"simpler/engine"
 	"simpler/engine/hostmem"
 	"simpler/hal/shm"
 	"simpler/internal/bounds"
@@ -32,7 +33,7 @@ func (s *session) malloc(n uint64, r *wire.ControlReply) error {
 	seg, err := shm.Create("rbuf", int(n)) // n ≤ wire.MaxBufferBytes
 	if err != nil {
 		s.release(n)
-		return Errorf(RuntimeError, "REMOTE_MALLOC of %d bytes: %v", n, err)
+		return engine.Errorf(engine.RuntimeError, "REMOTE_MALLOC of %d bytes: %v", n, err)
 	}
 	hostmem.Register(seg)
 	r.Buffer = s.add(&sbuf{seg: seg, len: int(n), access: wire.AccessReadWrite, owned: true})
@@ -69,10 +70,10 @@ func (s *session) copy(c wire.Control, r *wire.ControlReply) error {
 // checkCopy applies the copy bound and the buffer's bounds.
 func (s *session) checkCopy(cmd wire.Command, off, n uint64, size int) error {
 	if n > s.limits.CopyBytes {
-		return Errorf(ValueError, "%s of %d bytes: this node copies at most %d bytes at a time (the daemon's --max-copy-bytes)", cmd, n, s.limits.CopyBytes)
+		return engine.Errorf(engine.ValueError, "%s of %d bytes: this node copies at most %d bytes at a time (the daemon's --max-copy-bytes)", cmd, n, s.limits.CopyBytes)
 	}
 	if !bounds.Fits(off, n, uint64(size)) {
-		return Errorf(ValueError, "%s: %d bytes at offset %d overrun the %d-byte buffer", cmd, n, off, size)
+		return engine.Errorf(engine.ValueError, "%s: %d bytes at offset %d overrun the %d-byte buffer", cmd, n, off, size)
 	}
 	return nil
 }
@@ -84,7 +85,7 @@ func (s *session) export(c wire.Control, r *wire.ControlReply) error {
 		return err
 	}
 	if c.NBytes == 0 || !bounds.Fits(c.Offset, c.NBytes, uint64(b.len)) {
-		return Errorf(ValueError, "EXPORT: %d bytes at offset %d do not fit the %d-byte buffer", c.NBytes, c.Offset, b.len)
+		return engine.Errorf(engine.ValueError, "EXPORT: %d bytes at offset %d do not fit the %d-byte buffer", c.NBytes, c.Offset, b.len)
 	}
 	id := wire.ExportID{Daemon: s.daemon, Slot: s.slot}
 	for id.Secret == ([16]byte{}) {
@@ -95,7 +96,7 @@ func (s *session) export(c wire.Control, r *wire.ControlReply) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.exports) >= maxExports {
-		return Errorf(RuntimeError, "EXPORT: this node holds %d exports, its bound", len(s.exports))
+		return engine.Errorf(engine.RuntimeError, "EXPORT: this node holds %d exports, its bound", len(s.exports))
 	}
 	s.exports[id.Secret] = export{ref: c.Buffer, off: c.Offset, n: c.NBytes, access: c.Access}
 	r.Data = id.Bytes()
@@ -109,7 +110,7 @@ const importTimeout = 10 * time.Second
 func (s *session) importExport(c wire.Control, r *wire.ControlReply) error {
 	id, err := wire.DecodeExportID(c.Token)
 	if err != nil {
-		return Errorf(ValueError, "IMPORT: a malformed export id: %v", err)
+		return engine.Errorf(engine.ValueError, "IMPORT: a malformed export id: %v", err)
 	}
 	g, err := s.resolveExport(id)
 	if err != nil {
@@ -117,15 +118,15 @@ func (s *session) importExport(c wire.Control, r *wire.ControlReply) error {
 	}
 	defer unix.Close(g.fd)
 	if c.Access != 0 && c.Access&^g.m.Access != 0 {
-		return Errorf(ValueError, "IMPORT: %s access asked of an export that allows %s", c.Access, g.m.Access)
+		return engine.Errorf(engine.ValueError, "IMPORT: %s access asked of an export that allows %s", c.Access, g.m.Access)
 	}
 	seg, err := shm.OpenFD(g.fd, fmt.Sprintf("export of session %d", id.Slot))
 	if err != nil {
-		return Errorf(RuntimeError, "IMPORT: %v", err)
+		return engine.Errorf(engine.RuntimeError, "IMPORT: %v", err)
 	}
 	if !bounds.Fits(g.m.Offset, g.m.NBytes, uint64(len(seg.Mem))) {
 		seg.Close()
-		return Errorf(RuntimeError, "IMPORT: the export's range does not fit its memory")
+		return engine.Errorf(engine.RuntimeError, "IMPORT: the export's range does not fit its memory")
 	}
 	access := g.m.Access
 	if c.Access != 0 {
@@ -158,7 +159,7 @@ func (s *session) resolveExport(id wire.ExportID) (grant, error) {
 		s.mu.Unlock()
 	}()
 	if err := s.link.send(&wire.Link{Kind: wire.LinkResolve, Req: req, ID: id, Parent: s.parent}, -1); err != nil {
-		return grant{}, Errorf(RuntimeError, "IMPORT: the daemon is gone: %v", err)
+		return grant{}, engine.Errorf(engine.RuntimeError, "IMPORT: the daemon is gone: %v", err)
 	}
 	select {
 	case g := <-ch:
@@ -168,7 +169,7 @@ func (s *session) resolveExport(id wire.ExportID) (grant, error) {
 		}
 		return g, nil
 	case <-time.After(importTimeout):
-		return grant{}, Errorf(TimeoutError, "IMPORT: no answer from the exporting session within %v", importTimeout)
+		return grant{}, engine.Errorf(engine.TimeoutError, "IMPORT: no answer from the exporting session within %v", importTimeout)
 	}
 }
 
@@ -181,7 +182,7 @@ func (s *session) serveLink() {
 	for {
 		m, fd, err := s.link.recv(buf, oob)
 		if err != nil {
-			s.failGrants(Errorf(RuntimeError, "IMPORT: the link to the daemon closed: %v", err))
+			s.failGrants(engine.Errorf(engine.RuntimeError, "IMPORT: the link to the daemon closed: %v", err))
 			return
 		}
 		switch m.Kind {
@@ -199,9 +200,9 @@ func (s *session) serveLink() {
 func (s *session) deliverGrant(m wire.Link, fd int) {
 	g := grant{m: m, fd: fd}
 	if m.Err != nil {
-		g.err = &Error{Kind: Kind(m.Err.Kind), Msg: m.Err.Message}
+		g.err = &engine.Error{Kind: engine.Kind(m.Err.Kind), Msg: m.Err.Message}
 	} else if fd < 0 {
-		g.err = Errorf(RuntimeError, "IMPORT: the grant carries no memory")
+		g.err = engine.Errorf(engine.RuntimeError, "IMPORT: the grant carries no memory")
 	}
 	s.mu.Lock()
 	ch := s.grants[m.Req]
@@ -234,15 +235,15 @@ func (s *session) answerResolve(m wire.Link) {
 	s.mu.Unlock()
 	switch {
 	case m.ID.Daemon != s.daemon || m.ID.Slot != s.slot || !ok || b == nil:
-		reply(Errorf(ValueError, "IMPORT: no such export (a forged id, or its buffer was freed)"))
+		reply(engine.Errorf(engine.ValueError, "IMPORT: no such export (a forged id, or its buffer was freed)"))
 		return
 	case m.Parent != s.parent:
-		reply(Errorf(ValueError, "IMPORT: the export belongs to another parent's session"))
+		reply(engine.Errorf(engine.ValueError, "IMPORT: the export belongs to another parent's session"))
 		return
 	}
 	fd, err := b.seg.Reopen()
 	if err != nil {
-		reply(Errorf(RuntimeError, "IMPORT: the exported buffer is gone: %v", err))
+		reply(engine.Errorf(engine.RuntimeError, "IMPORT: the exported buffer is gone: %v", err))
 		return
 	}
 	defer unix.Close(fd)
@@ -263,7 +264,7 @@ func (s *session) buf(ref wire.BufferRef, owned bool) (*sbuf, error) {
 	defer s.mu.Unlock()
 	b := s.bufs[ref]
 	if b == nil || b.owned != owned {
-		return nil, Errorf(ValueError, "buffer %d (generation %d) is not an owned buffer of this node", ref.ID, ref.Generation)
+		return nil, engine.Errorf(engine.ValueError, "buffer %d (generation %d) is not an owned buffer of this node", ref.ID, ref.Generation)
 	}
 	return b, nil
 }
@@ -278,7 +279,7 @@ func (s *session) drop(ref wire.BufferRef, owned bool) error {
 		if owned {
 			what = "an owned buffer"
 		}
-		return Errorf(ValueError, "buffer %d (generation %d) is not %s of this node", ref.ID, ref.Generation, what)
+		return engine.Errorf(engine.ValueError, "buffer %d (generation %d) is not %s of this node", ref.ID, ref.Generation, what)
 	}
 	delete(s.bufs, ref)
 	if owned {

@@ -1,4 +1,4 @@
-package engine
+package remote
 
 import (
 	"fmt"
@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"simpler/engine"
 	"simpler/wire"
 )
 
@@ -110,7 +111,7 @@ func (d *Daemon) answerPeer(l *link) {
 	l.close()
 }
 
-var errNoDaemon = Errorf(ValueError, "IMPORT: no daemon on this host made this export (a forged or stale export id)")
+var errNoDaemon = engine.Errorf(engine.ValueError, "IMPORT: no daemon on this host made this export (a forged or stale export id)")
 
 // resolveAtPeer asks the daemon named by m's export id, on this host, for
 // the export and passes its answer to reply.
@@ -135,7 +136,7 @@ func resolveAtPeer(m wire.Link, reply func(*wire.Link, int)) {
 	g, fd, err := l.recv(buf, oob)
 	if err != nil || g.Kind != wire.LinkGrant || (g.Err == nil && fd < 0) {
 		closeFD(fd)
-		reply(grantError(0, Errorf(RuntimeError, "IMPORT: the daemon that made this export did not answer: %v", err)), -1)
+		reply(grantError(0, engine.Errorf(engine.RuntimeError, "IMPORT: the daemon that made this export did not answer: %v", err)), -1)
 		return
 	}
 	reply(&g, fd)

@@ -1,4 +1,4 @@
-package engine
+package remote
 
 import (
 	"fmt"
@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"simpler/engine"
 )
 
 // Register waits on every node's answer, but not under w.mu: while one
@@ -14,12 +16,12 @@ import (
 func TestRegisterDoesNotHoldTheWorkerLock(t *testing.T) {
 	_, a := startDaemon(t)
 	db, b := startDaemon(t)
-	w, err := NewWorker(Config{Level: 4, Platform: sim(t), SessionTimeout: 2 * time.Second})
+	w, err := newParent(engine.Config{Level: 4, Platform: sim(t), SessionTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, ep := range []string{a, b} {
-		must(w.AddRemoteWorker(RemoteSpec{Endpoint: ep, Platform: "a2a3sim", DeviceIDs: []int{0}}))
+		must(w.AddRemoteWorker(engine.RemoteSpec{Endpoint: ep, Platform: "a2a3sim", DeviceIDs: []int{0}}))
 	}
 	register(t, w, nodeOrch{procKernel{"node_noop"}})
 	if err := w.Init(); err != nil {
@@ -49,14 +51,14 @@ func TestRegisterDoesNotHoldTheWorkerLock(t *testing.T) {
 	}()
 	noop, _ := w.Lookup(nodeOrch{procKernel{"node_noop"}}.Digest())
 	start := time.Now()
-	mustRun(t, w, func(o *Orchestrator) error {
+	mustRun(t, w, func(o *engine.Orchestrator) error {
 		_, err := o.SubmitNext(noop, nil, nil, 0)
 		return err
 	})
 	if el := time.Since(start); el > time.Second {
 		t.Errorf("a run on the answering node took %v while Register waited on the other", el)
 	}
-	if err := <-regDone; KindOf(err) != TimeoutError {
+	if err := <-regDone; engine.KindOf(err) != engine.TimeoutError {
 		t.Errorf("register on a stopped node: %v", err)
 	}
 }

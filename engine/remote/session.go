@@ -1,4 +1,4 @@
-package engine
+package remote
 
 import (
 	"errors"
@@ -8,12 +8,14 @@ import (
 	"sync"
 	"time"
 
+	"simpler/engine"
 	"simpler/engine/hostmem"
 	"simpler/hal"
 	"simpler/hal/dtype"
 	"simpler/hal/shm"
 	"simpler/internal/bounds"
 	"simpler/internal/netspin"
+	"simpler/kind"
 	"simpler/wire"
 )
 
@@ -22,7 +24,7 @@ import (
 // runs under loadSteps Starlark steps. A resolver that also has a
 // Cancel(reason string) method has its loads cancelled when the parent
 // disconnects.
-type SourceResolver func(b wire.Bundle, loadSteps uint64) (Resolver, error)
+type SourceResolver func(b wire.Bundle, loadSteps uint64) (engine.Resolver, error)
 
 // session is one remote L3 node as its daemon runs it: the connection to
 // the parent, an inner level-3 Worker, the remote buffers it owns and the
@@ -38,7 +40,7 @@ type session struct {
 	parent      uint64 // the parent's id from its HELLO: exports are bound to it
 	limits      wire.Limits
 	link        *link
-	inner       *Worker
+	inner       *engine.Worker
 	newResolver SourceResolver
 	onLost      func() // the parent went away without a SHUTDOWN
 
@@ -47,8 +49,8 @@ type session struct {
 	bigFrame int         // payloads above this go to big, or straight to their buffer (bigFrame; less in the fuzzer)
 
 	mu          sync.Mutex
-	resolve     Resolver // set by BUNDLE
-	callables   map[string]Callable
+	resolve     engine.Resolver // set by BUNDLE
+	callables   map[string]engine.Callable
 	bufs        map[wire.BufferRef]*sbuf // owned and imported, by the ref handed out
 	bufSeq      uint64
 	owned       uint64            // bytes of owned buffers and global windows: limits.BufferBytes bounds it
@@ -60,9 +62,9 @@ type session struct {
 	running     bool    // a goroutine is running tasks
 	queued      []frame // tasks read while one runs, in arrival order
 	queuedBytes uint64
-	curSeq      uint64  // the task running now (0: none)
-	gone        bool    // the parent went away: queued tasks are dropped
-	taskStop    Stopper // stops it (CANCEL)
+	curSeq      uint64         // the task running now (0: none)
+	gone        bool           // the parent went away: queued tasks are dropped
+	taskStop    engine.Stopper // stops it (CANCEL)
 	// reader names the goroutine holding the reading role (read's role);
 	// readerBusy says it is running a command or tasks, and workSeq
 	// counts finished work, so the watchdog sees work that spans a tick.
@@ -98,10 +100,10 @@ type export struct {
 // maxExports bounds one session's export table.
 const maxExports = 1 << 16
 
-// RunSession serves one session on conn, authenticated by the daemon that
+// runSession serves one session on conn, authenticated by the daemon that
 // sent start over l, until the parent shuts it down or goes away; onLost
 // is called when the parent goes away without a SHUTDOWN.
-func RunSession(conn net.Conn, l *link, start wire.Link, newResolver SourceResolver, onLost func()) error {
+func runSession(conn net.Conn, l *link, start wire.Link, newResolver SourceResolver, onLost func()) error {
 	s := newSession(conn, l, start, newResolver, onLost)
 	defer s.close()
 	if err := s.handshake(start.Hello); err != nil {
@@ -115,7 +117,7 @@ func RunSession(conn net.Conn, l *link, start wire.Link, newResolver SourceResol
 // now until close.
 func newSession(conn net.Conn, l *link, start wire.Link, newResolver SourceResolver, onLost func()) *session {
 	s := &session{conn: conn, link: l, id: start.Session, worker: start.Worker, daemon: start.Daemon, slot: start.Slot, limits: start.Limits,
-		newResolver: newResolver, onLost: onLost, callables: map[string]Callable{}, bufs: map[wire.BufferRef]*sbuf{},
+		newResolver: newResolver, onLost: onLost, callables: map[string]engine.Callable{}, bufs: map[wire.BufferRef]*sbuf{},
 		windows: map[uint64]uint64{}, exports: map[[16]byte]export{}, grants: map[uint64]chan grant{}, big: make(chan []byte, 1), bigFrame: bigFrame,
 		linkDone: make(chan struct{})}
 	s.big <- nil
@@ -165,9 +167,9 @@ func (s *session) accept(hello wire.Hello) error {
 		return err
 	}
 	if err := p.Serves(hello.CommProfile); err != nil {
-		return Wrap(err, "HELLO")
+		return engine.Wrap(err, "HELLO")
 	}
-	s.inner, err = NewWorker(Config{Level: 3, Platform: p, DeviceIDs: hello.DeviceIDs, NumSubWorkers: hello.NumSubWorkers,
+	s.inner, err = engine.NewWorker(engine.Config{Level: 3, Platform: p, DeviceIDs: hello.DeviceIDs, NumSubWorkers: hello.NumSubWorkers,
 		CommProfile: hello.CommProfile, GlobalDeviceRanks: hello.GlobalDeviceRanks})
 	if err != nil {
 		return err
@@ -366,7 +368,7 @@ func (s *session) runTasks(f frame) {
 
 // refuseTask fails a task the queue has no room for, at once.
 func (s *session) refuseTask(seq uint64, queued int) {
-	fail := &wire.TaskFailure{Kind: string(RuntimeError), Message: fmt.Sprintf(
+	fail := &wire.TaskFailure{Kind: string(engine.RuntimeError), Message: fmt.Sprintf(
 		"this node has %d tasks (or %d bytes of them) queued, its bound (the daemon's --max-queued-tasks, --max-queued-bytes)", queued, s.limits.QueuedBytes)}
 	s.write(wire.TypeCompletion, seq, &wire.Completion{Seq: seq, Err: fail})
 }
@@ -379,9 +381,21 @@ type frame struct {
 }
 
 // errBody is err as it crosses the wire: its kind and its message apart,
-// which the parent makes into a typed Error again (rnode.go).
+// which the parent makes into a typed Error again (node.go).
 func errBody(err error) *wire.ErrorBody {
-	return &wire.ErrorBody{Kind: string(KindOf(err)), Message: message(err)}
+	return &wire.ErrorBody{Kind: string(engine.KindOf(err)), Message: message(err)}
+}
+
+// message is err's text without the kind engine.KindOf gives it in front:
+// engine's rule (the mailbox's errors cross the same way), kept beside
+// errBody since engine does not export it.
+func message(err error) string {
+	var e *kind.Error
+	if errors.As(err, &e) {
+		return kind.Message(err)
+	}
+	_, msg, _ := kind.Split(err.Error())
+	return msg
 }
 
 // task runs one orchestration callable on the inner worker.
@@ -389,7 +403,7 @@ func (s *session) task(f frame) {
 	c := &wire.Completion{Seq: f.h.Seq}
 	if err := s.runTask(f.payload); err != nil {
 		fail := &wire.TaskFailure{}
-		if te, ok := err.(*TaskError); ok {
+		if te, ok := err.(*engine.TaskError); ok {
 			fail.Path, fail.TaskID, fail.Callable = te.Worker, uint64(te.TaskID), te.Callable
 			err = te.Err
 		}
@@ -406,14 +420,14 @@ func (s *session) task(f frame) {
 func (s *session) runTask(payload []byte) error {
 	t, err := wire.DecodeTask(payload)
 	if err != nil {
-		return Errorf(ValueError, "TASK: %v", err)
+		return engine.Errorf(engine.ValueError, "TASK: %v", err)
 	}
 	s.mu.Lock()
 	fn := s.callables[t.Digest]
 	s.mu.Unlock()
-	oc, ok := fn.(OrchCallable)
+	oc, ok := fn.(engine.OrchCallable)
 	if !ok {
-		return Errorf(ValueError, "TASK: callable %s is not registered on this node", t.Digest)
+		return engine.Errorf(engine.ValueError, "TASK: callable %s is not registered on this node", t.Digest)
 	}
 	args, scratch, err := s.taskArgs(t)
 	defer func() {
@@ -425,8 +439,8 @@ func (s *session) runTask(payload []byte) error {
 	if err != nil {
 		return err
 	}
-	cfg := callConfigOf(t.Config)
-	r, err := s.inner.submit(func(o *Orchestrator) (any, error) { return nil, oc.RunOrch(o, args, &cfg) }, &s.taskStop)
+	cfg := engine.CallConfigOf(t.Config)
+	r, err := s.inner.SubmitStoppable(func(o *engine.Orchestrator) (any, error) { return nil, oc.RunOrch(o, args, &cfg) }, &s.taskStop)
 	if err != nil {
 		return err
 	}
@@ -449,7 +463,7 @@ func (s *session) cancel(seq uint64) error {
 			s.inflight--
 			s.mu.Unlock()
 			f.done()
-			fail := &wire.TaskFailure{Kind: string(RuntimeError), Message: "cancelled before it ran"}
+			fail := &wire.TaskFailure{Kind: string(engine.RuntimeError), Message: "cancelled before it ran"}
 			return s.write(wire.TypeCompletion, seq, &wire.Completion{Seq: seq, Err: fail})
 		}
 	}
@@ -459,24 +473,24 @@ func (s *session) cancel(seq uint64) error {
 
 // taskArgs places each tensor in this process: a remote ref resolves to
 // the buffer's memory here; inline bytes get scratch shared memory.
-func (s *session) taskArgs(t wire.Task) (*TaskArgs, []*shm.Segment, error) {
-	a := &TaskArgs{}
+func (s *session) taskArgs(t wire.Task) (*engine.TaskArgs, []*shm.Segment, error) {
+	a := &engine.TaskArgs{}
 	var scratch []*shm.Segment
 	for i, ta := range t.Tensors {
-		ten := Tensor{Shape: ta.Shape, DType: dtype.DType(ta.DType)}
+		ten := engine.Tensor{Shape: ta.Shape, DType: dtype.DType(ta.DType)}
 		n := ten.NBytes()
 		if ta.Remote != nil {
 			s.mu.Lock()
 			b := s.bufs[ta.Remote.Buffer]
 			s.mu.Unlock()
 			if b == nil {
-				return nil, scratch, Errorf(ValueError, "TASK: tensor %d names buffer %d (generation %d), which this node does not hold", i, ta.Remote.Buffer.ID, ta.Remote.Buffer.Generation)
+				return nil, scratch, engine.Errorf(engine.ValueError, "TASK: tensor %d names buffer %d (generation %d), which this node does not hold", i, ta.Remote.Buffer.ID, ta.Remote.Buffer.Generation)
 			}
 			if !bounds.Fits(ta.Remote.Offset, uint64(n), uint64(b.len)) {
-				return nil, scratch, Errorf(ValueError, "TASK: tensor %d (%d bytes at offset %d) overruns its %d-byte buffer", i, n, ta.Remote.Offset, b.len)
+				return nil, scratch, engine.Errorf(engine.ValueError, "TASK: tensor %d (%d bytes at offset %d) overruns its %d-byte buffer", i, n, ta.Remote.Offset, b.len)
 			}
 			if ta.Remote.Access&^b.access != 0 {
-				return nil, scratch, Errorf(ValueError, "TASK: tensor %d needs %s access; the buffer here allows %s", i, ta.Remote.Access, b.access)
+				return nil, scratch, engine.Errorf(engine.ValueError, "TASK: tensor %d needs %s access; the buffer here allows %s", i, ta.Remote.Access, b.access)
 			}
 			ten.Addr = b.seg.Addr() + uint64(b.off) + ta.Remote.Offset
 		} else {
@@ -489,7 +503,7 @@ func (s *session) taskArgs(t wire.Task) (*TaskArgs, []*shm.Segment, error) {
 			copy(seg.Mem, ta.Inline)
 			ten.Addr = seg.Addr()
 		}
-		if err := a.AddTensor(ten, Tag(ta.Tag)); err != nil {
+		if err := a.AddTensor(ten, engine.Tag(ta.Tag)); err != nil {
 			return nil, scratch, err
 		}
 	}
@@ -511,7 +525,7 @@ func (s *session) control(f frame) {
 		err = s.command(c, r)
 	} else {
 		r.Cmd = wire.CmdRegister // a reply needs a valid command; the error says what went wrong
-		err = Errorf(ValueError, "CONTROL: %v", err)
+		err = engine.Errorf(engine.ValueError, "CONTROL: %v", err)
 	}
 	if err != nil {
 		r.Err = errBody(err)
@@ -556,7 +570,7 @@ func (s *session) bundle(b wire.Bundle) error {
 	had := s.resolve != nil
 	s.mu.Unlock()
 	if had {
-		return Errorf(ValueError, "BUNDLE: this node already has its code")
+		return engine.Errorf(engine.ValueError, "BUNDLE: this node already has its code")
 	}
 	r, err := s.newResolver(b, s.limits.LoadSteps)
 	if err != nil {
@@ -573,7 +587,7 @@ func (s *session) register(c wire.Control) error {
 	res := s.resolve
 	s.mu.Unlock()
 	if res == nil {
-		return Errorf(RuntimeError, "REGISTER: this node has no code yet (the parent sends BUNDLE first)")
+		return engine.Errorf(engine.RuntimeError, "REGISTER: this node has no code yet (the parent sends BUNDLE first)")
 	}
 	fn, err := res.Resolve(c.Digest, c.Module, c.Name)
 	if err != nil {
@@ -591,7 +605,7 @@ func (s *session) register(c wire.Control) error {
 func (s *session) unregister(c wire.Control) error {
 	h, ok := s.inner.Lookup(c.Digest)
 	if !ok {
-		return Errorf(ValueError, "UNREGISTER: %s is not registered on this node", c.Digest)
+		return engine.Errorf(engine.ValueError, "UNREGISTER: %s is not registered on this node", c.Digest)
 	}
 	if err := s.inner.Unregister(h); err != nil {
 		return err
@@ -618,7 +632,7 @@ func (s *session) global(c wire.Control, r *wire.ControlReply) error {
 		if err != nil {
 			return err
 		}
-		if err := s.inner.globalCommand(c, r); err != nil {
+		if err := s.inner.GlobalCommand(c, r); err != nil {
 			if !had {
 				s.mu.Lock()
 				s.owned -= need
@@ -631,7 +645,7 @@ func (s *session) global(c wire.Control, r *wire.ControlReply) error {
 		s.mu.Unlock()
 		return nil
 	}
-	err := s.inner.globalCommand(c, r)
+	err := s.inner.GlobalCommand(c, r)
 	if err == nil && (c.Cmd == wire.CmdAbort || c.Cmd == wire.CmdReleaseDomain) {
 		s.mu.Lock()
 		s.owned -= s.windows[id]
@@ -648,7 +662,7 @@ func (s *session) reserve(n uint64, already bool, op string) error {
 		return nil
 	}
 	if n > s.limits.BufferBytes || s.owned > s.limits.BufferBytes-n {
-		return Errorf(RuntimeError, "%s: %d bytes more would bring this session's memory to %d bytes, beyond its bound of %d (the daemon's --max-buffer-bytes)",
+		return engine.Errorf(engine.RuntimeError, "%s: %d bytes more would bring this session's memory to %d bytes, beyond its bound of %d (the daemon's --max-buffer-bytes)",
 			op, n, s.owned+n, s.limits.BufferBytes)
 	}
 	s.owned += n

@@ -1,4 +1,4 @@
-package engine
+package remote
 
 import (
 	"encoding/binary"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"simpler/engine"
 	"simpler/wire"
 )
 
@@ -18,17 +19,17 @@ import (
 
 // exportOn exports the whole of a fresh 8-byte buffer on node 0 of w and
 // returns the export and its id as a parent relays it.
-func exportOn(t *testing.T, w *Worker) (*RemoteExport, wire.ExportID) {
+func exportOn(t *testing.T, w *engine.Worker) (*engine.RemoteExport, wire.ExportID) {
 	t.Helper()
 	owner, err := w.RemoteMalloc(0, 8)
 	if err != nil {
 		t.Fatal(err)
 	}
-	exp, err := w.RemoteExportRange(owner, 0, 8, AccessRW)
+	exp, err := w.RemoteExportRange(owner, 0, 8, engine.AccessRW)
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, err := wire.DecodeExportID(exp.token)
+	id, err := wire.DecodeExportID(nodeOf(w, 0).lastExport())
 	if err != nil {
 		t.Fatalf("the export's token is not an export id: %v", err)
 	}
@@ -36,14 +37,14 @@ func exportOn(t *testing.T, w *Worker) (*RemoteExport, wire.ExportID) {
 }
 
 // importID sends IMPORT of a raw id to node n, as a misbehaving parent may.
-func importID(n *rnode, id []byte) error {
-	_, err := n.control(&wire.Control{Cmd: wire.CmdImport, Token: id, Access: wire.AccessRead})
+func importID(n *testNode, id []byte) error {
+	_, err := n.Control(&wire.Control{Cmd: wire.CmdImport, Token: id, Access: wire.AccessRead})
 	return err
 }
 
-func wantRefusal(t *testing.T, what string, err error, k Kind, text string) {
+func wantRefusal(t *testing.T, what string, err error, k engine.Kind, text string) {
 	t.Helper()
-	if err == nil || KindOf(err) != k || !strings.Contains(err.Error(), text) {
+	if err == nil || engine.KindOf(err) != k || !strings.Contains(err.Error(), text) {
 		t.Errorf("%s: got %v, want a %s containing %q", what, err, k, text)
 	}
 }
@@ -56,24 +57,24 @@ func TestAttackExportIDs(t *testing.T) {
 	_, b := startDaemon(t)
 	w := remoteWorker(t, a, a, b) // nodes 0 and 1 share a daemon; node 2 is on another
 	exp, id := exportOn(t, w)
-	n1, n2 := w.remotes[1], w.remotes[2]
+	n1, n2 := nodeOf(w, 1), nodeOf(w, 2)
 
 	// A legitimate import works within the daemon and across daemons.
-	for _, n := range []*rnode{n1, n2} {
+	for _, n := range []*testNode{n1, n2} {
 		if err := importID(n, id.Bytes()); err != nil {
 			t.Fatalf("a legitimate import on %s: %v", n.name, err)
 		}
 	}
 	forged := id
 	forged.Secret[0] ^= 1
-	wantRefusal(t, "a forged secret", importID(n1, forged.Bytes()), ValueError, "no such export")
-	wantRefusal(t, "a forged secret across daemons", importID(n2, forged.Bytes()), ValueError, "no such export")
+	wantRefusal(t, "a forged secret", importID(n1, forged.Bytes()), engine.ValueError, "no such export")
+	wantRefusal(t, "a forged secret across daemons", importID(n2, forged.Bytes()), engine.ValueError, "no such export")
 	noDaemon := id
 	noDaemon.Daemon ^= 1
-	wantRefusal(t, "an id of no daemon", importID(n1, noDaemon.Bytes()), ValueError, "no daemon on this host made this export")
+	wantRefusal(t, "an id of no daemon", importID(n1, noDaemon.Bytes()), engine.ValueError, "no daemon on this host made this export")
 	noSession := id
 	noSession.Slot += 1000
-	wantRefusal(t, "an id of no session", importID(n1, noSession.Bytes()), RuntimeError, "has ended")
+	wantRefusal(t, "an id of no session", importID(n1, noSession.Bytes()), engine.RuntimeError, "has ended")
 	// The old token named a shared-memory object; no such thing is taken
 	// any more.
 	var old wire.Encoder
@@ -82,24 +83,24 @@ func TestAttackExportIDs(t *testing.T) {
 	old.U64(0)
 	old.U64(8)
 	old.U8(3)
-	wantRefusal(t, "a name-bearing token", importID(n1, old.Bytes()), ValueError, "malformed export id")
+	wantRefusal(t, "a name-bearing token", importID(n1, old.Bytes()), engine.ValueError, "malformed export id")
 
 	// Another parent replaying the id it saw on the wire gets nothing,
 	// on the same daemon or another.
 	other := remoteWorker(t, a, b)
-	for _, n := range other.remotes {
-		wantRefusal(t, "another parent's replay on "+n.name, importID(n, id.Bytes()), ValueError, "belongs to another parent")
+	for _, n := range nodesOf(other) {
+		wantRefusal(t, "another parent's replay on "+n.name, importID(n, id.Bytes()), engine.ValueError, "belongs to another parent")
 	}
 
 	// Once the buffer is freed, its id is stale.
-	if err := w.RemoteFree(exp.owner); err != nil {
+	if err := w.RemoteFree(exp.Owner()); err != nil {
 		t.Fatal(err)
 	}
-	wantRefusal(t, "a stale id", importID(n1, id.Bytes()), ValueError, "no such export")
+	wantRefusal(t, "a stale id", importID(n1, id.Bytes()), engine.ValueError, "no such export")
 
 	// And the daemons still serve: a fresh export imports on every node.
 	_, fresh := exportOn(t, w)
-	for _, n := range []*rnode{n1, n2} {
+	for _, n := range []*testNode{n1, n2} {
 		if err := importID(n, fresh.Bytes()); err != nil {
 			t.Errorf("a legitimate import after the attacks, on %s: %v", n.name, err)
 		}
@@ -115,7 +116,7 @@ func TestAttackExportOfEndedSession(t *testing.T) {
 	owner.Close()
 	poll(t, "the owner's session to end", func() bool { return len(sessionProcs(d)) == 0 })
 	w := remoteWorker(t, a)
-	wantRefusal(t, "an id of an ended session", importID(w.remotes[0], id.Bytes()), RuntimeError, "has ended")
+	wantRefusal(t, "an id of an ended session", importID(nodeOf(w, 0), id.Bytes()), engine.RuntimeError, "has ended")
 }
 
 // Bounds after authentication: a 1 TiB malloc and a window beyond the
@@ -125,12 +126,12 @@ func TestAttackExportOfEndedSession(t *testing.T) {
 func TestAttackSessionBounds(t *testing.T) {
 	_, addr := startDaemonConfig(t, DaemonConfig{Limits: wire.Limits{BufferBytes: 64 << 20}})
 	w := remoteWorker(t, addr)
-	n := w.remotes[0]
+	n := nodeOf(w, 0)
 	_, err := w.RemoteMalloc(0, 1<<40)
-	wantRefusal(t, "a 1 TiB malloc", err, RuntimeError, "beyond its bound of 67108864")
+	wantRefusal(t, "a 1 TiB malloc", err, engine.RuntimeError, "beyond its bound of 67108864")
 	big := must(w.RemoteMalloc(0, 48<<20))
 	_, err = w.RemoteMalloc(0, 32<<20)
-	wantRefusal(t, "a malloc past the bound", err, RuntimeError, "--max-buffer-bytes")
+	wantRefusal(t, "a malloc past the bound", err, engine.RuntimeError, "--max-buffer-bytes")
 	if err := w.RemoteFree(big); err != nil {
 		t.Fatal(err)
 	}
@@ -138,24 +139,24 @@ func TestAttackSessionBounds(t *testing.T) {
 	ref := wire.BufferRef{ID: h.BufferID, Generation: h.Gen}
 	bulk := make([]byte, 2<<20) // above the size read straight into the buffer
 	for _, off := range []uint64{1 << 63, ^uint64(0), ^uint64(0) - uint64(len(bulk)) + 1, 32<<20 - 1} {
-		_, done, err := n.controlData(&wire.Control{Cmd: wire.CmdCopyTo, Buffer: ref, Offset: off}, bulk, nil)
+		_, done, err := n.ControlData(&wire.Control{Cmd: wire.CmdCopyTo, Buffer: ref, Offset: off}, bulk, nil)
 		done()
-		if err == nil || KindOf(err) != ValueError {
+		if err == nil || engine.KindOf(err) != engine.ValueError {
 			t.Errorf("a bulk COPY_TO at offset %#x: %v", off, err)
 		}
-		_, err = n.control(&wire.Control{Cmd: wire.CmdCopyTo, Buffer: ref, Offset: off, Data: []byte{1}})
-		if off >= 32<<20 && (err == nil || KindOf(err) != ValueError) {
+		_, err = n.Control(&wire.Control{Cmd: wire.CmdCopyTo, Buffer: ref, Offset: off, Data: []byte{1}})
+		if off >= 32<<20 && (err == nil || engine.KindOf(err) != engine.ValueError) {
 			t.Errorf("a COPY_TO at offset %#x: %v", off, err)
 		}
-		_, err = n.control(&wire.Control{Cmd: wire.CmdExport, Buffer: ref, Offset: off, NBytes: 2, Access: wire.AccessRead})
-		if err == nil || KindOf(err) != ValueError {
+		_, err = n.Control(&wire.Control{Cmd: wire.CmdExport, Buffer: ref, Offset: off, NBytes: 2, Access: wire.AccessRead})
+		if err == nil || engine.KindOf(err) != engine.ValueError {
 			t.Errorf("an EXPORT at offset %#x: %v", off, err)
 		}
 	}
 	// A global domain's windows count against the same bound.
-	_, err = n.control(&wire.Control{Cmd: wire.CmdPrepare, Domain: wire.Domain{ID: 1, Generation: 1, Size: 2,
+	_, err = n.Control(&wire.Control{Cmd: wire.CmdPrepare, Domain: wire.Domain{ID: 1, Generation: 1, Size: 2,
 		Ranks: []wire.DomainRank{{Rank: 0, Worker: 0}, {Rank: 1, Worker: 1}}, WindowSize: 1 << 30}})
-	wantRefusal(t, "windows past the bound", err, RuntimeError, "PREPARE")
+	wantRefusal(t, "windows past the bound", err, engine.RuntimeError, "PREPARE")
 	// The session is intact: a copy round trip works.
 	src := []byte("still serving")
 	if err := w.RemoteCopyTo(h, src, 100); err != nil {
@@ -426,8 +427,8 @@ func TestProofGateSteps(t *testing.T) {
 
 // A client refuses a short token before it dials anything.
 func TestShortTokenRefused(t *testing.T) {
-	w := must(NewWorker(Config{Level: 4, Platform: sim(t)}))
+	w := must(newParent(engine.Config{Level: 4, Platform: sim(t)}))
 	defer w.Close()
-	_, err := w.AddRemoteWorker(RemoteSpec{Endpoint: "127.0.0.1:7700", Platform: "a2a3sim", DeviceIDs: []int{0}, Token: []byte("short")})
-	wantRefusal(t, "a 5-byte token", err, ValueError, "add_remote_worker: the token is 5 bytes, shorter than the minimum of 16")
+	_, err := w.AddRemoteWorker(engine.RemoteSpec{Endpoint: "127.0.0.1:7700", Platform: "a2a3sim", DeviceIDs: []int{0}, Token: []byte("short")})
+	wantRefusal(t, "a 5-byte token", err, engine.ValueError, "add_remote_worker: the token is 5 bytes, shorter than the minimum of 16")
 }

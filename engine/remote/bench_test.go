@@ -1,9 +1,10 @@
-package engine
+package remote
 
 import (
 	"testing"
 	"time"
 
+	"simpler/engine"
 	"simpler/wire"
 )
 
@@ -11,8 +12,8 @@ import (
 // orchestration submits one no-op chip kernel.
 func BenchmarkRemoteNoop(b *testing.B) {
 	_, addr := startDaemon(b)
-	w := must(NewWorker(Config{Level: 4, Platform: sim(b), SessionTimeout: 5 * time.Second}))
-	must(w.AddRemoteWorker(RemoteSpec{Endpoint: addr, Platform: "a2a3sim", DeviceIDs: []int{0}}))
+	w := must(newParent(engine.Config{Level: 4, Platform: sim(b), SessionTimeout: 5 * time.Second}))
+	must(w.AddRemoteWorker(engine.RemoteSpec{Endpoint: addr, Platform: "a2a3sim", DeviceIDs: []int{0}}))
 	node := nodeOrch{procKernel{"node_noop"}}
 	w.Register(node, nil)
 	w.Register(procKernel{"noop"}, nil)
@@ -23,8 +24,8 @@ func BenchmarkRemoteNoop(b *testing.B) {
 	h, _ := w.Lookup(node.Digest())
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		_, err := w.Run(func(o *Orchestrator) (any, error) {
-			_, err := o.SubmitNext(h, &TaskArgs{}, nil, 0)
+		_, err := w.Run(func(o *engine.Orchestrator) (any, error) {
+			_, err := o.SubmitNext(h, &engine.TaskArgs{}, nil, 0)
 			return nil, err
 		})
 		if err != nil {
@@ -37,16 +38,17 @@ func BenchmarkRemoteNoop(b *testing.B) {
 // lane (a RELEASE_DOMAIN of an unknown domain: the node does nothing).
 func BenchmarkRemoteControl(b *testing.B) {
 	_, addr := startDaemon(b)
-	w := must(NewWorker(Config{Level: 4, Platform: sim(b), SessionTimeout: 5 * time.Second}))
-	must(w.AddRemoteWorker(RemoteSpec{Endpoint: addr, Platform: "a2a3sim", DeviceIDs: []int{0}}))
+	w := must(newParent(engine.Config{Level: 4, Platform: sim(b), SessionTimeout: 5 * time.Second}))
+	must(w.AddRemoteWorker(engine.RemoteSpec{Endpoint: addr, Platform: "a2a3sim", DeviceIDs: []int{0}}))
 	if err := w.Init(); err != nil {
 		b.Fatal(err)
 	}
 	defer w.Close()
 	c := &wire.Control{Cmd: wire.CmdReleaseDomain, Domain: wire.Domain{ID: 1, Generation: 1}}
+	n := nodeOf(w, 0)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if _, err := w.remoteCmdReply(0, c); err != nil {
+		if _, err := n.Control(c); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"simpler/golden"
+)
+
+// runOptions are the flags of `simpler run`.
+type runOptions struct {
+	runFlags
+	trace    string
+	maxSteps uint64
+}
+
+func (o *runOptions) register(fs *flag.FlagSet) {
+	o.runFlags.register(fs)
+	fs.StringVar(&o.trace, "trace", "", "write a Chrome/Perfetto trace (JSON) of every task to `FILE`")
+	fs.Uint64Var(&o.maxSteps, "max-steps", 0, "bound each Starlark thread of the script (main, each task of a thread-mode kernel, each module top level) to `N` steps; 0: no bound")
+}
+
+// runCommand is a parsed `simpler run` command line with the script's
+// header applied: flags given on the command line override the header's.
+type runCommand struct {
+	opts    runOptions
+	script  string
+	argv    []string          // ctx.argv: everything after the script name
+	header  []string          // the script's `# simpler-args:`
+	fromHdr map[string]string // flags the header set, name → value
+	given   map[string]string // flags the command line set, name → value
+	daemons int               // the script's `# simpler-daemons: N`
+}
+
+// parseRun parses run's command line and the script's header. ok is false
+// when run should stop with code (help was printed, or a usage error).
+func parseRun(args []string, stdout, stderr io.Writer) (rc *runCommand, code int, ok bool) {
+	fs := flagSet("run")
+	rc = &runCommand{}
+	rc.opts.register(fs)
+	if code, ok := parseFlags("run", fs, args, nil, stdout, stderr); !ok {
+		return nil, code, false
+	}
+	if fs.NArg() == 0 {
+		return nil, usageError(stderr, "run", "no script given"), false
+	}
+	rc.script, rc.argv = fs.Arg(0), fs.Args()[1:]
+	rc.given = setFlags(fs)
+	if src, err := os.ReadFile(rc.script); err == nil { // else RunFile reports it, naming the path
+		rc.header, rc.daemons = golden.ScriptArgs(src), golden.ScriptDaemons(src)
+	}
+	if len(rc.header) == 0 {
+		return rc, 0, true
+	}
+	// The header first, then the command line again over it.
+	fs = flagSet("run")
+	rc.opts = runOptions{}
+	rc.opts.register(fs)
+	if err := fs.Parse(rc.header); err != nil || fs.NArg() > 0 {
+		if err == nil {
+			err = fmt.Errorf("%q is not a flag of run", fs.Arg(0))
+		}
+		fmt.Fprintf(stderr, "simpler run: %s: its # simpler-args: line: %v\n", rc.script, err)
+		return nil, 2, false
+	}
+	rc.fromHdr = setFlags(fs)
+	for i, dir := range rc.opts.loadPath { // the header's paths are the script's
+		if !filepath.IsAbs(dir) {
+			rc.opts.loadPath[i] = filepath.Join(filepath.Dir(rc.script), dir)
+		}
+	}
+	if err := fs.Parse(args[:len(args)-len(rc.argv)-1]); err != nil {
+		fmt.Fprintf(stderr, "simpler run: %v\n", err)
+		return nil, 2, false
+	}
+	return rc, 0, true
+}
+
+// setFlags are the flags of fs that were set, name → value.
+func setFlags(fs *flag.FlagSet) map[string]string {
+	set := map[string]string{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = f.Value.String() })
+	return set
+}
+
+// warnMisplacedFlags warns about arguments after the script name that are
+// run's own flags: by convention they are the script's (ctx.argv), but a
+// user who wrote `simpler run x.star --devices 0-3` meant run's.
+func (rc *runCommand) warnMisplacedFlags(stderr io.Writer) {
+	fs := flagSet("run")
+	new(runOptions).register(fs)
+	for _, arg := range rc.argv {
+		name, _, _ := strings.Cut(strings.TrimLeft(arg, "-"), "=")
+		if !strings.HasPrefix(arg, "-") || fs.Lookup(name) == nil {
+			continue
+		}
+		fmt.Fprintf(stderr, "simpler run: warning: %s comes after the script name, so it goes to the script (ctx.argv), not to run; put run's flags before %s\n", arg, filepath.Base(rc.script))
+	}
+}
+
+// startDaemons starts the daemons the script's header asks for when the
+// command line gives the script no arguments; their addresses become
+// ctx.argv. stop is nil when none were started.
+func (rc *runCommand) startDaemons(stderr io.Writer) (stop func(), err error) {
+	if rc.daemons == 0 || len(rc.argv) > 0 {
+		return nil, nil
+	}
+	bin, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("RuntimeError: cannot start the script's daemons: %v", err)
+	}
+	addrs, stop, err := golden.StartDaemons(bin, nil, rc.daemons, stderr)
+	if err != nil {
+		return nil, fmt.Errorf("RuntimeError: %s asks for %d remote-l3-worker daemon(s) (# simpler-daemons: %d): %v", rc.script, rc.daemons, rc.daemons, err)
+	}
+	rc.argv = addrs
+	return stop, nil
+}
+
+// explainFailure adds, after a failed script, what its header asks for
+// that this run did not give it: fewer daemon addresses than it declares,
+// or a flag of its # simpler-args: line overridden on the command line.
+func (rc *runCommand) explainFailure(stderr io.Writer) {
+	name := filepath.Base(rc.script)
+	if rc.daemons > 0 && len(rc.argv) < rc.daemons {
+		fmt.Fprintf(stderr, "note: %s needs %d remote-l3-worker address(es) as arguments (# simpler-daemons: %d) and was given %d; run it with no arguments and simpler starts the daemons\n", name, rc.daemons, rc.daemons, len(rc.argv))
+	}
+	var names []string
+	for flagName, v := range rc.fromHdr {
+		if got, ok := rc.given[flagName]; ok && got != v {
+			names = append(names, flagName)
+		}
+	}
+	slices.Sort(names)
+	for _, flagName := range names {
+		fmt.Fprintf(stderr, "note: %s asks for --%s %s (# simpler-args: %s); this run overrode it with --%s %s\n", name, flagName, rc.fromHdr[flagName], strings.Join(rc.header, " "), flagName, rc.given[flagName])
+	}
+}
