@@ -320,12 +320,17 @@ func TestCommProfileChecksAskServes(t *testing.T) {
 	}
 	_, err = NewWorker(Config{Level: 3, Platform: sim(t), DeviceIDs: []int{0}, CommProfile: "a3-fabric-v1"})
 	want("Worker", err, `ValueError: Worker: comm_profile "a3-fabric-v1" is not supported on a2a3sim (supported: ["sim"])`)
-	// A Worker with chips on a platform this host cannot run says so
-	// before anything about its profile.
-	_, err = NewWorker(Config{Level: 2, Platform: onboard, DeviceIDs: []int{0}})
-	if cause := onboard.Check(); cause == nil || err == nil || err.Error() != "RuntimeError: Worker: "+strings.TrimPrefix(cause.Error(), "RuntimeError: ") {
-		t.Errorf("Worker on a2a3: %v, want Worker: %v", err, cause)
+	// A Worker on a platform this host cannot run is made, and init says
+	// why it cannot run (API.md section 7), before anything about its
+	// profile.
+	ow, err := NewWorker(Config{Level: 2, Platform: onboard, DeviceIDs: []int{0}})
+	if err != nil {
+		t.Fatalf("Worker on a2a3: %v", err)
 	}
+	if cause, err := onboard.Check(), ow.Init(); cause == nil || err == nil || !strings.Contains(err.Error(), strings.TrimPrefix(cause.Error(), "RuntimeError: ")) {
+		t.Errorf("init on a2a3: %v, want %v", err, cause)
+	}
+	ow.Close()
 
 	spec := RemoteSpec{Endpoint: "127.0.0.1:7700", Platform: "a2a3sim", DeviceIDs: []int{0}}
 	want("add_remote_worker default", checkRemoteSpec(&spec), "")

@@ -308,16 +308,14 @@ func validate(cfg *Config) error {
 	if err := checkGlobalRanks("Worker", cfg.GlobalDeviceRanks, len(cfg.DeviceIDs)); err != nil {
 		return err
 	}
-	if cfg.Level <= 3 {
-		// A Worker with chips on a platform this host cannot run fails
-		// with that first: a refusal of its comm profile would only be a
-		// consequence. (A level-4 Worker has no chips here.)
-		if err := cfg.Platform.Check(); err != nil {
+	// A platform this host cannot run (an onboard one without its vendor
+	// runtime) fails at init with that cause (API.md section 7); its comm
+	// profile is not judged before, since that refusal would only be a
+	// consequence of the same absence.
+	if err := cfg.Platform.Check(); err == nil || cfg.Level >= 4 {
+		if err := cfg.Platform.Serves(cfg.CommProfile); err != nil {
 			return Wrap(err, "Worker")
 		}
-	}
-	if err := cfg.Platform.Serves(cfg.CommProfile); err != nil {
-		return Wrap(err, "Worker")
 	}
 	if cfg.EnableSDMA && !hal.SDMA(cfg.Platform) {
 		return Errorf(ValueError, "Worker: enable_sdma is honoured only on a2a3 (platform %s has no SDMA engine)", cfg.Platform.Name())

@@ -183,7 +183,7 @@ func TestVersion(t *testing.T) {
 }
 
 // An onboard platform without its vendor runtime is reported as that,
-// in run's flags and in a script's Worker(platform=...).
+// in run's flags and at a script's Worker(platform=...).init().
 func TestOnboardWithoutRuntime(t *testing.T) {
 	p, _ := hal.Lookup("a2a3")
 	cause := p.Check()
