@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"simpler/engine"
+	"simpler/engine/proc"
 	"simpler/hal"
 )
 
@@ -44,12 +45,12 @@ func startupL4(l *engine.Launcher) (time.Duration, error) {
 		return 0, err
 	}
 	return median(5, func() error {
-		w, err := engine.NewWorker(engine.Config{Level: 4, Platform: p, Mode: "process", Launcher: l})
+		w, err := engine.NewWorker(engine.Config{Level: 4, Platform: p, Mode: "process", Launcher: l, Spawn: proc.Spawner{}})
 		if err != nil {
 			return err
 		}
 		for n := 0; n < 2; n++ {
-			c, err := engine.NewWorker(engine.Config{Level: 3, Platform: p, DeviceIDs: []int{2 * n, 2*n + 1}, Mode: "process", Launcher: l})
+			c, err := engine.NewWorker(engine.Config{Level: 3, Platform: p, DeviceIDs: []int{2 * n, 2*n + 1}, Mode: "process", Launcher: l, Spawn: proc.Spawner{}})
 			if err != nil {
 				return err
 			}
@@ -77,7 +78,7 @@ func startup(l *engine.Launcher, n int) (time.Duration, error) {
 		ids[i] = i
 	}
 	return median(5, func() error {
-		w, err := engine.NewWorker(engine.Config{Level: 3, Platform: p, DeviceIDs: ids, Mode: "process", Launcher: l})
+		w, err := engine.NewWorker(engine.Config{Level: 3, Platform: p, DeviceIDs: ids, Mode: "process", Launcher: l, Spawn: proc.Spawner{}})
 		if err != nil {
 			return err
 		}

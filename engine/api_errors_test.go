@@ -33,9 +33,10 @@ func TestChipIndexOutOfRangeIsIndexError(t *testing.T) {
 }
 
 // malloc's size is checked at the API, before it is converted for a
-// child process, with the same text in both modes.
+// child process, with the same text in both modes (engine/proc's test
+// checks process mode's).
 func TestMallocSizeIsCheckedBeforeAnyConversion(t *testing.T) {
-	for _, w := range []*Worker{newWorker(t, Config{}), procWorker(t, 1, 0)} {
+	for _, w := range []*Worker{newWorker(t, Config{})} {
 		mode := w.Config().Mode
 		for _, size := range []int{-1, 0} {
 			_, err := w.Malloc(0, size)

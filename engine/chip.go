@@ -8,12 +8,13 @@ import (
 	"simpler/internal/bounds"
 )
 
-// runKernel runs a chip kernel. The kernel sees device tensors only: a
-// host tensor argument is mapped into the chip's address space for the
-// task (the simulator's unified memory: no copy, and the kernel's stores
-// land in the host tensor), and device tensors (child_memory) pass through
-// untouched.
-func runKernel(ctx *ChipCtx, k ChipKernel, args *TaskArgs) error {
+// RunChipKernel runs a chip kernel on ctx.Chip, a chip of this process
+// (a thread-mode endpoint's, or a chip process's own: engine/proc). The
+// kernel sees device tensors only: a host tensor argument is mapped into
+// the chip's address space for the task (the simulator's unified memory:
+// no copy, and the kernel's stores land in the host tensor), and device
+// tensors (child_memory) pass through untouched.
+func RunChipKernel(ctx *ChipCtx, k ChipKernel, args *TaskArgs) error {
 	if len(args.Tensors) == 0 {
 		return k.RunChip(ctx, args)
 	}
@@ -92,10 +93,10 @@ func (w *Worker) RunKernel(h *Handle, args *TaskArgs) error {
 	}
 	err = w.observeKernel(h.Name(), func() error {
 		if w.chipProcs != nil {
-			return w.chipProcs[0].run(opRunChip, h, &a, nil)
+			return w.chipProcs[0].Run(h, &a, nil, nil)
 		}
 		var local any
-		return runKernel(&ChipCtx{Chip: w.chips[0], Local: &local}, k, &a)
+		return RunChipKernel(&ChipCtx{Chip: w.chips[0], Local: &local}, k, &a)
 	})
 	if err != nil {
 		return taskError(1, w.workerName(NextLevel, 0), h.Name(), err)

@@ -41,7 +41,7 @@ type Domain struct {
 	spec         DomainSpec
 	allocationID uint64
 	offsets      []int        // buffer offsets from the window base
-	ranks        []domainRank // one per member, in rank order
+	ranks        []DomainRank // one per member, in rank order
 
 	life lifetime // guarded by w.mu (lifetime.go)
 }
@@ -49,25 +49,27 @@ type Domain struct {
 // commRequest is what every rank of an allocation is given.
 type commRequest = comm.Request
 
-// domainRank is one member's part of a domain, wherever its chip lives.
-type domainRank struct {
+// DomainRank is one member's part of a domain, wherever its chip lives:
+// its device CommContext and window in the chip's address space, and how
+// to release it (once).
+type DomainRank struct {
 	DeviceCtx  uint64
 	WindowBase uint64
 	WindowSize int
-	release    func() error
+	Release    func() error
 }
 
-// allocateRank runs rank's part of an allocation on chip: in this process,
-// or in the chip's own process.
-func allocateRank(req commRequest, rank int, chip hal.Chip) (domainRank, error) {
-	if pc, ok := chip.(*procChip); ok {
-		return pc.commAlloc(req, rank)
+// allocateRank runs rank's part of an allocation on chip id: in this
+// process, or in the chip's own process.
+func (w *Worker) allocateRank(req commRequest, rank, id int) (DomainRank, error) {
+	if w.chipProcs != nil {
+		return w.chipProcs[id].AllocateRank(req, rank)
 	}
-	r, err := comm.Allocate(req, rank, chip)
+	r, err := comm.Allocate(req, rank, w.chips[id])
 	if err != nil {
-		return domainRank{}, err
+		return DomainRank{}, err
 	}
-	return domainRank{DeviceCtx: r.DeviceCtx, WindowBase: r.WindowBase, WindowSize: r.WindowSize, release: r.Release}, nil
+	return DomainRank{DeviceCtx: r.DeviceCtx, WindowBase: r.WindowBase, WindowSize: r.WindowSize, Release: r.Release}, nil
 }
 
 // CommTimeout bounds the subset barrier of a domain allocation.
@@ -249,14 +251,14 @@ func (w *Worker) allocateRanks(d *Domain) error {
 	n := len(d.spec.Workers)
 	req := comm.Request{Namespace: w.namespace, AllocationID: d.allocationID, Name: d.spec.Name,
 		Ranks: n, WindowSize: d.spec.WindowSize, Timeout: CommTimeout}
-	d.ranks = make([]domainRank, n)
+	d.ranks = make([]DomainRank, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for r, id := range d.spec.Workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			d.ranks[r], errs[r] = allocateRank(req, r, w.chips[id])
+			d.ranks[r], errs[r] = w.allocateRank(req, r, id)
 		}()
 	}
 	wg.Wait()
@@ -273,8 +275,8 @@ func (w *Worker) allocateRanks(d *Domain) error {
 	}
 	if first != nil {
 		for _, cr := range d.ranks {
-			if cr.release != nil {
-				cr.release()
+			if cr.Release != nil {
+				cr.Release()
 			}
 		}
 		d.ranks = nil
@@ -365,7 +367,7 @@ func (d *Domain) free() error {
 func (d *Domain) releaseRanks() error {
 	err := fault.Hit("domain.release", -1)
 	for _, cr := range d.ranks {
-		if e := cr.release(); e != nil && err == nil {
+		if e := cr.Release(); e != nil && err == nil {
 			err = e
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"simpler/internal/hostid"
 	"simpler/wire"
 )
 
@@ -25,8 +26,9 @@ type Endpoint interface {
 
 // loopEndpoint runs assignments one after another on a goroutine of its
 // own: a thread-mode chip, child or SUB worker, or a process-mode one
-// whose goroutine waits on the child's mailbox. Its channel holds at most
-// one assignment, because the scheduler only assigns to an idle endpoint.
+// whose goroutine waits on the child process (Process.Run). Its channel
+// holds at most one assignment, because the scheduler only assigns to an
+// idle endpoint.
 type loopEndpoint struct {
 	w     *Worker
 	ch    chan Assignment
@@ -121,6 +123,8 @@ type RemoteNode interface {
 	Lost() error
 	// Fail retires the node with err: its tasks in flight fail with it.
 	Fail(err error)
+	// Host is the host the node runs on, as it said when it came up.
+	Host() hostid.ID
 	// Close ends the session and waits for what serves it.
 	Close()
 }
@@ -297,11 +301,13 @@ func (w *Worker) nextRunner() func(e *loopEndpoint, a Assignment) error {
 	switch {
 	case w.chipProcs != nil:
 		return func(e *loopEndpoint, a Assignment) error {
-			return w.runTask(e, w.chipProcs[a.Target], opRunChip, a, nil)
+			t := a.Task
+			return w.chipProcs[a.Target].Run(t.handle, &t.args[a.Member], nil, &e.stop)
 		}
 	case w.nodeProcs != nil:
 		return func(e *loopEndpoint, a Assignment) error {
-			return w.runTask(e, w.nodeProcs[a.Target], opRunOrch, a, &a.Task.cfg)
+			t := a.Task
+			return w.nodeProcs[a.Target].Run(t.handle, &t.args[a.Member], &t.cfg, &e.stop)
 		}
 	case w.cfg.Level >= 4:
 		return func(e *loopEndpoint, a Assignment) error { return w.runChild(e, a) }
@@ -309,7 +315,7 @@ func (w *Worker) nextRunner() func(e *loopEndpoint, a Assignment) error {
 	return func(e *loopEndpoint, a Assignment) error {
 		t := a.Task
 		e.chip = ChipCtx{WorkerID: a.Target, Chip: w.chips[a.Target], Local: &e.local, Stop: &e.stop}
-		return runKernel(&e.chip, t.handle.Callable.(ChipKernel), &t.args[a.Member])
+		return RunChipKernel(&e.chip, t.handle.Callable.(ChipKernel), &t.args[a.Member])
 	}
 }
 
@@ -329,7 +335,8 @@ func (w *Worker) runChild(e *loopEndpoint, a Assignment) error {
 func (w *Worker) subRunner() func(e *loopEndpoint, a Assignment) error {
 	if w.subProcs != nil {
 		return func(e *loopEndpoint, a Assignment) error {
-			return w.runTask(e, w.subProcs[a.Target], opRunSub, a, nil)
+			t := a.Task
+			return w.subProcs[a.Target].Run(t.handle, &t.args[a.Member], nil, &e.stop)
 		}
 	}
 	return func(e *loopEndpoint, a Assignment) error {
@@ -366,9 +373,10 @@ func (w *Worker) stopEndpointsWithin(d time.Duration) bool {
 }
 
 // Node is a level-3 node as its level-4 parent commands it (the global
-// domain transaction and staging): a remote session, a level-3 worker in a
-// child process, or one in this process. Every kind of node serves the
-// commands with the same code (Worker.GlobalCommand, on the node).
+// domain transaction and staging): a remote session, a level-3 worker in
+// a child process (a NodeProcess), or one in this process. Every kind of
+// node serves the commands with the same code (Worker.GlobalCommand, on
+// the node).
 type Node interface {
 	Command(c *wire.Control) (wire.ControlReply, error)
 }
@@ -381,11 +389,6 @@ func (n localNode) Command(c *wire.Control) (wire.ControlReply, error) {
 	err := n.w.GlobalCommand(*c, &r)
 	return r, err
 }
-
-// procNode is a level-3 Worker in a child process, reached by mailbox.
-type procNode struct{ p *proc }
-
-func (n procNode) Command(c *wire.Control) (wire.ControlReply, error) { return n.p.global(c) }
 
 // remoteNode is a remote session, reached over its connection.
 type remoteNode struct {
@@ -403,7 +406,7 @@ func (w *Worker) nodeOf(id int) Node {
 	case w.IsRemote(id):
 		return remoteNode{w, id}
 	case w.nodeProcs != nil:
-		return procNode{w.nodeProcs[id]}
+		return w.nodeProcs[id] // a NodeProcess, reached by its mailbox
 	}
 	return localNode{w.children[id]}
 }

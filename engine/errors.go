@@ -48,8 +48,10 @@ func KindOf(err error) Kind {
 	return RuntimeError
 }
 
-// message is err's text without the kind KindOf gives it in front.
-func message(err error) string {
+// MessageOf is err's text without the kind KindOf gives it in front: what
+// crosses a process or a host beside the kind, which the other side makes
+// a typed Error of again.
+func MessageOf(err error) string {
 	if typed(err) {
 		return kind.Message(err)
 	}
@@ -73,5 +75,5 @@ func Wrap(err error, context string) error {
 	if err == nil {
 		return nil
 	}
-	return &Error{Kind: KindOf(err), Msg: context + ": " + message(err), Cause: err}
+	return &Error{Kind: KindOf(err), Msg: context + ": " + MessageOf(err), Cause: err}
 }

@@ -146,6 +146,11 @@ func (w *Worker) validateGlobal(spec *GlobalSpec) ([]int, error) {
 			return nil, err
 		}
 	}
+	if profile == hal.SimProfile {
+		if err := w.sameHost(op, spec.Members); err != nil {
+			return nil, err
+		}
+	}
 	if spec.WindowSize <= 0 {
 		return nil, Errorf(ValueError, "%s: window_size must be > 0, got %d", op, spec.WindowSize)
 	}

@@ -1,14 +1,11 @@
 package engine
 
 import (
-	"bytes"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"testing"
 
-	"simpler/hal/shm"
 	"simpler/internal/fault"
 	"simpler/wire"
 )
@@ -16,12 +13,6 @@ import (
 // l4Nodes makes a level-4 worker over two level-3 nodes of two chips
 // each, in this process.
 func l4Nodes(t *testing.T) *Worker { return l4NodesIn(t, Config{}) }
-
-// l4ProcNodes is l4Nodes in process mode: each node is a child process.
-func l4ProcNodes(t *testing.T) *Worker {
-	exe, _ := os.Executable()
-	return l4NodesIn(t, Config{Mode: "process", Launcher: &Launcher{Path: exe, Env: []string{childEnv + "=1"}}})
-}
 
 func l4NodesIn(t *testing.T, cfg Config) *Worker {
 	t.Helper()
@@ -287,75 +278,6 @@ func TestGlobalDomainValidation(t *testing.T) {
 			t.Errorf("%s on %s: %v, want %q", c.profile, c.platform, err, c.want)
 		}
 	}
-}
-
-// nodeObjects counts the shared-memory objects the node processes hold
-// beyond their base (a committed rank holds its window and header).
-func nodeObjects(t *testing.T, w *Worker) int {
-	t.Helper()
-	n := 0
-	for _, p := range w.nodeProcs {
-		objs, err := shm.Leftovers(fmt.Sprintf("simpler-%d-", p.cur.Load().cmd.Process.Pid))
-		if err != nil {
-			t.Fatal(err)
-		}
-		n += len(objs)
-	}
-	return n
-}
-
-// Process-mode local nodes serve the same transaction and staging through
-// their mailboxes; a failure at each phase on each node rolls back what
-// every node made, and the next allocation works.
-func TestGlobalDomainOverProcessNodes(t *testing.T) {
-	w := l4ProcNodes(t)
-	base := nodeObjects(t, w)
-	big := bytes.Repeat([]byte("0123456789abcdef"), 1<<17) // 2 MiB: several mailbox messages
-	var d *GlobalDomain
-	mustRun(t, w, buildErr(func(o *Orchestrator) {
-		spec := fourRanks(false)
-		spec.WindowSize = 4 << 20
-		d = must(o.AllocateGlobalDomain(spec))
-		if nodeObjects(t, w) <= base {
-			t.Error("the node processes made no windows")
-		}
-		must(0, d.CopyToGlobal(3, []byte("hello"), "out", 10))
-		if got := must(d.CopyFromGlobal(3, 5, "out", 10)); string(got) != "hello" {
-			t.Errorf("staged back %q", got)
-		}
-		must(0, d.CopyToGlobal(0, big, "", 2048))
-		if got := must(d.CopyFromGlobal(0, len(big), "", 2048)); !bytes.Equal(got, big) {
-			t.Error("a 2 MiB staging round trip through the mailbox came back changed")
-		}
-		if _, err := d.CopyFromGlobal(2, 1, "in", 1024); err == nil || !strings.Contains(err.Error(), "overrun") {
-			t.Errorf("overrun: %v", err)
-		}
-	}))
-	if !d.Freed() || nodeObjects(t, w) != base {
-		t.Fatalf("freed %v; node objects %d, want %d", d.Freed(), nodeObjects(t, w), base)
-	}
-	t.Cleanup(func() { fault.Load("") })
-	for _, phase := range []string{"comm_init", "prepare", "import", "commit"} {
-		for node := 0; node < 2; node++ {
-			point := fmt.Sprintf("global.%s@%d", phase, node)
-			fault.Load(point)
-			err := submitRun(t, w, func(o *Orchestrator) error {
-				_, err := o.AllocateGlobalDomain(fourRanks(false))
-				return err
-			})
-			if err == nil || !strings.Contains(err.Error(), "injected fault at "+point) {
-				t.Errorf("%s: got %v", point, err)
-			}
-			if n := nodeObjects(t, w); n != base {
-				t.Errorf("%s: %d shared-memory objects left in the nodes after the abort (base %d)", point, n, base)
-			}
-		}
-	}
-	fault.Load("")
-	mustRun(t, w, func(o *Orchestrator) error {
-		_, err := o.AllocateGlobalDomain(fourRanks(false))
-		return err
-	})
 }
 
 // Global device ranks: assigned in node order unless a node gives its

@@ -3,9 +3,8 @@ package engine
 import (
 	"fmt"
 	"slices"
-	"strings"
-	"sync"
 
+	"simpler/hal"
 	"simpler/hal/comm"
 	"simpler/hal/shm"
 	"simpler/internal/bounds"
@@ -43,21 +42,42 @@ func (a nodeGlobalReq) same(b nodeGlobalReq) bool {
 type nodeGlobal struct {
 	req       nodeGlobalReq
 	offsets   []int
-	ranks     []nodeRank // per place
+	ranks     []NodeRank // per place
 	descs     []comm.Descriptor
 	committed bool
 }
 
-// nodeRank is one rank of a global domain on this node: a
-// comm.GlobalRank when the chip is in this process, a procRank when the
-// chip is a process of its own.
-type nodeRank interface {
+// NodeRank is one rank of a global domain on a node's chip: a localRank
+// when the chip is in this process, engine/proc's when the chip is a
+// process of its own (ChipProcess.PrepareGlobalRank). The steps are
+// hal/comm's GlobalRank's.
+type NodeRank interface {
 	Import(table []comm.Descriptor) error
 	Commit() error
 	Invalidate()
 	Release() error
 	DeviceCtx() uint64  // in the chip's address space
 	WindowBase() uint64 // in the chip's address space
+	// Stage copies n bytes at c.Offset into the window (STAGE_TO, from
+	// c.Data) or out of it (STAGE_FROM, into reply.Data); the caller has
+	// checked that they lie inside it.
+	Stage(c wire.Control, reply *wire.ControlReply, n int) error
+}
+
+// localRank is a rank whose chip is in this process: staging is a copy
+// in and out of the chip at the window.
+type localRank struct {
+	*comm.GlobalRank
+	chip hal.Chip
+}
+
+func (r localRank) Stage(c wire.Control, reply *wire.ControlReply, n int) error {
+	at := r.WindowBase() + c.Offset
+	if c.Cmd == wire.CmdStageTo {
+		return r.chip.CopyIn(at, c.Data)
+	}
+	reply.Data = make([]byte, n)
+	return r.chip.CopyOut(reply.Data, at)
 }
 
 // globalPrefix starts the names of every window this node prepares, in
@@ -104,14 +124,14 @@ func (w *Worker) globalPrepare(req nodeGlobalReq) ([]comm.Descriptor, error) {
 
 // prepareRank makes one rank's window and maps it into its chip, where
 // the chip's memory is: here, or in the chip's own process.
-func (w *Worker) prepareRank(req nodeGlobalReq, p GlobalPlace) (nodeRank, comm.Descriptor, error) {
+func (w *Worker) prepareRank(req nodeGlobalReq, p GlobalPlace) (NodeRank, comm.Descriptor, error) {
 	if p.Local < 0 || p.Local >= len(w.chips) {
 		return nil, comm.Descriptor{}, Errorf(ValueError, "PREPARE: local worker %d is not a chip of this node (0..%d)", p.Local, len(w.chips)-1)
 	}
 	gr := comm.GlobalRequest{Prefix: w.globalPrefix(), DomainID: req.ID, Generation: req.Gen, Name: req.Name,
 		Ranks: req.Size, WindowSize: req.WindowSize, Timeout: CommTimeout}
-	if pc, isProc := w.chips[p.Local].(*procChip); isProc {
-		r, d, err := prepareProcRank(pc, gr, p.Rank)
+	if w.chipProcs != nil {
+		r, d, err := w.chipProcs[p.Local].PrepareGlobalRank(gr, p.Rank)
 		if err != nil {
 			return nil, d, err
 		}
@@ -121,7 +141,7 @@ func (w *Worker) prepareRank(req nodeGlobalReq, p GlobalPlace) (nodeRank, comm.D
 	if err != nil {
 		return nil, d, err // not r: a nil *GlobalRank in the interface is not nil
 	}
-	return r, d, nil
+	return localRank{r, w.chips[p.Local]}, d, nil
 }
 
 func (w *Worker) global(op string, id uint64) (*nodeGlobal, error) {
@@ -261,24 +281,24 @@ func encodePrepareExtra(name string, buffers []BufferSpec) []byte {
 	return wire.Payload(&p)
 }
 
-// wireDescriptor is d in hal/comm's layout.
-func wireDescriptor(d comm.Descriptor) (w wire.Descriptor) {
+// WireDescriptor is d in hal/comm's layout.
+func WireDescriptor(d comm.Descriptor) (w wire.Descriptor) {
 	copy(w[:], comm.EncodeDescriptor(d))
 	return w
 }
 
-// wireDescriptors is ds as a table, in their order.
-func wireDescriptors(ds []comm.Descriptor) wire.DescriptorTable {
+// WireDescriptors is ds as a table, in their order.
+func WireDescriptors(ds []comm.Descriptor) wire.DescriptorTable {
 	var t wire.DescriptorTable
 	for _, d := range ds {
-		t.Descriptors = append(t.Descriptors, wireDescriptor(d))
+		t.Descriptors = append(t.Descriptors, WireDescriptor(d))
 	}
 	return t
 }
 
-// commDescriptors decodes every descriptor of a table (comm's decoder is
+// CommDescriptors decodes every descriptor of a table (comm's decoder is
 // canonical, so a table that decodes re-encodes to the same bytes).
-func commDescriptors(t wire.DescriptorTable) ([]comm.Descriptor, error) {
+func CommDescriptors(t wire.DescriptorTable) ([]comm.Descriptor, error) {
 	var ds []comm.Descriptor
 	for i := range t.Descriptors {
 		d, err := comm.DecodeDescriptor(t.Descriptors[i][:])
@@ -293,7 +313,7 @@ func commDescriptors(t wire.DescriptorTable) ([]comm.Descriptor, error) {
 // encodeDescs is the bytes of a descriptor table: PREPARE's reply,
 // IMPORT_TABLE's table.
 func encodeDescs(ds []comm.Descriptor) []byte {
-	t := wireDescriptors(ds)
+	t := WireDescriptors(ds)
 	return wire.Payload(&t)
 }
 
@@ -303,7 +323,7 @@ func decodeDescs(b []byte) ([]comm.Descriptor, error) {
 	if err != nil {
 		return nil, Errorf(ValueError, "%w", err) // errors.Is still sees the wire error's class
 	}
-	return commDescriptors(t)
+	return CommDescriptors(t)
 }
 
 // globalFaultPoints names the fault point of each global-domain command;
@@ -441,118 +461,5 @@ func (w *Worker) globalStage(c wire.Control, r *wire.ControlReply) error {
 	if !bounds.Fits(c.Offset, want, uint64(max(g.req.WindowSize, 0))) {
 		return Errorf(ValueError, "%s: %d bytes at offset %d overrun the %d-byte window", op, want, c.Offset, g.req.WindowSize)
 	}
-	n := int(want) // at most the window's size, an int
-	if pr, isProc := g.ranks[i].(*procRank); isProc {
-		return pr.stage(c, r, n)
-	}
-	chip, at := w.chips[g.req.Places[i].Local], g.ranks[i].WindowBase()+c.Offset
-	if c.Cmd == wire.CmdStageTo {
-		return chip.CopyIn(at, c.Data)
-	}
-	r.Data = make([]byte, n)
-	return chip.CopyOut(r.Data, at)
-}
-
-// procRank is a rank of a global domain whose chip is a process of its
-// own (a level-3 node with mode="process"). Every step runs in that
-// process (child.globalRank): the window must be mapped into the chip
-// where the chip's memory is. The window is a shared-memory object, so
-// the node maps it too, by the name its descriptor carries, and staging
-// is a copy here rather than a trip through the chip's mailbox.
-type procRank struct {
-	chip *procChip
-	key  grankKey
-	pfx  string // the names' prefix, for cleaning up after a dead chip process
-	base uint64 // the window in the chip's address space
-
-	mu     sync.Mutex   // a release waits for a staging copy in progress
-	window *shm.Segment // the same window, mapped here; nil once released
-	ctx    uint64       // the CommContext in the chip, after IMPORT
-}
-
-// prepareProcRank is PREPARE of one rank in its chip's process. On
-// failure nothing is left: not in the chip's process, and not the names a
-// chip process that died in the middle of it made.
-func prepareProcRank(c *procChip, req comm.GlobalRequest, rank int) (*procRank, comm.Descriptor, error) {
-	r := &procRank{chip: c, key: grankKey{req.DomainID, req.Generation, rank}, pfx: req.Prefix}
-	desc, base, err := c.prepareGlobal(req, rank)
-	if err == nil && !strings.HasPrefix(desc.Handle, req.Prefix) {
-		err = Errorf(RuntimeError, "%s: PREPARE of rank %d returned the window %q, not one under %q", c.p.name, rank, desc.Handle, req.Prefix)
-	}
-	if err == nil {
-		r.base = base
-		r.window, err = shm.Open(desc.Handle, req.WindowSize)
-	}
-	if err != nil {
-		if rerr := r.Release(); rerr != nil {
-			_, msg, _ := SplitKind(err.Error())
-			err = &Error{Kind: KindOf(err), Msg: fmt.Sprintf("%s (undoing it: %v)", msg, rerr), Cause: err}
-		}
-		return nil, comm.Descriptor{}, err
-	}
-	return r, desc, nil
-}
-
-func (r *procRank) Import(table []comm.Descriptor) error {
-	ctx, err := r.chip.importGlobal(r.key, table)
-	if err != nil {
-		return err
-	}
-	r.mu.Lock()
-	r.ctx = ctx
-	r.mu.Unlock()
-	return nil
-}
-
-func (r *procRank) Commit() error { return r.chip.stepGlobal(grCommit, r.key) }
-
-// Invalidate hides the view in the chip before any window goes; a chip
-// process that cannot be reached has no kernel left to hide it from.
-func (r *procRank) Invalidate() { r.chip.stepGlobal(grInvalidate, r.key) }
-
-// Release unmaps the node's mapping of the window and releases the rank
-// in the chip's process. If that process is gone, so are its mappings;
-// only the names it made are left, and the node removes them.
-func (r *procRank) Release() error {
-	r.mu.Lock()
-	win := r.window
-	r.window, r.ctx = nil, 0
-	r.mu.Unlock()
-	var unmapErr error
-	if win != nil {
-		unmapErr = win.Close()
-	}
-	err := r.chip.stepGlobal(grRelease, r.key)
-	if err != nil && r.chip.p.alive() != nil {
-		err = comm.RemoveGlobalRank(r.pfx, r.key.id, r.key.gen, r.key.rank)
-	}
-	if err == nil {
-		err = unmapErr
-	}
-	return err
-}
-
-func (r *procRank) DeviceCtx() uint64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.ctx
-}
-
-func (r *procRank) WindowBase() uint64 { return r.base }
-
-// stage copies n bytes into or out of the window at c.Offset, which
-// globalStage checked lie inside it.
-func (r *procRank) stage(c wire.Control, reply *wire.ControlReply, n int) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.window == nil {
-		return Errorf(KeyError, "%s: rank %d of global domain %d was released on this node", c.Cmd, r.key.rank, r.key.id)
-	}
-	at := int(c.Offset)
-	if c.Cmd == wire.CmdStageTo {
-		copy(r.window.Mem[at:at+n], c.Data)
-		return nil
-	}
-	reply.Data = slices.Clone(r.window.Mem[at : at+n])
-	return nil
+	return g.ranks[i].Stage(c, r, int(want)) // at most the window's size, an int
 }

@@ -63,7 +63,7 @@ func (w *Worker) Register(c Callable, workers []int) (*Handle, error) {
 		}
 	}
 	for _, p := range w.procs() {
-		if err := p.register(c); err != nil {
+		if err := p.Register(c); err != nil {
 			return nil, err
 		}
 	}

@@ -2,12 +2,12 @@ package engine
 
 import (
 	"fmt"
-	"net"
 	"strconv"
 	"sync"
 	"time"
 
 	"simpler/internal/fault"
+	"simpler/internal/hostport"
 	"simpler/internal/token"
 	"simpler/wire"
 )
@@ -34,9 +34,10 @@ type Sources struct {
 // DefaultSessionTimeout bounds every remote command and health probe.
 const DefaultSessionTimeout = 30 * time.Second
 
-// validateEndpoint checks host:port with a numeric port.
+// validateEndpoint checks host:port with a numeric port (split as
+// package net splits it, without importing net: engine/remote dials).
 func validateEndpoint(ep string) error {
-	host, port, err := net.SplitHostPort(ep)
+	host, port, err := hostport.Split(ep)
 	if err != nil || host == "" {
 		return Errorf(ValueError, "add_remote_worker: endpoint %q is not host:port", ep)
 	}
@@ -82,8 +83,9 @@ func (w *Worker) IsRemote(id int) bool {
 }
 
 // dialRemotes connects every remote node in parallel under the start-up
-// deadline (through Config.Dial) and ships the registry. Caller holds
-// w.regMu (not w.mu: this waits on the network).
+// deadline (through Config.Dial), starts every worker group beside them
+// (through Config.StartGroup: its ranks dial in) and ships the registry.
+// Caller holds w.regMu (not w.mu: this waits on the network).
 func (w *Worker) dialRemotes() error {
 	if len(w.remoteSpecs) == 0 {
 		return nil
@@ -97,7 +99,7 @@ func (w *Worker) dialRemotes() error {
 	errs := make([]error, len(w.remoteSpecs))
 	var wg sync.WaitGroup
 	for id, spec := range w.remoteSpecs {
-		if spec == nil {
+		if spec == nil || w.groupOf(id) != nil {
 			continue
 		}
 		wg.Add(1)
@@ -112,6 +114,7 @@ func (w *Worker) dialRemotes() error {
 			errs[id] = err
 		}()
 	}
+	w.startGroups(parent, deadline, errs, &wg)
 	wg.Wait()
 	for _, err := range errs {
 		if err != nil {
@@ -129,11 +132,14 @@ func (w *Worker) dialRemotes() error {
 // canDial refuses remote nodes on a worker that has no transport for
 // them: engine does not speak TCP itself (engine/remote does).
 func (w *Worker) canDial() error {
+	if len(w.groups) > 0 && w.cfg.StartGroup == nil {
+		return Errorf(RuntimeError, "init: worker group 0: this worker has no transport for worker groups (Config.StartGroup is nil; set it to remote.StartGroup of package simpler/engine/remote)")
+	}
 	if w.cfg.Dial != nil {
 		return nil
 	}
 	for id, spec := range w.remoteSpecs {
-		if spec != nil {
+		if spec != nil && w.groupOf(id) == nil {
 			return Errorf(RuntimeError, "init: remote_worker %d: this worker has no transport for remote nodes (Config.Dial is nil; set it to remote.Dial of package simpler/engine/remote)", id)
 		}
 	}

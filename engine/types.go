@@ -143,6 +143,31 @@ type Callable interface {
 	Digest() string
 }
 
+// Locatable is a callable that can say where another process finds it
+// (a child process, a remote session): the module (relative to the
+// bundle) and the top-level name.
+type Locatable interface {
+	Callable
+	Module() string
+}
+
+// Resolver finds registered callables in another process (a child
+// process, a remote session): the binding loads the module bundle the
+// parent sent and checks the digest.
+type Resolver interface {
+	Resolve(digest, module, name string) (Callable, error)
+}
+
+// maxBytes bounds a tensor's bytes, a size or an offset: no host object
+// or device allocation is larger. maxArgs (tensors, and scalars) and
+// maxDims bound a task's args as every message that carries a task does,
+// so what runs in one mode is refused in none.
+const (
+	maxBytes = wire.MaxBufferBytes
+	maxArgs  = wire.MaxTensors // = wire.MaxScalars
+	maxDims  = wire.MaxDims
+)
+
 // ChipCtx is what a kernel sees of the chip it runs on.
 type ChipCtx struct {
 	WorkerID int

@@ -11,7 +11,10 @@
 // moment its function has returned and every task has retired, after which
 // its heap blocks and domains are cleaned up in a fixed order.
 //
-// The package knows nothing of Starlark: a Go program can embed it.
+// The package knows nothing of Starlark: a Go program can embed it. It
+// starts no process and opens no socket: the process transport is package
+// engine/proc (Config.Spawn), the TCP transport package engine/remote
+// (Config.Dial), and engine imports neither.
 package engine
 
 import (
@@ -37,8 +40,14 @@ type Config struct {
 	EnableSDMA    bool
 	HeapRingSize  int // bytes of run heap; 0 means DefaultHeapRingSize
 	TaskWindow    int // tasks in flight before submit waits; 0 means DefaultTaskWindow
-	// Launcher starts child processes in process mode.
+	// Launcher says what child processes run in process mode (this
+	// binary, serving the child's side).
 	Launcher *Launcher
+	// Spawn starts the child processes of process mode at Init: the
+	// transport is package engine/proc's (proc.Spawner{}), which engine
+	// does not import. Nil: a worker that needs processes is refused at
+	// Init.
+	Spawn Spawner
 	// StartupTimeout bounds bringing the whole tree up; 0 means
 	// DefaultStartupTimeout.
 	StartupTimeout time.Duration
@@ -65,6 +74,9 @@ type Config struct {
 	// transport is package engine/remote's (remote.Dial), which engine
 	// does not import. Nil: a worker with remote nodes is refused at Init.
 	Dial Dialer
+	// StartGroup starts the worker groups (AddWorkerGroup) at Init:
+	// engine/remote's StartGroup. Nil: a worker with groups is refused.
+	StartGroup GroupStarter
 	// CommProfile is the level-3 node's communication profile ("" means
 	// "sim"); GlobalDeviceRanks, if set, gives each chip its rank among
 	// all devices of a global domain (one per device id, unique).
@@ -79,7 +91,13 @@ const (
 	DefaultControlTimeout = 30 * time.Second
 	DefaultHealthTimeout  = 10 * time.Second
 	DefaultCloseTimeout   = 10 * time.Second
+	DefaultStartupTimeout = 30 * time.Second
 )
+
+// StopGrace is how long a member asked to stop may take before it is
+// forced: a child process is killed (engine/proc), a close stops waiting
+// for an endpoint's goroutine.
+const StopGrace = time.Second
 
 type lifecycle uint8
 
@@ -108,10 +126,11 @@ type Worker struct {
 
 	chips    []hal.Chip
 	children []*Worker
-	// Process mode: the child process behind each chip and SUB worker.
-	chipProcs []*proc
-	subProcs  []*proc
-	nodeProcs []*proc // level 4 in process mode: each level-3 child
+	// Process mode: the child process behind each chip and SUB worker
+	// (Config.Spawn's).
+	chipProcs []ChipProcess
+	subProcs  []Process
+	nodeProcs []NodeProcess // level 4 in process mode: each local level-3 child
 	// Remote nodes share the NEXT_LEVEL ids with children: children[id]
 	// is nil for a remote node, remoteSpecs[id] nil for a local one.
 	remoteSpecs []*RemoteSpec
@@ -119,6 +138,7 @@ type Worker struct {
 	// remoteFailed counts goroutines completing remote tasks that could
 	// not be sent (see remoteEndpoint.Start).
 	remoteFailed sync.WaitGroup
+	groups       []*workerGroup             // add_worker_group's, in the order added (group.go)
 	rbufs        map[*RemoteBuffer]struct{} // live handles, for close
 	globals      map[uint64]*nodeGlobal     // level 3: global domains this node hosts ranks of
 	gdomains     map[uint64]*GlobalDomain   // level 4+: global domains this worker brokered, live
@@ -488,7 +508,12 @@ func (w *Worker) canStart() error {
 }
 
 // open opens chips and brings children up; teardown undoes a partial open.
+// A worker that needs child processes and has no Spawner is refused
+// before anything starts.
 func (w *Worker) open() error {
+	if err := w.canSpawn(); err != nil {
+		return err
+	}
 	if w.cfg.Mode == "process" && w.cfg.Level <= 3 {
 		return w.startProcs()
 	}
@@ -520,16 +545,7 @@ func (w *Worker) open() error {
 }
 
 func (w *Worker) teardown() error {
-	var first error
-	for _, p := range w.procs() {
-		if p == nil {
-			continue
-		}
-		if err := p.close(); err != nil && first == nil {
-			first = err
-		}
-	}
-	w.chipProcs, w.subProcs, w.nodeProcs = nil, nil, nil
+	first := w.closeProcs()
 	for _, c := range w.chips {
 		if err := c.Close(); err != nil && first == nil {
 			first = err
@@ -543,6 +559,9 @@ func (w *Worker) teardown() error {
 		}
 	}
 	w.remotes = nil
+	if err := w.closeGroups(); err != nil && first == nil { // their ranks ended with their sessions
+		first = err
+	}
 	for _, child := range w.children {
 		if child == nil {
 			continue
@@ -624,7 +643,7 @@ func (w *Worker) drainRuns(runs []*Run) error {
 		r.Cancel()
 	}
 	what := fmt.Sprintf("close: run %s still running after close_timeout_s=%v: cancelled", strings.Join(ids, ", "), w.cfg.CloseTimeout)
-	grace := time.After(3 * killGrace)
+	grace := time.After(3 * StopGrace)
 	for _, r := range late {
 		select {
 		case <-r.done:
@@ -640,13 +659,14 @@ func (w *Worker) drainRuns(runs []*Run) error {
 // that whatever waits on them returns.
 func (w *Worker) killChildren() {
 	for _, p := range w.procs() {
-		p.kill()
+		p.Kill()
 	}
 	for id, n := range w.remotes {
 		if n != nil {
 			n.Fail(Errorf(RuntimeError, "%s: ended by close", w.workerName(NextLevel, id)))
 		}
 	}
+	w.killGroups()
 	for _, c := range w.children {
 		if c != nil {
 			c.killChildren()
@@ -676,7 +696,7 @@ func (w *Worker) closeTree() error {
 	gerr := w.closeGlobalDomains()
 	w.CloseGlobals()
 	// Endpoints report to w.mu as they stop: wait for them outside it.
-	if !w.stopEndpointsWithin(killGrace) && forced == nil {
+	if !w.stopEndpointsWithin(StopGrace) && forced == nil {
 		forced = Errorf(RuntimeError, "close: a kernel of this worker did not stop; its goroutine is abandoned")
 	}
 	w.mu.Lock()

@@ -163,7 +163,9 @@ func (c *Chip) Type() string          { return "Chip" }
 func (c *Chip) Freeze()               {}
 func (c *Chip) Truth() starlark.Bool  { return true }
 func (c *Chip) Hash() (uint32, error) { return 0, errorf(engine.TypeError, "unhashable type: Chip") }
-func (c *Chip) AttrNames() []string   { return []string{"comm", "device_id", "platform", "worker_id"} }
+func (c *Chip) AttrNames() []string {
+	return []string{"comm", "device_id", "platform", "reduce_into", "worker_id"}
+}
 
 func (c *Chip) Attr(name string) (starlark.Value, error) {
 	switch name {
@@ -175,9 +177,17 @@ func (c *Chip) Attr(name string) (starlark.Value, error) {
 		return starlark.String(c.ctx.Chip.Platform().Name()), nil
 	case "comm":
 		return builtin("chip.comm", c.openComm), nil
+	case "reduce_into":
+		return chipReduceInto, nil
 	}
 	return nil, nil
 }
+
+// chipReduceInto is comm.reduce_into without a domain: the collectives
+// that read every rank's tensors in place need none.
+var chipReduceInto = builtin("chip.reduce_into", func(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	return reduceInto("chip.reduce_into", args, kw)
+})
 
 // checkArity refuses, at submit, a function that cannot take the n
 // arguments its role passes (chip kernel 2, SUB callable 1, child

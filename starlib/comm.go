@@ -31,6 +31,9 @@ var commMethods = map[string]func(c *Comm, args starlark.Tuple, kw []starlark.Tu
 	"notify":  (*Comm).notify,
 	"wait":    (*Comm).wait,
 	"barrier": (*Comm).barrier,
+	"reduce_into": func(c *Comm, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+		return reduceInto("comm.reduce_into", args, kw)
+	},
 }
 
 func (c *Comm) AttrNames() []string {

@@ -191,6 +191,8 @@ var docTable = []Doc{
 	{"Worker.free_host_buffer", DocMember, "w.free_host_buffer(buf)", "Frees a HostBuffer; idempotent."},
 	{"Worker.add_remote_worker", DocMember, "w.add_remote_worker(endpoint=\"127.0.0.1:7700\", platform=w.platform, device_ids=[0], num_sub_workers=0, comm_profile=\"sim\", global_device_ranks=None, token=None) -> int",
 		"Level 4+: adds a level-3 node served by a `simpler remote-l3-worker` daemon, before init(); returns its worker id."},
+	{"Worker.add_worker_group", DocMember, "w.add_worker_group(ranks=, launcher=\"mpirun\", platform=w.platform, device_ids=[0], num_sub_workers=0, hosts=None, launcher_args=[], global_device_ranks=None, listen=\"127.0.0.1:0\", token_file=None) -> list of int",
+		"Level 4+: `ranks` remote level-3 nodes that one launcher (mpirun, srun; \"none\": something else) starts at init() and that dial in; returns their worker ids in rank order. docs/cluster.md."},
 	{"Worker.remote_malloc", DocMember, "w.remote_malloc(worker=, nbytes=) -> RemoteBufferHandle", "Allocates a buffer on remote node `worker`; returns the owner handle."},
 	{"Worker.remote_free", DocMember, "w.remote_free(h)", "Frees an owner buffer (idempotent); the memory goes once no task or import uses it. A free that fails leaves the handle live, to retry."},
 	{"Worker.remote_copy_to", DocMember, "w.remote_copy_to(h, host, nbytes, offset=0)", "Copies nbytes from a host tensor or address into the remote buffer at offset."},
@@ -290,7 +292,11 @@ var docTable = []Doc{
 	{"Tensor.tolist", DocMember, "t.tolist() -> list", "The contents as (nested) lists."},
 	{"Tensor.view", DocMember, "t.view(shape=None, dtype=None, offset=0) -> Tensor", "Another view of the same memory at a byte offset; must stay inside the backing."},
 	{"Tensor.free", DocMember, "t.free()", "Gives a host_tensor's memory back now; later use of it, or of a view of it, is a RuntimeError. Refused while a run in flight uses it. An unreferenced host tensor is reclaimed without it."},
-	{"Tensor.accumulate", DocMember, "t.accumulate(src, op=\"sum\")", "Elementwise t = op(t, src) for a tensor src of the same dtype and size (op: sum, max, min)."},
+	{"Tensor.accumulate", DocMember, "t.accumulate(src, op=\"sum\")", "Elementwise t = op(t, src) for a tensor src of the same dtype and size (op: sum, max, min); t.add_, t.max_, t.min_ by name."},
+	{"Tensor.copy_", DocMember, "t.copy_(u)", "Copies u's bytes into t in place (same dtype and element count, else ValueError)."},
+	{"Tensor.add_", DocMember, "t.add_(u)", "t = t + u elementwise over the memory, no copies (same dtype and element count, else ValueError); integers wrap, float16/bfloat16 round."},
+	{"Tensor.max_", DocMember, "t.max_(u)", "t = max(t, u) elementwise in place (NaN wins); same dtype and element count."},
+	{"Tensor.min_", DocMember, "t.min_(u)", "t = min(t, u) elementwise in place (NaN wins); same dtype and element count."},
 
 	// HostBuffer.
 	{"HostBuffer", DocType, "HostBuffer", "A born-shared host buffer from w.create_host_buffer."},
@@ -347,6 +353,7 @@ var docTable = []Doc{
 	{"Chip.worker_id", DocMember, "chip.worker_id -> int", "The NEXT_LEVEL worker id of this chip."},
 	{"Chip.platform", DocMember, "chip.platform -> string", "The platform name."},
 	{"Chip.comm", DocMember, "chip.comm(device_ctx) -> Comm", "Opens the domain whose device_ctx the kernel received."},
+	{"Chip.reduce_into", DocMember, "chip.reduce_into(dst, tensors, op=\"sum\")", "comm.reduce_into without a domain: dst (a Tensor or a list) = op over tensors, each source read once."},
 
 	// Comm.
 	{"Comm", DocType, "Comm", "A kernel's view of a domain, from chip.comm(device_ctx)."},
@@ -358,6 +365,7 @@ var docTable = []Doc{
 	{"Comm.notify", DocMember, "comm.notify(rank, t, value, op=\"set\")", "Stores (or adds) a signal into rank's window at t's offset; t is INT32 or INT64."},
 	{"Comm.wait", DocMember, "comm.wait(t, value, cmp=\">=\", timeout_s=30) -> int", "Waits until the local signal t compares true with value; returns the value seen."},
 	{"Comm.barrier", DocMember, "comm.barrier(timeout_s=30)", "Waits for every rank of the domain."},
+	{"Comm.reduce_into", DocMember, "comm.reduce_into(dst, tensors, op=\"sum\")", "dst = tensors[0] op tensors[1] op ... in place, each source read once and dst written once; dst may be a list of tensors (each gets the result)."},
 
 	// array module.
 	{"array.zeros", DocMember, "array.zeros(shape, dtype=FLOAT32) -> Array", "An array of zeros."},

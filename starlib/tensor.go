@@ -11,6 +11,7 @@ import (
 	"simpler/hal"
 	"simpler/hal/dtype"
 	"simpler/starlib/array"
+	"simpler/starlib/inplace"
 )
 
 // Tensor is the Starlark view of an engine.Tensor: memory named by address,
@@ -66,6 +67,10 @@ var tensorMethods = map[string]*starlark.Builtin{
 	"free":   builtin("free", tensorFree),
 
 	"accumulate": builtin("accumulate", tensorAccumulate),
+	"copy_":      inPlace("copy_", inplace.Sum, true),
+	"add_":       inPlace("add_", inplace.Sum, false),
+	"max_":       inPlace("max_", inplace.Max, false),
+	"min_":       inPlace("min_", inplace.Min, false),
 }
 
 func (t *Tensor) Attr(name string) (starlark.Value, error) {

@@ -1,23 +1,34 @@
 package starlib
 
 import (
-	"unsafe"
-
 	"go.starlark.net/starlark"
 
 	"simpler/engine"
-	"simpler/hal/dtype"
-	"simpler/starlib/array"
+	"simpler/starlib/inplace"
 )
 
 // Tensor-to-tensor operations work on memory in place, at memcpy speed,
-// without building Arrays: collectives move and reduce whole windows with
-// them.
+// without building Arrays (package inplace): collectives move and reduce
+// whole windows and host tensors with them.
 
 // copyTensor copies src's bytes into dst (same dtype and element count).
 func copyTensor(op string, dst, src *Tensor) error {
+	return applyTensor(op, inplace.Sum, dst, src, true)
+}
+
+// sameKind refuses a pair of tensors that differ in dtype or element
+// count: in-place operations never convert.
+func sameKind(op string, dst, src *Tensor) error {
 	if dst.t.DType != src.t.DType || dst.t.Elems() != src.t.Elems() {
 		return errorf(engine.ValueError, "%s: %d %s elements into a tensor of %d %s", op, src.t.Elems(), src.t.DType, dst.t.Elems(), dst.t.DType)
+	}
+	return nil
+}
+
+// applyTensor is dst = dst op src, or dst = src (copy), over the bytes.
+func applyTensor(op string, o inplace.Op, dst, src *Tensor, copyOnly bool) error {
+	if err := sameKind(op, dst, src); err != nil {
+		return err
 	}
 	sb, err := src.bytes(op)
 	if err != nil {
@@ -27,101 +38,123 @@ func copyTensor(op string, dst, src *Tensor) error {
 	if err != nil {
 		return err
 	}
-	copy(db, sb)
-	return nil
+	if copyOnly {
+		copy(db, sb)
+		return nil
+	}
+	return engine.Wrap(inplace.Reduce(dst.t.DType, o, [][]byte{db}, [][]byte{db, sb}), op)
 }
 
-// accumulate implements t.accumulate(src, op="sum"|"max"|"min"): t = t op
-// src, elementwise, in t's dtype.
+// inPlace makes the builtin t.<name>(u): t = t op u (or t = u for copy_),
+// with no copy of either.
+func inPlace(name string, o inplace.Op, copyOnly bool) *starlark.Builtin {
+	return builtin(name, func(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+		var srcV starlark.Value
+		if err := starlark.UnpackPositionalArgs(name, args, kw, 1, &srcV); err != nil {
+			return nil, err
+		}
+		src, ok := srcV.(*Tensor)
+		if !ok {
+			return nil, errorf(engine.TypeError, "%s: want a Tensor, got %s", name, srcV.Type())
+		}
+		return starlark.None, applyTensor(name, o, b.Receiver().(*Tensor), src, copyOnly)
+	})
+}
+
+// tensorAccumulate implements t.accumulate(src, op="sum"|"max"|"min"): t
+// = t op src, elementwise, in t's dtype (t.add_, t.max_, t.min_ by name).
 func tensorAccumulate(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
 	var srcV starlark.Value
-	op := "sum"
-	if err := starlark.UnpackArgs("accumulate", args, kw, "src", &srcV, "op?", &op); err != nil {
+	opName := "sum"
+	if err := starlark.UnpackArgs("accumulate", args, kw, "src", &srcV, "op?", &opName); err != nil {
 		return nil, err
 	}
-	dst := b.Receiver().(*Tensor)
 	src, ok := srcV.(*Tensor)
 	if !ok {
 		return nil, errorf(engine.TypeError, "accumulate: want a Tensor, got %s", srcV.Type())
 	}
-	if op != "sum" && op != "max" && op != "min" {
-		return nil, errorf(engine.ValueError, "accumulate: op must be \"sum\", \"max\" or \"min\", got %q", op)
+	o, ok := inplace.ParseOp(opName)
+	if !ok {
+		return nil, errorf(engine.ValueError, "accumulate: op must be \"sum\", \"max\" or \"min\", got %q", opName)
 	}
-	if dst.t.DType != src.t.DType || dst.t.Elems() != src.t.Elems() {
-		return nil, errorf(engine.ValueError, "accumulate: %d %s elements into a tensor of %d %s", src.t.Elems(), src.t.DType, dst.t.Elems(), dst.t.DType)
+	return starlark.None, applyTensor("accumulate", o, b.Receiver().(*Tensor), src, false)
+}
+
+// reduceInto implements reduce_into(dst, tensors, op="sum") of a kernel's
+// comm (and chip): dst = tensors[0] op tensors[1] op ..., elementwise,
+// each source read once and dst written once. dst may be a list of
+// tensors: each gets the result, still from one read of the sources.
+func reduceInto(name string, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	var dstV, srcsV starlark.Value
+	opName := "sum"
+	if err := starlark.UnpackArgs(name, args, kw, "dst", &dstV, "tensors", &srcsV, "op?", &opName); err != nil {
+		return nil, err
 	}
-	sb, err := src.bytes("accumulate")
+	o, ok := inplace.ParseOp(opName)
+	if !ok {
+		return nil, errorf(engine.ValueError, "%s: op must be \"sum\", \"max\" or \"min\", got %q", name, opName)
+	}
+	dsts, err := tensorList(name, "dst", dstV, true)
 	if err != nil {
 		return nil, err
 	}
-	db, err := dst.bytes("accumulate")
+	srcs, err := tensorList(name, "tensors", srcsV, false)
 	if err != nil {
 		return nil, err
 	}
-	switch dst.t.DType {
-	case dtype.Float32:
-		reduce(asSlice[float32](db), asSlice[float32](sb), op)
-	case dtype.Int32:
-		reduce(asSlice[int32](db), asSlice[int32](sb), op)
-	case dtype.Int64:
-		reduce(asSlice[int64](db), asSlice[int64](sb), op)
-	default: // other kinds round through an Array in their own dtype
-		return starlark.None, accumulateSlow(dst, db, sb, op)
+	if len(srcs) == 0 {
+		return nil, errorf(engine.ValueError, "%s: tensors is empty; give at least one source", name)
 	}
-	return starlark.None, nil
-}
-
-type number interface{ ~float32 | ~int32 | ~int64 }
-
-func reduce[T number](dst, src []T, op string) {
-	switch op {
-	case "sum":
-		for i, v := range src {
-			dst[i] += v
-		}
-	case "max":
-		for i, v := range src {
-			dst[i] = max(dst[i], v)
-		}
-	case "min":
-		for i, v := range src {
-			dst[i] = min(dst[i], v)
-		}
-	}
-}
-
-// asSlice views little-endian bytes as elements; the simulator's memory is
-// host memory and the host is little-endian.
-func asSlice[T any](b []byte) []T {
-	var zero T
-	n := len(b) / int(unsafe.Sizeof(zero))
-	if n == 0 {
-		return nil
-	}
-	return unsafe.Slice((*T)(unsafe.Pointer(&b[0])), n)
-}
-
-func accumulateSlow(dst *Tensor, db, sb []byte, op string) error {
-	x, err := array.FromBytes(dst.t.DType, dst.t.Shape, db)
+	first := srcs[0]
+	db, err := tensorBytes(name, first, dsts)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	y, err := array.FromBytes(dst.t.DType, dst.t.Shape, sb)
+	sb, err := tensorBytes(name, first, srcs)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	for i := 0; i < x.Size(); i++ {
-		a, b := x.Float(i), y.Float(i)
-		switch op {
-		case "sum":
-			a += b
-		case "max":
-			a = max(a, b)
-		case "min":
-			a = min(a, b)
+	return starlark.None, engine.Wrap(inplace.Reduce(first.t.DType, o, db, sb), name)
+}
+
+// tensorList accepts a list or tuple of Tensors (or, with one set, a
+// single Tensor) for argument what of op.
+func tensorList(op, what string, v starlark.Value, one bool) ([]*Tensor, error) {
+	if t, ok := v.(*Tensor); ok && one {
+		return []*Tensor{t}, nil
+	}
+	seq, ok := v.(starlark.Indexable)
+	if _, isString := v.(starlark.String); !ok || isString {
+		want := "a list of Tensors"
+		if one {
+			want = "a Tensor or a list of Tensors"
 		}
-		x.SetFloat(i, a)
+		return nil, errorf(engine.TypeError, "%s: %s must be %s, got %s", op, what, want, v.Type())
 	}
-	copy(db, x.Bytes())
-	return nil
+	out := make([]*Tensor, seq.Len())
+	for i := range out {
+		t, ok := seq.Index(i).(*Tensor)
+		if !ok {
+			return nil, errorf(engine.TypeError, "%s: %s[%d] must be a Tensor, got %s", op, what, i, seq.Index(i).Type())
+		}
+		out[i] = t
+	}
+	return out, nil
+}
+
+// tensorBytes checks every tensor against the first source and returns
+// their memory.
+func tensorBytes(op string, first *Tensor, ts []*Tensor) ([][]byte, error) {
+	out := make([][]byte, len(ts))
+	for i, t := range ts {
+		if err := sameKind(op, t, first); err != nil {
+			return nil, err
+		}
+		b, err := t.bytes(op)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = b
+	}
+	return out, nil
 }

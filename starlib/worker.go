@@ -9,6 +9,7 @@ import (
 
 	"simpler/engine"
 	"simpler/engine/hostmem"
+	"simpler/engine/proc"
 	"simpler/engine/remote"
 	"simpler/hal"
 )
@@ -54,6 +55,7 @@ var workerMethods = map[string]workerMethod{
 	"free_host_buffer":   (*Worker).freeHostBuffer,
 
 	"add_remote_worker":     (*Worker).addRemoteWorker,
+	"add_worker_group":      (*Worker).addWorkerGroup,
 	"remote_malloc":         (*Worker).remoteMalloc,
 	"remote_free":           (*Worker).remoteFree,
 	"remote_copy_to":        (*Worker).remoteCopyTo,
@@ -183,11 +185,12 @@ func (s *Session) newWorker(th *starlark.Thread, b *starlark.Builtin, args starl
 	if level >= 4 { // add_remote_worker's nodes: the code they run, and the TCP transport
 		cfg.Sources = s.sources()
 		cfg.Dial = remote.Dial
+		cfg.StartGroup = s.groupStarter()
 	}
-	if mode == "process" && s.Launcher != nil {
+	if mode == "process" && s.Launcher != nil { // child processes: this binary again, by engine/proc
 		l := *s.Launcher
 		l.Bundle = s.bundle()
-		cfg.Launcher = &l
+		cfg.Launcher, cfg.Spawn = &l, proc.Spawner{}
 	}
 	ew, err := engine.NewWorker(cfg)
 	if err != nil {

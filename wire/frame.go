@@ -28,8 +28,10 @@ const Magic = "SMPL"
 // ProtocolVersion is the only version this build speaks. Version 2 moved
 // the code out of HELLO (a BUNDLE command after READY), so that a daemon
 // checks the proof before it reads anything large, and bound the proof to
-// the parent's id.
-const ProtocolVersion uint16 = 2
+// the parent's id. Version 3 added the reversed direction (a rank dials
+// its level-4 worker: JOIN, with mutual proofs) and the node's host in an
+// accepted HELLO_REPLY.
+const ProtocolVersion uint16 = 3
 
 // MaxPayload bounds any frame's payload: a 64 MiB bulk copy (MaxCopy) plus
 // its command fields fits in one frame, so copies are never chunked inside
@@ -53,7 +55,9 @@ type Type uint8
 
 // The frame types. The parent (L4) sends HELLO, TASK, CONTROL, HEALTH and
 // SHUTDOWN; the daemon sends CHALLENGE, HELLO_REPLY (the READY),
-// COMPLETION, CONTROL_REPLY, HEALTH_REPLY and SHUTDOWN.
+// COMPLETION, CONTROL_REPLY, HEALTH_REPLY and SHUTDOWN. On a connection a
+// rank dialled (docs/protocol.md, "Ranks that dial in") the parent sends
+// the CHALLENGE and the rank answers with JOIN before the HELLO.
 const (
 	TypeChallenge    Type = iota + 1 // daemon → parent: the nonce (Challenge)
 	TypeHello                        // parent → daemon: manifest, bundle, proof (Hello)
@@ -65,6 +69,7 @@ const (
 	TypeHealth                       // parent → daemon: a probe (Health)
 	TypeHealthReply                  // daemon → parent: its answer (HealthReply)
 	TypeShutdown                     // either way: the session ends (Shutdown)
+	TypeJoin                         // rank → parent, on a connection the rank dialled: its proof and announcement (Join)
 	numTypes
 )
 
@@ -79,6 +84,7 @@ var typeNames = [...]string{
 	TypeHealth:       "HEALTH",
 	TypeHealthReply:  "HEALTH_REPLY",
 	TypeShutdown:     "SHUTDOWN",
+	TypeJoin:         "JOIN",
 }
 
 // Valid reports whether t is a known frame type.
@@ -106,6 +112,8 @@ func (t Type) MaxPayload() int {
 		return 16 << 20
 	case TypeHello:
 		return MaxHello
+	case TypeJoin:
+		return MaxJoin
 	case TypeControl, TypeControlReply:
 		return MaxPayload
 	}
@@ -139,8 +147,8 @@ type Header struct {
 	Version uint16 // ProtocolVersion
 	Type    Type
 	Flags   Flags
-	Session uint64 // chosen by the parent at HELLO; 0 only on CHALLENGE
-	Worker  uint32 // the parent's NEXT_LEVEL id for the node; 0 on CHALLENGE
+	Session uint64 // chosen by the parent at HELLO; 0 only on CHALLENGE and JOIN
+	Worker  uint32 // the parent's NEXT_LEVEL id for the node; 0 on CHALLENGE and JOIN
 	Seq     uint64 // a request's number, or the number of the request a reply answers
 	Length  uint32 // payload bytes
 }
@@ -198,7 +206,7 @@ func DecodeHeader(b []byte) (Header, error) {
 // length within MaxPayload and the type's own bound, and the per-type
 // session and sequence rules of docs/protocol.md:
 //
-//	CHALLENGE                          session 0, worker 0, seq 0
+//	CHALLENGE, JOIN                    session 0, worker 0, seq 0
 //	HELLO, HELLO_REPLY, SHUTDOWN       session ≠ 0, seq 0
 //	TASK, CONTROL, HEALTH              session ≠ 0, seq ≠ 0
 //	COMPLETION, CONTROL_REPLY,
@@ -223,9 +231,9 @@ func (h Header) Check() error {
 		return errorf(ErrTooLarge, "%s frame announces %d payload bytes, its bound is %d", h.Type, h.Length, max)
 	}
 	switch h.Type {
-	case TypeChallenge:
+	case TypeChallenge, TypeJoin:
 		if h.Session != 0 || h.Worker != 0 || h.Seq != 0 {
-			return errorf(ErrHeader, "CHALLENGE frame must have session, worker and seq 0 (have %#x, %d, %d)", h.Session, h.Worker, h.Seq)
+			return errorf(ErrHeader, "%s frame must have session, worker and seq 0 (have %#x, %d, %d)", h.Type, h.Session, h.Worker, h.Seq)
 		}
 	case TypeHello, TypeHelloReply, TypeShutdown:
 		if h.Session == 0 {

@@ -35,7 +35,7 @@ func TestHeaderRoundTripEveryType(t *testing.T) {
 	for typ := TypeChallenge; typ.Valid(); typ++ {
 		h := Header{Version: ProtocolVersion, Type: typ, Session: 9, Worker: 1, Seq: 5}
 		switch typ {
-		case TypeChallenge:
+		case TypeChallenge, TypeJoin:
 			h = Header{Version: ProtocolVersion, Type: typ, Length: ChallengeSize}
 		case TypeHello, TypeHelloReply:
 			h.Seq = 0
@@ -58,7 +58,8 @@ func TestHeaderRejections(t *testing.T) {
 	}{
 		{"bad magic", func(b []byte) { b[0] = 'X' }, ErrMagic},
 		{"version 0", func(b []byte) { binary.LittleEndian.PutUint16(b[4:], 0) }, ErrVersion},
-		{"version 3", func(b []byte) { binary.LittleEndian.PutUint16(b[4:], 3) }, ErrVersion},
+		{"version 2", func(b []byte) { binary.LittleEndian.PutUint16(b[4:], 2) }, ErrVersion},
+		{"version 4", func(b []byte) { binary.LittleEndian.PutUint16(b[4:], 4) }, ErrVersion},
 		{"type 0", func(b []byte) { b[6] = 0 }, ErrType},
 		{"type unknown", func(b []byte) { b[6] = uint8(numTypes) }, ErrType},
 		{"unknown flag", func(b []byte) { b[7] = 0x80 }, ErrFlags},
@@ -81,6 +82,9 @@ func TestHeaderRejections(t *testing.T) {
 		{Version: ProtocolVersion, Type: TypeChallenge, Session: 1},
 		{Version: ProtocolVersion, Type: TypeChallenge, Worker: 1},
 		{Version: ProtocolVersion, Type: TypeChallenge, Seq: 1},
+		{Version: ProtocolVersion, Type: TypeJoin, Session: 1},
+		{Version: ProtocolVersion, Type: TypeJoin, Worker: 1},
+		{Version: ProtocolVersion, Type: TypeJoin, Seq: 1},
 		{Version: ProtocolVersion, Type: TypeHello, Seq: 1, Session: 1},
 		{Version: ProtocolVersion, Type: TypeHello},
 		{Version: ProtocolVersion, Type: TypeHelloReply, Session: 1, Seq: 2},
@@ -104,11 +108,11 @@ func TestHeaderRejections(t *testing.T) {
 	// A frame of another version still shows its fields, so a daemon can
 	// refuse it by name.
 	h := goodHeader()
-	h.Version = 3
+	h.Version = 4
 	b = EncodeHeader(h)
 	got, err := DecodeHeader(b[:])
-	if !errors.Is(err, ErrVersion) || got != h || !strings.Contains(err.Error(), "version 3") {
-		t.Errorf("version 3: %+v, %v", got, err)
+	if !errors.Is(err, ErrVersion) || got != h || !strings.Contains(err.Error(), "version 4") {
+		t.Errorf("version 4: %+v, %v", got, err)
 	}
 }
 

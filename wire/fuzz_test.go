@@ -9,7 +9,7 @@ func FuzzDecodeHeader(f *testing.F) {
 	for typ := TypeChallenge; typ.Valid(); typ++ {
 		h := Header{Version: ProtocolVersion, Type: typ, Session: 1, Worker: 2, Seq: 3, Length: 4}
 		switch typ {
-		case TypeChallenge:
+		case TypeChallenge, TypeJoin:
 			h = Header{Version: ProtocolVersion, Type: typ, Length: ChallengeSize}
 		case TypeHello, TypeHelloReply, TypeShutdown:
 			h.Seq = 0
@@ -71,5 +71,6 @@ func FuzzDecodeControlReply(f *testing.F) { fuzzDecoder(f, decControlReply) }
 func FuzzDecodeHealth(f *testing.F)       { fuzzDecoder(f, decHealth) }
 func FuzzDecodeHealthReply(f *testing.F)  { fuzzDecoder(f, decHealthReply) }
 func FuzzDecodeShutdown(f *testing.F)     { fuzzDecoder(f, decShutdown) }
+func FuzzDecodeJoin(f *testing.F)         { fuzzDecoder(f, decJoin) }
 func FuzzDecodeExportID(f *testing.F)     { fuzzDecoder(f, decExportID) }
 func FuzzDecodeLink(f *testing.F)         { fuzzDecoder(f, decLink) }

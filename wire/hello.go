@@ -119,13 +119,16 @@ func decodeBundle(d *Decoder) Bundle {
 }
 
 // HelloReply is the daemon's answer to HELLO: the node is up (the READY),
-// or the session is refused and the connection closes.
+// or the session is refused and the connection closes. A refusal's layout
+// is the same in every protocol version, so a parent of another version
+// can read why it was refused.
 type HelloReply struct {
 	Accepted    bool
 	Session     uint64     // the HELLO's, echoed
 	Worker      uint32     // the HELLO's, echoed
 	Version     uint16     // accepted: the version spoken; refused: the highest the daemon speaks
 	CommProfile string     // echoed
+	Host        Host       // accepted only: the host the node runs on
 	Err         *ErrorBody // required when refused, absent when accepted
 }
 
@@ -136,6 +139,9 @@ func (r *HelloReply) Encode(e *Encoder) {
 	e.U32(r.Worker)
 	e.U16(r.Version)
 	e.String(r.CommProfile)
+	if r.Accepted {
+		r.Host.encode(e)
+	}
 	if !r.Accepted {
 		body := r.Err
 		if body == nil {
@@ -156,7 +162,9 @@ func DecodeHelloReply(b []byte) (HelloReply, error) {
 		d.FailBounds("hello reply protocol version 0")
 	}
 	r.CommProfile = decodeIdent(d, "comm profile")
-	if !r.Accepted {
+	if r.Accepted {
+		r.Host = decodeHost(d)
+	} else {
 		r.Err = decodeErrorBody(d)
 	}
 	if err := d.Finish(); err != nil {

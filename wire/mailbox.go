@@ -7,17 +7,17 @@ import (
 )
 
 // The messages of the mailbox between a parent and a child process
-// (engine/mailbox.go is the shared memory that carries them). Parent and
-// child are the same binary, so these formats carry no version, but they
-// keep every convention of this package: canonical, bounded, and decoded
-// whole before the child acts on any of it (a malformed malloc must not
-// leave an allocation behind).
+// (engine/proc/mailbox.go is the shared memory that carries them). Parent
+// and child are the same binary, so these formats carry no version, but
+// they keep every convention of this package: canonical, bounded, and
+// decoded whole before the child acts on any of it (a malformed malloc
+// must not leave an allocation behind).
 //
 // A request starts with its op byte. The control lane carries a
 // MailboxInit first, then MailboxControl requests; the task lane carries
 // MailboxTask requests. A reply is a status byte, then the error (the
-// engine's encoding, engine/procmsg.go) or the op's result: AddrReply
-// (OpMalloc, RankImport), CommAllocReply (OpCommAlloc),
+// process transport's encoding, engine/proc/msg.go) or the op's result:
+// AddrReply (OpMalloc, RankImport), CommAllocReply (OpCommAlloc),
 // GlobalPrepareReply (RankPrepare), a ControlReply (OpGlobal), or
 // nothing.
 

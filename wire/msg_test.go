@@ -160,6 +160,61 @@ func TestHelloReplyBounds(t *testing.T) {
 	}
 }
 
+func TestJoinBounds(t *testing.T) {
+	cases := []struct {
+		name   string
+		change func(*Join)
+		want   string
+	}{
+		{"version 0", func(j *Join) { j.Version = 0 }, "version 0"},
+		{"rank", func(j *Join) { j.Rank = MaxGroupRanks }, "exceeds its bound"},
+		{"empty host", func(j *Join) { j.Host.Name = "" }, "empty host name"},
+		{"host chars", func(j *Join) { j.Host.Name = "a b" }, "host name"},
+		{"host control char", func(j *Join) { j.Host.Name = "a\x7f" }, "host name"},
+		{"long host", func(j *Join) { j.Host.Name = strings.Repeat("h", MaxHostName+1) }, "exceeds its bound"},
+		{"empty platform", func(j *Join) { j.Platform = "" }, "empty platform"},
+		{"platform chars", func(j *Join) { j.Platform = "a2/a3" }, "platform"},
+		{"big device", func(j *Join) { j.DeviceIDs[0] = MaxDeviceID + 1 }, "device id"},
+		{"too many devices", func(j *Join) { j.DeviceIDs = make([]int, MaxDevices+1) }, "count"},
+	}
+	for _, c := range cases {
+		mutate(t, c.name, sampleJoin(), c.change, decJoin, c.want)
+	}
+	r := &HelloReply{Accepted: true, Session: 1, Version: 3, CommProfile: "sim", Host: sampleHost()}
+	mutate(t, "reply host", r, func(r *HelloReply) { r.Host.Name = "" }, decHelloReply, "empty host name")
+}
+
+// A rank's proof covers both nonces and its rank, and is no HELLO proof.
+func TestJoinProof(t *testing.T) {
+	token, ch, n := []byte("correct horse battery staple"), nonce(1), nonce(2)
+	p := ProveJoin(token, ch, n, 3)
+	if !VerifyJoin(token, ch, n, 3, p) {
+		t.Fatal("VerifyJoin refused a good proof")
+	}
+	for name, ok := range map[string]bool{
+		"wrong token":     VerifyJoin([]byte("wrong"), ch, n, 3, p),
+		"other challenge": VerifyJoin(token, nonce(3), n, 3, p),
+		"other nonce":     VerifyJoin(token, ch, nonce(3), 3, p),
+		"other rank":      VerifyJoin(token, ch, n, 4, p),
+		"nonces swapped":  VerifyJoin(token, n, ch, 3, p),
+	} {
+		if ok {
+			t.Errorf("VerifyJoin accepted a proof with the %s", name)
+		}
+	}
+	// Neither proof stands for the other, whatever the ids.
+	for s := uint64(0); s < 4; s++ {
+		if Prove(token, ch, s, 3) == p || Verify(token, ch, s, 3, p) {
+			t.Error("a JOIN proof passes as a HELLO proof")
+		}
+	}
+	j := sampleJoin()
+	j.Proof = p
+	if bytes.Contains(Payload(j), token) {
+		t.Error("the token crossed the wire")
+	}
+}
+
 func TestTaskBounds(t *testing.T) {
 	cases := []struct {
 		name   string
@@ -365,6 +420,8 @@ func TestMaximalMessagesFit(t *testing.T) {
 		{TypeHealth, &Health{}, decHealth},
 		{TypeHealthReply, &HealthReply{Seq: 1}, decHealthReply},
 		{TypeShutdown, &Shutdown{Reason: long(MaxReason)}, decShutdown},
+		{TypeJoin, &Join{Version: 1, Rank: MaxGroupRanks - 1, Host: Host{Name: long(MaxHostName)}, Platform: long(MaxIdent), DeviceIDs: make([]int, MaxDevices)}, decJoin},
+		{TypeHelloReply, &HelloReply{Accepted: true, Session: 1, Version: 1, CommProfile: long(MaxIdent), Host: Host{Name: long(MaxHostName)}}, decHelloReply},
 	}
 	for _, c := range cases {
 		b := Payload(c.msg)

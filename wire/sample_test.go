@@ -39,6 +39,7 @@ var (
 	decHealth       = dec(DecodeHealth)
 	decHealthReply  = dec(DecodeHealthReply)
 	decShutdown     = dec(DecodeShutdown)
+	decJoin         = dec(DecodeJoin)
 	decExportID     = dec(DecodeExportID)
 	decLink         = dec(DecodeLink)
 )
@@ -60,6 +61,23 @@ func sampleHello() *Hello {
 		CommProfile:       "sim",
 		GlobalDeviceRanks: []int{4, 5, 6, 7},
 		Proof:             Prove([]byte("secret"), nonce(7), 0x1234, 0xc1a55),
+	}
+}
+
+func sampleHost() Host {
+	return Host{Name: "node-7.cluster", Key: nonce(40)}
+}
+
+func sampleJoin() *Join {
+	return &Join{
+		Version:   3,
+		Rank:      2,
+		Nonce:     nonce(20),
+		Proof:     ProveJoin([]byte("secret"), nonce(7), nonce(20), 2),
+		Host:      sampleHost(),
+		PID:       4242,
+		Platform:  "a2a3sim",
+		DeviceIDs: []int{0, 1},
 	}
 }
 
@@ -97,7 +115,7 @@ func samples() []sample {
 		{"challenge", &Challenge{Nonce: nonce(1)}, decChallenge},
 		{"hello", sampleHello(), decHello},
 		{"hello/minimal", &Hello{Version: 3, Parent: 1, Platform: "a5", DeviceIDs: []int{0}}, decHello},
-		{"hello-reply/accepted", &HelloReply{Accepted: true, Session: 0x1234, Worker: 1, Version: 1, CommProfile: "sim"}, decHelloReply},
+		{"hello-reply/accepted", &HelloReply{Accepted: true, Session: 0x1234, Worker: 1, Version: 1, CommProfile: "sim", Host: sampleHost()}, decHelloReply},
 		{"hello-reply/refused", &HelloReply{Session: 0x1234, Worker: 1, Version: 1, CommProfile: "a3-fabric-v1", Err: &ErrorBody{Kind: "RuntimeError", Message: "bad proof"}}, decHelloReply},
 		{"task", sampleTask(), decTask},
 		{"task/empty", &Task{Digest: "sha256:go-noop"}, decTask},
@@ -138,6 +156,8 @@ func samples() []sample {
 		{"health-reply", &HealthReply{Seq: 15, Timestamp: 1700000000123456789, InFlight: 3}, decHealthReply},
 		{"shutdown", &Shutdown{Reason: "close()"}, decShutdown},
 		{"shutdown/empty", &Shutdown{}, decShutdown},
+		{"join", sampleJoin(), decJoin},
+		{"join/minimal", &Join{Version: 1, Host: Host{Name: "h"}, Platform: "a5sim"}, decJoin},
 		{"export-id", func() *ExportID { x := sampleExportID(); return &x }(), decExportID},
 		{"link/start", &Link{Kind: LinkStart, Daemon: 5, Slot: 7, Session: 0x1234, Worker: 2, Limits: sampleLimits(), Hello: Payload(sampleHello())}, decLink},
 		{"link/resolve", &Link{Kind: LinkResolve, Req: 9, ID: sampleExportID(), Parent: 0xc1a55}, decLink},

@@ -28,6 +28,9 @@ const (
 	MaxBundle      = 32 << 20 // source bytes of all modules in a bundle
 	MaxExportToken = 64       // an export id (ExportIDSize bytes in this version)
 	MaxHello       = 72 << 10 // a HELLO payload: the proof and the manifest, never code
+	MaxJoin        = 40 << 10 // a JOIN payload: a rank's proof and announcement
+	MaxHostName    = 255      // a host's name in a JOIN or HELLO_REPLY
+	MaxGroupRanks  = 4096     // ranks of a worker group
 	MaxRanks       = 4096     // ranks of a global domain
 	MaxWindow      = 1 << 40  // a domain's window size
 	MaxDomainTable = 4 << 20  // a domain descriptor table

@@ -8,6 +8,7 @@ import (
 	"syscall"
 
 	"simpler/engine"
+	"simpler/engine/proc"
 	"simpler/starlib"
 )
 
@@ -24,7 +25,7 @@ func cmdChild(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "simpler %s: internal: want a mailbox name\n", childCommand)
 		return 2
 	}
-	if err := engine.RunChild(args[0], starlib.NewResolver); err != nil {
+	if err := proc.RunChild(args[0], starlib.NewResolver); err != nil {
 		fmt.Fprintf(stderr, "simpler child: %v\n", err)
 		return 1
 	}

@@ -16,6 +16,7 @@ import (
 
 	"simpler/hal/shm"
 	"simpler/internal/leakcheck"
+	"simpler/internal/mpitest"
 )
 
 // asCLI makes this test binary behave as the simpler command, so that
@@ -30,9 +31,11 @@ func TestMain(m *testing.M) {
 	leakcheck.Main(m) // which counts os/signal's goroutine (`simpler test` watches SIGINT) in its baseline
 }
 
-// cliEnv is the environment of a child run as the CLI.
+// cliEnv is the environment of a child run as the CLI (with mpirun's
+// consent to run as root, for the worker groups it starts: mpitest.Env).
 func cliEnv(extra ...string) []string {
-	return append(append(os.Environ(), asCLI+"=1", "SIMPLER_PLATFORM="), extra...)
+	env := append(append(os.Environ(), asCLI+"=1", "SIMPLER_PLATFORM="), mpitest.Env()...)
+	return append(env, extra...)
 }
 
 // writeFiles writes name → contents under dir.

@@ -7,12 +7,16 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"simpler/engine"
 	"simpler/engine/remote"
+	"simpler/hal"
 	"simpler/hal/shm"
 	"simpler/internal/token"
 	"simpler/starlib"
@@ -31,7 +35,18 @@ type remoteOptions struct {
 	queued            uint
 	maxSessions       int
 	maxPending        int
+	rank              rankOptions
 }
+
+// rankOptions are the flags of a rank that dials its level-4 worker
+// (--connect) instead of listening.
+type rankOptions struct {
+	connect, rank, platform, devices string
+	timeout                          time.Duration
+}
+
+// rankFlags are the flags that only --connect takes.
+var rankFlags = []string{"rank", "platform", "devices", "connect-timeout"}
 
 func (o *remoteOptions) register(fs *flag.FlagSet) {
 	o.lim = remote.DefaultLimits
@@ -45,6 +60,11 @@ func (o *remoteOptions) register(fs *flag.FlagSet) {
 	fs.Uint64Var(&o.lim.LoadSteps, "max-load-steps", o.lim.LoadSteps, "Starlark `STEPS` of one shipped module's top-level code")
 	fs.IntVar(&o.maxSessions, "max-sessions", 64, "`N` sessions served at once")
 	fs.IntVar(&o.maxPending, "max-pending", 32, "`N` connections still proving the token at once (the oldest is dropped)")
+	fs.StringVar(&o.rank.connect, "connect", "", "dial the level-4 worker at `HOST:PORT` as a rank of its worker group (add_worker_group), instead of listening; needs --token-file")
+	fs.StringVar(&o.rank.rank, "rank", "", "with --connect: this rank `N`; default: the launcher's $"+strings.Join(remote.RankEnv, ", $"))
+	fs.StringVar(&o.rank.platform, "platform", "", "with --connect: the platform `P` this rank serves; default: $SIMPLER_PLATFORM, else a2a3sim")
+	fs.StringVar(&o.rank.devices, "devices", "", "with --connect: the device `IDS` this rank offers (0-3, 0,2); default: whichever the worker asks for")
+	fs.DurationVar(&o.rank.timeout, "connect-timeout", time.Minute, "with --connect: how long to keep trying to reach the worker and to finish joining, as a `DURATION`")
 }
 
 // cmdRemote is `simpler remote-l3-worker --listen HOST:PORT [--token-file F] [bounds]`.
@@ -57,6 +77,18 @@ func cmdRemote(args []string, stdout, stderr io.Writer) int {
 	}
 	if fs.NArg() > 0 {
 		return usageError(stderr, "remote-l3-worker", "takes no arguments, got %q", fs.Args())
+	}
+	set := setFlags(fs)
+	if o.rank.connect != "" {
+		if _, ok := set["listen"]; ok {
+			return usageError(stderr, "remote-l3-worker", "--listen and --connect: a rank dials its worker, it does not listen")
+		}
+		return cmdRank(&o, stdout, stderr)
+	}
+	for _, f := range rankFlags {
+		if _, ok := set[f]; ok {
+			return usageError(stderr, "remote-l3-worker", "--%s is for a rank, with --connect", f)
+		}
 	}
 	fail := func(code int, format string, a ...any) int {
 		fmt.Fprintf(stderr, "simpler remote-l3-worker: "+format+"\n", a...)
@@ -176,4 +208,97 @@ func cmdSession(args []string, stderr io.Writer) int {
 func sessionResolver(b wire.Bundle, loadSteps uint64) (engine.Resolver, error) {
 	starlib.MaxLoadSteps = loadSteps
 	return starlib.NewSourceResolver(b.Root, b.Modules)
+}
+
+// cmdRank is `simpler remote-l3-worker --connect HOST:PORT --token-file F
+// [--rank N]`: a rank of a worker group, which dials its level-4 worker,
+// joins (both sides prove the token) and serves the one session the
+// worker asks for, then exits.
+func cmdRank(o *remoteOptions, stdout, stderr io.Writer) int {
+	fail := func(code int, format string, a ...any) int {
+		fmt.Fprintf(stderr, "simpler remote-l3-worker: "+format+"\n", a...)
+		return code
+	}
+	cfg, code, err := o.rankConfig()
+	if err != nil {
+		return fail(code, "%v", err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fail(1, "%v", err)
+	}
+	cfg.Daemon = remote.DaemonConfig{Log: stderr, Limits: o.lim,
+		Session: &engine.Launcher{Path: exe, Args: []string{sessionCommand}, Stdout: stdout, Stderr: stderr}}
+	shm.SweepDead()
+	// SIGINT or SIGTERM (mpirun ending its job) ends the session.
+	stop, done := make(chan struct{}), make(chan struct{})
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		select {
+		case <-sig:
+			close(stop)
+		case <-done:
+		}
+	}()
+	err = remote.ServeRank(cfg, stop)
+	signal.Stop(sig)
+	close(done)
+	if err != nil {
+		return fail(1, "%v", err)
+	}
+	return 0
+}
+
+// rankConfig checks a rank's flags: the worker's address and the token
+// are required, the rank comes from --rank or the launcher's environment.
+// code is 2 for a wrong command line, 1 for what the environment lacks.
+func (o *remoteOptions) rankConfig() (remote.RankConfig, int, error) {
+	r := o.rank
+	cfg := remote.RankConfig{Connect: r.connect, Timeout: r.timeout}
+	if _, _, err := net.SplitHostPort(r.connect); err != nil {
+		return cfg, 2, fmt.Errorf("--connect %q is not host:port", r.connect)
+	}
+	if o.tokenFile == "" {
+		return cfg, 2, fmt.Errorf("--connect needs --token-file: the file of the token the worker's group proves (its ranks are given it)")
+	}
+	if r.timeout <= 0 {
+		return cfg, 2, fmt.Errorf("--connect-timeout must be > 0, got %v", r.timeout)
+	}
+	if err := checkLimits(&o.lim, o.queued); err != nil {
+		return cfg, 2, err
+	}
+	tok, err := token.Read(o.tokenFile)
+	if err != nil {
+		return cfg, 2, err
+	}
+	cfg.Token = tok
+	if r.rank != "" {
+		n, err := strconv.Atoi(r.rank)
+		if err != nil || n < 0 || n >= wire.MaxGroupRanks {
+			return cfg, 2, fmt.Errorf("--rank %q is not a rank in 0..%d", r.rank, wire.MaxGroupRanks-1)
+		}
+		cfg.Rank = n
+	} else if cfg.Rank, _, err = remote.RankFromEnv(os.Getenv); err != nil {
+		return cfg, 1, err
+	}
+	cfg.Platform = r.platform
+	if cfg.Platform == "" {
+		if cfg.Platform = os.Getenv("SIMPLER_PLATFORM"); cfg.Platform == "" {
+			cfg.Platform = "a2a3sim"
+		}
+	}
+	p, err := hal.Lookup(cfg.Platform)
+	if err == nil {
+		err = p.Check()
+	}
+	if err != nil {
+		return cfg, 1, err
+	}
+	if r.devices != "" {
+		if cfg.DeviceIDs, err = parseDevices(r.devices); err != nil {
+			return cfg, 2, err
+		}
+	}
+	return cfg, 0, nil
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"simpler/golden"
+	"simpler/internal/mpitest"
 )
 
 // checkedTrace is a trace that checkTrace read, indexed for tests.
@@ -213,7 +214,7 @@ func TestExampleTraces(t *testing.T) {
 // checkExampleTrace runs one example in mode with --trace, as TestExampleTraces says.
 func checkExampleTrace(t *testing.T, bin, script, mode string, untasked bool) {
 	tracePath := filepath.Join(t.TempDir(), "trace.json")
-	r := golden.Runner{Binary: bin, Env: []string{asCLI + "=1"},
+	r := golden.Runner{Binary: bin, Env: append([]string{asCLI + "=1"}, mpitest.Env()...),
 		Args: append(slices.Clone(golden.DefaultArgs), "--mode", mode, "--trace", tracePath)}
 	o := r.Check(script, false)
 	if !o.Passed {

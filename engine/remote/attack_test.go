@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -315,7 +316,7 @@ func TestAttackBeforeAuthentication(t *testing.T) {
 	}
 	// A parent of protocol version 1 is told why, in a reply it can read.
 	v1 := versionRefusal(t, addr, 1)
-	if v1.Accepted || !strings.Contains(v1.Err.Message, "protocol version 1") || !strings.Contains(v1.Err.Message, "speaks version 2") {
+	if v1.Accepted || !strings.Contains(v1.Err.Message, "protocol version 1") || !strings.Contains(v1.Err.Message, "speaks version "+strconv.Itoa(int(wire.ProtocolVersion))) {
 		t.Errorf("a version-1 HELLO: %+v", v1.Err)
 	}
 	if n := len(sessionProcs(d)); n != 0 {

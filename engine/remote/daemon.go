@@ -77,9 +77,10 @@ type Daemon struct {
 
 // dsession is a session process as its daemon sees it.
 type dsession struct {
-	slot uint64
-	cmd  *exec.Cmd
-	link *link
+	slot  uint64
+	cmd   *exec.Cmd
+	link  *link
+	ended chan struct{} // closed once the process has ended and is forgotten
 }
 
 // linkRoute is one LINK_RESOLVE in flight: which session was asked, and
@@ -91,7 +92,9 @@ type linkRoute struct {
 	reply func(m *wire.Link, fd int)
 }
 
-// NewDaemon serves ln under cfg.
+// NewDaemon serves ln under cfg. A rank of a worker group (ServeRank)
+// has no listener: ln is nil, and its one session comes from the
+// connection it dialled.
 func NewDaemon(ln net.Listener, cfg DaemonConfig) (*Daemon, error) {
 	if len(cfg.Token) == 0 {
 		return nil, engine.Errorf(engine.ValueError, "remote-l3-worker: a daemon needs a token")
@@ -212,7 +215,7 @@ func (d *Daemon) admit(conn net.Conn) {
 	start, err := d.handshake(conn)
 	d.unpend(conn)
 	if err == nil {
-		err = d.startSession(conn, start)
+		_, err = d.startSession(conn, start)
 	}
 	if err != nil {
 		fmt.Fprintf(d.cfg.Log, "simpler remote-l3-worker: refused %s: %v\n", conn.RemoteAddr(), err)
@@ -263,22 +266,18 @@ func (d *Daemon) handshake(conn net.Conn) (*wire.Link, error) {
 // checkProof checks the HELLO's proof, no sooner than the proof gate
 // allows for the peer's address.
 func (d *Daemon) checkProof(conn net.Conn, h wire.Header, hello wire.Hello, ch wire.Challenge, deadline time.Time) error {
-	addr := hostOf(conn.RemoteAddr())
-	at := d.gate.reserve(addr, time.Now())
-	if at.After(deadline) {
-		return refuse(conn, h, engine.Errorf(engine.RuntimeError, "too many failed token proofs from %s; try again in %v", addr, time.Until(at).Round(time.Second)))
-	}
-	select {
-	case <-time.After(time.Until(at)):
-	case <-d.done:
+	ok, err := d.gate.check(hostOf(conn.RemoteAddr()), deadline, d.done, func() bool {
+		return wire.Verify(d.cfg.Token, ch.Nonce, h.Session, hello.Parent, hello.Proof)
+	})
+	switch {
+	case err == errGateClosed:
 		return errors.New("the daemon is closing")
-	}
-	if !wire.Verify(d.cfg.Token, ch.Nonce, h.Session, hello.Parent, hello.Proof) {
-		d.gate.failed(addr, time.Now())
+	case err != nil:
+		return refuse(conn, h, err)
+	case !ok:
 		// One fixed message: it does not say what was wrong.
 		return refuse(conn, h, engine.Errorf(engine.ValueError, "HELLO: the token proof does not match"))
 	}
-	d.gate.passed(addr)
 	return nil
 }
 
@@ -313,24 +312,24 @@ func refuse(conn net.Conn, h wire.Header, why error) error {
 
 // startSession starts the session process for an authenticated
 // connection and hands it the connection and its end of a new link.
-func (d *Daemon) startSession(conn net.Conn, start *wire.Link) error {
+func (d *Daemon) startSession(conn net.Conn, start *wire.Link) (*dsession, error) {
 	d.mu.Lock()
 	if d.closed || len(d.sessions) >= d.cfg.MaxSessions {
 		n, closed := len(d.sessions), d.closed
 		d.mu.Unlock()
 		h := wire.Header{Version: wire.ProtocolVersion, Session: start.Session, Worker: start.Worker}
 		if closed {
-			return refuse(conn, h, engine.Errorf(engine.RuntimeError, "the daemon is closing"))
+			return nil, refuse(conn, h, engine.Errorf(engine.RuntimeError, "the daemon is closing"))
 		}
-		return refuse(conn, h, engine.Errorf(engine.RuntimeError, "the daemon serves %d sessions, its bound (--max-sessions)", n))
+		return nil, refuse(conn, h, engine.Errorf(engine.RuntimeError, "the daemon serves %d sessions, its bound (--max-sessions)", n))
 	}
 	d.slots++
-	s := &dsession{slot: d.slots}
+	s := &dsession{slot: d.slots, ended: make(chan struct{})}
 	d.mu.Unlock()
 	start.Slot = s.slot
 	cmd, l, err := d.spawn(conn)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	s.cmd, s.link = cmd, l
 	if err := l.send(start, -1); err != nil {
@@ -341,7 +340,7 @@ func (d *Daemon) startSession(conn net.Conn, start *wire.Link) error {
 	d.wg.Add(1)
 	d.mu.Unlock()
 	go d.serveLink(s)
-	return nil
+	return s, nil
 }
 
 // spawn starts a session process with conn as fd 3 and a link as fd 4.
@@ -411,6 +410,7 @@ func (d *Daemon) serveLink(s *dsession) {
 	s.link.close()
 	s.cmd.Wait()
 	d.dropSession(s)
+	close(s.ended)
 }
 
 func closeFD(fd int) {
@@ -524,7 +524,10 @@ func (d *Daemon) Close() error {
 		s.cmd.Process.Signal(os.Interrupt)
 	}
 	d.mu.Unlock()
-	err := d.ln.Close()
+	var err error
+	if d.ln != nil {
+		err = d.ln.Close()
+	}
 	d.wg.Wait()
 	return err
 }

@@ -1,8 +1,11 @@
 package remote
 
 import (
+	"errors"
 	"sync"
 	"time"
+
+	"simpler/kind"
 )
 
 // proofGate slows down token guessing: once an address has sent a wrong
@@ -98,4 +101,29 @@ func (g *proofGate) forget(now time.Time) {
 	if len(g.addrs) >= gateAddrs {
 		clear(g.addrs)
 	}
+}
+
+// errGateClosed is a check given up because its server is closing.
+var errGateClosed = errors.New("closing")
+
+// check runs verify for a proof from addr no sooner than the gate allows,
+// and records its outcome. Unchecked, it returns a RuntimeError when the
+// wait would end past deadline (too many failures from addr), and
+// errGateClosed when done closes first.
+func (g *proofGate) check(addr string, deadline time.Time, done <-chan struct{}, verify func() bool) (bool, error) {
+	at := g.reserve(addr, time.Now())
+	if at.After(deadline) {
+		return false, kind.Errorf(kind.RuntimeError, "too many failed token proofs from %s; try again in %v", addr, time.Until(at).Round(time.Second))
+	}
+	select {
+	case <-time.After(time.Until(at)):
+	case <-done:
+		return false, errGateClosed
+	}
+	if !verify() {
+		g.failed(addr, time.Now())
+		return false, nil
+	}
+	g.passed(addr)
+	return true, nil
 }

@@ -15,5 +15,8 @@ func TestMain(m *testing.M) {
 	if os.Getenv(sessionEnv) != "" {
 		os.Exit(runTestSession())
 	}
+	if os.Getenv(rankEnv) != "" {
+		os.Exit(runTestRank(os.Args[1:]))
+	}
 	leakcheck.Main(m)
 }

@@ -9,8 +9,6 @@
 package remote
 
 import (
-	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +18,7 @@ import (
 	"time"
 
 	"simpler/engine"
+	"simpler/internal/hostid"
 	"simpler/internal/netspin"
 	"simpler/internal/token"
 	"simpler/wire"
@@ -37,6 +36,7 @@ type node struct {
 	in      io.Reader // conn, read spinning briefly before blocking
 	session uint64
 	timeout time.Duration
+	host    hostid.ID // where the node runs, from its HELLO_REPLY
 
 	wmu    sync.Mutex // frames written
 	cmdMu  sync.Mutex // the command lane: one command in flight
@@ -89,14 +89,22 @@ func dial(req engine.DialRequest) (*node, error) {
 	if err != nil {
 		return nil, engine.Errorf(engine.RuntimeError, "%s: cannot reach %s: %v", name, spec.Endpoint, errors.Unwrap(err))
 	}
-	n := &node{name: name, id: req.ID, spec: spec, conn: conn, timeout: req.Timeout, wait: map[uint64]chan rreply{}, tasks: map[uint64]taskDone{}, seqOf: map[any]uint64{}, sinks: map[uint64][]byte{}, gone: make(chan struct{}), big: make(chan []byte, 1)}
+	req.Spec = spec
+	return attach(conn, req, nil)
+}
+
+// attach brings up the node on conn: the HELLO (its proof over the
+// daemon's CHALLENGE, read here, or over a rank's JOIN nonce when the
+// rank dialled this worker), then the reader, the health monitor and the
+// code. On failure conn is closed.
+func attach(conn net.Conn, req engine.DialRequest, joinNonce *[32]byte) (*node, error) {
+	n := &node{name: req.Name, id: req.ID, spec: req.Spec, conn: conn, timeout: req.Timeout, wait: map[uint64]chan rreply{}, tasks: map[uint64]taskDone{}, seqOf: map[any]uint64{}, sinks: map[uint64][]byte{}, gone: make(chan struct{}), big: make(chan []byte, 1)}
 	n.big <- nil
-	var sid [8]byte
-	rand.Read(sid[:])
-	n.session = binary.LittleEndian.Uint64(sid[:]) | 1
-	if err := n.hello(req.Parent, deadline); err != nil {
+	n.session = randomID()
+	where := fmt.Sprintf("%s at %s", n.name, n.spec.Endpoint)
+	if err := n.hello(req.Parent, req.Deadline, joinNonce); err != nil {
 		conn.Close()
-		return nil, engine.Wrap(err, fmt.Sprintf("%s at %s", name, spec.Endpoint))
+		return nil, engine.Wrap(err, where)
 	}
 	n.in = netspin.NewReader(conn, netspin.DefaultSpin)
 	n.reader.Add(2)
@@ -108,32 +116,41 @@ func dial(req engine.DialRequest) (*node, error) {
 	}
 	if _, err := n.Control(b); err != nil {
 		n.Close()
-		return nil, engine.Wrap(err, fmt.Sprintf("%s at %s: shipping the code", name, spec.Endpoint))
+		return nil, engine.Wrap(err, where+": shipping the code")
 	}
 	return n, nil
 }
 
-func (n *node) hello(parent uint64, deadline time.Time) error {
+// hello proves the token and asks for the node: over the daemon's
+// CHALLENGE, or over joinNonce when a rank dialled in (its JOIN, already
+// read, carried it).
+func (n *node) hello(parent uint64, deadline time.Time, joinNonce *[32]byte) error {
 	n.conn.SetDeadline(deadline)
 	defer n.conn.SetDeadline(time.Time{})
-	h, payload, err := wire.ReadFrame(n.conn, wire.TypeChallenge.MaxPayload())
-	if err != nil {
-		return handshakeError("no challenge from the daemon", err)
-	}
-	if h.Type != wire.TypeChallenge {
-		return engine.Errorf(engine.RuntimeError, "the daemon opened with %s, want CHALLENGE", h.Type)
-	}
-	ch, err := wire.DecodeChallenge(payload)
-	if err != nil {
-		return err
+	var nonce [32]byte
+	if joinNonce != nil {
+		nonce = *joinNonce
+	} else {
+		h, payload, err := wire.ReadFrame(n.conn, wire.TypeChallenge.MaxPayload())
+		if err != nil {
+			return handshakeError("no challenge from the daemon", err)
+		}
+		if h.Type != wire.TypeChallenge {
+			return engine.Errorf(engine.RuntimeError, "the daemon opened with %s, want CHALLENGE", h.Type)
+		}
+		ch, err := wire.DecodeChallenge(payload)
+		if err != nil {
+			return err
+		}
+		nonce = ch.Nonce
 	}
 	hello := &wire.Hello{Version: wire.ProtocolVersion, Parent: parent, Platform: n.spec.Platform, DeviceIDs: n.spec.DeviceIDs,
 		NumSubWorkers: n.spec.NumSubWorkers, CommProfile: n.spec.CommProfile, GlobalDeviceRanks: n.spec.GlobalDeviceRanks,
-		Proof: wire.Prove(n.spec.Token, ch.Nonce, n.session, parent)}
+		Proof: wire.Prove(n.spec.Token, nonce, n.session, parent)}
 	if err := n.send(wire.TypeHello, 0, hello); err != nil {
 		return err
 	}
-	h, payload, err = wire.ReadFrame(n.conn, wire.TypeHelloReply.MaxPayload())
+	h, payload, err := wire.ReadFrame(n.conn, wire.TypeHelloReply.MaxPayload())
 	if err != nil {
 		return handshakeError("no reply to HELLO", err)
 	}
@@ -153,8 +170,12 @@ func (n *node) hello(parent uint64, deadline time.Time) error {
 	case r.CommProfile != n.spec.CommProfile:
 		return engine.Errorf(engine.RuntimeError, "the daemon runs comm profile %q, want %q", r.CommProfile, n.spec.CommProfile)
 	}
+	n.host = hostid.ID{Name: r.Host.Name, Key: r.Host.Key}
 	return nil
 }
+
+// Host is where the node runs, as its HELLO_REPLY said.
+func (n *node) Host() hostid.ID { return n.host }
 
 // handshakeError is a failed handshake read: a TimeoutError when the
 // start-up deadline passed (a stopped daemon, say), else a RuntimeError.

@@ -14,6 +14,7 @@ import (
 	"simpler/hal/dtype"
 	"simpler/hal/shm"
 	"simpler/internal/bounds"
+	"simpler/internal/hostid"
 	"simpler/internal/netspin"
 	"simpler/kind"
 	"simpler/wire"
@@ -145,7 +146,9 @@ func (s *session) handshake(payload []byte) error {
 		s.parent = hello.Parent
 		err = s.accept(hello)
 	}
-	reply := &wire.HelloReply{Accepted: err == nil, Session: s.id, Worker: s.worker, Version: wire.ProtocolVersion, CommProfile: hello.CommProfile}
+	local := hostid.Local()
+	reply := &wire.HelloReply{Accepted: err == nil, Session: s.id, Worker: s.worker, Version: wire.ProtocolVersion, CommProfile: hello.CommProfile,
+		Host: wire.Host{Name: local.Name, Key: local.Key}}
 	if hello.CommProfile == "" {
 		reply.CommProfile = "sim"
 	}

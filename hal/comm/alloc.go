@@ -17,7 +17,11 @@ import (
 // Request describes one allocation of a domain. Every rank passes the same
 // Request.
 type Request struct {
-	Namespace    string        // unique per Worker, e.g. "w3"; part of every shm name
+	// Namespace is unique per Worker, e.g. "w3", and part of every shm
+	// name; "w3~2.5" puts the allocation in warm slot 2 of w3, generation
+	// 5, and "w3~2.5+" takes back the ranks that slot's last domain
+	// parked (warm.go).
+	Namespace    string
 	AllocationID uint64        // fresh per allocation; scopes names and the barrier
 	Name         string        // the domain's label (for messages)
 	Ranks        int           // n >= 1
@@ -105,6 +109,11 @@ func Allocate(req Request, rank int, chip hal.Chip) (*Rank, error) {
 	if err := req.check(what, rank, chip); err != nil {
 		return nil, err
 	}
+	if _, _, _, ok := slotOf(req.Namespace); ok {
+		if r, done, err := allocateWarm(req, rank, chip, what); done {
+			return r, err
+		}
+	}
 	r := &Rank{Rank: rank, Size: req.Ranks, WindowSize: req.WindowSize, req: req,
 		core: newRankCore(chip, what+" rank "+strconv.Itoa(rank),
 			req.prefix(), req.Name, req.AllocationID, rank, req.Ranks, req.WindowSize)}
@@ -160,14 +169,19 @@ func (r *Rank) peerError(j int, _ string, err error) error {
 // later Open of it fails), removes the windows and the header from the
 // chip, frees the CommContext, removes the name of this rank's window and
 // drops this rank's hold on the shm objects (the last holder in this
-// process unmaps them; its own window goes to the pool). A second call
-// does nothing and returns nil.
+// process unmaps them; its own window goes to the pool). A rank of a warm
+// slot parks instead, all of it kept for the slot's next allocation, with
+// the CommContext dead and no name left (warm.go). A second call does
+// nothing and returns nil.
 //
 // The caller must ensure no kernel of this rank still uses the domain: the
 // memory behind its windows may be unmapped.
 func (r *Rank) Release() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if !r.core.released && r.park() {
+		return nil
+	}
 	return r.core.release("domain "+r.req.domain(), r.teardown)
 }
 

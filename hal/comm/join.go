@@ -49,7 +49,7 @@ func (r *Rank) join(deadline time.Time) error {
 		}
 	}
 	var v uint32
-	done := futex.SleepUntil(w, nil, deadline, func() bool {
+	done := futex.SpinUntil(w, nil, deadline, spinFor, func() bool {
 		v = atomic.LoadUint32(w)
 		return v&allocAbandoned != 0 || v&allocCount >= n
 	})

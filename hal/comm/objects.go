@@ -309,15 +309,17 @@ func poolPut(seg *shm.Segment, prefix string, parked bool) error {
 	return closeAll(evict)
 }
 
-// DrainPool unmaps and unlinks every idle pooled object. Objects of live
-// domains are untouched. Tests call it before checking for leftover
-// objects, and a Worker calls it when it closes.
+// DrainPool tears down every parked rank of a warm slot (warm.go), then
+// unmaps and unlinks every idle pooled object. Objects of live domains
+// are untouched. Tests call it before checking for leftover objects, and
+// a Worker and a chip's process call it when they close.
 func DrainPool() error {
+	err := dropParked(func(warmKey) bool { return true })
 	poolMu.Lock()
 	idle := pool
 	pool, poolBytes = nil, 0
 	poolMu.Unlock()
-	return closeAll(idle)
+	return errors.Join(err, closeAll(idle))
 }
 
 // closeAll unmaps and unlinks segs, every one whatever the others say.

@@ -40,6 +40,7 @@ type rankCore struct {
 	bases    []uint64  // every window as mapped in the chip, by rank; 0 if not mapped
 	hdrBase  uint64    // the header as mapped in the chip
 	ctx      uint64    // the CommContext in device memory
+	ctxLen   int       // its length
 	released bool      // release ran: nothing is left, and nothing may be added
 }
 
@@ -133,6 +134,7 @@ func (c *rankCore) attach(names []string, peerErr func(j int, name string, err e
 	if c.ctx, err = c.chip.Malloc(len(b)); err != nil {
 		return c.chipError(err)
 	}
+	c.ctxLen = len(b)
 	if err := c.chip.CopyIn(c.ctx, b); err != nil {
 		return c.chipError(err)
 	}

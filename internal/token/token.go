@@ -30,13 +30,14 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 
+	"simpler/internal/hostport"
 	"simpler/kind"
 )
 
@@ -254,12 +255,39 @@ func Generate(port int) (path string, tok []byte, err error) {
 	if err != nil {
 		return "", nil, err
 	}
+	return generateAt(path)
+}
+
+// GroupPathFor is the token file a level-4 worker makes for the ranks of
+// a worker group it listens for on port (they are given its path):
+// RuntimeDir()/worker-group-<port>.token.
+func GroupPathFor(port int) (string, error) {
+	p, err := PathFor(port)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(filepath.Dir(p), "worker-group-"+strconv.Itoa(port)+".token"), nil
+}
+
+// GenerateGroup is Generate for GroupPathFor(port). The caller calls
+// Remove(path) once its ranks have read it, or when it stops.
+func GenerateGroup(port int) (path string, tok []byte, err error) {
+	path, err = GroupPathFor(port)
+	if err != nil {
+		return "", nil, err
+	}
+	return generateAt(path)
+}
+
+// generateAt makes a fresh token and writes it to path, replacing a stale
+// file of ours.
+func generateAt(path string) (string, []byte, error) {
 	if err := removeStale(path); err != nil {
 		return "", nil, err
 	}
 	raw := make([]byte, 32)
 	rand.Read(raw) // never fails: since Go 1.24 it crashes the program instead
-	tok = []byte(hex.EncodeToString(raw))
+	tok := []byte(hex.EncodeToString(raw))
 	if err := write(path, tok); err != nil {
 		return "", nil, err
 	}
@@ -324,7 +352,7 @@ func Remove(path string) error {
 // host, in the file that Generate wrote for that port. A daemon on another
 // host has its token there, not here.
 func ForEndpoint(endpoint string) ([]byte, error) {
-	host, portText, err := net.SplitHostPort(endpoint)
+	host, portText, err := hostport.Split(endpoint)
 	if err != nil {
 		return nil, kind.Errorf(kind.ValueError, "endpoint %q is not host:port", endpoint)
 	}
@@ -347,14 +375,19 @@ func ForEndpoint(endpoint string) ([]byte, error) {
 	return tok, err
 }
 
-// isLoopback reports whether host names this host's loopback interface. It
-// does not resolve names: only "localhost" itself counts.
+// IsLoopback reports whether host names this host's loopback interface.
+// It does not resolve names: only "localhost" itself counts.
+func IsLoopback(host string) bool { return isLoopback(host) }
+
+// isLoopback is IsLoopback.
 func isLoopback(host string) bool {
 	if strings.EqualFold(host, "localhost") {
 		return true
 	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	// netip, not net: the engine checks tokens and links no network
+	// stack. (net.ParseIP takes no zone.)
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Zone() == "" && ip.IsLoopback()
 }
 
 // fileOwner is owner, for the token file itself (a variable for the same

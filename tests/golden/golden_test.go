@@ -20,6 +20,7 @@ import (
 
 	"simpler/golden"
 	"simpler/internal/leakcheck"
+	"simpler/internal/mpitest"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -59,7 +60,7 @@ func TestGolden(t *testing.T) {
 	// go one at a time (Exclusive); Go's test runner runs the others in
 	// parallel, after them.
 	suite := &golden.Suite{
-		Runner:    golden.Runner{Binary: binary},
+		Runner:    golden.Runner{Binary: binary, Env: mpitest.Env()}, // mpirun_group.star's mpirun, when root
 		Modes:     []string{"thread", "process"},
 		Exclusive: []string{"process"},
 		Update:    *update,

@@ -1,4 +1,4 @@
-package engine
+package proc
 
 import (
 	"encoding/binary"
@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"simpler/engine"
 	"simpler/hal/shm"
 	"simpler/internal/futex"
 )
@@ -94,7 +95,7 @@ func openMailbox(name string) (*mailbox, error) {
 	}
 	if err := checkMailboxHeader(seg.Mem); err != nil {
 		seg.Close()
-		return nil, Errorf(RuntimeError, "mailbox %s has %v", name, err)
+		return nil, engine.Errorf(engine.RuntimeError, "mailbox %s has %v", name, err)
 	}
 	return layoutMailbox(seg), nil
 }
@@ -104,7 +105,7 @@ func openMailbox(name string) (*mailbox, error) {
 // peer) is an error, not a slice past the area's end.
 func laneBytes(area []byte, n uint32, what string) ([]byte, error) {
 	if uint64(n) > uint64(len(area)) {
-		return nil, Errorf(RuntimeError, "%s of %d bytes exceeds the mailbox's %d", what, n, len(area))
+		return nil, engine.Errorf(engine.RuntimeError, "%s of %d bytes exceeds the mailbox's %d", what, n, len(area))
 	}
 	return area[:n], nil
 }
@@ -136,7 +137,7 @@ const pollEvery = 50 * time.Millisecond
 // overlap.
 func (l *lane) call(req []byte, deadline time.Time, alive func() error) ([]byte, error) {
 	if len(req) > mboxArea {
-		return nil, Errorf(ValueError, "message of %d bytes exceeds the mailbox's %d", len(req), mboxArea)
+		return nil, engine.Errorf(engine.ValueError, "message of %d bytes exceeds the mailbox's %d", len(req), mboxArea)
 	}
 	copy(l.req, req)
 	atomic.StoreUint32(l.reqLen, uint32(len(req)))
@@ -156,7 +157,7 @@ func (l *lane) call(req []byte, deadline time.Time, alive func() error) ([]byte,
 			return nil, err
 		}
 		if !deadline.IsZero() && time.Now().After(deadline) {
-			return nil, Errorf(TimeoutError, "no reply within the deadline")
+			return nil, engine.Errorf(engine.TimeoutError, "no reply within the deadline")
 		}
 	}
 }
@@ -180,7 +181,7 @@ func (l *lane) next(stop func() bool) (req []byte, live bool, err error) {
 // reply sends the child's answer to the request just taken.
 func (l *lane) reply(resp []byte) {
 	if len(resp) > mboxArea {
-		resp = encodeError(Errorf(RuntimeError, "reply of %d bytes exceeds the mailbox's %d", len(resp), mboxArea))
+		resp = encodeError(engine.Errorf(engine.RuntimeError, "reply of %d bytes exceeds the mailbox's %d", len(resp), mboxArea))
 	}
 	copy(l.resp, resp)
 	atomic.StoreUint32(l.respLen, uint32(len(resp)))

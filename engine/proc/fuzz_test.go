@@ -1,4 +1,4 @@
-package engine
+package proc
 
 import (
 	"bytes"
@@ -7,16 +7,18 @@ import (
 	"testing"
 	"time"
 
+	"simpler/engine"
 	"simpler/engine/hostmem"
 	"simpler/hal"
 	"simpler/hal/dtype"
 	"simpler/hal/shm"
+	"simpler/internal/bounds"
 	"simpler/wire"
 )
 
-// Fuzz targets for the engine's side of the mailbox: its reply status and
-// errors (encodeError, decodeReply), the conversions between its values
-// and wire's mailbox messages (procmsg.go), and the mailbox header. The
+// Fuzz targets for this package's side of the mailbox: its reply status
+// and errors (encodeError, decodeReply), the conversions between engine
+// values and wire's mailbox messages (msg.go), and the mailbox header. The
 // messages themselves are fuzzed in package wire. Each seeds from the
 // package's own encoders and checks that decoding never panics and that
 // whatever decodes converts back to the same bytes.
@@ -59,7 +61,7 @@ func (h *fakeHost) locate(addr uint64) (hostRef, bool) {
 
 // sampleArgs are task args of every kind of tensor, with their host
 // tensors placed in h.
-func sampleArgs(h *fakeHost) []*TaskArgs {
+func sampleArgs(h *fakeHost) []*engine.TaskArgs {
 	at := func(name string, size, off int) uint64 {
 		base, err := h.attach(hostRef{Name: name, Size: size})
 		if err != nil {
@@ -67,14 +69,14 @@ func sampleArgs(h *fakeHost) []*TaskArgs {
 		}
 		return base + uint64(off)
 	}
-	host := Tensor{Addr: at("simpler-1-host-1", 4096, 64), Shape: []int{4, 8}, DType: dtype.Float32}
-	dev := Tensor{Addr: 0x1000_0000_0200, Shape: []int{16}, DType: dtype.Int64, ChildMemory: true}
-	empty := Tensor{Addr: at("simpler-1-host-2", 64, 63), Shape: []int{0, 1 << 40}, DType: dtype.Float16}
-	return []*TaskArgs{
+	host := engine.Tensor{Addr: at("simpler-1-host-1", 4096, 64), Shape: []int{4, 8}, DType: dtype.Float32}
+	dev := engine.Tensor{Addr: 0x1000_0000_0200, Shape: []int{16}, DType: dtype.Int64, ChildMemory: true}
+	empty := engine.Tensor{Addr: at("simpler-1-host-2", 64, 63), Shape: []int{0, 1 << 40}, DType: dtype.Float16}
+	return []*engine.TaskArgs{
 		{},
 		{Scalars: []uint64{1, 1 << 63}},
-		{Tensors: []Tensor{host, dev, empty}, Tags: []Tag{Input, OutputExisting, NoDep}, Scalars: []uint64{7}},
-		{Tensors: []Tensor{host, host}, Tags: []Tag{InOut, Output}},
+		{Tensors: []engine.Tensor{host, dev, empty}, Tags: []engine.Tag{engine.Input, engine.OutputExisting, engine.NoDep}, Scalars: []uint64{7}},
+		{Tensors: []engine.Tensor{host, host}, Tags: []engine.Tag{engine.InOut, engine.Output}},
 	}
 }
 
@@ -116,11 +118,11 @@ func canonical(t *testing.T, b []byte, encode func(e *wire.Encoder) error) {
 
 func FuzzDecodeReply(f *testing.F) {
 	for _, err := range []error{
-		Errorf(ValueError, "bad"),
+		engine.Errorf(engine.ValueError, "bad"),
 		errors.New("TypeError: from a lower layer"),
 		errors.New("no kind at all"),
-		Wrap(Errorf(KeyError, "inner"), "outer"),
-		&TaskError{TaskID: 3, Worker: "chip_worker 1", Callable: "k", Err: Errorf(TimeoutError, "slow")},
+		engine.Wrap(engine.Errorf(engine.KeyError, "inner"), "outer"),
+		&engine.TaskError{TaskID: 3, Worker: "chip_worker 1", Callable: "k", Err: engine.Errorf(engine.TimeoutError, "slow")},
 	} {
 		f.Add(encodeError(err))
 	}
@@ -138,7 +140,7 @@ func FuzzDecodeReply(f *testing.F) {
 			if r, err := wire.DecodeCommAllocReply(d.Rest()); err == nil {
 				canonical(t, b[1:], func(e *wire.Encoder) error { r.Encode(e); return nil })
 			}
-		case *Error, *TaskError:
+		case *engine.Error, *engine.TaskError:
 			canonical(t, b, func(e *wire.Encoder) error { e.Raw(encodeError(err)); return nil })
 		}
 	})
@@ -152,7 +154,7 @@ func FuzzTaskArgs(f *testing.F) {
 	var seeds [][]byte
 	for i, a := range sampleArgs(h) {
 		op := []uint8{opRunChip, opRunSub, opRunOrch}[i%3]
-		m, err := mailboxTask(op, "sha256:00", a, CallConfig{BlockDim: i, AicpuThreadNum: 2}, h.locate)
+		m, err := mailboxTask(op, "sha256:00", a, engine.CallConfig{BlockDim: i, AicpuThreadNum: 2}, h.locate)
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -172,12 +174,12 @@ func FuzzTaskArgs(f *testing.F) {
 			return nil, fmt.Errorf("%d tensors, %d tags", len(a.Tensors), len(a.Tags))
 		}
 		for i, ten := range a.Tensors {
-			if _, ok := tensorBytes(ten); !ok || ten.DType.Size() == 0 || !a.Tags[i].Valid() {
+			if _, ok := bounds.Product(ten.Shape, ten.DType.Size(), wire.MaxBufferBytes); !ok || ten.DType.Size() == 0 || !a.Tags[i].Valid() {
 				panic(fmt.Sprintf("tensor %d decoded with shape %v of %s, tag %s", i, ten.Shape, ten.DType, a.Tags[i]))
 			}
 		}
 		return func(e *wire.Encoder) error {
-			back, err := mailboxTask(m.Op, m.Digest, a, CallConfigOf(m.Config), h.locate)
+			back, err := mailboxTask(m.Op, m.Digest, a, engine.CallConfigOf(m.Config), h.locate)
 			if err == nil {
 				back.Encode(e)
 			}
@@ -217,12 +219,12 @@ func FuzzHostRefOf(f *testing.F) {
 	})
 }
 
-func sampleConfigs(tb testing.TB) []Config {
+func sampleConfigs(tb testing.TB) []engine.Config {
 	p, err := hal.Lookup("a2a3sim")
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return []Config{
+	return []engine.Config{
 		{Level: 3, Platform: p},
 		{Level: 3, Platform: p, DeviceIDs: []int{0, 1, 2, 3}, NumSubWorkers: 2, Mode: "process", EnableSDMA: true,
 			HeapRingSize: 64 << 20, TaskWindow: 128, StartupTimeout: 30 * time.Second, CommProfile: "sim",

@@ -1,9 +1,10 @@
-package engine
+package proc
 
 import (
 	"sync"
 	"time"
 
+	"simpler/engine"
 	"simpler/wire"
 )
 
@@ -13,11 +14,11 @@ import (
 // its slot's next task, with the Worker's registrations.
 
 // killGrace is how long a child may take to stop a task it was asked to
-// stop before it is killed.
-const killGrace = time.Second
+// stop before it is killed: the engine's grace for every endpoint.
+const killGrace = engine.StopGrace
 
 // begin numbers the next task sent on the task lane.
-func (p *proc) begin() uint64 {
+func (p *process) begin() uint64 {
 	p.tmu.Lock()
 	defer p.tmu.Unlock()
 	p.sent++
@@ -26,7 +27,7 @@ func (p *proc) begin() uint64 {
 }
 
 // end records that task n came back.
-func (p *proc) end(n uint64) {
+func (p *process) end(n uint64) {
 	p.tmu.Lock()
 	defer p.tmu.Unlock()
 	if p.running == n {
@@ -35,7 +36,7 @@ func (p *proc) end(n uint64) {
 }
 
 // stillRunning reports whether task n has not come back yet.
-func (p *proc) stillRunning(n uint64) bool {
+func (p *process) stillRunning(n uint64) bool {
 	p.tmu.Lock()
 	defer p.tmu.Unlock()
 	return p.running == n
@@ -43,7 +44,7 @@ func (p *proc) stillRunning(n uint64) bool {
 
 // cancel asks the child to stop task n and kills it if n is still
 // running killGrace later. It does not wait.
-func (p *proc) cancel(n uint64, reason string) {
+func (p *process) cancel(n uint64, reason string) {
 	p.bg.Add(1)
 	go func() {
 		defer p.bg.Done()
@@ -54,7 +55,7 @@ func (p *proc) cancel(n uint64, reason string) {
 			time.Sleep(10 * time.Millisecond) // polling the task lane's bookkeeping
 		}
 		if p.stillRunning(n) {
-			p.kill()
+			p.Kill()
 		}
 	}()
 }
@@ -66,20 +67,20 @@ func truncate(s string, n int) string {
 	return s
 }
 
-// runTask runs a task member in process p, stoppable by e, after bringing
-// p back if an earlier stop had to kill it.
-func (w *Worker) runTask(e *loopEndpoint, p *proc, op uint8, a Assignment, cfg *CallConfig) error {
+// Run runs a task member in the child and waits for it, stoppable by
+// stop, after bringing the child back if an earlier stop had to kill it.
+// A child that died or was killed while the task ran fails it naming why.
+func (p *process) Run(h *engine.Handle, args *engine.TaskArgs, cfg *engine.CallConfig, stop *engine.Stopper) error {
 	if p.alive() != nil {
-		if err := w.restart(p); err != nil {
+		if err := p.restart(); err != nil {
 			return err
 		}
 	}
 	n := p.begin()
 	defer p.end(n)
-	e.stop.OnStop(func(reason string) { p.cancel(n, reason) })
-	unwatch := p.watchHealth(w.cfg.HealthTimeout)
-	t := a.Task
-	err := p.run(op, t.handle, &t.args[a.Member], cfg)
+	stop.OnStop(func(reason string) { p.cancel(n, reason) })
+	unwatch := p.watchHealth(p.health)
+	err := p.run(h, args, cfg)
 	unwatch()
 	if why := p.deathReason(); why != nil && err != nil {
 		return why
@@ -87,20 +88,18 @@ func (w *Worker) runTask(e *loopEndpoint, p *proc, op uint8, a Assignment, cfg *
 	return err
 }
 
-// restart starts p again and ships it every callable registered here.
-func (w *Worker) restart(p *proc) error {
+// restart starts the child again and ships it every callable its Worker
+// has registered.
+func (p *process) restart() error {
 	p.cur.Load().mb.seg.Close()
-	if err := p.spawn(time.Now().Add(w.cfg.StartupTimeout)); err != nil {
-		return Wrap(err, "restarting after a kill")
+	if err := p.spawn(time.Now().Add(p.startup)); err != nil {
+		return engine.Wrap(err, "restarting after a kill")
 	}
-	w.mu.Lock()
-	callables := make([]Callable, 0, len(w.reg.byDigest))
-	for _, h := range w.reg.byDigest {
-		callables = append(callables, h.Callable)
+	if p.registered == nil {
+		return nil
 	}
-	w.mu.Unlock()
-	for _, c := range callables {
-		if err := p.register(c); err != nil {
+	for _, c := range p.registered() {
+		if err := p.Register(c); err != nil {
 			return err
 		}
 	}
@@ -113,13 +112,13 @@ func (w *Worker) restart(p *proc) error {
 // one within timeout, such as a stopped process, is killed, and the task
 // fails naming why. It returns the function that ends the watch. A timer,
 // not a goroutine, waits between probes: most tasks end before the first.
-func (p *proc) watchHealth(timeout time.Duration) func() {
+func (p *process) watchHealth(timeout time.Duration) func() {
 	var mu sync.Mutex
 	stopped := false
 	var t *time.Timer
 	probe := func() {
-		if err := p.ping(timeout); err != nil && KindOf(err) == TimeoutError {
-			p.declareDead(Errorf(RuntimeError, "%s: child process %d stopped answering (no health reply within %v); it was killed", p.name, p.pid(), timeout))
+		if err := p.ping(timeout); err != nil && engine.KindOf(err) == engine.TimeoutError {
+			p.declareDead(engine.Errorf(engine.RuntimeError, "%s: child process %d stopped answering (no health reply within %v); it was killed", p.name, p.pid(), timeout))
 			return
 		}
 		mu.Lock()
@@ -140,7 +139,7 @@ func (p *proc) watchHealth(timeout time.Duration) func() {
 }
 
 // ping sends a health probe unless the control lane is busy.
-func (p *proc) ping(timeout time.Duration) error {
+func (p *process) ping(timeout time.Duration) error {
 	if !p.lanes[laneControl].TryLock() {
 		return nil
 	}
@@ -155,16 +154,16 @@ func (p *proc) ping(timeout time.Duration) error {
 }
 
 // declareDead records why p is being killed and kills it.
-func (p *proc) declareDead(why error) {
+func (p *process) declareDead(why error) {
 	p.tmu.Lock()
 	p.why = why
 	p.tmu.Unlock()
-	p.kill()
+	p.Kill()
 }
 
 // deathReason is why p was killed by its parent, if it was (nil
 // otherwise), cleared by reading it.
-func (p *proc) deathReason() error {
+func (p *process) deathReason() error {
 	p.tmu.Lock()
 	defer p.tmu.Unlock()
 	why := p.why
@@ -172,4 +171,4 @@ func (p *proc) deathReason() error {
 	return why
 }
 
-func (p *proc) pid() int { return p.cur.Load().cmd.Process.Pid }
+func (p *process) pid() int { return p.cur.Load().cmd.Process.Pid }

@@ -1,4 +1,4 @@
-package engine
+package proc
 
 import (
 	"errors"
@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"simpler/engine"
 	"simpler/engine/hostmem"
 	"simpler/hal/comm"
-	"simpler/hal/dtype"
 	"simpler/hal/shm"
 	"simpler/internal/futex"
 	"simpler/wire"
@@ -20,19 +20,12 @@ import (
 // parent reads from the other side of the mailbox: each must be refused,
 // never wrap into a small number, turn negative as an int, or index past
 // the memory it names. The messages' own bounds are wire's
-// (wire/mailbox_test.go); these are the engine's checks around them.
+// (wire/mailbox_test.go); these are this package's checks around them.
 
 const (
 	p63 = uint64(1) << 63
 	top = uint64(math.MaxUint64)
 )
-
-func wantErrText(t *testing.T, what string, err error, text string) {
-	t.Helper()
-	if err == nil || !strings.Contains(err.Error(), text) {
-		t.Errorf("%s: error %v, want one saying %q", what, err, text)
-	}
-}
 
 // A child maps an object once; a later reference claiming another size
 // would let offsets reach past the mapping.
@@ -105,11 +98,11 @@ func TestDecodeReplyRefusesUnknownKinds(t *testing.T) {
 	e.String("msg")
 	_, err := decodeReply(e.Bytes())
 	wantErrText(t, "an unknown kind", err, `unknown error kind "Oops"`)
-	if _, ok := err.(*Error); ok {
+	if _, ok := err.(*engine.Error); ok {
 		t.Errorf("a malformed reply decoded as the child's error: %v", err)
 	}
-	_, err = decodeReply(encodeError(Errorf(KeyError, "k")))
-	if e, ok := err.(*Error); !ok || e.Kind != KeyError || e.Msg != "k" {
+	_, err = decodeReply(encodeError(engine.Errorf(engine.KeyError, "k")))
+	if e, ok := err.(*engine.Error); !ok || e.Kind != engine.KeyError || e.Msg != "k" {
 		t.Errorf("a KeyError reply decoded as %#v", err)
 	}
 }
@@ -170,66 +163,30 @@ func TestParentRefusesAnOversizeReplyLength(t *testing.T) {
 	}
 }
 
-func TestDecodeDescsBound(t *testing.T) {
-	_, err := decodeDescs(make([]byte, (wire.MaxRanks+1)*comm.DescriptorSize))
-	wantErrText(t, "a table of MaxRanks+1", err, "exceeds the bound 4096")
-	_, err = decodeDescs(make([]byte, comm.DescriptorSize+1))
-	wantErrText(t, "a partial descriptor", err, "is not whole descriptors")
-}
-
-// A node in the broker's own process gets STAGE commands as the broker
-// built them, unbounded by the wire decoder.
-func TestGlobalStageBounds(t *testing.T) {
-	g := &nodeGlobal{req: nodeGlobalReq{ID: 1, Gen: 1, WindowSize: 4096, Places: []GlobalPlace{{Rank: 0}}}, committed: true}
-	w := &Worker{globals: map[uint64]*nodeGlobal{1: g}}
-	dom := wire.Domain{ID: 1, Generation: 1}
-	cases := []wire.Control{
-		{Cmd: wire.CmdStageFrom, Domain: dom, Offset: 1, NBytes: top},   // int(NBytes) was -1, and 1+(2^64-1) wraps to 0
-		{Cmd: wire.CmdStageFrom, Domain: dom, Offset: 0, NBytes: p63},   // int(2^63) is negative
-		{Cmd: wire.CmdStageFrom, Domain: dom, Offset: top, NBytes: 1},   // wraps to 0
-		{Cmd: wire.CmdStageFrom, Domain: dom, Offset: p63, NBytes: p63}, // wraps to 0
-		{Cmd: wire.CmdStageFrom, Domain: dom, Offset: 4096, NBytes: 1},
-		{Cmd: wire.CmdStageTo, Domain: dom, Offset: top - 3, Data: make([]byte, 8)}, // wraps to 4
-		{Cmd: wire.CmdStageTo, Domain: dom, Offset: 4089, Data: make([]byte, 8)},
-	}
-	for _, c := range cases {
-		var r wire.ControlReply
-		err := w.globalStage(c, &r)
-		wantErrText(t, c.Cmd.String(), err, "overrun the 4096-byte window")
-		if r.Data != nil {
-			t.Errorf("%s at %#x: %d bytes of reply", c.Cmd, c.Offset, len(r.Data))
-		}
-	}
-}
-
-// A shape whose bytes overflow int had 0 bytes by NBytes, so nothing of it
-// was checked against the host memory under it.
-func TestRunKernelRefusesOverflowingShapes(t *testing.T) {
-	sp := newSpace(t)
-	w := newWorker(t, Config{Level: 2, DeviceIDs: []int{0}})
-	ran := false
-	h := register(t, w, chipK("k", func(*ChipCtx, *TaskArgs) error { ran = true; return nil }))
-	in, _ := hostI64(t, sp, 1)
-	for _, shape := range [][]int{{1 << 32, 1 << 32}, {1 << 62, 4}, {-1, 8}} {
-		big := in
-		big.Shape = shape
-		err := w.RunKernel(h, mkArgs(big, Input))
-		wantErrText(t, "shape", err, "exceeds 1099511627776 bytes")
-	}
-	noType := in
-	noType.DType = dtype.Invalid
-	wantErrText(t, "no dtype", w.RunKernel(h, mkArgs(noType, Input)), "tensor 0 has no dtype")
-	if ran {
-		t.Error("the kernel ran")
-	}
-}
-
 // A STAGE_FROM for a process-mode node is split into mailbox-sized pieces
 // by its size, which as an int may be negative.
 func TestProcGlobalRefusesHugeStageFrom(t *testing.T) {
-	p := &proc{name: "node"}
+	p := &process{name: "node"}
 	for _, n := range []uint64{top, p63, wire.MaxStage + 1} {
 		_, err := p.global(&wire.Control{Cmd: wire.CmdStageFrom, Domain: wire.Domain{ID: 1, Generation: 1}, NBytes: n})
 		wantErrText(t, "STAGE_FROM", err, "exceeds the bound 8388608")
 	}
+}
+
+// A child refuses an IMPORT table with a bad descriptor before it looks
+// for the rank. (The conversions themselves are engine's, tested there.)
+func TestChildRefusesABadImportTable(t *testing.T) {
+	c := &child{granks: map[grankKey]*comm.GlobalRank{}}
+	ds := []comm.Descriptor{globalRankDescriptor(0), globalRankDescriptor(1)}
+	g := wire.GlobalRankReq{Step: grImport, DomainID: 7, Generation: 1, Rank: 1, Table: engine.WireDescriptors(ds)}
+	g.Table.Descriptors[1][0] ^= 0xff
+	_, err := c.globalRank(&g)
+	if err == nil || !strings.Contains(err.Error(), "descriptor 1") {
+		t.Errorf("a bad descriptor: %v, want it refused before the rank is looked for", err)
+	}
+}
+
+func globalRankDescriptor(rank uint32) comm.Descriptor {
+	return comm.Descriptor{Profile: comm.ProfileSim, DomainID: 7, Generation: 1, Rank: rank, Ranks: 2,
+		MappingSize: 4096, Handle: "simpler-1-w2-gdom-7-1-0123456789abcdef0123456789abcdef-r" + string('0'+rune(rank))}
 }

@@ -1,6 +1,9 @@
-package engine
+package proc
 
 import (
+	"unsafe"
+
+	"simpler/engine"
 	"simpler/engine/hostmem"
 	"simpler/hal"
 	"simpler/internal/bounds"
@@ -10,7 +13,7 @@ import (
 
 // The mailbox between a parent and a child process carries wire's
 // messages (wire/mailbox.go); this file converts between them and the
-// engine's values. The engine's names for the ops are wire's constants.
+// engine's values. The names for the ops are wire's constants.
 const (
 	opInit        = wire.OpInit
 	opRegister    = wire.OpRegister
@@ -37,18 +40,9 @@ const (
 	statusTaskErr = 2 // a TaskError: its path, task and callable, then kind and message
 )
 
-// maxBytes bounds a tensor's bytes, a size or an offset: no host object
-// or device allocation is larger. maxArgs (tensors, and scalars) and
-// maxDims bound a task's args as every message that carries a task does.
-const (
-	maxBytes = wire.MaxBufferBytes
-	maxArgs  = wire.MaxTensors // = wire.MaxScalars
-	maxDims  = wire.MaxDims
-)
-
 func encodeError(err error) []byte {
 	var e wire.Encoder
-	if te, ok := err.(*TaskError); ok {
+	if te, ok := err.(*engine.TaskError); ok {
 		e.U8(statusTaskErr)
 		e.String(te.Worker)
 		e.Int(te.TaskID)
@@ -59,8 +53,8 @@ func encodeError(err error) []byte {
 	}
 	// The kind and the message travel apart, so the parent rebuilds a
 	// typed Error and never reads a kind out of text.
-	e.String(string(KindOf(err)))
-	e.String(message(err))
+	e.String(string(engine.KindOf(err)))
+	e.String(engine.MessageOf(err))
 	return e.Bytes()
 }
 
@@ -69,18 +63,18 @@ func encodeError(err error) []byte {
 // as part of the message.
 func decodeReply(b []byte) (*wire.Decoder, error) {
 	d := wire.NewDecoder(b)
-	var te *TaskError
+	var te *engine.TaskError
 	switch d.U8() {
 	case statusOK:
 		return d, d.Err()
 	case statusErr:
 	case statusTaskErr:
-		te = &TaskError{Worker: d.String(), TaskID: d.Int(1 << 40), Callable: d.String()}
+		te = &engine.TaskError{Worker: d.String(), TaskID: d.Int(1 << 40), Callable: d.String()}
 	default:
 		d.Fail("bad reply status")
 		return nil, d.Err()
 	}
-	k, msg := Kind(d.String()), d.String()
+	k, msg := engine.Kind(d.String()), d.String()
 	if d.Err() == nil && !kind.Known(k) {
 		d.FailBounds("unknown error kind %q", k)
 	}
@@ -88,9 +82,9 @@ func decodeReply(b []byte) (*wire.Decoder, error) {
 		return nil, err
 	}
 	if te == nil {
-		return nil, &Error{Kind: k, Msg: msg}
+		return nil, &engine.Error{Kind: k, Msg: msg}
 	}
-	te.Err = &Error{Kind: k, Msg: msg}
+	te.Err = &engine.Error{Kind: k, Msg: msg}
 	return nil, te
 }
 
@@ -111,12 +105,12 @@ func locateRef(addr uint64) (hostRef, bool) {
 // hostRefOf names the shared memory under b (a host slice), for copies.
 func hostRefOf(b []byte) (hostRef, error) {
 	if len(b) == 0 {
-		return hostRef{}, Errorf(ValueError, "empty copy")
+		return hostRef{}, engine.Errorf(engine.ValueError, "empty copy")
 	}
-	addr := uint64(uintptrOf(b))
+	addr := uint64(uintptr(unsafe.Pointer(&b[0])))
 	ref, ok := locateRef(addr)
 	if !ok || !bounds.FitsInt(ref.Off, len(b), ref.Size) {
-		return hostRef{}, Errorf(ValueError, "host memory at 0x%x (%d bytes) is not in shared memory, so a child process cannot see it", addr, len(b))
+		return hostRef{}, engine.Errorf(engine.ValueError, "host memory at 0x%x (%d bytes) is not in shared memory, so a child process cannot see it", addr, len(b))
 	}
 	return ref, nil
 }
@@ -126,7 +120,7 @@ func hostRefOf(b []byte) (hostRef, error) {
 // fake), each device tensor by its address in the child's chip. The
 // shapes and scalars are shared with a, not copied: the request is
 // encoded before a can change.
-func mailboxTask(op uint8, digest string, a *TaskArgs, cfg CallConfig, locate func(uint64) (hostRef, bool)) (*wire.MailboxTask, error) {
+func mailboxTask(op uint8, digest string, a *engine.TaskArgs, cfg engine.CallConfig, locate func(uint64) (hostRef, bool)) (*wire.MailboxTask, error) {
 	m := &wire.MailboxTask{Op: op, Digest: digest, Config: cfg.Wire(), Scalars: a.Scalars}
 	if len(a.Tensors) > 0 {
 		m.Tensors = make([]wire.MailboxTensor, len(a.Tensors))
@@ -140,7 +134,7 @@ func mailboxTask(op uint8, digest string, a *TaskArgs, cfg CallConfig, locate fu
 		}
 		ref, ok := locate(t.Addr)
 		if !ok {
-			return nil, Errorf(ValueError, "tensor %d: host address 0x%x is not in shared memory, so a child process cannot see it", i, t.Addr)
+			return nil, engine.Errorf(engine.ValueError, "tensor %d: host address 0x%x is not in shared memory, so a child process cannot see it", i, t.Addr)
 		}
 		x.Host = ref
 	}
@@ -149,13 +143,13 @@ func mailboxTask(op uint8, digest string, a *TaskArgs, cfg CallConfig, locate fu
 
 // taskArgs are the args of a task request, each host tensor's object
 // mapped through attach, which returns the object's address here.
-func taskArgs(m *wire.MailboxTask, attach func(hostRef) (uint64, error)) (*TaskArgs, error) {
-	a := &TaskArgs{Scalars: m.Scalars}
+func taskArgs(m *wire.MailboxTask, attach func(hostRef) (uint64, error)) (*engine.TaskArgs, error) {
+	a := &engine.TaskArgs{Scalars: m.Scalars}
 	if n := len(m.Tensors); n > 0 {
-		a.Tensors, a.Tags = make([]Tensor, 0, n), make([]Tag, 0, n)
+		a.Tensors, a.Tags = make([]engine.Tensor, 0, n), make([]engine.Tag, 0, n)
 	}
 	for _, x := range m.Tensors {
-		t := Tensor{Addr: x.Addr, Shape: x.Shape, DType: x.DType, ChildMemory: x.Device}
+		t := engine.Tensor{Addr: x.Addr, Shape: x.Shape, DType: x.DType, ChildMemory: x.Device}
 		if !x.Device {
 			base, err := attach(x.Host)
 			if err != nil {
@@ -171,7 +165,7 @@ func taskArgs(m *wire.MailboxTask, attach func(hostRef) (uint64, error)) (*TaskA
 
 // nodeConfig is what a node process needs of c to build its level-3
 // worker.
-func nodeConfig(c Config) wire.NodeConfig {
+func nodeConfig(c engine.Config) wire.NodeConfig {
 	return wire.NodeConfig{Level: c.Level, Platform: c.Platform.Name(), DeviceIDs: c.DeviceIDs, NumSubWorkers: c.NumSubWorkers,
 		Mode: c.Mode, EnableSDMA: c.EnableSDMA, HeapRingSize: c.HeapRingSize, TaskWindow: c.TaskWindow,
 		StartupTimeout: c.StartupTimeout, CommProfile: c.CommProfile, GlobalDeviceRanks: c.GlobalDeviceRanks,
@@ -182,15 +176,15 @@ func nodeConfig(c Config) wire.NodeConfig {
 // platform must be named as nodeConfig names it (Platform.Name), not by
 // an alias hal.Lookup also takes, which would not re-encode to the same
 // bytes.
-func configOf(n wire.NodeConfig) (Config, error) {
+func configOf(n wire.NodeConfig) (engine.Config, error) {
 	p, err := hal.Lookup(n.Platform)
 	if err != nil {
-		return Config{}, err
+		return engine.Config{}, err
 	}
 	if p.Name() != n.Platform {
-		return Config{}, Errorf(ValueError, "platform %q is named %q", n.Platform, p.Name())
+		return engine.Config{}, engine.Errorf(engine.ValueError, "platform %q is named %q", n.Platform, p.Name())
 	}
-	return Config{Level: n.Level, Platform: p, DeviceIDs: n.DeviceIDs, NumSubWorkers: n.NumSubWorkers,
+	return engine.Config{Level: n.Level, Platform: p, DeviceIDs: n.DeviceIDs, NumSubWorkers: n.NumSubWorkers,
 		Mode: n.Mode, EnableSDMA: n.EnableSDMA, HeapRingSize: n.HeapRingSize, TaskWindow: n.TaskWindow,
 		StartupTimeout: n.StartupTimeout, CommProfile: n.CommProfile, GlobalDeviceRanks: n.GlobalDeviceRanks,
 		ControlTimeout: n.ControlTimeout, TaskTimeout: n.TaskTimeout, HealthTimeout: n.HealthTimeout, CloseTimeout: n.CloseTimeout}, nil

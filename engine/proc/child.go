@@ -1,4 +1,4 @@
-package engine
+package proc
 
 import (
 	"fmt"
@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"simpler/engine"
 	"simpler/engine/hostmem"
 	"simpler/hal"
 	"simpler/hal/comm"
@@ -16,19 +17,6 @@ import (
 	"simpler/internal/orphan"
 	"simpler/wire"
 )
-
-// Resolver finds registered callables in a child process: the binding
-// loads the module bundle the parent started with and checks the digest.
-type Resolver interface {
-	Resolve(digest, module, name string) (Callable, error)
-}
-
-// Locatable is a callable that can say where a child finds it: the module
-// (relative to the bundle) and the top-level name.
-type Locatable interface {
-	Callable
-	Module() string
-}
 
 // Child roles, wire's.
 const (
@@ -55,20 +43,20 @@ type child struct {
 	role     uint8
 	workerID int
 	chip     hal.Chip
-	node     *Worker // roleNode
-	resolver Resolver
+	node     *engine.Worker // roleNode
+	resolver engine.Resolver
 	prefix   string // the parent's shm prefix, for domain names
 	ppid     int
 
 	mu        sync.Mutex
-	callables map[string]Callable // by digest
+	callables map[string]engine.Callable // by digest
 	attached  map[string]*shm.Segment
 	ranks     map[uint64]*comm.Rank         // by allocation id
 	granks    map[grankKey]*comm.GlobalRank // global-domain ranks on this chip (opGlobalRank)
 	local     any                           // the task lane's binding state
-	chipCtx   ChipCtx
-	tasks     uint64  // tasks the task lane has received (the running one's number)
-	taskStop  Stopper // stops the task the task lane runs (OpCancel)
+	chipCtx   engine.ChipCtx
+	tasks     uint64         // tasks the task lane has received (the running one's number)
+	taskStop  engine.Stopper // stops the task the task lane runs (OpCancel)
 	done      chan struct{}
 	// fence orders the lanes for Go's memory model: the parent never sends
 	// a request that depends on another lane's until that one's reply
@@ -80,16 +68,17 @@ type child struct {
 }
 
 // RunChild serves the mailbox named name until the parent shuts it down
-// or goes away; it is the whole life of a child process. newResolver turns
-// the parent's bundle into a Resolver.
-func RunChild(name string, newResolver func(bundle []byte) (Resolver, error)) error {
+// or goes away; it is the whole life of a child process (the launcher's
+// hidden subcommand calls it). newResolver turns the parent's bundle into
+// a Resolver.
+func RunChild(name string, newResolver func(bundle []byte) (engine.Resolver, error)) error {
 	shm.SweepDead() // names under this pid left by an earlier process would collide
 	mb, err := openMailbox(name)
 	if err != nil {
 		return err
 	}
 	defer mb.seg.Close()
-	c := &child{mb: mb, ppid: os.Getppid(), callables: map[string]Callable{}, attached: map[string]*shm.Segment{},
+	c := &child{mb: mb, ppid: os.Getppid(), callables: map[string]engine.Callable{}, attached: map[string]*shm.Segment{},
 		ranks: map[uint64]*comm.Rank{}, granks: map[grankKey]*comm.GlobalRank{}, done: make(chan struct{})}
 	ctl := mb.lanes[laneControl]
 	req, live, err := ctl.next(c.parentGone)
@@ -144,7 +133,7 @@ func (c *child) parentGone() bool {
 
 // init takes up the role the parent's first request gives, all of which
 // decodes before any of it is acted on.
-func (c *child) init(req []byte, newResolver func([]byte) (Resolver, error)) error {
+func (c *child) init(req []byte, newResolver func([]byte) (engine.Resolver, error)) error {
 	m, err := wire.DecodeMailboxInit(req)
 	if err != nil {
 		return err
@@ -160,8 +149,10 @@ func (c *child) init(req []byte, newResolver func([]byte) (Resolver, error)) err
 		if err != nil {
 			return err
 		}
-		cfg.Launcher = &Launcher{Path: m.Path, Args: m.Args, Bundle: m.Bundle}
-		if c.node, err = NewWorker(cfg); err != nil {
+		// The node's own chips are processes too if its mode says so:
+		// this binary again, by the same transport.
+		cfg.Launcher, cfg.Spawn = &engine.Launcher{Path: m.Path, Args: m.Args, Bundle: m.Bundle}, Spawner{}
+		if c.node, err = engine.NewWorker(cfg); err != nil {
 			return err
 		}
 		if err := c.node.Init(); err != nil { // the whole subtree is up before the reply
@@ -229,40 +220,40 @@ func (c *child) task(req []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg, op := CallConfigOf(m.Config), m.Op
+	cfg, op := engine.CallConfigOf(m.Config), m.Op
 	c.mu.Lock()
 	fn := c.callables[m.Digest]
 	c.tasks++
 	c.taskStop.Reset()
 	c.mu.Unlock()
 	if fn == nil {
-		return nil, Errorf(RuntimeError, "callable %s is not registered in this child", m.Digest)
+		return nil, engine.Errorf(engine.RuntimeError, "callable %s is not registered in this child", m.Digest)
 	}
 	switch {
 	case op == opRunChip && c.role == roleChip:
-		k, isKernel := fn.(ChipKernel)
+		k, isKernel := fn.(engine.ChipKernel)
 		if !isKernel {
-			return nil, Errorf(TypeError, "%q cannot run as a chip kernel", fn.Name())
+			return nil, engine.Errorf(engine.TypeError, "%q cannot run as a chip kernel", fn.Name())
 		}
-		c.chipCtx = ChipCtx{WorkerID: c.workerID, Chip: c.chip, Local: &c.local, Stop: &c.taskStop}
-		err = runKernel(&c.chipCtx, k, args)
+		c.chipCtx = engine.ChipCtx{WorkerID: c.workerID, Chip: c.chip, Local: &c.local, Stop: &c.taskStop}
+		err = engine.RunChipKernel(&c.chipCtx, k, args)
 	case op == opRunOrch && c.role == roleNode:
-		oc, isOrch := fn.(OrchCallable)
+		oc, isOrch := fn.(engine.OrchCallable)
 		if !isOrch {
-			return nil, Errorf(TypeError, "%q cannot run as an orchestration function", fn.Name())
+			return nil, engine.Errorf(engine.TypeError, "%q cannot run as an orchestration function", fn.Name())
 		}
-		var r *Run
-		if r, err = c.node.SubmitStoppable(func(o *Orchestrator) (any, error) { return nil, oc.RunOrch(o, args, &cfg) }, &c.taskStop); err == nil {
+		var r *engine.Run
+		if r, err = c.node.SubmitStoppable(func(o *engine.Orchestrator) (any, error) { return nil, oc.RunOrch(o, args, &cfg) }, &c.taskStop); err == nil {
 			err = r.Wait(-1)
 		}
 	case op == opRunSub && c.role == roleSub:
-		s, isSub := fn.(SubCallable)
+		s, isSub := fn.(engine.SubCallable)
 		if !isSub {
-			return nil, Errorf(TypeError, "%q cannot run as a SUB callable", fn.Name())
+			return nil, engine.Errorf(engine.TypeError, "%q cannot run as a SUB callable", fn.Name())
 		}
-		err = s.RunSub(&SubCtx{WorkerID: c.workerID, Local: &c.local, Stop: &c.taskStop}, args)
+		err = s.RunSub(&engine.SubCtx{WorkerID: c.workerID, Local: &c.local, Stop: &c.taskStop}, args)
 	default:
-		return nil, Errorf(RuntimeError, "task op %d does not fit a child of role %d", op, c.role)
+		return nil, engine.Errorf(engine.RuntimeError, "task op %d does not fit a child of role %d", op, c.role)
 	}
 	if err != nil {
 		return nil, err
@@ -304,7 +295,7 @@ func (c *child) control(req []byte) ([]byte, error) {
 		return ok(nil), nil
 	case opGlobal:
 		if c.node == nil {
-			return nil, Errorf(RuntimeError, "a global-domain command needs a level-3 node; this child is a chip or SUB worker")
+			return nil, engine.Errorf(engine.RuntimeError, "a global-domain command needs a level-3 node; this child is a chip or SUB worker")
 		}
 		reply := wire.ControlReply{Seq: 1, Cmd: r.Global.Cmd} // the mailbox has no sequence; the codec wants one
 		if err := c.node.GlobalCommand(r.Global, &reply); err != nil {
@@ -313,7 +304,7 @@ func (c *child) control(req []byte) ([]byte, error) {
 		return ok(reply.Encode), nil
 	}
 	if c.chip == nil {
-		return nil, Errorf(RuntimeError, "op %d needs a chip; this is a SUB worker", r.Op)
+		return nil, engine.Errorf(engine.RuntimeError, "op %d needs a chip; this is a SUB worker", r.Op)
 	}
 	return c.chipControl(&r)
 }
@@ -349,11 +340,11 @@ func (c *child) chipControl(r *wire.MailboxControl) ([]byte, error) {
 		delete(c.ranks, r.Ptr)
 		c.mu.Unlock()
 		if rank == nil {
-			return nil, Errorf(ValueError, "no domain rank with allocation id %d here", r.Ptr)
+			return nil, engine.Errorf(engine.ValueError, "no domain rank with allocation id %d here", r.Ptr)
 		}
 		return ok(nil), rank.Release()
 	}
-	return nil, Errorf(RuntimeError, "unknown control op %d", r.Op)
+	return nil, engine.Errorf(engine.RuntimeError, "unknown control op %d", r.Op)
 }
 
 // commAlloc runs this child's rank of a domain allocation, under its
@@ -372,21 +363,15 @@ func (c *child) commAlloc(a *wire.CommAlloc) ([]byte, error) {
 	return ok(reply.Encode), nil
 }
 
-// grankKey names a global-domain rank hosted by this chip.
-type grankKey struct {
-	id, gen uint64
-	rank    int
-}
-
 // globalRank runs one step of a global domain's rank on this chip: the
 // window is mapped into the chip here, in the chip's own process, as a
-// node in one process maps it into its chip (gnode.go).
+// node in one process maps it into its chip (engine/gnode.go).
 func (c *child) globalRank(g *wire.GlobalRankReq) ([]byte, error) {
 	key := grankKey{g.DomainID, g.Generation, g.Rank}
 	if g.Step == grPrepare {
 		return c.globalPrepare(key, g)
 	}
-	table, err := commDescriptors(g.Table) // every descriptor decodes before the rank is touched
+	table, err := engine.CommDescriptors(g.Table) // every descriptor decodes before the rank is touched
 	if err != nil {
 		return nil, err
 	}
@@ -400,7 +385,7 @@ func (c *child) globalRank(g *wire.GlobalRankReq) ([]byte, error) {
 	case r == nil && (g.Step == grRelease || g.Step == grInvalidate):
 		return ok(nil), nil // released already, or never prepared (an ABORT after a failed PREPARE)
 	case r == nil:
-		return nil, Errorf(KeyError, "global domain %d (generation %d) has no rank %d on this chip", key.id, key.gen, key.rank)
+		return nil, engine.Errorf(engine.KeyError, "global domain %d (generation %d) has no rank %d on this chip", key.id, key.gen, key.rank)
 	case g.Step == grImport:
 		if err := r.Import(table); err != nil {
 			return nil, err
@@ -421,13 +406,13 @@ func (c *child) globalRank(g *wire.GlobalRankReq) ([]byte, error) {
 // dead child's names (comm.RemoveGlobalRank) both cover them.
 func (c *child) globalPrepare(key grankKey, g *wire.GlobalRankReq) ([]byte, error) {
 	if !strings.HasPrefix(g.Prefix, c.prefix) {
-		return nil, Errorf(ValueError, "global domain %d: name prefix %q is not under this child's parent's %q", key.id, g.Prefix, c.prefix)
+		return nil, engine.Errorf(engine.ValueError, "global domain %d: name prefix %q is not under this child's parent's %q", key.id, g.Prefix, c.prefix)
 	}
 	c.mu.Lock()
 	_, dup := c.granks[key]
 	c.mu.Unlock()
 	if dup {
-		return nil, Errorf(RuntimeError, "global domain %d (generation %d) rank %d is already prepared on this chip", key.id, key.gen, key.rank)
+		return nil, engine.Errorf(engine.RuntimeError, "global domain %d (generation %d) rank %d is already prepared on this chip", key.id, key.gen, key.rank)
 	}
 	req := comm.GlobalRequest{Prefix: g.Prefix, DomainID: g.DomainID, Generation: g.Generation, Name: g.Name,
 		Ranks: g.Ranks, WindowSize: g.WindowSize, Timeout: g.Timeout}
@@ -438,7 +423,7 @@ func (c *child) globalPrepare(key grankKey, g *wire.GlobalRankReq) ([]byte, erro
 	c.mu.Lock()
 	c.granks[key] = r
 	c.mu.Unlock()
-	reply := wire.GlobalPrepareReply{Descriptor: wireDescriptor(desc), WindowBase: r.WindowBase()}
+	reply := wire.GlobalPrepareReply{Descriptor: engine.WireDescriptor(desc), WindowBase: r.WindowBase()}
 	return ok(reply.Encode), nil
 }
 
@@ -451,13 +436,13 @@ func (c *child) attach(ref hostRef) (uint64, error) {
 	defer c.mu.Unlock()
 	if seg := c.attached[ref.Name]; seg != nil {
 		if len(seg.Mem) != ref.Size {
-			return 0, Errorf(ValueError, "host memory %s is mapped here with %d bytes, not %d", ref.Name, len(seg.Mem), ref.Size)
+			return 0, engine.Errorf(engine.ValueError, "host memory %s is mapped here with %d bytes, not %d", ref.Name, len(seg.Mem), ref.Size)
 		}
 		return seg.Addr(), nil
 	}
 	seg, err := shm.Open(ref.Name, ref.Size)
 	if err != nil {
-		return 0, Wrap(err, fmt.Sprintf("mapping host memory %s", ref.Name))
+		return 0, engine.Wrap(err, fmt.Sprintf("mapping host memory %s", ref.Name))
 	}
 	hostmem.Register(seg)
 	c.attached[ref.Name] = seg
@@ -468,7 +453,7 @@ func (c *child) attach(ref hostRef) (uint64, error) {
 // request's decoder checked lie inside ref's object.
 func (c *child) hostBytes(ref hostRef, n int) ([]byte, error) {
 	if !bounds.FitsInt(ref.Off, n, ref.Size) {
-		return nil, Errorf(ValueError, "%d bytes at offset %d overrun the %d bytes of %s", n, ref.Off, ref.Size, ref.Name)
+		return nil, engine.Errorf(engine.ValueError, "%d bytes at offset %d overrun the %d bytes of %s", n, ref.Off, ref.Size, ref.Name)
 	}
 	base, err := c.attach(ref)
 	if err != nil {
