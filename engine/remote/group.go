@@ -296,7 +296,8 @@ func (g *gatherer) handle(conn net.Conn) {
 	}
 	req := g.req.Ranks[j.Rank]
 	req.Spec.Endpoint = fmt.Sprintf("%s (pid %d on host %s)", from, j.PID, j.Host.Name) // what its errors name
-	req.Spec.Token = g.token // the group's, perhaps made at its start
+	// The token is the group's, perhaps made at its start.
+	req.Spec.Token = g.token
 	n, err := attach(conn, req, &j.Nonce) // closes conn on failure
 	g.mu.Lock()
 	delete(g.conns, conn) // the node owns it now
