@@ -112,7 +112,11 @@ func (c *core) complete(a Assignment, err error, eff *Effects) {
 func (c *core) settle(a Assignment, err error, eff *Effects) {
 	t := a.Task
 	if t.settled == nil {
-		t.settled = make([]bool, max(len(t.args), a.Member+1))
+		if n := max(len(t.args), a.Member+1); n == 1 {
+			t.settled = t.settled1[:]
+		} else {
+			t.settled = make([]bool, n)
+		}
 	}
 	if t.settled[a.Member] {
 		return

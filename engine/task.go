@@ -17,6 +17,7 @@ type Task struct {
 	consumers []*Task // tasks waiting on this one
 	remaining int     // members not yet settled
 	settled   []bool  // by member: its outcome is recorded (made on first settle)
+	settled1  [1]bool // backing of settled for single tasks: no allocation per task
 	done      bool
 	err       error // why it failed: its own error (root) or a producer's
 	root      bool  // err came from running this task
