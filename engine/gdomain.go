@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -26,8 +27,11 @@ type GlobalSpec struct {
 	RetainAfterRun bool
 }
 
-// MaxGlobalMembers bounds a global domain.
-const MaxGlobalMembers = 64
+// MaxGlobalMembers bounds a global domain: the descriptor tables and the
+// commands that carry ranks are bounded by the same number (wire.MaxRanks,
+// which the engine checks at compile time), and so are hal/comm's rank
+// counts.
+const MaxGlobalMembers = wire.MaxRanks
 
 // GlobalDomain is a communication domain across level-3 nodes, brokered by
 // a level-4 (or higher) worker: the GlobalCommDomainHandle.
@@ -343,9 +347,17 @@ func (d *GlobalDomain) transact() error {
 		ranks[m[0]] = append(ranks[m[0]], r)
 	}
 	t := newGtxn(d.nodes, ranks, len(spec.Members))
-	for s, ok := t.Next(); ok; s, ok = t.Next() {
-		descs, err := d.step(s, places[s.Node], t.Table())
-		t.Done(s, descs, err)
+	for batch, ok := t.Next(); ok; batch, ok = t.Next() {
+		table := t.Table() // complete before IMPORT's batch, unchanged during it
+		descs := make([][]comm.Descriptor, len(batch))
+		errs := make([]error, len(batch))
+		each(len(batch), func(i int) {
+			s := batch[i]
+			descs[i], errs[i] = d.step(s, places[s.Node], table)
+		})
+		for i, s := range batch {
+			t.Done(s, descs[i], errs[i])
+		}
 	}
 	if err := t.AbortErr(); err != nil {
 		d.w.Poison(Wrap(err, fmt.Sprintf("aborting global domain %q", spec.Name)))
@@ -474,17 +486,46 @@ func (d *GlobalDomain) free(last bool) error {
 	return err
 }
 
-// releaseOnNodes sends RELEASE_DOMAIN to every node hosting ranks and
-// returns the first failure.
+// releaseOnNodes sends RELEASE_DOMAIN to every node hosting ranks, all
+// at once, and returns the first failure in node order.
 func (d *GlobalDomain) releaseOnNodes() error {
-	var first error
-	for _, n := range d.nodes {
+	errs := make([]error, len(d.nodes))
+	each(len(d.nodes), func(i int) {
+		n := d.nodes[i]
 		_, err := d.nodeCmd(n, &wire.Control{Cmd: wire.CmdReleaseDomain, Domain: wire.Domain{ID: d.id, Generation: d.gen}})
-		if err != nil && first == nil {
-			first = Wrap(err, fmt.Sprintf("releasing global domain %q on node %d", d.spec.Name, n))
+		errs[i] = Wrap(err, fmt.Sprintf("releasing global domain %q on node %d", d.spec.Name, n))
+	})
+	for _, err := range errs {
+		if err != nil {
+			return err
 		}
 	}
-	return first
+	return nil
+}
+
+// each runs f(0..n-1) concurrently, f(0) on the calling goroutine, and
+// returns when every call has: one phase of node commands in flight
+// together, each node's on its own goroutine. Every node command is
+// bounded (a remote node's by its reply timeout, a child's by its
+// liveness watch), so the wait is too.
+func each(n int, f func(i int)) {
+	if n == 0 {
+		return
+	}
+	var wg sync.WaitGroup
+	wg.Add(n - 1)
+	for i := 1; i < n; i++ {
+		go func() {
+			defer wg.Done()
+			f(i)
+		}()
+	}
+	// Let the others send before this goroutine works: on a machine with
+	// few cores a node served in this process would otherwise hold the
+	// processor while a remote node's command waits to go out.
+	runtime.Gosched()
+	f(0)
+	wg.Wait()
 }
 
 // freeGlobals runs at a run's fence: its global domains are released,

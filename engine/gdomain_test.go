@@ -218,7 +218,7 @@ func TestGlobalDomainFailedFreeAtClosePoisons(t *testing.T) {
 
 func TestGlobalDomainValidation(t *testing.T) {
 	w := l4Nodes(t)
-	many := make([][2]int, 65)
+	many := make([][2]int, MaxGlobalMembers+1)
 	for i := range many {
 		many[i] = [2]int{0, 0}
 	}
@@ -227,7 +227,7 @@ func TestGlobalDomainValidation(t *testing.T) {
 		want string
 	}{
 		{GlobalSpec{Name: "g", WindowSize: 64}, "0 members"},
-		{GlobalSpec{Name: "g", Members: many, WindowSize: 64}, "65 members"},
+		{GlobalSpec{Name: "g", Members: many, WindowSize: 64}, "4097 members; a global domain has 1..4096"},
 		{GlobalSpec{Name: "g", Members: [][2]int{{0, 0}, {0, 0}}, WindowSize: 64}, "listed twice"},
 		{GlobalSpec{Name: "g", Members: [][2]int{{2, 0}}, WindowSize: 64}, "node 2 is not a level-3 node"},
 		{GlobalSpec{Name: "g", Members: [][2]int{{1, 2}}, WindowSize: 64}, "node 1 has no local worker 2"},

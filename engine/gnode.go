@@ -137,6 +137,7 @@ func (w *Worker) prepareRank(req nodeGlobalReq, p GlobalPlace) (NodeRank, comm.D
 		}
 		return r, d, nil
 	}
+	gr.Pooled = true // a chip in this process: its window may be pooled (hal/comm)
 	r, d, err := comm.PrepareGlobal(gr, p.Rank, w.chips[p.Local])
 	if err != nil {
 		return nil, d, err // not r: a nil *GlobalRank in the interface is not nil

@@ -3,21 +3,29 @@ package engine
 import "simpler/hal/comm"
 
 // A global domain is brought up by a transaction the L4 worker runs over
-// the nodes that host its ranks, node by node and phase by phase:
+// the nodes that host its ranks, phase by phase:
 //
 //	COMM_INIT  every node re-checks capability and topology
 //	PREPARE    every node makes windows for its ranks, returns descriptors
 //	IMPORT     every node gets the complete rank-ordered table
 //	COMMIT     every node makes its view visible
 //
+// A phase goes to every node at once: Next hands out the whole phase as
+// one batch of steps, which the driver sends concurrently, and the
+// transaction moves on only once every step of the batch has been
+// answered (Done, in any order). So a phase never overlaps the next, and
+// a node is never sent ABORT while one of its commands is in flight.
+//
 // On any failure, ABORT goes to every node that was sent PREPARE
-// (committed ones included) and the first error is the transaction's. An
-// ABORT that fails leaves device state nothing can reach: AbortErr is set
-// and the worker must refuse all further work.
+// (committed ones included), again as one batch, and the primary error is
+// that of the failed step first in node order (deterministic, whatever
+// order the answers came in). An ABORT that fails leaves device state
+// nothing can reach: AbortErr is set and the worker must refuse all
+// further work.
 //
 // gtxn is that decision logic alone: a state machine with no I/O. Next
-// says what to send to which node; Done records the answer. Tests step it
-// directly; the worker's driver does the sending.
+// says what to send to which nodes; Done records each answer. Tests step
+// it directly; the worker's driver does the sending.
 
 // gtxnOp is one node command of the transaction.
 type gtxnOp uint8
@@ -46,8 +54,11 @@ type gtxn struct {
 	ranks    map[int][]int // node → the domain ranks it hosts
 	size     int           // ranks in the domain
 	phase    gtxnOp        // the phase being run, or opGlobalAbort
-	next     int           // index into nodes within the phase
-	prepared []int         // nodes sent PREPARE, in order
+	batch    []gtxnStep    // the phase's steps, sent and not all answered
+	answered []bool        // by index into batch
+	errs     []error       // by index into batch: the phase's failures
+	left     int           // steps of batch not answered yet
+	prepared []int         // nodes sent PREPARE, in node order
 	table    []comm.Descriptor
 	err      error // the primary error
 	abortErr error // an ABORT that failed
@@ -56,55 +67,94 @@ type gtxn struct {
 
 // newGtxn starts a transaction over nodes, each hosting the given ranks.
 func newGtxn(nodes []int, ranks map[int][]int, size int) *gtxn {
-	return &gtxn{nodes: nodes, ranks: ranks, size: size, phase: opGlobalCommInit, table: make([]comm.Descriptor, size)}
+	return &gtxn{nodes: nodes, ranks: ranks, size: size, table: make([]comm.Descriptor, size)}
 }
 
-// Next returns the next command to send, or false when the transaction
-// has ended (see Err and AbortErr).
-func (t *gtxn) Next() (gtxnStep, bool) {
+// Next returns the next phase's steps, one per node, to send together;
+// nil while steps of the current phase are unanswered (the driver has a
+// bug if it asks then), and false once the transaction has ended (see Err
+// and AbortErr).
+func (t *gtxn) Next() ([]gtxnStep, bool) {
+	switch {
+	case t.done:
+		return nil, false
+	case t.left > 0:
+		return nil, true
+	}
+	t.endPhase()
 	if t.done {
-		return gtxnStep{}, false
+		return nil, false
 	}
+	targets := t.nodes
 	if t.phase == opGlobalAbort {
-		if t.next >= len(t.prepared) {
-			t.done = true
-			return gtxnStep{}, false
-		}
-		return gtxnStep{Op: opGlobalAbort, Node: t.prepared[t.next]}, true
+		targets = t.prepared
 	}
-	if t.next >= len(t.nodes) { // the phase is complete on every node
-		if t.phase == opGlobalCommit {
-			t.done = true
-			return gtxnStep{}, false
-		}
-		t.phase++
-		t.next = 0
+	t.batch = make([]gtxnStep, 0, len(targets))
+	for _, n := range targets {
+		t.batch = append(t.batch, gtxnStep{Op: t.phase, Node: n})
 	}
-	return gtxnStep{Op: t.phase, Node: t.nodes[t.next]}, true
+	t.answered, t.errs, t.left = make([]bool, len(t.batch)), make([]error, len(t.batch)), len(t.batch)
+	if t.phase == opGlobalPrepare {
+		t.prepared = append(t.prepared[:0], t.nodes...) // sent, so each may hold windows
+	}
+	if t.left == 0 { // an abort with nothing prepared
+		t.done = true
+		return nil, false
+	}
+	return t.batch, true
 }
 
-// Done records the answer to step s: for PREPARE, the node's descriptors
-// (one per rank it hosts, in its ranks' order).
-func (t *gtxn) Done(s gtxnStep, descs []comm.Descriptor, err error) {
-	if s.Op == opGlobalAbort {
-		if err != nil && t.abortErr == nil {
-			t.abortErr = err
-		}
-		t.next++
+// endPhase decides, once the batch is all answered, what comes next: the
+// next phase, the abort (keeping the first failure in node order as the
+// primary error), or the end.
+func (t *gtxn) endPhase() {
+	if t.phase == 0 {
+		t.phase = opGlobalCommInit
 		return
 	}
-	if s.Op == opGlobalPrepare {
-		t.prepared = append(t.prepared, s.Node) // sent, so it may hold windows
+	if t.phase == opGlobalAbort {
+		for _, err := range t.errs {
+			if err != nil && t.abortErr == nil {
+				t.abortErr = err
+			}
+		}
+		t.done = true
+		return
 	}
+	for _, err := range t.errs {
+		if err != nil {
+			t.err = err
+			t.phase = opGlobalAbort
+			return
+		}
+	}
+	if t.phase == opGlobalCommit {
+		t.done = true
+		return
+	}
+	t.phase++
+}
+
+// Done records the answer to step s of the current batch: for PREPARE,
+// the node's descriptors (one per rank it hosts, in its ranks' order). An
+// answer to a step not in the batch, or a second answer, is ignored.
+func (t *gtxn) Done(s gtxnStep, descs []comm.Descriptor, err error) {
+	i := -1
+	for j, b := range t.batch {
+		if b == s && !t.answered[j] {
+			i = j
+			break
+		}
+	}
+	if i < 0 {
+		return
+	}
+	t.answered[i] = true
+	t.left--
 	if err == nil && s.Op == opGlobalPrepare {
 		err = t.record(s.Node, descs)
 	}
-	if err != nil {
-		t.err = err
-		t.phase, t.next = opGlobalAbort, 0
-		return
-	}
-	t.next++
+	t.errs[i] = err
 }
 
 // record places a node's descriptors in the table, checking they are its
@@ -118,6 +168,8 @@ func (t *gtxn) record(node int, descs []comm.Descriptor) error {
 		if int(descs[i].Rank) != r {
 			return Errorf(RuntimeError, "global domain: node %d returned the descriptor of rank %d for rank %d", node, descs[i].Rank, r)
 		}
+	}
+	for i, r := range ranks {
 		t.table[r] = descs[i]
 	}
 	return nil
@@ -130,5 +182,6 @@ func (t *gtxn) Table() []comm.Descriptor { return t.table }
 // Err is the transaction's primary error, nil if it committed.
 func (t *gtxn) Err() error { return t.err }
 
-// AbortErr is the first ABORT failure: the worker must be poisoned.
+// AbortErr is the first ABORT failure in node order: the worker must be
+// poisoned.
 func (t *gtxn) AbortErr() error { return t.abortErr }

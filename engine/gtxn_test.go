@@ -3,43 +3,71 @@ package engine
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"simpler/hal/comm"
 )
 
-// runGtxn steps a transaction, failing step `fail` (an "OP@node" string)
-// and the abort `failAbort`, and returns the steps it took.
-func runGtxn(t *gtxn, fail, failAbort string) []string {
-	var steps []string
-	for s, ok := t.Next(); ok; s, ok = t.Next() {
-		name := fmt.Sprintf("%s@%d", s.Op, s.Node)
-		steps = append(steps, name)
-		var err error
-		if name == fail || name == failAbort {
-			err = Errorf(RuntimeError, "injected at %s", name)
+// runGtxn steps a transaction batch by batch, answering each batch's
+// steps in the order order gives (a permutation of the batch's indices,
+// or nil for batch order), failing every step named in fail ("OP@node"),
+// and returns the batches it was handed, each as "OP@node,OP@node".
+func runGtxn(t *gtxn, fail map[string]bool, order func(n int) []int) []string {
+	var batches []string
+	for batch, ok := t.Next(); ok; batch, ok = t.Next() {
+		if len(batch) == 0 {
+			panic("an empty batch while none is outstanding")
 		}
-		var descs []comm.Descriptor
-		if s.Op == opGlobalPrepare && err == nil {
-			for _, r := range t.ranks[s.Node] {
-				descs = append(descs, comm.Descriptor{Rank: uint32(r), Ranks: uint32(t.size)})
+		var names []string
+		for _, s := range batch {
+			names = append(names, fmt.Sprintf("%s@%d", s.Op, s.Node))
+		}
+		batches = append(batches, strings.Join(names, ","))
+		idx := make([]int, len(batch))
+		for i := range idx {
+			idx[i] = i
+		}
+		if order != nil {
+			idx = order(len(batch))
+		}
+		for k, i := range idx {
+			s := batch[i]
+			if k < len(idx)-1 { // the phase waits for every answer
+				if more, ok := t.Next(); !ok || more != nil {
+					panic("the transaction moved on with answers outstanding")
+				}
 			}
+			var err error
+			if fail[names[i]] {
+				err = Errorf(RuntimeError, "injected at %s", names[i])
+			}
+			var descs []comm.Descriptor
+			if s.Op == opGlobalPrepare && err == nil {
+				for _, r := range t.ranks[s.Node] {
+					descs = append(descs, comm.Descriptor{Rank: uint32(r), Ranks: uint32(t.size)})
+				}
+			}
+			t.Done(s, descs, err)
 		}
-		t.Done(s, descs, err)
 	}
-	return steps
+	return batches
 }
 
 func twoNodes() *gtxn {
 	return newGtxn([]int{0, 1}, map[int][]int{0: {0, 1}, 1: {2, 3}}, 4)
 }
 
+func threeNodes() *gtxn {
+	return newGtxn([]int{2, 0, 1}, map[int][]int{2: {0}, 0: {1, 2}, 1: {3}}, 4)
+}
+
 func TestGtxnCommitsPhaseByPhase(t *testing.T) {
 	x := twoNodes()
-	got := runGtxn(x, "", "")
-	want := []string{"COMM_INIT@0", "COMM_INIT@1", "PREPARE@0", "PREPARE@1", "IMPORT@0", "IMPORT@1", "COMMIT@0", "COMMIT@1"}
+	got := runGtxn(x, nil, nil)
+	want := []string{"COMM_INIT@0,COMM_INIT@1", "PREPARE@0,PREPARE@1", "IMPORT@0,IMPORT@1", "COMMIT@0,COMMIT@1"}
 	if !slices.Equal(got, want) || x.Err() != nil {
-		t.Fatalf("steps %v err %v", got, x.Err())
+		t.Fatalf("batches %v err %v", got, x.Err())
 	}
 	for r, d := range x.Table() {
 		if int(d.Rank) != r {
@@ -51,56 +79,113 @@ func TestGtxnCommitsPhaseByPhase(t *testing.T) {
 	}
 }
 
-// The rollback matrix: a failure at each phase on each node aborts every
-// node that was sent PREPARE, committed ones included, and keeps the
-// primary error.
-func TestGtxnRollbackMatrix(t *testing.T) {
-	cases := map[string][]string{
-		"COMM_INIT@0": nil,
-		"COMM_INIT@1": nil,
-		"PREPARE@0":   {"ABORT@0"},
-		"PREPARE@1":   {"ABORT@0", "ABORT@1"},
-		"IMPORT@0":    {"ABORT@0", "ABORT@1"},
-		"IMPORT@1":    {"ABORT@0", "ABORT@1"},
-		"COMMIT@0":    {"ABORT@0", "ABORT@1"},
-		"COMMIT@1":    {"ABORT@0", "ABORT@1"},
+// permutations is every order of 0..n-1.
+func permutations(n int) [][]int {
+	if n == 0 {
+		return [][]int{{}}
 	}
-	for fail, aborts := range cases {
-		x := twoNodes()
-		steps := runGtxn(x, fail, "")
-		i := slices.Index(steps, fail)
-		if i < 0 || !slices.Equal(steps[i+1:], aborts) {
-			t.Errorf("failing %s: steps %v, want aborts %v after it", fail, steps, aborts)
+	var out [][]int
+	for _, p := range permutations(n - 1) {
+		for i := 0; i <= len(p); i++ {
+			q := append(append(append([]int{}, p[:i]...), n-1), p[i:]...)
+			out = append(out, q)
 		}
-		if x.Err() == nil || x.Err().Error() != "RuntimeError: injected at "+fail || x.AbortErr() != nil {
-			t.Errorf("failing %s: err %v abort %v", fail, x.Err(), x.AbortErr())
+	}
+	return out
+}
+
+// The rollback matrix, exhaustively over three nodes: for every phase,
+// every non-empty set of nodes failing it and every order the phase's
+// answers come in, the phases before it ran whole, every node that was
+// sent PREPARE (all of them, from the PREPARE phase on; none before) is
+// aborted in one batch, and the primary error is the failure first in node
+// order.
+func TestGtxnRollbackMatrix(t *testing.T) {
+	nodes := []int{2, 0, 1}
+	phases := []gtxnOp{opGlobalCommInit, opGlobalPrepare, opGlobalImport, opGlobalCommit}
+	for pi, phase := range phases {
+		for set := 1; set < 1<<len(nodes); set++ {
+			fail := map[string]bool{}
+			first := ""
+			for i, n := range nodes {
+				if set&(1<<i) != 0 {
+					name := fmt.Sprintf("%s@%d", phase, n)
+					fail[name] = true
+					if first == "" {
+						first = name
+					}
+				}
+			}
+			for _, perm := range permutations(len(nodes)) {
+				x := threeNodes()
+				got := runGtxn(x, fail, func(int) []int { return perm })
+				var want []string
+				for _, p := range phases[:pi+1] {
+					want = append(want, fmt.Sprintf("%s@2,%s@0,%s@1", p, p, p))
+				}
+				if phase != opGlobalCommInit {
+					want = append(want, "ABORT@2,ABORT@0,ABORT@1")
+				}
+				if !slices.Equal(got, want) {
+					t.Fatalf("failing %v answered in order %v: batches %v, want %v", fail, perm, got, want)
+				}
+				if x.Err() == nil || x.Err().Error() != "RuntimeError: injected at "+first || x.AbortErr() != nil {
+					t.Fatalf("failing %v in order %v: err %v abort %v, want the error of %s", fail, perm, x.Err(), x.AbortErr(), first)
+				}
+			}
 		}
 	}
 }
 
 // An ABORT that fails still lets the other aborts go out, keeps the
-// primary error, and reports itself so the worker can refuse work.
+// primary error, and reports itself (the first failed abort in node
+// order, whatever order they were answered in) so the worker can refuse
+// work.
 func TestGtxnAbortFailure(t *testing.T) {
-	x := twoNodes()
-	steps := runGtxn(x, "IMPORT@1", "ABORT@0")
-	if !slices.Equal(steps[len(steps)-2:], []string{"ABORT@0", "ABORT@1"}) {
-		t.Fatalf("steps %v", steps)
-	}
-	if x.Err() == nil || x.AbortErr() == nil || x.AbortErr().Error() != "RuntimeError: injected at ABORT@0" {
-		t.Fatalf("err %v abort %v", x.Err(), x.AbortErr())
+	for _, perm := range permutations(3) {
+		x := threeNodes()
+		got := runGtxn(x, map[string]bool{"IMPORT@1": true, "ABORT@1": true, "ABORT@0": true}, func(int) []int { return perm })
+		if got[len(got)-1] != "ABORT@2,ABORT@0,ABORT@1" {
+			t.Fatalf("batches %v", got)
+		}
+		if x.Err() == nil || x.AbortErr() == nil || x.AbortErr().Error() != "RuntimeError: injected at ABORT@0" {
+			t.Fatalf("order %v: err %v abort %v", perm, x.Err(), x.AbortErr())
+		}
 	}
 }
 
 func TestGtxnRefusesWrongDescriptors(t *testing.T) {
 	x := twoNodes()
-	for s, ok := x.Next(); ok; s, ok = x.Next() {
-		var descs []comm.Descriptor
-		if s.Op == opGlobalPrepare {
-			descs = []comm.Descriptor{{Rank: 3}, {Rank: 2}} // swapped ranks
+	for batch, ok := x.Next(); ok; batch, ok = x.Next() {
+		for _, s := range batch {
+			var descs []comm.Descriptor
+			if s.Op == opGlobalPrepare {
+				descs = []comm.Descriptor{{Rank: 3}, {Rank: 2}} // swapped ranks
+			}
+			x.Done(s, descs, nil)
 		}
-		x.Done(s, descs, nil)
 	}
-	if x.Err() == nil {
-		t.Fatal("descriptors for the wrong ranks were accepted")
+	if x.Err() == nil || !strings.Contains(x.Err().Error(), "node 0 returned the descriptor of rank 3 for rank 0") {
+		t.Fatalf("descriptors for the wrong ranks: err %v", x.Err())
+	}
+}
+
+// A second answer to a step, or one to a step not in the batch, changes
+// nothing: the phase still waits for the step it lacks.
+func TestGtxnIgnoresStrayAnswers(t *testing.T) {
+	x := twoNodes()
+	batch, _ := x.Next()
+	x.Done(batch[0], nil, nil)
+	x.Done(batch[0], nil, Errorf(RuntimeError, "a repeat"))
+	x.Done(gtxnStep{Op: opGlobalCommit, Node: 1}, nil, Errorf(RuntimeError, "not sent"))
+	if more, ok := x.Next(); !ok || more != nil {
+		t.Fatalf("moved on with COMM_INIT@1 unanswered: %v %v", more, ok)
+	}
+	x.Done(batch[1], nil, nil)
+	if next, ok := x.Next(); !ok || len(next) != 2 || next[0].Op != opGlobalPrepare {
+		t.Fatalf("after COMM_INIT: %v %v", next, ok)
+	}
+	if x.Err() != nil {
+		t.Fatalf("a stray answer failed the transaction: %v", x.Err())
 	}
 }

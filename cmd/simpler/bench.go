@@ -23,6 +23,7 @@ var benchParts = []benchPart{
 	{"collectives", bench.Collectives},
 	{"remote", bench.Remote},
 	{"global", bench.Global},
+	{"pod", bench.Pod},
 }
 
 func benchNames() []string {

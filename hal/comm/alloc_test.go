@@ -339,7 +339,7 @@ func TestAllocateBadRequest(t *testing.T) {
 		rank int
 		want string
 	}{
-		{func(q *Request) { q.Ranks = 0 }, 0, "ValueError: comm: allocating domain " + dom + ": 0 ranks; want 1..1024"},
+		{func(q *Request) { q.Ranks = 0 }, 0, "ValueError: comm: allocating domain " + dom + ": 0 ranks; want 1..4096"},
 		{func(q *Request) {}, 1, "IndexError: comm: allocating domain " + dom + ": rank 1 out of range for 1 ranks"},
 		{func(q *Request) { q.WindowSize = 0 }, 0, "ValueError: comm: allocating domain " + dom + ": window size must be > 0, got 0"},
 		{func(q *Request) { q.Timeout = 0 }, 0, "ValueError: comm: allocating domain " + dom + ": timeout must be > 0, got 0s"},

@@ -112,7 +112,7 @@ func EncodeDescriptor(d Descriptor) []byte {
 
 // DecodeDescriptor parses and checks an encoded descriptor: exactly
 // DescriptorSize bytes, the magic, DescriptorVersion, a known profile,
-// 1 <= rank count <= 1024, rank < rank count, a mapping size > 0, and a
+// 1 <= rank count <= 4096, rank < rank count, a mapping size > 0, and a
 // non-empty handle followed only by NUL bytes. Whether the descriptor fits
 // a particular domain is Import's to check.
 func DecodeDescriptor(b []byte) (Descriptor, error) {

@@ -113,7 +113,7 @@ func TestDescriptorRejects(t *testing.T) {
 		{"no profile", func(b []byte) []byte { le.PutUint32(b[12:], 0); return b }, "unknown profile 0"},
 		{"fabric profile", func(b []byte) []byte { le.PutUint32(b[12:], 2); return b }, "unknown profile 2"},
 		{"no ranks", func(b []byte) []byte { le.PutUint32(b[36:], 0); return b }, "rank count 0"},
-		{"too many ranks", func(b []byte) []byte { le.PutUint32(b[36:], 1025); return b }, "rank count 1025"},
+		{"too many ranks", func(b []byte) []byte { le.PutUint32(b[36:], 4097); return b }, "rank count 4097"},
 		{"rank = count", func(b []byte) []byte { le.PutUint32(b[32:], 4); return b }, "rank 4 out of range for 4 ranks"},
 		{"no mapping", func(b []byte) []byte { le.PutUint64(b[40:], 0); return b }, "mapping size 0"},
 		{"empty handle", func(b []byte) []byte { clear(b[48:]); return b }, "empty handle"},

@@ -42,7 +42,8 @@ type GlobalRank struct {
 	imported    bool
 	committed   bool
 	invalidated bool
-	broken      error // an Import's rollback failed: only Release is left
+	broken      error   // an Import's rollback failed: only Release is left
+	spare       *object // a pooled window's header, unused by this rank (not rank 0)
 
 	// core: own window and (rank 0) header from Prepare; peers, the
 	// others' header, the mappings and the CommContext from Import.
@@ -76,10 +77,16 @@ func PrepareGlobal(req GlobalRequest, rank int, chip hal.Chip) (*GlobalRank, Des
 	return g, g.desc, nil
 }
 
-// prepare makes the objects this rank owns, never pooled: a peer on
-// another node may still map them after this rank released them.
+// prepare makes the objects this rank owns: fresh, or from the pool of
+// global windows if the request is pooled (global_pool.go).
 func (g *GlobalRank) prepare() error {
 	q, c := &g.req, &g.core
+	if q.Pooled {
+		if err := g.preparePooled(); err != nil {
+			return err
+		}
+		return g.export()
+	}
 	window := q.windowName(newGlobalKey(), c.rank)
 	if c.rank == 0 {
 		size := headerSize(q.Ranks)
@@ -92,6 +99,13 @@ func (g *GlobalRank) prepare() error {
 	if err := c.makeWindow(window, false); err != nil {
 		return c.errorf(kind.RuntimeError, "creating the window: %v", err)
 	}
+	return g.export()
+}
+
+// export maps the rank's own window into the chip and makes its
+// descriptor.
+func (g *GlobalRank) export() error {
+	q, c := &g.req, &g.core
 	if err := c.mapWindow(c.rank); err != nil {
 		return err
 	}
@@ -184,7 +198,7 @@ func (g *GlobalRank) checkTable(table []Descriptor) error {
 		case d.MappingSize != uint64(q.WindowSize):
 			return bad("mapping size %d, want %d", d.MappingSize, q.WindowSize)
 		}
-		if _, ok := q.windowKey(d.Handle, j); !ok {
+		if _, ok := q.windowKey(d.Handle, j); !ok && !pooledName(d.Handle) {
 			return bad("handle %q is not the name of rank %d's window of this domain", d.Handle, j)
 		}
 	}
@@ -312,8 +326,26 @@ func (g *GlobalRank) Release() error {
 func (g *GlobalRank) Abort() error { return g.Release() }
 
 // teardown releases whatever g holds; it also serves a failed Prepare.
+// A pooled rank's window (and header, or the spare one its window
+// carries) go back to the pool once the chip has let go of them.
 func (g *GlobalRank) teardown() error {
+	var w gwin
+	if c := &g.core; g.req.Pooled && c.own != nil {
+		w = gwin{prefix: c.prefix, win: c.own, hdr: g.spare}
+		if c.hdrOwned {
+			w.hdr = c.hdr
+			c.hdr, c.hdrOwned = nil, false
+		}
+		c.own, g.spare = nil, nil
+	}
 	err := g.core.teardown()
+	if w.win != nil {
+		if err == nil {
+			err = gpoolPut(w)
+		} else {
+			err = errors.Join(err, w.drop()) // the chip may still map it
+		}
+	}
 	g.imported = false
 	if err == nil {
 		unclaimPrepared(g.key) // a rank whose objects could not all go stays claimed
@@ -364,4 +396,44 @@ func (g *GlobalRank) Committed() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.committed
+}
+
+// preparePooled takes the rank's window (and for rank 0 the domain's
+// header) from the pool, cleared, or makes them under a pooled name.
+func (g *GlobalRank) preparePooled() error {
+	q, c := &g.req, &g.core
+	hdrSize := 0
+	if c.rank == 0 {
+		hdrSize = headerSize(q.Ranks)
+	}
+	w, ok := gpoolTake(c.prefix, roundPage(q.WindowSize), hdrSize)
+	if !ok {
+		if err := c.makeWindow(pooledWindowName(c.prefix, newGlobalKey()), false); err != nil {
+			return c.errorf(kind.RuntimeError, "creating the window: %v", err)
+		}
+	} else {
+		// Zero before the descriptor names it to anyone (the contract).
+		clear(w.win.seg.Mem)
+		c.own = w.win
+	}
+	switch {
+	case c.rank != 0:
+		g.spare = w.hdr // travels with its window, unused here
+	case w.hdr != nil:
+		clear(w.hdr.seg.Mem)
+		c.hdr, c.hdrOwned = w.hdr, true
+	default:
+		o, err := createObject(c.prefix, globalHeaderOf(c.own.seg.Name), hdrSize, hdrSize, false)
+		if err != nil {
+			return c.errorf(kind.RuntimeError, "creating the header: %v", err)
+		}
+		c.hdr, c.hdrOwned = o, true
+	}
+	return nil
+}
+
+// pooledName reports whether handle is a pooled window's name.
+func pooledName(handle string) bool {
+	_, ok := pooledKey(handle)
+	return ok
 }

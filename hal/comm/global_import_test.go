@@ -435,7 +435,7 @@ func TestPrepareGlobalChecks(t *testing.T) {
 		{"no chip", nil, 0, nil, "ValueError: comm: preparing global domain \"gtest\" (id %d, generation 1): no chip"},
 		{"rank", nil, 2, chip, "IndexError: comm: preparing global domain \"gtest\" (id %d, generation 1): rank 2 out of range for 2 ranks"},
 		{"negative rank", nil, -1, chip, "IndexError: comm: preparing global domain \"gtest\" (id %d, generation 1): rank -1 out of range for 2 ranks"},
-		{"no ranks", func(q *GlobalRequest) { q.Ranks = 0 }, 0, chip, "ValueError: comm: preparing global domain \"gtest\" (id %d, generation 1): 0 ranks; want 1..1024"},
+		{"no ranks", func(q *GlobalRequest) { q.Ranks = 0 }, 0, chip, "ValueError: comm: preparing global domain \"gtest\" (id %d, generation 1): 0 ranks; want 1..4096"},
 		{"window", func(q *GlobalRequest) { q.WindowSize = 0 }, 0, chip, "ValueError: comm: preparing global domain \"gtest\" (id %d, generation 1): window size must be in 1..1099511627776, got 0"},
 		{"timeout", func(q *GlobalRequest) { q.Timeout = 0 }, 0, chip, "ValueError: comm: preparing global domain \"gtest\" (id %d, generation 1): timeout must be > 0, got 0s"},
 		{"prefix", func(q *GlobalRequest) { q.Prefix = "other-" }, 0, chip, "ValueError: comm: preparing global domain \"gtest\" (id %d, generation 1): name prefix \"other-\" must start with \"simpler-\" and contain no \"/\""},

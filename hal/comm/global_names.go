@@ -22,8 +22,11 @@ package comm
 // rank 0 at Import, retrying until it exists, within GlobalRequest.Timeout.
 // Rank 0's Release unlinks it; ranks that have it mapped keep using it
 // until they release. Each rank's Release unlinks its own window's name.
-// Global objects are never pooled: once every rank has released, nothing
-// of the domain remains in /dev/shm.
+// Such objects are the domain's own: once every rank has released, nothing
+// of the domain remains in /dev/shm. A pooled request (Pooled, for a chip
+// in the node's own process) names its window "<prefix>gwin-<key>"
+// instead and gives it back to the process's pool at Release
+// (global_pool.go).
 //
 // Names are scoped by domain id and generation, so concurrent domains and
 // the generations of one domain never collide. A (domain id, generation)
@@ -57,9 +60,13 @@ type GlobalRequest struct {
 	DomainID   uint64
 	Generation uint64
 	Name       string        // the domain's label, for messages and the CommContext
-	Ranks      int           // 1..1024
+	Ranks      int           // 1..4096
 	WindowSize int           // bytes per rank, > 0
 	Timeout    time.Duration // bound on Import waiting for rank 0's header, > 0
+	// Pooled takes the window from this process's pool of global windows
+	// and gives it back at Release, under a stable name (global_pool.go);
+	// otherwise its objects are the domain's own, named as above.
+	Pooled bool
 }
 
 func (q *GlobalRequest) prefix() string {

@@ -41,8 +41,9 @@ const (
 
 	maxNameLen = 255
 	// maxRanks keeps the barrier's arrival count within its 16 bits and
-	// the header within a few pages.
-	maxRanks = 1024
+	// the header within 17 pages (4 KiB ones); it is wire.MaxRanks, the
+	// bound of a global domain's descriptor table.
+	maxRanks = 4096
 )
 
 var ctxMagic = binary.LittleEndian.Uint64([]byte("SMPLCOMM"))

@@ -24,7 +24,8 @@ package comm
 // in other processes may still have it mapped; that is safe because a
 // local domain is released as a whole, after its kernels have finished.
 // A global domain is not (its nodes release one by one), so its objects
-// are never pooled: retire unlinks them.
+// are never in this pool: retire unlinks them, or a pooled global window
+// goes to its own pool (global_pool.go).
 
 import (
 	"errors"
@@ -58,6 +59,7 @@ type object struct {
 	refs    int    // guarded by cacheMu
 	recycle bool   // created here: the last release pools it
 	parked  bool   // already renamed to a pool name while in use
+	peer    bool   // opened here, not created: may be kept idle (global_pool.go)
 	prefix  string // the request's name prefix, reused for its pool name
 }
 
@@ -127,6 +129,9 @@ func openObject(prefix, name string, size int, create bool) (o *object, created 
 		if len(o.seg.Mem) < size {
 			return nil, false, fmt.Errorf("comm: %s is mapped with %d bytes, want %d", name, len(o.seg.Mem), size)
 		}
+		if o.refs == 0 {
+			unkeep(o)
+		}
 		o.refs++
 		return o, false, nil
 	}
@@ -154,7 +159,7 @@ func openObject(prefix, name string, size int, create bool) (o *object, created 
 			return nil, false, err
 		}
 	}
-	o = &object{seg: seg, key: name, refs: 1, recycle: created, prefix: prefix}
+	o = &object{seg: seg, key: name, refs: 1, recycle: created, prefix: prefix, peer: !created}
 	cache[name] = o
 	return o, created, nil
 }
@@ -210,6 +215,11 @@ func (o *object) release() error {
 	cacheMu.Lock()
 	o.refs--
 	last := o.refs == 0
+	if last && o.peer && cache[o.key] == o && keepable(o.key) && !poolOff.Load() {
+		evicted := keep(o) // a peer's pooled window: kept mapped, in the cache
+		cacheMu.Unlock()
+		return closeObjects(evicted)
+	}
 	if last && cache[o.key] == o {
 		delete(cache, o.key)
 	}
@@ -314,7 +324,7 @@ func poolPut(seg *shm.Segment, prefix string, parked bool) error {
 // are untouched. Tests call it before checking for leftover objects, and
 // a Worker and a chip's process call it when they close.
 func DrainPool() error {
-	err := dropParked(func(warmKey) bool { return true })
+	err := errors.Join(dropParked(func(warmKey) bool { return true }), drainGlobalPool())
 	poolMu.Lock()
 	idle := pool
 	pool, poolBytes = nil, 0

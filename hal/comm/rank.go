@@ -177,7 +177,10 @@ func (c *rankCore) detach() error {
 			c.hdrBase = 0
 		}
 	}
-	for j, o := range c.peers {
+	// Last mapped first: a chip keeps its regions sorted, so unmapping
+	// from the top end moves nothing (a 1024-rank domain maps 1024).
+	for j := len(c.peers) - 1; j >= 0; j-- {
+		o := c.peers[j]
 		if o == nil {
 			continue
 		}

@@ -1,0 +1,244 @@
+package bench
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"simpler/engine"
+	"simpler/hal"
+	"simpler/hal/comm"
+)
+
+// The pod benchmark: global domains at pod scale in one process. A
+// level-4 worker over local level-3 nodes of 16 chips each (thread mode),
+// for 64, 256 and 1024 ranks: the allocate + release of a domain over
+// every chip, and a 4 KiB ring allreduce over it (2(n-1) steps, each a
+// store into the next rank's window and a notify, as a kernel does; one
+// goroutine per rank), with the process's resident memory while the
+// domain is live.
+
+// podSizes are the (nodes, chips per node) of each measurement.
+var podSizes = [][2]int{{4, 16}, {16, 16}, {64, 16}}
+
+// Pod prints the figures; the goal is 1024 ranks allocated, reduced and
+// released in at most 1 s with at most 1 GiB resident.
+func Pod(w io.Writer) (bool, error) {
+	fmt.Fprintln(w, "pod: global domains over local level-3 nodes of 16 chips (thread mode), one process")
+	fmt.Fprintf(w, "  %6s %6s %14s %14s %14s %10s\n", "ranks", "nodes", "alloc+release", "ring 4 KiB", "total", "RSS")
+	ok := true
+	for _, sz := range podSizes {
+		p, err := measurePod(sz[0], sz[1])
+		if err != nil {
+			return false, err
+		}
+		n := sz[0] * sz[1]
+		fmt.Fprintf(w, "  %6d %6d %11.1f ms %11.1f ms %11.1f ms %6d MiB\n", n, sz[0],
+			ms(p.alloc), ms(p.ring), ms(p.alloc+p.ring), p.rss>>20)
+		if n == 1024 {
+			ok = verdict(w, "1024 ranks: alloc+release+ring", ms(p.alloc+p.ring), 1000, "ms") && ok
+			ok = verdict(w, "1024 ranks: resident memory", float64(p.rss>>20), 1024, "MiB") && ok
+		}
+	}
+	return ok, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// podTimes are one size's medians.
+type podTimes struct {
+	alloc, ring time.Duration
+	rss         int64
+}
+
+func measurePod(nodes, chips int) (pt podTimes, err error) {
+	top, err := podWorker(nodes, chips)
+	if err != nil {
+		return pt, err
+	}
+	defer func() {
+		if cerr := top.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	n := nodes * chips
+	spec := engine.GlobalSpec{Name: "pod", WindowSize: podWindow(n, 1024/n)}
+	for r := 0; r < n; r++ {
+		spec.Members = append(spec.Members, [2]int{r / chips, r % chips})
+	}
+	reps := max(3, 2048/n+1) | 1
+	allocs := make([]time.Duration, 0, reps)
+	rings := make([]time.Duration, 0, reps)
+	for i := 0; i < reps+1; i++ { // the first is warm-up: pools, mappings
+		var ring time.Duration
+		start := time.Now()
+		_, err := top.Run(func(o *engine.Orchestrator) (any, error) {
+			d, err := o.AllocateGlobalDomain(spec)
+			if err != nil {
+				return nil, err
+			}
+			t0 := time.Now()
+			if err := podRing(top, d, n); err != nil {
+				return nil, err
+			}
+			ring = time.Since(t0)
+			pt.rss = max(pt.rss, residentBytes())
+			return nil, d.Release()
+		})
+		if err != nil {
+			return pt, err
+		}
+		if i > 0 {
+			allocs, rings = append(allocs, time.Since(start)-ring), append(rings, ring)
+		}
+	}
+	pt.alloc, pt.ring = mid(allocs), mid(rings)
+	return pt, nil
+}
+
+// podWorker is a level-4 worker over nodes level-3 nodes of chips chips.
+func podWorker(nodes, chips int) (*engine.Worker, error) {
+	p, err := hal.Lookup("a2a3sim")
+	if err != nil {
+		return nil, err
+	}
+	top, err := engine.NewWorker(engine.Config{Level: 4, Platform: p})
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]int, chips)
+	for i := range ids {
+		ids[i] = i
+	}
+	for i := 0; i < nodes; i++ {
+		node, err := engine.NewWorker(engine.Config{Level: 3, Platform: p, DeviceIDs: ids})
+		if err == nil {
+			_, err = top.AddWorker(node)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return top, top.Init()
+}
+
+// podWindow lays out a rank's window: an 8-byte arrival counter, then one
+// slot of chunk floats per step, so a sender never overwrites what its
+// receiver has not read yet.
+func podWindow(n, chunk int) int { return 8 + 2*(n-1)*4*max(chunk, 1) }
+
+// podRing runs the ring allreduce of 1024 float32 per rank over domain d
+// and checks every rank's sum.
+func podRing(top *engine.Worker, d *engine.GlobalDomain, n int) error {
+	type rank struct {
+		chip hal.Chip
+		view *comm.View
+	}
+	ranks := make([]rank, n)
+	for _, node := range top.Children() {
+		view, err := node.GlobalView(d.ID())
+		if err != nil {
+			return err
+		}
+		for local, rv := range view {
+			chip, err := node.Chip(local)
+			if err != nil {
+				return err
+			}
+			v, err := comm.Open(chip, rv.DeviceCtx)
+			if err != nil {
+				return err
+			}
+			ranks[rv.Rank] = rank{chip, v}
+		}
+	}
+	const count = 1024
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range ranks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			acc := make([]float32, count)
+			for i := range acc {
+				acc[i] = float32(r + i)
+			}
+			errs[r] = ringSteps(ranks[r].chip, ranks[r].view, r, n, count/n, acc)
+			for i, v := range acc {
+				if want := float32(n*(n-1)/2 + n*i); v != want && errs[r] == nil {
+					errs[r] = fmt.Errorf("pod: rank %d element %d is %v, want %v", r, i, v, want)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ringSteps is one rank's part: n-1 reduce-scatter steps, then n-1
+// allgather steps, over chunks of chunk floats.
+func ringSteps(chip hal.Chip, v *comm.View, r, n, chunk int, acc []float32) error {
+	next := (r + 1) % n
+	own, _ := v.Base(r)
+	peer, _ := v.Base(next)
+	mod := func(i int) int { return ((i % n) + n) % n }
+	for s := 0; s < 2*(n-1); s++ {
+		send, recv := mod(r-s), mod(r-s-1)
+		if s >= n-1 {
+			send, recv = mod(r+1-(s-n+1)), mod(r-(s-n+1))
+		}
+		slot := uint64(8 + s*4*chunk)
+		out, err := chip.Bytes(peer+slot, 4*chunk)
+		if err != nil {
+			return err
+		}
+		for i := 0; i < chunk; i++ {
+			binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(acc[send*chunk+i]))
+		}
+		if err := v.Notify(next, peer, 8, 1, "add"); err != nil {
+			return err
+		}
+		if _, err := v.Wait(own, 8, int64(s+1), ">=", 60*time.Second); err != nil {
+			return err
+		}
+		in, err := chip.Bytes(own+slot, 4*chunk)
+		if err != nil {
+			return err
+		}
+		for i := 0; i < chunk; i++ {
+			x := math.Float32frombits(binary.LittleEndian.Uint32(in[4*i:]))
+			if s < n-1 {
+				acc[recv*chunk+i] += x
+			} else {
+				acc[recv*chunk+i] = x
+			}
+		}
+	}
+	return nil
+}
+
+// residentBytes is this process's resident set (VmRSS), 0 if unknown.
+func residentBytes() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}

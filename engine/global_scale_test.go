@@ -1,0 +1,183 @@
+package engine
+
+import (
+	"encoding/binary"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"simpler/hal/comm"
+)
+
+// podNodes is a level-4 worker over nodes local level-3 nodes of chips
+// chips each, in thread mode.
+func podNodes(t *testing.T, nodes, chips int) *Worker {
+	t.Helper()
+	w, err := NewWorker(Config{Level: 4, Platform: sim(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n := 0; n < nodes; n++ {
+		ids := make([]int, chips)
+		for i := range ids {
+			ids[i] = i
+		}
+		c, err := NewWorker(Config{Level: 3, Platform: sim(t), DeviceIDs: ids})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.AddWorker(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Init(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := w.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return w
+}
+
+// ringRank is one rank of a global domain as a kernel sees it: its chip
+// and its view.
+type ringRank struct {
+	chip interface {
+		Bytes(uint64, int) ([]byte, error)
+	}
+	view *comm.View
+}
+
+// ringWindow lays out a rank's window for ringAllreduce: an 8-byte
+// arrival counter, then one slot per step of chunk floats, so a sender
+// never overwrites what its receiver has not read.
+func ringWindow(n, chunk int) int { return 8 + 2*(n-1)*4*chunk }
+
+// ringAllreduce sums each rank's vals over the domain with the ring
+// algorithm (n-1 reduce-scatter steps, then n-1 allgather steps), every
+// rank on its own goroutine, each step a store into the next rank's
+// window and a notify, as a kernel does.
+func ringAllreduce(ranks []ringRank, vals [][]float32) error {
+	n := len(ranks)
+	chunk := len(vals[0]) / n
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range ranks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = ringSteps(ranks[r], r, n, chunk, vals[r])
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func ringSteps(rk ringRank, r, n, chunk int, acc []float32) error {
+	next := (r + 1) % n
+	own, _ := rk.view.Base(r)
+	peer, _ := rk.view.Base(next)
+	mod := func(i int) int { return ((i % n) + n) % n }
+	for s := 0; s < 2*(n-1); s++ {
+		send, recv := mod(r-s), mod(r-s-1) // reduce-scatter
+		if s >= n-1 {
+			send, recv = mod(r+1-(s-n+1)), mod(r-(s-n+1)) // allgather
+		}
+		slot := uint64(8 + s*4*chunk)
+		out, err := rk.chip.Bytes(peer+slot, 4*chunk)
+		if err != nil {
+			return err
+		}
+		for i := 0; i < chunk; i++ {
+			binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(acc[send*chunk+i]))
+		}
+		if err := rk.view.Notify(next, peer, 8, 1, "add"); err != nil {
+			return err
+		}
+		if _, err := rk.view.Wait(own, 8, int64(s+1), ">=", 20*time.Second); err != nil {
+			return err
+		}
+		in, err := rk.chip.Bytes(own+slot, 4*chunk)
+		if err != nil {
+			return err
+		}
+		for i := 0; i < chunk; i++ {
+			v := math.Float32frombits(binary.LittleEndian.Uint32(in[4*i:]))
+			if s < n-1 {
+				acc[recv*chunk+i] += v
+			} else {
+				acc[recv*chunk+i] = v
+			}
+		}
+	}
+	return nil
+}
+
+// A 256-rank global domain (16 nodes of 16 chips, beyond upstream's 64)
+// is allocated, carries a ring allreduce of 4 KiB per rank across every
+// node's windows, and is released with nothing left on any node; twice,
+// so the second domain runs over the pooled windows, zeroed.
+func TestGlobalDomain256Ranks(t *testing.T) {
+	const nodes, chips, count = 16, 16, 1024
+	n := nodes * chips
+	w := podNodes(t, nodes, chips)
+	spec := GlobalSpec{Name: "pod", WindowSize: ringWindow(n, count/n)}
+	for r := 0; r < n; r++ {
+		spec.Members = append(spec.Members, [2]int{r / chips, r % chips})
+	}
+	for round := 0; round < 2; round++ {
+		mustRun(t, w, func(o *Orchestrator) error {
+			d, err := o.AllocateGlobalDomain(spec)
+			if err != nil {
+				return err
+			}
+			ranks := make([]ringRank, n)
+			for node := 0; node < nodes; node++ {
+				nw := w.children[node]
+				view, err := nw.GlobalView(d.ID())
+				if err != nil {
+					return err
+				}
+				for local, rv := range view {
+					v, err := comm.Open(nw.chips[local], rv.DeviceCtx)
+					if err != nil {
+						return err
+					}
+					if word, _ := nw.chips[local].Bytes(rv.WindowBase, 8); binary.LittleEndian.Uint64(word) != 0 {
+						t.Errorf("round %d: rank %d's window is not zeroed", round, rv.Rank)
+					}
+					ranks[rv.Rank] = ringRank{chip: nw.chips[local], view: v}
+				}
+			}
+			vals := make([][]float32, n)
+			for r := range vals {
+				vals[r] = make([]float32, count)
+				for i := range vals[r] {
+					vals[r][i] = float32(r + i)
+				}
+			}
+			if err := ringAllreduce(ranks, vals); err != nil {
+				return err
+			}
+			for r := range vals {
+				for i, v := range vals[r] {
+					if want := float32(n*(n-1)/2 + n*i); v != want {
+						t.Fatalf("round %d: rank %d element %d is %v, want %v", round, r, i, v, want)
+					}
+				}
+			}
+			return d.Release()
+		})
+		if g := nodeGlobals(w); g != 0 {
+			t.Fatalf("round %d: %d global domains still hosted after the fence", round, g)
+		}
+	}
+}
