@@ -8,13 +8,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"simpler/engine"
 	"simpler/engine/remote"
+	"simpler/hal"
 	"simpler/internal/token"
 	"simpler/starlib"
+	"simpler/wire"
 )
 
 // loopbackTCP measures the limits a remote node is compared with: bulk
@@ -163,21 +166,6 @@ def main(ctx):
     w.add_remote_worker(endpoint = ctx.argv[0], platform = "a2a3sim", device_ids = [0])
     w.register(node_noop)
     w.init()
-    h = w.remote_malloc(worker = 0, nbytes = 64 << 20)
-    src = host_tensor(shape = [64 << 20], dtype = UINT8)
-    best_to, best_from = 0, 0
-    for i in range(5):
-        start = time.now()
-        w.remote_copy_to(h, src, 64 << 20)
-        t = (time.now() - start).nanoseconds
-        best_to = t if best_to == 0 or t < best_to else best_to
-        start = time.now()
-        w.remote_copy_from(h, src, 64 << 20)
-        t = (time.now() - start).nanoseconds
-        best_from = t if best_from == 0 or t < best_from else best_from
-    print("copy_to", best_to)
-    print("copy_from", best_from)
-    w.remote_free(h)
     for n in [1, 256]:
         times = []
         reps = 31 if n == 1 else 5
@@ -286,20 +274,184 @@ func Remote(w io.Writer) (bool, error) {
 		fmt.Sscan(f[len(f)-1], &ns)
 		got[strings.Join(f[:len(f)-1], " ")] = time.Duration(ns)
 	}
-	const bulk = 64 << 20
-	toBW := float64(bulk) / got["copy_to"].Seconds()
-	fromBW := float64(bulk) / got["copy_from"].Seconds()
+	c, err := measureCopies(addr)
+	if err != nil {
+		return false, err
+	}
 	one := got["run 1"]
 	many := got["run 256"]
 	fmt.Fprintf(w, "remote: one remote L3 node over 127.0.0.1 (a session process of a real daemon)\n")
-	fmt.Fprintf(w, "  %-34s %8.2f GB/s   64-byte round trip %.1f us\n", "loopback TCP, raw", bw/1e9, micros(rtt))
+	fmt.Fprintf(w, "  %-34s %8.2f GB/s   64-byte round trip %.1f us\n", "loopback TCP, raw, write side", bw/1e9, micros(rtt))
 	fmt.Fprintf(w, "  %-34s %8.1f us (for scale; the target uses the one above)\n", "round trip between two processes", micros(prtt))
-	fmt.Fprintf(w, "  %-34s %8.2f GB/s\n", "remote_copy_to 64 MiB", toBW/1e9)
-	fmt.Fprintf(w, "  %-34s %8.2f GB/s\n", "remote_copy_from 64 MiB", fromBW/1e9)
+	fmt.Fprintf(w, "  %-34s %8.2f GB/s (median of %d; 64 MiB delivered and acknowledged)\n", "loopback TCP, raw, delivered", bulkBW(c.raw), len(c.raw))
+	fmt.Fprintf(w, "  %-34s %8.2f GB/s\n", "remote_copy_to 64 MiB", bulkBW(c.to))
+	fmt.Fprintf(w, "  %-34s %8.2f GB/s\n", "remote_copy_from 64 MiB", bulkBW(c.from))
 	fmt.Fprintf(w, "  %-34s %8.1f us per run of one task\n", "remote no-op task", micros(one))
 	fmt.Fprintf(w, "  %-34s %8.0f tasks/s (256 per run; up to %d in flight per node)\n", "many small remote tasks", 256/many.Seconds(), engine.RemoteDepth)
-	ok := atLeast(w, "remote_copy_to / raw TCP", toBW/bw, 0.8, "x")
-	ok = atLeast(w, "remote_copy_from / raw TCP", fromBW/bw, 0.8, "x") && ok
+	ok := atLeast(w, "remote_copy_to / raw TCP", c.ratio(c.to), 0.9, "x")
+	ok = atLeast(w, "remote_copy_from / raw TCP", c.ratio(c.from), 0.9, "x") && ok
 	ok = verdict(w, "no-op task / TCP round trip", float64(one)/float64(rtt), 3, "x") && ok
 	return ok, nil
+}
+
+// copyBytes is one bulk copy: the largest a single COPY_TO / COPY_FROM
+// carries.
+const copyBytes = wire.MaxCopy
+
+// copyRounds is how many times each bulk figure is measured.
+const copyRounds = 9
+
+// copyTimes are the bulk figures, round by round: raw loopback TCP,
+// remote_copy_to and remote_copy_from of copyBytes, measured one after
+// the other in each round so that the load of the moment (other work on
+// this machine) weighs on all three alike.
+type copyTimes struct {
+	raw, to, from []time.Duration
+}
+
+// ratio is the median over the rounds of raw's time over the copy's: the
+// copy's bandwidth as a fraction of raw TCP's in the same round.
+func (c copyTimes) ratio(copies []time.Duration) float64 {
+	r := make([]float64, len(copies))
+	for i := range copies {
+		r[i] = float64(c.raw[i]) / float64(copies[i])
+	}
+	slices.Sort(r)
+	return r[len(r)/2]
+}
+
+// bulkBW is the median bandwidth of copyBytes moved in each of times.
+func bulkBW(times []time.Duration) float64 {
+	t := slices.Clone(times)
+	slices.Sort(t)
+	return float64(copyBytes) / t[len(t)/2].Seconds() / 1e9
+}
+
+// measureCopies times copyRounds rounds of raw TCP, remote_copy_to and
+// remote_copy_from (the Worker methods the script's builtins call) on a
+// node of the daemon at addr.
+func measureCopies(addr string) (c copyTimes, err error) {
+	p, err := hal.Lookup("a2a3sim")
+	if err != nil {
+		return c, err
+	}
+	top, err := engine.NewWorker(engine.Config{Level: 4, Platform: p, Dial: remote.Dial})
+	if err != nil {
+		return c, err
+	}
+	defer func() {
+		if cerr := top.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	if _, err := top.AddRemoteWorker(engine.RemoteSpec{Endpoint: addr, Platform: "a2a3sim", DeviceIDs: []int{0}}); err != nil {
+		return c, err
+	}
+	if err := top.Init(); err != nil {
+		return c, err
+	}
+	h, err := top.RemoteMalloc(0, copyBytes)
+	if err != nil {
+		return c, err
+	}
+	defer top.RemoteFree(h)
+	raw, err := newRawBulk()
+	if err != nil {
+		return c, err
+	}
+	defer raw.Close()
+	host := make([]byte, copyBytes)
+	for i := range host {
+		host[i] = byte(i)
+	}
+	steps := []struct {
+		times *[]time.Duration
+		run   func() error
+	}{
+		{&c.raw, raw.send},
+		{&c.to, func() error { return top.RemoteCopyTo(h, host, 0) }},
+		{&c.from, func() error { return top.RemoteCopyFrom(h, host, 0) }},
+	}
+	for i := -1; i < copyRounds; i++ { // round -1 warms up: first touches, socket buffers
+		for _, s := range steps {
+			start := time.Now()
+			if err := s.run(); err != nil {
+				return c, err
+			}
+			if i >= 0 {
+				*s.times = append(*s.times, time.Since(start))
+			}
+		}
+	}
+	return c, nil
+}
+
+// rawBulk is a loopback TCP connection whose reader, a goroutine of this
+// process, reads into one 1 MiB buffer (always in cache: no copy into
+// memory is cheaper) and acknowledges each copyBytes with one byte: the
+// limit a bulk copy is compared with, with plain Go sockets and the
+// kernel's own buffer sizing.
+type rawBulk struct {
+	ln   net.Listener
+	c    net.Conn
+	data []byte
+	done chan error
+}
+
+func newRawBulk() (*rawBulk, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	r := &rawBulk{ln: ln, data: make([]byte, copyBytes), done: make(chan error, 1)}
+	for i := range r.data {
+		r.data[i] = byte(i)
+	}
+	go r.serve()
+	if r.c, err = net.Dial("tcp", ln.Addr().String()); err != nil {
+		ln.Close()
+		<-r.done
+		return nil, err
+	}
+	return r, nil
+}
+
+// serve reads and acknowledges until the connection ends.
+func (r *rawBulk) serve() {
+	c, err := r.ln.Accept()
+	if err != nil {
+		r.done <- err
+		return
+	}
+	defer c.Close()
+	buf := make([]byte, 1<<20)
+	for {
+		for got := 0; got < copyBytes; {
+			n, err := c.Read(buf)
+			if err != nil {
+				r.done <- nil
+				return
+			}
+			got += n
+		}
+		if _, err := c.Write([]byte{1}); err != nil {
+			r.done <- err
+			return
+		}
+	}
+}
+
+// send writes copyBytes and waits for the reader's acknowledgement.
+func (r *rawBulk) send() error {
+	if _, err := r.c.Write(r.data); err != nil {
+		return err
+	}
+	_, err := io.ReadFull(r.c, make([]byte, 1))
+	return err
+}
+
+func (r *rawBulk) Close() error {
+	r.c.Close()
+	r.ln.Close()
+	return <-r.done
 }

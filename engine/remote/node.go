@@ -276,9 +276,9 @@ func (n *node) readReply(h wire.Header) (rreply, error) {
 			r.sunk = true
 			return r, err
 		}
-		rest := make([]byte, int(h.Length)-len(prefix))
-		_, err := io.ReadFull(n.in, rest)
-		r.payload = append(prefix, rest...)
+		p := append(make([]byte, 0, int(h.Length)), prefix...) // the rest is read after it, not copied
+		_, err := io.ReadFull(n.in, p[len(p):h.Length])
+		r.payload = p[:h.Length]
 		return r, err
 	}
 	buf := <-n.big

@@ -730,9 +730,9 @@ func (s *session) readBulk(h wire.Header) (frame, error) {
 			return frame{h: h, done: func() {}, copied: true}, nil
 		}
 	}
-	rest := make([]byte, int(h.Length)-len(prefix))
-	if _, err := io.ReadFull(s.in, rest); err != nil {
+	p := append(make([]byte, 0, int(h.Length)), prefix...) // the rest is read after it, not copied
+	if _, err := io.ReadFull(s.in, p[len(p):h.Length]); err != nil {
 		return frame{}, err
 	}
-	return frame{h: h, payload: append(prefix, rest...), done: func() {}}, nil
+	return frame{h: h, payload: p[:h.Length], done: func() {}}, nil
 }

@@ -13,8 +13,9 @@
 // connection keeps polling and a quiet one soon costs next to nothing. And
 // at most half the machine's processors spin at once: a process with many
 // connections, a parent of many remote nodes say, keeps the rest for its
-// work, and a reader that finds the spinners busy blocks at once. On one
-// processor nothing spins (the peer could not run meanwhile).
+// work, and a reader that finds the spinners busy blocks at once. A
+// reader gives its place up when it blocks. On one processor nothing
+// spins (the peer could not run meanwhile).
 package netspin
 
 import (
@@ -66,14 +67,22 @@ func (r *Reader) Read(p []byte) (int, error) {
 	if r.raw == nil || len(p) == 0 {
 		return r.conn.Read(p)
 	}
-	if spinning.Add(1) > maxSpinners {
-		spinning.Add(-1)
+	if !acquire() {
 		return r.conn.Read(p)
 	}
-	defer spinning.Add(-1)
+	n, ok, err := r.poll(p)
+	spinning.Add(-1) // before blocking: a blocked reader is not spinning
+	if ok {
+		return n, err
+	}
+	return r.conn.Read(p)
+}
+
+// poll reads p without blocking until something arrives, the connection
+// fails, or the spin times out (ok false: the caller blocks).
+func (r *Reader) poll(p []byte) (n int, ok bool, err error) {
 	start := time.Now()
 	for {
-		var n int
 		var rerr error
 		err := r.raw.Read(func(fd uintptr) bool {
 			n, rerr = unix.Read(int(fd), p)
@@ -81,19 +90,29 @@ func (r *Reader) Read(p []byte) (int, error) {
 		})
 		switch {
 		case err != nil: // closed
-			return 0, err
+			return 0, true, err
 		case n > 0:
 			r.spin = min(2*r.spin, r.max)
-			return n, nil
+			return n, true, nil
 		case rerr == nil: // n == 0: the peer closed its end
-			return 0, io.EOF
+			return 0, true, io.EOF
 		case !errors.Is(rerr, unix.EAGAIN) && !errors.Is(rerr, unix.EINTR):
-			return 0, rerr
+			return 0, true, rerr
 		}
 		if time.Since(start) >= r.spin {
 			r.spin = max(r.spin/2, r.min)
-			return r.conn.Read(p)
+			return 0, false, nil
 		}
 		runtime.Gosched() // what the spin waits for may be a goroutine here
 	}
+}
+
+// acquire takes a spinner's place if one is free; the caller gives it
+// back with spinning.Add(-1).
+func acquire() bool {
+	if spinning.Add(1) > maxSpinners {
+		spinning.Add(-1)
+		return false
+	}
+	return true
 }

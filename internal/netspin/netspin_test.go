@@ -169,3 +169,29 @@ func TestAtMostHalfTheProcessorsSpin(t *testing.T) {
 		t.Errorf("%d spinners left", n)
 	}
 }
+
+// TestBlockedReaderGivesItsPlaceUp: a reader whose spin ran out and that
+// now blocks no longer counts as spinning, so another can spin.
+func TestBlockedReaderGivesItsPlaceUp(t *testing.T) {
+	spinOne(t)
+	c1, s1 := pair(t)
+	a := NewReader(s1, 200*time.Millisecond)
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.Read(make([]byte, 1))
+		done <- err
+	}()
+	// a spins (long enough to be seen), then blocks and gives the place up.
+	for _, want := range []int32{1, 0} {
+		for deadline := time.Now().Add(5 * time.Second); spinning.Load() != want; {
+			if time.Now().After(deadline) {
+				t.Fatalf("the reader's spinners stayed at %d, want %d", spinning.Load(), want)
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+	c1.Write([]byte("a"))
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,181 @@
+package remote
+
+import (
+	"bytes"
+	"encoding/binary"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"simpler/engine"
+	"simpler/wire"
+)
+
+// TestBulkCopiesArriveWhole copies more than the sockets' buffers hold
+// (so the writes stall on full buffers, and the reads are placed straight
+// into the node's buffer and the destination) at an odd offset and
+// length, there and back, and checks every byte.
+func TestBulkCopiesArriveWhole(t *testing.T) {
+	_, addr := startDaemon(t)
+	w := must(newParent(engine.Config{Level: 4, Platform: sim(t), SessionTimeout: 30 * time.Second}))
+	defer w.Close()
+	must(w.AddRemoteWorker(engine.RemoteSpec{Endpoint: addr, Platform: "a2a3sim", DeviceIDs: []int{0}}))
+	if err := w.Init(); err != nil {
+		t.Fatal(err)
+	}
+	const size, off = 24 << 20, 4093
+	h := must(w.RemoteMalloc(0, size))
+	src := make([]byte, size-off-5)
+	for i := 0; i+8 <= len(src); i += 8 {
+		binary.LittleEndian.PutUint64(src[i:], uint64(i)*0x9e3779b97f4a7c15)
+	}
+	for round := 0; round < 2; round++ { // the second reuses both ends' memory
+		src[round] ^= 0xff
+		if err := w.RemoteCopyTo(h, src, off); err != nil {
+			t.Fatal(err)
+		}
+		dst := make([]byte, len(src))
+		if err := w.RemoteCopyFrom(h, dst, off); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(dst, src) {
+			i := 0
+			for dst[i] == src[i] {
+				i++
+			}
+			t.Fatalf("round %d: byte %d of %d came back %#x, sent %#x", round, i, len(src), dst[i], src[i])
+		}
+	}
+	bulkFallbacks(t, nodeOf(w, 0), wire.BufferRef{ID: h.BufferID, Generation: h.Gen}, size, src[:2<<20], off)
+	if err := w.RemoteFree(h); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// bulkFallbacks sends large frames that cannot be placed where their data
+// belongs, so both ends read them whole: a COPY_TO that overruns the
+// buffer (refused, the buffer untouched) and a COPY_FROM with no sink
+// (its data comes back in the reply).
+func bulkFallbacks(t *testing.T, n *testNode, ref wire.BufferRef, size int, want []byte, off int) {
+	t.Helper()
+	_, release, err := n.ControlData(&wire.Control{Cmd: wire.CmdCopyTo, Buffer: ref, Offset: uint64(size - 1)}, make([]byte, 2<<20), nil)
+	release()
+	if engine.KindOf(err) != engine.ValueError || !strings.Contains(err.Error(), "overrun") {
+		t.Fatalf("a COPY_TO past the end: %v, want a ValueError naming the overrun", err)
+	}
+	r, release, err := n.ControlData(&wire.Control{Cmd: wire.CmdCopyFrom, Buffer: ref, Offset: uint64(off), NBytes: uint64(len(want))}, nil, nil)
+	if err != nil || !bytes.Equal(r.Data, want) {
+		t.Fatalf("a COPY_FROM without a sink: %d bytes, %v; want the %d bytes copied there", len(r.Data), err, len(want))
+	}
+	release()
+}
+
+// copyBytes is the size of one bulk copy in the copy benchmarks: the
+// largest a single COPY_TO / COPY_FROM carries.
+const copyBytes = 64 << 20
+
+// copyWorker brings up a parent with one remote node and a copyBytes
+// owner buffer on it; the caller closes the worker.
+func copyWorker(b *testing.B) (*engine.Worker, *engine.RemoteBuffer) {
+	_, addr := startDaemon(b)
+	w := must(newParent(engine.Config{Level: 4, Platform: sim(b), SessionTimeout: 10 * time.Second}))
+	must(w.AddRemoteWorker(engine.RemoteSpec{Endpoint: addr, Platform: "a2a3sim", DeviceIDs: []int{0}}))
+	if err := w.Init(); err != nil {
+		b.Fatal(err)
+	}
+	h, err := w.RemoteMalloc(0, copyBytes)
+	if err != nil {
+		w.Close()
+		b.Fatal(err)
+	}
+	return w, h
+}
+
+// BenchmarkRemoteCopyTo measures a 64 MiB remote_copy_to (compare
+// BenchmarkLoopbackTCP: the raw limit).
+func BenchmarkRemoteCopyTo(b *testing.B) {
+	w, h := copyWorker(b)
+	defer w.Close()
+	src := make([]byte, copyBytes)
+	for i := range src {
+		src[i] = byte(i)
+	}
+	b.SetBytes(copyBytes)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := w.RemoteCopyTo(h, src, 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkRemoteCopyFrom measures a 64 MiB remote_copy_from.
+func BenchmarkRemoteCopyFrom(b *testing.B) {
+	w, h := copyWorker(b)
+	defer w.Close()
+	dst := make([]byte, copyBytes)
+	for i := range dst {
+		dst[i] = byte(i)
+	}
+	b.SetBytes(copyBytes)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := w.RemoteCopyFrom(h, dst, 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkLoopbackTCP measures 64 MiB written over raw loopback TCP and
+// acknowledged by the reader with one byte.
+func BenchmarkLoopbackTCP(b *testing.B) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	done := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			done <- err
+			return
+		}
+		defer c.Close()
+		buf := make([]byte, 1<<20)
+		for {
+			for got := 0; got < copyBytes; {
+				n, err := c.Read(buf)
+				if err != nil {
+					done <- nil
+					return
+				}
+				got += n
+			}
+			c.Write([]byte{1})
+		}
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	data := make([]byte, copyBytes)
+	ack := make([]byte, 1)
+	b.SetBytes(copyBytes)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := c.Write(data); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, ack); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	c.Close()
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+}
