@@ -1,5 +1,7 @@
 package engine
 
+import "slices"
+
 // core is the decision logic of a Worker's runs, as a value: the order of
 // the runs, each run's DAG (pending producers, poisoning, the first root
 // failure, the fence), the task window and the scheduler. It has no
@@ -19,8 +21,10 @@ type core struct {
 	order    []*Run    // runs not yet done, in submit order
 	inflight int       // tasks added and not retired, over all runs
 	// active is every assignment started on an endpoint and not yet
-	// reported back, so a cancel knows what to stop.
-	active map[memberKey]Assignment
+	// reported back, by pool and endpoint, so a cancel knows what to
+	// stop. An endpoint holds at most its scheduler depth of them, so a
+	// short slice each beats a map on the dispatch path.
+	active [2][][]Assignment
 	// name names an endpoint the way a task's error shows it.
 	name func(p Pool, id int) string
 }
@@ -40,7 +44,30 @@ type Effects struct {
 }
 
 func newCore(s *Sched, h *heapRing, window int, name func(Pool, int) string) *core {
-	return &core{sched: s, heap: h, window: window, name: name, active: map[memberKey]Assignment{}}
+	return &core{sched: s, heap: h, window: window, name: name}
+}
+
+// onEndpoint is the list of what runs on a's endpoint, grown on first use.
+func (c *core) onEndpoint(a Assignment) *[]Assignment {
+	pool := &c.active[a.Pool]
+	if a.Target >= len(*pool) {
+		*pool = append(*pool, make([][]Assignment, a.Target+1-len(*pool))...)
+	}
+	return &(*pool)[a.Target]
+}
+
+// running reports whether a is active, and removes it when drop is set.
+func (c *core) running(a Assignment, drop bool) bool {
+	list := c.onEndpoint(a)
+	for i, b := range *list {
+		if b.Task == a.Task && b.Member == a.Member {
+			if drop {
+				*list = slices.Delete(*list, i, i+1)
+			}
+			return true
+		}
+	}
+	return false
 }
 
 // dispatch asks the scheduler for what can start now and counts each
@@ -50,7 +77,8 @@ func (c *core) dispatch(eff *Effects) {
 	eff.Assign = c.sched.Dispatch(eff.Assign)
 	for _, a := range eff.Assign[n:] {
 		a.Task.run.running++
-		c.active[memberKey{a.Task, a.Member}] = a
+		list := c.onEndpoint(a)
+		*list = append(*list, a)
 	}
 }
 
@@ -100,7 +128,7 @@ func (c *core) complete(a Assignment, err error, eff *Effects) {
 	}
 	t := a.Task
 	c.sched.Finish(a.Pool, a.Target)
-	delete(c.active, memberKey{t, a.Member})
+	c.running(a, true)
 	t.run.running--
 	c.settle(a, err, eff)
 	c.dispatch(eff)
@@ -139,7 +167,7 @@ func (c *core) expire(a Assignment, err error, eff *Effects) {
 	if invariants {
 		defer c.checkInvariants()
 	}
-	if _, ok := c.active[memberKey{a.Task, a.Member}]; !ok {
+	if !c.running(a, false) {
 		return // reported back already
 	}
 	c.settle(a, err, eff)
@@ -168,10 +196,14 @@ func (c *core) cancel(r *Run, why error, eff *Effects) {
 		t.err = why
 		c.retire(t, eff)
 	}
-	for k, a := range c.active {
-		if k.t.run == r {
-			c.settle(a, why, eff)
-			eff.Stop = append(eff.Stop, a)
+	for _, pool := range c.active {
+		for _, list := range pool {
+			for _, a := range list {
+				if a.Task.run == r {
+					c.settle(a, why, eff)
+					eff.Stop = append(eff.Stop, a)
+				}
+			}
 		}
 	}
 	c.dispatch(eff)
