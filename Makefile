@@ -18,12 +18,17 @@ demo: build
 # Every test: vet, formatting, a short run of every fuzz target, then the
 # whole suite under the race detector (golden scripts in both modes, real
 # daemons on 127.0.0.1, and the leak checks each package's TestMain runs).
+# The worker-group tests use Open MPI's mpirun; without it (and outside
+# CI, where it is required: internal/mpitest) they start their ranks
+# themselves, and the last line says that mpirun went untested (go test
+# shows a passing package's own warnings only with -v).
 test:
 	$(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(MAKE) fuzz FUZZTIME=20000x
 	$(GO) test -race -count=1 ./...
+	@command -v mpirun >/dev/null 2>&1 || printf '\n!!! make test passed WITHOUT mpirun (Open MPI): the mpirun launcher of worker groups went UNTESTED\n!!! (their tests started the ranks themselves; scripts/examples/mpirun_group.star was not run).\n!!! Install openmpi-bin to test it; CI (.ci/run) installs it and fails without it.\n\n'
 
 # Every fuzz target of every package, briefly (longer: make fuzz
 # FUZZTIME=1m; make test runs a fixed number of inputs, so load cannot make

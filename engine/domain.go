@@ -42,6 +42,7 @@ type Domain struct {
 	allocationID uint64
 	offsets      []int        // buffer offsets from the window base
 	ranks        []DomainRank // one per member, in rank order
+	slot         *warmSlot    // the warm slot of a task_only domain (warm.go)
 
 	life lifetime // guarded by w.mu (lifetime.go)
 }
@@ -239,8 +240,8 @@ func (o *Orchestrator) AllocateDomain(spec DomainSpec) (*Domain, error) {
 	return d, nil
 }
 
-// allocateRanks runs each rank's part in parallel, as each chip would,
-// and undoes the ranks that succeeded if any failed.
+// allocateRanks runs each rank's part of d's allocation; a task_only
+// domain goes to a warm slot (warm.go).
 func (w *Worker) allocateRanks(d *Domain) error {
 	if err := w.initComm(); err != nil {
 		return err
@@ -248,20 +249,40 @@ func (w *Worker) allocateRanks(d *Domain) error {
 	if err := fault.Hit("domain.alloc", -1); err != nil {
 		return Wrap(err, "allocate_domain")
 	}
-	n := len(d.spec.Workers)
 	req := comm.Request{Namespace: w.namespace, AllocationID: d.allocationID, Name: d.spec.Name,
-		Ranks: n, WindowSize: d.spec.WindowSize, Timeout: CommTimeout}
+		Ranks: len(d.spec.Workers), WindowSize: d.spec.WindowSize, Timeout: CommTimeout}
+	if d.spec.TaskOnly {
+		return w.allocateWarm(d, req)
+	}
+	return w.runRanks(d, req, false)
+}
+
+// runRanks runs each rank's part of req in parallel, as each chip would,
+// and undoes the ranks that succeeded if any failed. Taking a warm slot
+// back (reuse) meets no barrier, so in this process the ranks run one
+// after another on this goroutine: a goroutine each would cost more than
+// the work.
+func (w *Worker) runRanks(d *Domain, req comm.Request, reuse bool) error {
+	n := len(d.spec.Workers)
 	d.ranks = make([]DomainRank, n)
 	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r, id := range d.spec.Workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			d.ranks[r], errs[r] = w.allocateRank(req, r, id)
-		}()
+	if reuse && w.chipProcs == nil {
+		for r, id := range d.spec.Workers {
+			if d.ranks[r], errs[r] = w.allocateRank(req, r, id); errs[r] != nil {
+				break
+			}
+		}
+	} else {
+		var wg sync.WaitGroup
+		for r, id := range d.spec.Workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				d.ranks[r], errs[r] = w.allocateRank(req, r, id)
+			}()
+		}
+		wg.Wait()
 	}
-	wg.Wait()
 	// The error is the first rank's that is not a timeout: a rank that
 	// failed outright makes its peers time out at the barrier, and its own
 	// error is the one that says why.
@@ -351,6 +372,9 @@ func (d *Domain) free() error {
 		return a.err
 	}
 	err := d.releaseRanks()
+	if err == nil && d.slot != nil {
+		w.warm.put(d.slot) // every rank parked, or tore down and will say so when taken back
+	}
 	const retry = false // each rank's release ran all of its teardown
 	if _, poison := outcome(err, retry); poison {
 		w.Poison(err)

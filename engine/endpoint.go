@@ -65,7 +65,11 @@ func (e *loopEndpoint) Cancel(a Assignment, reason string) {
 
 func (e *loopEndpoint) loop() {
 	defer e.wg.Done()
-	for a := range e.ch {
+	for {
+		a, ok := spinRecv(e.ch) // the next member often follows at once (spin.go)
+		if !ok {
+			return
+		}
 		k := memberKey{a.Task, a.Member}
 		e.mu.Lock()
 		doomed := e.doomed == k

@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
-	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -53,6 +52,10 @@ type GlobalDomain struct {
 	mu      sync.Mutex
 	life    lifetime
 	pending bool // under w.mu: the name is reserved, the transaction not done
+	// warm is the broker's entry of this domain's pooled windows (gwarm.go),
+	// idle again once the domain is freed; nil if its windows are not all
+	// pooled.
+	warm *gwarmEntry
 }
 
 // ID is the domain id nodes know it by; Generation its attempt.
@@ -346,12 +349,26 @@ func (d *GlobalDomain) transact() error {
 		places[m[0]] = append(places[m[0]], GlobalPlace{Rank: r, Local: m[1]})
 		ranks[m[0]] = append(ranks[m[0]], r)
 	}
-	t := newGtxn(d.nodes, ranks, len(spec.Members))
+	key := gwarmKey(spec.Members, spec.WindowSize)
+	t, warm := newGtxn(d.nodes, ranks, len(spec.Members)), d.w.gwarm.take(key)
+	if warm != nil {
+		t = newWarmGtxn(d.nodes, ranks, len(spec.Members))
+	}
 	for batch, ok := t.Next(); ok; batch, ok = t.Next() {
-		table := t.Table() // complete before IMPORT's batch, unchanged during it
+		// The table every node of IMPORT's or REATTACH's batch gets, encoded
+		// once: complete before IMPORT's batch, unchanged during it.
+		var table wire.DescriptorTable
+		switch batch[0].Op {
+		case opGlobalImport:
+			table = WireDescriptors(t.Table())
+		case opGlobalReattach:
+			table = WireDescriptors(warm.table(d.id, batch[0].Gen, spec.WindowSize))
+		}
 		descs := make([][]comm.Descriptor, len(batch))
 		errs := make([]error, len(batch))
-		each(len(batch), func(i int) {
+		run := d.remoteFirst(len(batch), func(i int) int { return batch[i].Node })
+		each(len(batch), func(k int) {
+			i := run[k]
 			s := batch[i]
 			descs[i], errs[i] = d.step(s, places[s.Node], table)
 		})
@@ -362,11 +379,30 @@ func (d *GlobalDomain) transact() error {
 	if err := t.AbortErr(); err != nil {
 		d.w.Poison(Wrap(err, fmt.Sprintf("aborting global domain %q", spec.Name)))
 	}
+	d.settleWarm(t, key, warm)
 	return t.Err()
 }
 
+// settleWarm updates the broker's warm entries once the transaction has
+// ended: a REATTACH that worked keeps its entry for the domain; one that
+// failed forgets it; a full transaction that committed remembers its
+// windows (if all are pooled).
+func (d *GlobalDomain) settleWarm(t *gtxn, key string, warm *gwarmEntry) {
+	d.gen = t.Gen()
+	switch {
+	case t.Err() == nil && t.Warm():
+		d.warm = warm
+		return
+	case warm != nil:
+		d.w.gwarm.drop(warm)
+	}
+	if t.Err() == nil {
+		d.warm = d.w.gwarm.add(key, t.Table())
+	}
+}
+
 // step sends one transaction command to a node.
-func (d *GlobalDomain) step(s gtxnStep, places []GlobalPlace, table []comm.Descriptor) ([]comm.Descriptor, error) {
+func (d *GlobalDomain) step(s gtxnStep, places []GlobalPlace, table wire.DescriptorTable) ([]comm.Descriptor, error) {
 	r, err := d.nodeCmd(s.Node, d.command(s, places, table))
 	var descs []comm.Descriptor
 	if err == nil && s.Op == opGlobalPrepare {
@@ -377,34 +413,47 @@ func (d *GlobalDomain) step(s gtxnStep, places []GlobalPlace, table []comm.Descr
 
 // command is the CONTROL form of one transaction step for a node hosting
 // places.
-func (d *GlobalDomain) command(s gtxnStep, places []GlobalPlace, table []comm.Descriptor) *wire.Control {
+func (d *GlobalDomain) command(s gtxnStep, places []GlobalPlace, table wire.DescriptorTable) *wire.Control {
 	op := s.Op
-	c := &wire.Control{Cmd: gtxnCommands[op], Domain: wire.Domain{ID: d.id, Generation: d.gen}}
+	c := &wire.Control{Cmd: gtxnCommands[op], Domain: wire.Domain{ID: d.id, Generation: s.Gen}}
 	switch op {
-	case opGlobalCommInit, opGlobalPrepare: // only these carry the ranks
+	case opGlobalCommInit, opGlobalPrepare, opGlobalReattach: // only these carry the ranks
 		c.Domain.Size = len(d.spec.Members)
 		for _, p := range places {
 			c.Domain.Ranks = append(c.Domain.Ranks, wire.DomainRank{Rank: uint32(p.Rank), Worker: uint32(p.Local)})
 		}
-		if op == opGlobalPrepare {
+		if op != opGlobalCommInit {
 			c.Domain.WindowSize = uint64(d.spec.WindowSize)
+		}
+		switch op {
+		case opGlobalPrepare:
 			c.Domain.Table = encodePrepareExtra(d.spec.Name, d.spec.Buffers)
-		} else {
-			t := nodeTopology{Cluster: d.w.clusterID(), NodeRank: slices.Index(d.nodes, s.Node), Nodes: len(d.nodes), Hash: d.topology}
-			for _, p := range places {
-				t.DeviceRanks = append(t.DeviceRanks, d.devRanks[p.Rank])
-			}
-			c.Domain.Table = t.encode()
+		case opGlobalCommInit:
+			c.Domain.Table = wire.Payload(d.nodeTopology(s.Node, places))
+		default:
+			c.Domain.Table = wire.Payload(&wire.Reattach{Topology: *d.nodeTopology(s.Node, places),
+				Extra: prepareExtra(d.spec.Name, d.spec.Buffers), Descriptors: table})
 		}
 	case opGlobalImport:
-		c.Domain.Table = encodeDescs(table)
+		c.Domain.Table = wire.Payload(&table)
 	}
 	return c
 }
 
+// nodeTopology is what COMM_INIT (or REATTACH) tells node, hosting places,
+// of the domain's placement.
+func (d *GlobalDomain) nodeTopology(node int, places []GlobalPlace) *wire.Topology {
+	t := nodeTopology{Cluster: d.w.clusterID(), NodeRank: slices.Index(d.nodes, node), Nodes: len(d.nodes), Hash: d.topology}
+	for _, p := range places {
+		t.DeviceRanks = append(t.DeviceRanks, d.devRanks[p.Rank])
+	}
+	return t.wire()
+}
+
 // gtxnCommands is the command each transaction step sends.
 var gtxnCommands = map[gtxnOp]wire.Command{opGlobalCommInit: wire.CmdCommInit, opGlobalPrepare: wire.CmdPrepare,
-	opGlobalImport: wire.CmdImportTable, opGlobalCommit: wire.CmdCommit, opGlobalAbort: wire.CmdAbort}
+	opGlobalImport: wire.CmdImportTable, opGlobalCommit: wire.CmdCommit, opGlobalAbort: wire.CmdAbort,
+	opGlobalReattach: wire.CmdReattach}
 
 // nodeCmd runs a global-domain command on a member node, after the
 // command's fault point for that node: over CONTROL for a remote node,
@@ -475,6 +524,14 @@ func (d *GlobalDomain) free(last bool) error {
 	if _, poison := outcome(err, retry); poison {
 		d.w.Poison(err)
 	}
+	if d.warm != nil { // its windows are idle again, or in doubt
+		if err == nil {
+			d.w.gwarm.idle(d.warm)
+		} else {
+			d.w.gwarm.drop(d.warm)
+		}
+		d.warm = nil
+	}
 	if err == nil {
 		d.w.mu.Lock()
 		delete(d.w.gdomains, d.id)
@@ -490,7 +547,9 @@ func (d *GlobalDomain) free(last bool) error {
 // at once, and returns the first failure in node order.
 func (d *GlobalDomain) releaseOnNodes() error {
 	errs := make([]error, len(d.nodes))
-	each(len(d.nodes), func(i int) {
+	run := d.remoteFirst(len(d.nodes), func(i int) int { return d.nodes[i] })
+	each(len(d.nodes), func(k int) {
+		i := run[k]
 		n := d.nodes[i]
 		_, err := d.nodeCmd(n, &wire.Control{Cmd: wire.CmdReleaseDomain, Domain: wire.Domain{ID: d.id, Generation: d.gen}})
 		errs[i] = Wrap(err, fmt.Sprintf("releasing global domain %q on node %d", d.spec.Name, n))
@@ -501,6 +560,28 @@ func (d *GlobalDomain) releaseOnNodes() error {
 		}
 	}
 	return nil
+}
+
+// remoteFirst is the order in which each runs the n commands of a phase
+// (node(i) is command i's node): one to a remote node first, which each
+// runs on the calling goroutine at once, so the slowest command goes out
+// before any other work and its reply wakes the caller itself; then the
+// rest in node order. (The answers are recorded by index, so the order
+// decides nothing else.)
+func (d *GlobalDomain) remoteFirst(n int, node func(i int) int) []int {
+	run := make([]int, 0, n)
+	for i := 0; i < n; i++ {
+		if d.w.IsRemote(node(i)) {
+			run = append(run, i)
+			break
+		}
+	}
+	for i := 0; i < n; i++ {
+		if len(run) == 0 || i != run[0] {
+			run = append(run, i)
+		}
+	}
+	return run
 }
 
 // each runs f(0..n-1) concurrently, f(0) on the calling goroutine, and
@@ -520,11 +601,7 @@ func each(n int, f func(i int)) {
 			f(i)
 		}()
 	}
-	// Let the others send before this goroutine works: on a machine with
-	// few cores a node served in this process would otherwise hold the
-	// processor while a remote node's command waits to go out.
-	runtime.Gosched()
-	f(0)
+	f(0) // a remote node's command, if any (remoteFirst): it waits on I/O, and the others run meanwhile
 	wg.Wait()
 }
 

@@ -109,7 +109,7 @@ func (w *Worker) globalPrepare(req nodeGlobalReq) ([]comm.Descriptor, error) {
 	}
 	g := &nodeGlobal{req: req, offsets: offsets}
 	for _, p := range req.Places {
-		r, d, err := w.prepareRank(req, p)
+		r, d, err := w.prepareRank(req, p, "")
 		if err != nil {
 			g.release()
 			return nil, err
@@ -123,13 +123,18 @@ func (w *Worker) globalPrepare(req nodeGlobalReq) ([]comm.Descriptor, error) {
 }
 
 // prepareRank makes one rank's window and maps it into its chip, where
-// the chip's memory is: here, or in the chip's own process.
-func (w *Worker) prepareRank(req nodeGlobalReq, p GlobalPlace) (NodeRank, comm.Descriptor, error) {
+// the chip's memory is: here, or in the chip's own process. A non-empty
+// reuse takes back that pooled window instead (REATTACH), which only a
+// chip in this process can.
+func (w *Worker) prepareRank(req nodeGlobalReq, p GlobalPlace, reuse string) (NodeRank, comm.Descriptor, error) {
 	if p.Local < 0 || p.Local >= len(w.chips) {
 		return nil, comm.Descriptor{}, Errorf(ValueError, "PREPARE: local worker %d is not a chip of this node (0..%d)", p.Local, len(w.chips)-1)
 	}
 	gr := comm.GlobalRequest{Prefix: w.globalPrefix(), DomainID: req.ID, Generation: req.Gen, Name: req.Name,
 		Ranks: req.Size, WindowSize: req.WindowSize, Timeout: CommTimeout}
+	if w.chipProcs != nil && reuse != "" {
+		return nil, comm.Descriptor{}, Errorf(KeyError, "REATTACH: this node's chips are processes, which do not pool their windows")
+	}
 	if w.chipProcs != nil {
 		r, d, err := w.chipProcs[p.Local].PrepareGlobalRank(gr, p.Rank)
 		if err != nil {
@@ -137,7 +142,7 @@ func (w *Worker) prepareRank(req nodeGlobalReq, p GlobalPlace) (NodeRank, comm.D
 		}
 		return r, d, nil
 	}
-	gr.Pooled = true // a chip in this process: its window may be pooled (hal/comm)
+	gr.Pooled, gr.Reuse = true, reuse // a chip in this process: its window may be pooled (hal/comm)
 	r, d, err := comm.PrepareGlobal(gr, p.Rank, w.chips[p.Local])
 	if err != nil {
 		return nil, d, err // not r: a nil *GlobalRank in the interface is not nil
@@ -275,11 +280,17 @@ const _ = uint(comm.DescriptorSize-wire.DescriptorSize) + uint(wire.DescriptorSi
 // encodePrepareExtra is PREPARE's table for a domain of that name and
 // those buffers.
 func encodePrepareExtra(name string, buffers []BufferSpec) []byte {
+	p := prepareExtra(name, buffers)
+	return wire.Payload(&p)
+}
+
+// prepareExtra is the name and buffer layout as wire's table.
+func prepareExtra(name string, buffers []BufferSpec) wire.PrepareExtra {
 	p := wire.PrepareExtra{Name: name}
 	for _, b := range buffers {
 		p.Buffers = append(p.Buffers, wire.BufferSpec(b))
 	}
-	return wire.Payload(&p)
+	return p
 }
 
 // WireDescriptor is d in hal/comm's layout.
@@ -311,8 +322,7 @@ func CommDescriptors(t wire.DescriptorTable) ([]comm.Descriptor, error) {
 	return ds, nil
 }
 
-// encodeDescs is the bytes of a descriptor table: PREPARE's reply,
-// IMPORT_TABLE's table.
+// encodeDescs is the bytes of a descriptor table: PREPARE's reply.
 func encodeDescs(ds []comm.Descriptor) []byte {
 	t := WireDescriptors(ds)
 	return wire.Payload(&t)
@@ -331,7 +341,8 @@ func decodeDescs(b []byte) ([]comm.Descriptor, error) {
 // the broker hits it for the node it sends to (nodeCmd), and a node hits
 // its bare form for itself (GlobalCommand). Staging has none.
 var globalFaultPoints = map[wire.Command]string{wire.CmdCommInit: "global.comm_init", wire.CmdPrepare: "global.prepare",
-	wire.CmdImportTable: "global.import", wire.CmdCommit: "global.commit", wire.CmdAbort: "global.abort", wire.CmdReleaseDomain: "global.release"}
+	wire.CmdImportTable: "global.import", wire.CmdCommit: "global.commit", wire.CmdAbort: "global.abort", wire.CmdReleaseDomain: "global.release",
+	wire.CmdReattach: "global.reattach"}
 
 // GlobalCommand serves a global-domain CONTROL command on a level-3 node:
 // every kind of node runs it (in this process, in a child process, in a
@@ -353,14 +364,7 @@ func (w *Worker) GlobalCommand(c wire.Control, r *wire.ControlReply) error {
 		if err != nil {
 			return err
 		}
-		req := nodeGlobalReq{ID: dm.ID, Gen: dm.Generation, Name: extra.Name, Size: dm.Size, WindowSize: int(dm.WindowSize)}
-		for _, b := range extra.Buffers {
-			req.Buffers = append(req.Buffers, BufferSpec(b))
-		}
-		for _, rk := range dm.Ranks {
-			req.Places = append(req.Places, GlobalPlace{Rank: int(rk.Rank), Local: int(rk.Worker)})
-		}
-		descs, err := w.globalPrepare(req)
+		descs, err := w.globalPrepare(prepareReq(dm, extra))
 		r.Data = encodeDescs(descs)
 		return err
 	case wire.CmdImportTable:
@@ -373,6 +377,8 @@ func (w *Worker) GlobalCommand(c wire.Control, r *wire.ControlReply) error {
 		return w.globalCommit(dm.ID)
 	case wire.CmdStageTo, wire.CmdStageFrom:
 		return w.globalStage(c, r)
+	case wire.CmdReattach:
+		return w.globalReattachCmd(dm)
 	}
 	return w.globalRelease(dm.ID) // ABORT and RELEASE_DOMAIN
 }
@@ -389,12 +395,15 @@ type nodeTopology struct {
 }
 
 // encode is t as COMM_INIT's table (wire.Topology).
-func (t nodeTopology) encode() []byte {
-	w := wire.Topology{Cluster: t.Cluster, NodeRank: uint32(t.NodeRank), Nodes: uint32(t.Nodes), Hash: t.Hash}
+func (t nodeTopology) encode() []byte { return wire.Payload(t.wire()) }
+
+// wire is t in wire's form.
+func (t nodeTopology) wire() *wire.Topology {
+	w := &wire.Topology{Cluster: t.Cluster, NodeRank: uint32(t.NodeRank), Nodes: uint32(t.Nodes), Hash: t.Hash}
 	for _, r := range t.DeviceRanks {
 		w.DeviceRanks = append(w.DeviceRanks, uint32(r))
 	}
-	return wire.Payload(&w)
+	return w
 }
 
 // decodeTopology reads COMM_INIT's table.

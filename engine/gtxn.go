@@ -23,6 +23,23 @@ import "simpler/hal/comm"
 // nothing can reach: AbortErr is set and the worker must refuse all
 // further work.
 //
+// A warm transaction (newWarmGtxn: the broker remembers pooled windows
+// of an earlier domain over the same members and window size, gwarm.go)
+// first tries one phase instead:
+//
+//	REATTACH   every node takes its ranks' windows back from its pool
+//	           (zeroed, under the fresh domain id), maps its peers' and
+//	           commits: COMM_INIT … COMMIT in one command
+//
+// If every node succeeds the transaction has committed. If any fails, ABORT
+// goes to every node (all were sent REATTACH), which leaves every node as
+// a fresh transaction finds it: no domain of this id, the windows idle in
+// their pools again. Then the full transaction runs from COMM_INIT under
+// the next generation, and its outcome is the transaction's (Warm reports
+// false, WarmErr says why REATTACH failed). An ABORT of the REATTACH that
+// fails ends the transaction there: Err is the REATTACH failure first in
+// node order, AbortErr the ABORT's.
+//
 // gtxn is that decision logic alone: a state machine with no I/O. Next
 // says what to send to which nodes; Done records each answer. Tests step
 // it directly; the worker's driver does the sending.
@@ -36,16 +53,18 @@ const (
 	opGlobalImport
 	opGlobalCommit
 	opGlobalAbort
+	opGlobalReattach
 )
 
 func (o gtxnOp) String() string {
-	return [...]string{"", "COMM_INIT", "PREPARE", "IMPORT", "COMMIT", "ABORT"}[o]
+	return [...]string{"", "COMM_INIT", "PREPARE", "IMPORT", "COMMIT", "ABORT", "REATTACH"}[o]
 }
 
-// gtxnStep is one command for one node.
+// gtxnStep is one command for one node, of generation Gen of the domain.
 type gtxnStep struct {
 	Op   gtxnOp
 	Node int
+	Gen  uint64
 }
 
 // gtxn is the transaction's state.
@@ -63,11 +82,24 @@ type gtxn struct {
 	err      error // the primary error
 	abortErr error // an ABORT that failed
 	done     bool
+
+	gen      uint64 // the generation the steps carry
+	warm     bool   // REATTACH is tried first
+	aborting gtxnOp // the phase whose failure the ABORT undoes
+	warmErr  error  // the REATTACH failure first in node order
 }
 
-// newGtxn starts a transaction over nodes, each hosting the given ranks.
+// newGtxn starts a transaction over nodes, each hosting the given ranks,
+// under generation 1.
 func newGtxn(nodes []int, ranks map[int][]int, size int) *gtxn {
-	return &gtxn{nodes: nodes, ranks: ranks, size: size, table: make([]comm.Descriptor, size)}
+	return &gtxn{nodes: nodes, ranks: ranks, size: size, table: make([]comm.Descriptor, size), gen: 1}
+}
+
+// newWarmGtxn starts a transaction that tries REATTACH first.
+func newWarmGtxn(nodes []int, ranks map[int][]int, size int) *gtxn {
+	t := newGtxn(nodes, ranks, size)
+	t.warm = true
+	return t
 }
 
 // Next returns the next phase's steps, one per node, to send together;
@@ -91,10 +123,10 @@ func (t *gtxn) Next() ([]gtxnStep, bool) {
 	}
 	t.batch = make([]gtxnStep, 0, len(targets))
 	for _, n := range targets {
-		t.batch = append(t.batch, gtxnStep{Op: t.phase, Node: n})
+		t.batch = append(t.batch, gtxnStep{Op: t.phase, Node: n, Gen: t.gen})
 	}
 	t.answered, t.errs, t.left = make([]bool, len(t.batch)), make([]error, len(t.batch)), len(t.batch)
-	if t.phase == opGlobalPrepare {
+	if t.phase == opGlobalPrepare || t.phase == opGlobalReattach {
 		t.prepared = append(t.prepared[:0], t.nodes...) // sent, so each may hold windows
 	}
 	if t.left == 0 { // an abort with nothing prepared
@@ -108,31 +140,49 @@ func (t *gtxn) Next() ([]gtxnStep, bool) {
 // next phase, the abort (keeping the first failure in node order as the
 // primary error), or the end.
 func (t *gtxn) endPhase() {
-	if t.phase == 0 {
+	switch {
+	case t.phase == 0 && t.warm:
+		t.phase = opGlobalReattach
+		return
+	case t.phase == 0:
 		t.phase = opGlobalCommInit
 		return
-	}
-	if t.phase == opGlobalAbort {
-		for _, err := range t.errs {
-			if err != nil && t.abortErr == nil {
-				t.abortErr = err
-			}
-		}
-		t.done = true
+	case t.phase == opGlobalAbort:
+		t.endAbort()
 		return
 	}
 	for _, err := range t.errs {
 		if err != nil {
-			t.err = err
+			t.err, t.aborting = err, t.phase
 			t.phase = opGlobalAbort
 			return
 		}
 	}
-	if t.phase == opGlobalCommit {
+	if t.phase == opGlobalCommit || t.phase == opGlobalReattach {
 		t.done = true
 		return
 	}
 	t.phase++
+}
+
+// endAbort ends the transaction once the ABORT is answered, unless it
+// undid a REATTACH cleanly: then the full transaction starts over under
+// the next generation, from nothing.
+func (t *gtxn) endAbort() {
+	for _, err := range t.errs {
+		if err != nil && t.abortErr == nil {
+			t.abortErr = err
+		}
+	}
+	if t.aborting != opGlobalReattach || t.abortErr != nil {
+		t.done = true
+		return
+	}
+	t.warm, t.warmErr, t.err = false, t.err, nil
+	t.gen++
+	t.prepared = nil
+	t.table = make([]comm.Descriptor, t.size)
+	t.phase = opGlobalCommInit
 }
 
 // Done records the answer to step s of the current batch: for PREPARE,
@@ -185,3 +235,15 @@ func (t *gtxn) Err() error { return t.err }
 // AbortErr is the first ABORT failure in node order: the worker must be
 // poisoned.
 func (t *gtxn) AbortErr() error { return t.abortErr }
+
+// Warm reports whether the transaction committed by REATTACH (or, before
+// the end, still tries it without a failure).
+func (t *gtxn) Warm() bool { return t.warm && t.err == nil }
+
+// WarmErr is why REATTACH failed (the failure first in node order), nil
+// if it was not tried or succeeded.
+func (t *gtxn) WarmErr() error { return t.warmErr }
+
+// Gen is the generation of the transaction's steps: 1, or 2 after a
+// REATTACH fell back to the full transaction.
+func (t *gtxn) Gen() uint64 { return t.gen }

@@ -189,3 +189,71 @@ func TestGtxnIgnoresStrayAnswers(t *testing.T) {
 		t.Fatalf("a stray answer failed the transaction: %v", x.Err())
 	}
 }
+
+func warmTwoNodes() *gtxn {
+	return newWarmGtxn([]int{0, 1}, map[int][]int{0: {0, 1}, 1: {2, 3}}, 4)
+}
+
+// A warm transaction that every node answers is one REATTACH phase, under
+// the first generation.
+func TestGtxnWarmIsOnePhase(t *testing.T) {
+	x := warmTwoNodes()
+	got := runGtxn(x, nil, nil)
+	if want := []string{"REATTACH@0,REATTACH@1"}; !slices.Equal(got, want) || x.Err() != nil || !x.Warm() || x.Gen() != 1 || x.WarmErr() != nil {
+		t.Fatalf("batches %v err %v warm %v gen %d", got, x.Err(), x.Warm(), x.Gen())
+	}
+}
+
+// The warm rollback matrix: a REATTACH that fails on any node (answered in
+// any order) aborts every node, then the full transaction runs under the
+// next generation; WarmErr is the failure first in node order. An ABORT
+// that fails there ends it (Err the REATTACH failure, AbortErr the
+// ABORT's); a full transaction that fails after the fallback aborts as any
+// does.
+func TestGtxnWarmRollbackMatrix(t *testing.T) {
+	full := []string{"COMM_INIT@0,COMM_INIT@1", "PREPARE@0,PREPARE@1", "IMPORT@0,IMPORT@1", "COMMIT@0,COMMIT@1"}
+	reversed := func(n int) []int {
+		idx := make([]int, n)
+		for i := range idx {
+			idx[i] = n - 1 - i
+		}
+		return idx
+	}
+	cases := []struct {
+		name            string
+		fail            []string
+		want            []string
+		warmErr, err    string
+		abortErr        string
+		gen             uint64
+		committedByFull bool
+	}{
+		{"node 0", []string{"REATTACH@0"}, append([]string{"REATTACH@0,REATTACH@1", "ABORT@0,ABORT@1"}, full...), "REATTACH@0", "", "", 2, true},
+		{"node 1", []string{"REATTACH@1"}, append([]string{"REATTACH@0,REATTACH@1", "ABORT@0,ABORT@1"}, full...), "REATTACH@1", "", "", 2, true},
+		{"both", []string{"REATTACH@0", "REATTACH@1"}, append([]string{"REATTACH@0,REATTACH@1", "ABORT@0,ABORT@1"}, full...), "REATTACH@0", "", "", 2, true},
+		{"abort fails", []string{"REATTACH@1", "ABORT@0"}, []string{"REATTACH@0,REATTACH@1", "ABORT@0,ABORT@1"}, "", "REATTACH@1", "ABORT@0", 1, false},
+		{"fallback fails", []string{"REATTACH@0", "PREPARE@1"}, []string{"REATTACH@0,REATTACH@1", "ABORT@0,ABORT@1", full[0], full[1], "ABORT@0,ABORT@1"}, "REATTACH@0", "PREPARE@1", "", 2, false},
+	}
+	for _, c := range cases {
+		for _, order := range []func(int) []int{nil, reversed} {
+			fail := map[string]bool{}
+			for _, f := range c.fail {
+				fail[f] = true
+			}
+			x := warmTwoNodes()
+			got := runGtxn(x, fail, order)
+			has := func(err error, want string) bool {
+				if want == "" {
+					return err == nil
+				}
+				return err != nil && strings.Contains(err.Error(), want)
+			}
+			if !slices.Equal(got, c.want) || !has(x.WarmErr(), c.warmErr) || !has(x.Err(), c.err) || !has(x.AbortErr(), c.abortErr) || x.Gen() != c.gen || x.Warm() {
+				t.Errorf("%s: batches %v, warm err %v, err %v, abort err %v, gen %d, warm %v", c.name, got, x.WarmErr(), x.Err(), x.AbortErr(), x.Gen(), x.Warm())
+			}
+			if c.committedByFull && x.Table()[3].Rank != 3 {
+				t.Errorf("%s: the fallback's table is not complete", c.name)
+			}
+		}
+	}
+}

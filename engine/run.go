@@ -164,7 +164,8 @@ func (r *Run) Done() bool {
 // Wait blocks until the run is done, or for at most timeout (negative
 // means no limit), and returns the first root task failure.
 func (r *Run) Wait(timeout time.Duration) error {
-	if timeout < 0 || r.Done() {
+	spin := timeout < 0 || timeout > spinFor // a short run is done soon (spin.go)
+	if r.Done() || spin && spinDone(r.done) || timeout < 0 {
 		<-r.done
 		return r.waitErr
 	}

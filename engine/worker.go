@@ -143,6 +143,7 @@ type Worker struct {
 	globals      map[uint64]*nodeGlobal     // level 3: global domains this node hosts ranks of
 	gdomains     map[uint64]*GlobalDomain   // level 4+: global domains this worker brokered, live
 	globalSeq    uint64
+	gwarm        gwarmCache // level 4+: pooled window names of released global domains (gwarm.go)
 	cluster      uint64     // this broker's cluster id (clusterID), drawn on first use
 	next         []Endpoint // NEXT_LEVEL slots, by id
 	subs         []Endpoint // SUB slots, by id
@@ -160,6 +161,7 @@ type Worker struct {
 	commOnce  sync.Once          // the base communicator, made at the first allocation
 	commErr   error
 	commInits atomic.Int32
+	warm      warmSlots // task_only domains' warm slots (warm.go)
 
 	hostBufs    map[uint64]*HostBuffer       // by token
 	hostBufSegs map[*shm.Segment]*HostBuffer // by the object behind it
@@ -699,11 +701,15 @@ func (w *Worker) closeTree() error {
 	if !w.stopEndpointsWithin(StopGrace) && forced == nil {
 		forced = Errorf(RuntimeError, "close: a kernel of this worker did not stop; its goroutine is abandoned")
 	}
+	werr := w.dropWarm() // before the chips close: parked ranks are mapped in them
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	err := w.teardown()
 	if err == nil {
 		err = gerr
+	}
+	if err == nil {
+		err = werr
 	}
 	if forced != nil {
 		err = forced // what had to be forced comes first: it says why the rest may be missing
@@ -712,7 +718,7 @@ func (w *Worker) closeTree() error {
 		err = e
 	}
 	if w.commInits.Load() > 0 {
-		if e := comm.DrainPool(); e != nil && err == nil {
+		if e := comm.DrainObjects(); e != nil && err == nil {
 			err = e
 		}
 	}

@@ -89,7 +89,7 @@ func (s *Session) groupStarter() engine.GroupStarter {
 	if exe == "" {
 		exe, _ = os.Executable()
 	}
-	cfg := remote.StarterConfig{Rank: []string{exe, "remote-l3-worker"}}
+	cfg := remote.StarterConfig{Rank: []string{exe, "remote-l3-worker"}, Env: s.GroupEnv}
 	cfg.OnListen = func(req engine.GroupRequest, addr, tokenFile string) {
 		if req.Spec.Launcher != engine.LauncherNone {
 			return

@@ -45,6 +45,11 @@ type Session struct {
 	// Launcher starts child processes for process mode: the path of the
 	// simpler binary and the hidden subcommand that serves a child.
 	Launcher *engine.Launcher
+	// GroupEnv is added to the environment of every worker group's
+	// launcher (mpirun, srun), and so of its ranks on this host. Empty in
+	// normal use; the benchmark gives mpirun its consent to run as root
+	// here, as tests do (internal/mpitest), never the CLI.
+	GroupEnv []string
 
 	mu        sync.Mutex
 	outMu     sync.Mutex

@@ -27,6 +27,7 @@ const (
 	CmdStageFrom                        // Domain{ID, Generation}, Rank, Offset, NBytes (≤ MaxStage) → Data
 	CmdBundle                           // Bundle → ()
 	CmdCancel                           // TaskSeq → (); stop that TASK if it is queued or runs
+	CmdReattach                         // Domain{ID, Generation, Size, Ranks, WindowSize, Table (a Reattach)} → ()
 	numCommands
 )
 
@@ -50,6 +51,7 @@ var commandNames = [...]string{
 	CmdStageFrom:     "STAGE_FROM",
 	CmdBundle:        "BUNDLE",
 	CmdCancel:        "CANCEL",
+	CmdReattach:      "REATTACH",
 }
 
 // Valid reports whether c is a known command.
@@ -143,11 +145,11 @@ func (c *Control) Encode(e *Encoder) {
 		} else {
 			e.U64(c.NBytes)
 		}
-	case CmdCommInit, CmdPrepare, CmdImportTable, CmdCommit, CmdAbort, CmdReleaseDomain:
+	case CmdCommInit, CmdPrepare, CmdImportTable, CmdCommit, CmdAbort, CmdReleaseDomain, CmdReattach:
 		dm := &c.Domain
 		e.U64(dm.ID)
 		e.U64(dm.Generation)
-		if c.Cmd == CmdCommInit || c.Cmd == CmdPrepare {
+		if c.Cmd == CmdCommInit || c.Cmd == CmdPrepare || c.Cmd == CmdReattach {
 			e.U32(uint32(dm.Size))
 			e.U32(uint32(len(dm.Ranks)))
 			for _, r := range dm.Ranks {
@@ -155,7 +157,7 @@ func (c *Control) Encode(e *Encoder) {
 				e.U32(r.Worker)
 			}
 		}
-		if c.Cmd == CmdPrepare {
+		if c.Cmd == CmdPrepare || c.Cmd == CmdReattach {
 			e.U64(dm.WindowSize)
 		}
 		if c.Cmd != CmdCommit && c.Cmd != CmdAbort && c.Cmd != CmdReleaseDomain {
@@ -259,7 +261,7 @@ func decodeDomain(d *Decoder, cmd Command) Domain {
 	if d.err == nil && (dm.ID == 0 || dm.Generation == 0) {
 		d.FailBounds("domain id %d generation %d: both must be non-zero", dm.ID, dm.Generation)
 	}
-	if cmd == CmdCommInit || cmd == CmdPrepare {
+	if cmd == CmdCommInit || cmd == CmdPrepare || cmd == CmdReattach {
 		size := d.U32()
 		if d.err == nil && (size == 0 || size > MaxRanks) {
 			d.FailBounds("domain size %d: want 1..%d", size, MaxRanks)
@@ -286,10 +288,10 @@ func decodeDomain(d *Decoder, cmd Command) Domain {
 			dm.Ranks = append(dm.Ranks, r)
 		}
 	}
-	if cmd == CmdPrepare {
+	if cmd == CmdPrepare || cmd == CmdReattach {
 		dm.WindowSize = decodeSize(d, MaxWindow, "window")
 	}
-	if cmd == CmdCommInit || cmd == CmdPrepare || cmd == CmdImportTable {
+	if cmd == CmdCommInit || cmd == CmdPrepare || cmd == CmdImportTable || cmd == CmdReattach {
 		dm.Table = d.Blob(MaxDomainTable)
 	}
 	return dm

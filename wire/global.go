@@ -160,3 +160,45 @@ func DecodeTopology(b []byte) (Topology, error) {
 	}
 	return t, nil
 }
+
+// Reattach is REATTACH's table: what COMM_INIT, PREPARE and IMPORT_TABLE
+// carry in a full transaction, for a domain whose windows its nodes take
+// back from their pools. Each part travels in a blob of its own, bounded
+// by MaxDomainTable like the whole: the node's topology, the buffer
+// layout, and the complete rank-ordered descriptor table (which names
+// the windows to take back; the broker makes it from the names of an
+// earlier domain over the same members).
+type Reattach struct {
+	Topology    Topology
+	Extra       PrepareExtra
+	Descriptors DescriptorTable
+}
+
+// Encode writes the table.
+func (r *Reattach) Encode(e *Encoder) {
+	e.Blob(Payload(&r.Topology))
+	e.Blob(Payload(&r.Extra))
+	r.Descriptors.encodeBlob(e)
+}
+
+// DecodeReattach reads the table.
+func DecodeReattach(b []byte) (Reattach, error) {
+	d := NewDecoder(b)
+	var r Reattach
+	var err error
+	if part := d.BlobRef(MaxDomainTable); d.err == nil {
+		r.Topology, err = DecodeTopology(part)
+		d.nest("topology", err)
+	}
+	if part := d.BlobRef(MaxDomainTable); d.err == nil {
+		r.Extra, err = DecodePrepareExtra(part)
+		d.nest("buffer layout", err)
+	}
+	if d.err == nil {
+		r.Descriptors = decodeTableBlob(d)
+	}
+	if err := d.Finish(); err != nil {
+		return Reattach{}, err
+	}
+	return r, nil
+}

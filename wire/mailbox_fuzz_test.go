@@ -23,4 +23,5 @@ func FuzzDecodeCallConfig(f *testing.F)         { fuzzMailbox(f, decCallConfig) 
 func FuzzDecodePrepareExtra(f *testing.F)       { fuzzMailbox(f, decPrepareExtra) }
 func FuzzDecodeDescriptorTable(f *testing.F)    { fuzzMailbox(f, decDescriptorTable) }
 func FuzzDecodeTopology(f *testing.F)           { fuzzMailbox(f, decTopology) }
+func FuzzDecodeReattach(f *testing.F)           { fuzzMailbox(f, decReattach) }
 func FuzzDecodeChildBundle(f *testing.F)        { fuzzMailbox(f, decChildBundle) }

@@ -47,6 +47,7 @@ var (
 	decPrepareExtra       = dec(DecodePrepareExtra)
 	decDescriptorTable    = dec(DecodeDescriptorTable)
 	decTopology           = dec(DecodeTopology)
+	decReattach           = dec(DecodeReattach)
 	decChildBundle        = dec(DecodeChildBundle)
 	decHostRef            = dec(part(func(d *Decoder) hostRefMsg { return hostRefMsg{decodeHostRef(d)} }))
 	decNodeConfig         = dec(part(func(d *Decoder) nodeConfigMsg { return nodeConfigMsg{decodeNodeConfig(d)} }))
@@ -151,6 +152,10 @@ func mailboxSamples() []sample {
 		{"descriptors", &DescriptorTable{Descriptors: []Descriptor{fakeDescriptor(0), fakeDescriptor(1)}}, decDescriptorTable},
 		{"topology", &Topology{Cluster: 7, NodeRank: 1, Nodes: 2, Hash: "sha256:x", DeviceRanks: []uint32{2, 3}}, decTopology},
 		{"topology/zero", &Topology{}, decTopology},
+		{"reattach", &Reattach{Topology: Topology{Cluster: 7, NodeRank: 1, Nodes: 2, Hash: "sha256:x", DeviceRanks: []uint32{2, 3}},
+			Extra:       PrepareExtra{Name: "dom", Buffers: []BufferSpec{{Name: "x", DType: dtype.Float32, Count: 1024, NBytes: 4096}}},
+			Descriptors: DescriptorTable{Descriptors: []Descriptor{fakeDescriptor(0), fakeDescriptor(1)}}}, decReattach},
+		{"reattach/zero", &Reattach{}, decReattach},
 		{"bundle", sampleChildBundle(), decChildBundle},
 		{"bundle/empty", &ChildBundle{}, decChildBundle},
 		{"host-ref", &hostRefMsg{ref}, decHostRef},

@@ -389,6 +389,9 @@ func TestPrepareExtraBounds(t *testing.T) {
 	mutate(t, "nbytes", base(), func(p *PrepareExtra) { p.Buffers[0].NBytes = MaxBufferBytes + 1 }, decPrepareExtra, "exceeds its bound")
 	mutate(t, "buffers", base(), func(p *PrepareExtra) { p.Buffers = make([]BufferSpec, MaxBuffers+1) }, decPrepareExtra, "count")
 	mutate(t, "ranks", &Topology{}, func(p *Topology) { p.DeviceRanks = make([]uint32, MaxRanks+1) }, decTopology, "count")
+	mutate(t, "reattach descriptors", &Reattach{}, func(p *Reattach) { p.Descriptors.Descriptors = make([]Descriptor, MaxRanks+1) }, decReattach, "exceeds the bound")
+	mutate(t, "reattach buffers", &Reattach{}, func(p *Reattach) { p.Extra.Buffers = make([]BufferSpec, MaxBuffers+1) }, decReattach, "buffer layout")
+	mutate(t, "reattach ranks", &Reattach{}, func(p *Reattach) { p.Topology.DeviceRanks = make([]uint32, MaxRanks+1) }, decReattach, "topology")
 }
 
 func TestChildBundleBounds(t *testing.T) {

@@ -325,6 +325,8 @@ func TestControlBounds(t *testing.T) {
 		{"rank worker", Control{Cmd: CmdCommInit, Domain: Domain{ID: 1, Generation: 1, Size: 2, Ranks: []DomainRank{{Worker: MaxDevices}}}}, "local worker"},
 		{"window 0", Control{Cmd: CmdPrepare, Domain: Domain{ID: 1, Generation: 1, Size: 1, Ranks: []DomainRank{{}}}}, "window of 0"},
 		{"window big", Control{Cmd: CmdPrepare, Domain: Domain{ID: 1, Generation: 1, Size: 1, Ranks: []DomainRank{{}}, WindowSize: MaxWindow + 1}}, "window"},
+		{"reattach window 0", Control{Cmd: CmdReattach, Domain: Domain{ID: 1, Generation: 1, Size: 1, Ranks: []DomainRank{{}}}}, "window of 0"},
+		{"reattach no ranks", Control{Cmd: CmdReattach, Domain: Domain{ID: 1, Generation: 1, Size: 2, WindowSize: 1}}, "no ranks"},
 		{"table big", Control{Cmd: CmdImportTable, Domain: Domain{ID: 1, Generation: 1, Table: make([]byte, MaxDomainTable+1)}}, "exceeds its bound"},
 	}
 	for _, c := range cases {

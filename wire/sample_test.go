@@ -137,6 +137,7 @@ func samples() []sample {
 		{"control/release-import", &Control{Cmd: CmdReleaseImport, Buffer: buf}, decControl},
 		{"control/comm-init", &Control{Cmd: CmdCommInit, Domain: Domain{ID: 5, Generation: 2, Size: 4, Ranks: []DomainRank{{Rank: 0, Worker: 1}}, Table: []byte("topology")}}, decControl},
 		{"control/prepare", &Control{Cmd: CmdPrepare, Domain: full}, decControl},
+		{"control/reattach", &Control{Cmd: CmdReattach, Domain: full}, decControl},
 		{"control/import-table", &Control{Cmd: CmdImportTable, Domain: Domain{ID: 5, Generation: 2, Table: []byte("descriptors")}}, decControl},
 		{"control/commit", &Control{Cmd: CmdCommit, Domain: dom}, decControl},
 		{"control/abort", &Control{Cmd: CmdAbort, Domain: dom}, decControl},

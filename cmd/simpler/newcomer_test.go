@@ -11,6 +11,7 @@ import (
 
 	"simpler/golden"
 	"simpler/hal"
+	"simpler/internal/mpitest"
 )
 
 // runChild runs this binary as `simpler args...` in dir, a process of its
@@ -58,6 +59,9 @@ func TestExamplesRunBare(t *testing.T) {
 	for _, script := range scripts {
 		rel := filepath.Base(script)
 		t.Run(rel, func(t *testing.T) {
+			if !mpitest.Script(t, script) { // mpirun_group.star without mpirun: fails under CI, said loudly elsewhere
+				return
+			}
 			code, stdout, stderr := runChild(t, filepath.Dir(script), "run", rel)
 			if code != 0 || stderr != "" {
 				t.Fatalf("simpler run %s: exit %d\n%s", rel, code, stderr)

@@ -474,13 +474,13 @@ func (c *child) shutdown() {
 		r.Release()
 		delete(c.granks, key)
 	}
+	comm.DrainPool() // parked warm ranks are mapped in the chip: before it closes
 	if c.chip != nil {
 		c.chip.Close()
 	}
 	if c.node != nil {
 		c.node.Close()
 	}
-	comm.DrainPool()
 	for name, seg := range c.attached {
 		hostmem.Unregister(seg)
 		seg.Close()

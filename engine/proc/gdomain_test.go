@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -248,8 +249,11 @@ func TestGlobalDomainChipProcessDies(t *testing.T) {
 			var armed atomic.Bool
 			armed.Store(true)
 			dies := fmt.Sprintf("chip_worker %d (device %d)", c.local, 2*c.node+c.local)
+			// After the dying chip's own node answered: a phase goes to every
+			// node at once, so another node's answer may come first.
+			node := fmt.Sprintf("child_worker %d", c.node)
 			tr = l4OverProcChips(t, "thread", func(e engine.Event) {
-				if e.Kind == engine.GlobalStep && e.Callable == c.after && e.Worker == "child_worker 1" && armed.CompareAndSwap(true, false) {
+				if e.Kind == engine.GlobalStep && e.Callable == c.after && e.Worker == node && armed.CompareAndSwap(true, false) {
 					p := tr.chips[c.node].lookup(dies)
 					p.Kill()
 					<-p.cur.Load().exited
@@ -339,7 +343,10 @@ func TestGlobalDomainOverProcessNodes(t *testing.T) {
 	for _, phase := range []string{"comm_init", "prepare", "import", "commit"} {
 		for node := 0; node < 2; node++ {
 			point := fmt.Sprintf("global.%s@%d", phase, node)
-			fault.Load(point)
+			// The domain is warm (the same members and window size as the
+			// one before): REATTACH fails first, so the full transaction
+			// runs and meets the point.
+			fault.Load("global.reattach@1," + point)
 			err := submitRun(t, w, func(o *engine.Orchestrator) error {
 				_, err := o.AllocateGlobalDomain(fourRanks(false))
 				return err
@@ -357,4 +364,48 @@ func TestGlobalDomainOverProcessNodes(t *testing.T) {
 		_, err := o.AllocateGlobalDomain(fourRanks(false))
 		return err
 	})
+}
+
+// Process-mode nodes (their chips in the node's process) pool their
+// windows, so a domain over the same members again is one REATTACH phase
+// through the mailboxes, its windows zeroed; nodes whose chips are
+// processes pool nothing, so the broker remembers nothing for them and
+// every domain takes the full transaction.
+func TestGlobalDomainWarmOverProcessNodes(t *testing.T) {
+	for _, c := range []struct {
+		l3mode string
+		warm   bool
+	}{{"thread", true}, {"process", false}} {
+		var mu sync.Mutex
+		reattaches, prepares := 0, 0
+		tr := newTree(t, "process", c.l3mode, func(e engine.Event) {
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case e.Kind != engine.GlobalStep:
+			case e.Callable == "REATTACH":
+				reattaches++
+			case e.Callable == "PREPARE":
+				prepares++
+			}
+		})
+		for i := 0; i < 3; i++ {
+			mustRun(t, tr.w, buildErr(func(o *engine.Orchestrator) {
+				d := must(o.AllocateGlobalDomain(fourRanks(false)))
+				if got := must(d.CopyFromGlobal(3, 4, "out", 0)); string(got) != "\x00\x00\x00\x00" {
+					t.Errorf("%s chips, round %d: rank 3's window reads %q, want zeroes", c.l3mode, i, got)
+				}
+				must(0, d.CopyToGlobal(3, []byte("used"), "out", 0))
+			}))
+		}
+		mu.Lock()
+		wantR, wantP := 4, 2 // two warm rounds after a cold one, on two nodes
+		if !c.warm {
+			wantR, wantP = 0, 6
+		}
+		if reattaches != wantR || prepares != wantP {
+			t.Errorf("%s chips: %d REATTACH and %d PREPARE, want %d and %d", c.l3mode, reattaches, prepares, wantR, wantP)
+		}
+		mu.Unlock()
+	}
 }

@@ -315,7 +315,7 @@ func TestGroupOfThreeRanks(t *testing.T) {
 
 // Ranks that cannot all start (2 ranks on a host with one slot) fail
 // init within the bound, naming the ranks and mpirun's own words, with
-// nothing left running: no launcher, no listener, no token file.
+// nothing left running: no launcher, no rank, no listener, no token file.
 func TestGroupThatCannotStart(t *testing.T) {
 	spec := engine.GroupSpec{Ranks: 2, Launcher: engine.LauncherMPI, Hosts: []string{"127.0.0.1:1"}}
 	want := []string{"ranks 0, 1 of 2", "mpirun exited with status", "not enough slots"}
@@ -349,18 +349,70 @@ func TestGroupThatCannotStart(t *testing.T) {
 	if p, _ := token.GroupPathFor(n); fileExists(p) {
 		t.Errorf("the group's token file %s is left behind", p)
 	}
+	gt.waitRanks() // the rank the test started (launcher "none") ends by itself
+	if left := leftRunning(gt.listen); len(left) > 0 {
+		t.Errorf("processes left running after the failed init: %q", left)
+	}
 	if err := gt.w.Close(); err != nil {
 		t.Errorf("close after a failed init: %v", err)
 	}
 }
 
+// leftRunning lists the processes still running that a group listening
+// on addr started: this process's live children (a launcher), and any
+// process told to dial addr (a rank, wherever it was reparented).
+func leftRunning(addr string) []string {
+	var left []string
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		i := bytes.LastIndexByte(stat, ')')
+		if err != nil || i < 0 {
+			continue
+		}
+		f := strings.Fields(string(stat[i+1:]))
+		cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		child := len(f) >= 2 && f[0] != "Z" && f[1] == strconv.Itoa(os.Getpid())
+		if child || (len(f) >= 1 && f[0] != "Z" && bytes.Contains(cmdline, []byte("--connect\x00"+addr+"\x00"))) {
+			left = append(left, fmt.Sprintf("%d %s", pid, bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '})))
+		}
+	}
+	return left
+}
+
+// cpusAllowed is the CPUs process pid may run on, as /proc says them.
+func cpusAllowed(t *testing.T, pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Cpus_allowed_list:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	t.Fatalf("/proc/%d/status has no Cpus_allowed_list", pid)
+	return ""
+}
+
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 
 // A rank killed mid-run fails its tasks naming it, and close is clean.
+// Before that: each of the two ranks may run on every core this process
+// may (mpirun binds two ranks to a core each unless told not to).
 func TestGroupRankKilledMidRun(t *testing.T) {
 	gt := newGroup(t, engine.GroupSpec{Ranks: 2})
 	gt.init()
 	w := gt.w
+	for r, pid := range gt.group.pids {
+		if got, want := cpusAllowed(t, pid), cpusAllowed(t, os.Getpid()); got != want {
+			t.Errorf("rank %d (pid %d) may run on CPUs %s, this process on %s: the launcher bound it", r, pid, got, want)
+		}
+	}
 	hang, _ := w.Lookup(nodeOrch{procKernel{"node_hang"}}.Digest())
 	h := must(w.RemoteMalloc(gt.ids[1], 8))
 	r, err := w.Submit(asBuild(func(o *engine.Orchestrator) error {

@@ -34,6 +34,14 @@ func rankArgs(spec engine.GroupSpec, connect, tokenFile string, timeout time.Dur
 // a group that listens on loopback with no hosts named, every rank runs
 // on this host, so mpirun is allowed to place more ranks than cores
 // (--oversubscribe) unless launcher_args say how to map them.
+//
+// mpirun binds each rank to one core when it starts two or fewer (to a
+// socket otherwise): right for an MPI process that computes, wrong for a
+// rank, which is a whole level-3 node — its session process, every chip's
+// and SUB worker's goroutines — and which Go then runs on that one core
+// alone (GOMAXPROCS follows the affinity). A no-op task on a bound rank
+// took 2.7-3.9 times as long as on a daemon's node (docs/performance.md).
+// So ranks are not bound (--bind-to none) unless launcher_args say how.
 func launchArgs(spec engine.GroupSpec, rank []string, loopback bool) []string {
 	var argv []string
 	switch spec.Launcher {
@@ -43,6 +51,9 @@ func launchArgs(spec engine.GroupSpec, rank []string, loopback bool) []string {
 			argv = append(argv, "--host", strings.Join(spec.Hosts, ","))
 		} else if loopback && !mapsRanks(spec.LauncherArgs) {
 			argv = append(argv, "--oversubscribe")
+		}
+		if !bindsRanks(spec.LauncherArgs) {
+			argv = append(argv, "--bind-to", "none")
 		}
 	case engine.LauncherSlurm:
 		argv = []string{"srun", "--ntasks", strconv.Itoa(spec.Ranks)}
@@ -57,8 +68,19 @@ func launchArgs(spec engine.GroupSpec, rank []string, loopback bool) []string {
 // mapsRanks reports whether mpirun arguments already say how ranks map to
 // slots.
 func mapsRanks(args []string) bool {
+	return hasFlag(args, "--oversubscribe", "-oversubscribe", "--map-by", "-map-by", "--host", "-host", "-H", "--hostfile", "-hostfile", "--machinefile")
+}
+
+// bindsRanks reports whether mpirun arguments already say how ranks bind
+// to cores.
+func bindsRanks(args []string) bool {
+	return hasFlag(args, "--bind-to", "-bind-to", "--cpu-set", "-cpu-set", "--cpu-list", "-cpu-list", "--rankfile", "-rankfile", "-rf")
+}
+
+// hasFlag reports whether args hold one of flags, alone or as flag=value.
+func hasFlag(args []string, flags ...string) bool {
 	for _, a := range args {
-		for _, f := range []string{"--oversubscribe", "-oversubscribe", "--map-by", "-map-by", "--host", "-host", "-H", "--hostfile", "-hostfile", "--machinefile"} {
+		for _, f := range flags {
 			if a == f || strings.HasPrefix(a, f+"=") {
 				return true
 			}

@@ -97,10 +97,12 @@ func TestLaunchArgs(t *testing.T) {
 		loopback bool
 		want     string
 	}{
-		{engine.GroupSpec{Launcher: "mpirun", Ranks: 4}, true, "mpirun -np 4 --oversubscribe /bin/simpler remote-l3-worker --connect h:1"},
-		{engine.GroupSpec{Launcher: "mpirun", Ranks: 4}, false, "mpirun -np 4 /bin/simpler remote-l3-worker --connect h:1"},
-		{engine.GroupSpec{Launcher: "mpirun", Ranks: 2, LauncherArgs: []string{"--map-by", "node"}}, true, "mpirun -np 2 --map-by node /bin/simpler remote-l3-worker --connect h:1"},
-		{engine.GroupSpec{Launcher: "mpirun", Ranks: 2, Hosts: []string{"a:1", "b:1"}, LauncherArgs: []string{"-x", "V"}}, false, "mpirun -np 2 --host a:1,b:1 -x V /bin/simpler remote-l3-worker --connect h:1"},
+		{engine.GroupSpec{Launcher: "mpirun", Ranks: 4}, true, "mpirun -np 4 --oversubscribe --bind-to none /bin/simpler remote-l3-worker --connect h:1"},
+		{engine.GroupSpec{Launcher: "mpirun", Ranks: 4}, false, "mpirun -np 4 --bind-to none /bin/simpler remote-l3-worker --connect h:1"},
+		{engine.GroupSpec{Launcher: "mpirun", Ranks: 2, LauncherArgs: []string{"--map-by", "node"}}, true, "mpirun -np 2 --bind-to none --map-by node /bin/simpler remote-l3-worker --connect h:1"},
+		{engine.GroupSpec{Launcher: "mpirun", Ranks: 2, Hosts: []string{"a:1", "b:1"}, LauncherArgs: []string{"-x", "V"}}, false, "mpirun -np 2 --host a:1,b:1 --bind-to none -x V /bin/simpler remote-l3-worker --connect h:1"},
+		{engine.GroupSpec{Launcher: "mpirun", Ranks: 2, LauncherArgs: []string{"--bind-to", "core"}}, true, "mpirun -np 2 --oversubscribe --bind-to core /bin/simpler remote-l3-worker --connect h:1"},
+		{engine.GroupSpec{Launcher: "mpirun", Ranks: 2, LauncherArgs: []string{"--oversubscribe", "--cpu-set=0,1"}}, true, "mpirun -np 2 --oversubscribe --cpu-set=0,1 /bin/simpler remote-l3-worker --connect h:1"},
 		{engine.GroupSpec{Launcher: "srun", Ranks: 8, Hosts: []string{"n1", "n2"}}, false, "srun --ntasks 8 --nodelist n1,n2 /bin/simpler remote-l3-worker --connect h:1"},
 	}
 	for _, c := range cases {

@@ -621,12 +621,12 @@ func (s *session) unregister(c wire.Control) error {
 	return nil
 }
 
-// global runs a global-domain command on the inner worker; PREPARE's
-// windows count against the session's memory bound until the domain is
-// released or aborted.
+// global runs a global-domain command on the inner worker; the windows
+// of PREPARE (and of REATTACH, which takes pooled ones back) count against
+// the session's memory bound until the domain is released or aborted.
 func (s *session) global(c wire.Control, r *wire.ControlReply) error {
 	id := c.Domain.ID
-	if c.Cmd == wire.CmdPrepare {
+	if c.Cmd == wire.CmdPrepare || c.Cmd == wire.CmdReattach {
 		need := c.Domain.WindowSize * uint64(len(c.Domain.Ranks)) // both bounded by the decoder: no overflow
 		s.mu.Lock()
 		_, had := s.windows[id]

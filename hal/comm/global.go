@@ -198,7 +198,12 @@ func (g *GlobalRank) checkTable(table []Descriptor) error {
 		case d.MappingSize != uint64(q.WindowSize):
 			return bad("mapping size %d, want %d", d.MappingSize, q.WindowSize)
 		}
-		if _, ok := q.windowKey(d.Handle, j); !ok && !pooledName(d.Handle) {
+		// A pooled name first: the common case, and the cheaper check (every
+		// rank of a node checks every descriptor: 1M checks at 1024 ranks).
+		if pooledName(d.Handle) {
+			continue
+		}
+		if _, ok := q.windowKey(d.Handle, j); !ok {
 			return bad("handle %q is not the name of rank %d's window of this domain", d.Handle, j)
 		}
 	}
@@ -229,7 +234,11 @@ func (g *GlobalRank) importTable(table []Descriptor) error {
 // it), for up to this node's Timeout.
 func (g *GlobalRank) openHeader(name string) error {
 	c := &g.core
-	o, _, err := awaitObject(c.prefix, name, headerSize(c.size), false, time.Now().Add(g.req.Timeout))
+	deadline := time.Now().Add(g.req.Timeout)
+	if g.req.Reuse != "" {
+		deadline = time.Now() // one try: a pooled header exists already or never again
+	}
+	o, _, err := awaitObject(c.prefix, name, headerSize(c.size), false, deadline)
 	if errors.Is(err, errNotReady) {
 		return c.errorf(kind.TimeoutError, "waited %v for rank 0's header %s to exist (has rank 0 prepared, and not released?)",
 			g.req.Timeout, name)
@@ -406,6 +415,9 @@ func (g *GlobalRank) preparePooled() error {
 	if c.rank == 0 {
 		hdrSize = headerSize(q.Ranks)
 	}
+	if q.Reuse != "" {
+		return g.reusePooled(hdrSize)
+	}
 	w, ok := gpoolTake(c.prefix, roundPage(q.WindowSize), hdrSize)
 	if !ok {
 		if err := c.makeWindow(pooledWindowName(c.prefix, newGlobalKey()), false); err != nil {
@@ -432,8 +444,34 @@ func (g *GlobalRank) preparePooled() error {
 	return nil
 }
 
+// reusePooled takes back the pooled window q.Reuse names, cleared, with
+// its header for rank 0 (hdrSize > 0), which it must have at that size.
+func (g *GlobalRank) reusePooled(hdrSize int) error {
+	q, c := &g.req, &g.core
+	w, ok := gpoolTakeNamed(c.prefix, q.Reuse, roundPage(q.WindowSize), hdrSize)
+	if !ok {
+		return c.errorf(kind.KeyError, "the pooled window %s is not idle in this process at %d bytes%s (taken by another domain, or dropped)",
+			q.Reuse, roundPage(q.WindowSize), map[bool]string{true: " with a header", false: ""}[hdrSize > 0])
+	}
+	// Zero before the domain is usable anywhere (the contract).
+	clear(w.win.seg.Mem)
+	c.own = w.win
+	if c.rank == 0 {
+		clear(w.hdr.seg.Mem)
+		c.hdr, c.hdrOwned = w.hdr, true
+	} else {
+		g.spare = w.hdr
+	}
+	return nil
+}
+
 // pooledName reports whether handle is a pooled window's name.
 func pooledName(handle string) bool {
 	_, ok := pooledKey(handle)
 	return ok
 }
+
+// PooledName reports whether handle, a descriptor's, names a pooled
+// window: one its node keeps across domains, which a later domain over
+// the same members may take back (GlobalRequest.Reuse).
+func PooledName(handle string) bool { return pooledName(handle) }

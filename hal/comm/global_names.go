@@ -38,7 +38,6 @@ package comm
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -67,6 +66,12 @@ type GlobalRequest struct {
 	// and gives it back at Release, under a stable name (global_pool.go);
 	// otherwise its objects are the domain's own, named as above.
 	Pooled bool
+	// Reuse, with Pooled, names the pooled window to take back: exactly
+	// that one, idle in this process's pool (for rank 0 with its header),
+	// or Prepare fails with a KeyError and changes nothing. Import then
+	// does not wait for rank 0's header: a reused domain's header is a
+	// pooled one that exists already, or was dropped and never comes back.
+	Reuse string
 }
 
 func (q *GlobalRequest) prefix() string {
@@ -118,10 +123,20 @@ func (q *GlobalRequest) windowKey(handle string, rank int) (string, bool) {
 	}
 	rest := handle[i+len(stem):]
 	key, r, ok := strings.Cut(rest, "-r")
-	if !ok || len(key) != globalKeyLen || strings.Trim(key, "0123456789abcdef") != "" || r != strconv.Itoa(rank) {
+	if !ok || len(key) != globalKeyLen || !lowerHex(key) || r != strconv.Itoa(rank) {
 		return "", false
 	}
 	return key, true
+}
+
+// lowerHex reports whether s is lowercase hex digits only (a key's form).
+func lowerHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // goodPrefix reports whether p may start an shm name of a domain.
@@ -131,7 +146,9 @@ func goodPrefix(p string) bool {
 
 // domain names the domain in messages.
 func (q *GlobalRequest) domain() string {
-	return fmt.Sprintf("%q (id %d, generation %d)", q.Name, q.DomainID, q.Generation)
+	// Built without fmt: every Prepare and Release makes it, also when
+	// nothing fails (a warm domain's whole cost is a few microseconds).
+	return strconv.Quote(q.Name) + " (id " + strconv.FormatUint(q.DomainID, 10) + ", generation " + strconv.FormatUint(q.Generation, 10) + ")"
 }
 
 // maxWindow is the largest window View accepts.
@@ -148,6 +165,8 @@ func (q *GlobalRequest) check(what string, rank int, chip hal.Chip) error {
 	switch {
 	case q.WindowSize <= 0 || q.WindowSize > maxWindow:
 		return bad("window size must be in 1..%d, got %d", maxWindow, q.WindowSize)
+	case q.Reuse != "" && (!q.Pooled || !pooledName(q.Reuse)):
+		return bad("Reuse %q must name a pooled window, and the request be Pooled", q.Reuse)
 	case chip.Platform().Serves(ProfileSim.String()) != nil:
 		return bad("device %d is on platform %s, which has no %q comm profile", chip.DeviceID(), chip.Platform().Name(), ProfileSim.String())
 	}

@@ -14,6 +14,13 @@ package comm
 // a pooled window as for a fresh one, and the domain id (the CommContext's
 // allocation id) is the broker's fresh one.
 //
+// A request with Reuse takes back one named window, only if it is idle
+// here (gpoolTakeNamed): a broker that remembers the windows of an earlier
+// domain over the same members asks each node for exactly those, so every
+// peer's kept mapping is of the window it will use. A window in use by
+// another domain, or dropped, is refused; the broker then runs the full
+// transaction.
+//
 // A pooled window is reused only once its rank here has released it, and
 // a release comes after every kernel of the domain has finished (the
 // broker frees a domain at its run's fence), so nothing writes to it any
@@ -62,14 +69,19 @@ var (
 // pooledWindowName is the stable name of a pooled window.
 func pooledWindowName(prefix, key string) string { return prefix + "gwin-" + key }
 
-// pooledKey returns the key of a pooled window's name, if handle is one.
+// pooledKey returns the key of a pooled window's name, if handle is one:
+// a good prefix, "gwin-", then the key, 32 lowercase hex digits (which
+// cannot contain "gwin-", so the name's last 37 bytes say it all). Every
+// rank checks every descriptor of its table: this runs 1M times for a
+// 1024-rank domain.
 func pooledKey(handle string) (string, bool) {
-	i := strings.LastIndex(handle, "gwin-")
-	if i < 0 || !goodPrefix(handle[:i]) || len(handle) > DescriptorHandleMax {
+	const tag = "gwin-"
+	n := len(handle) - globalKeyLen - len(tag)
+	if n < 0 || len(handle) > DescriptorHandleMax || handle[n:n+len(tag)] != tag || !goodPrefix(handle[:n]) {
 		return "", false
 	}
-	key := handle[i+len("gwin-"):]
-	if len(key) != globalKeyLen || strings.Trim(key, "0123456789abcdef") != "" {
+	key := handle[n+len(tag):]
+	if !lowerHex(key) {
 		return "", false
 	}
 	return key, true
@@ -109,6 +121,27 @@ func gpoolTake(prefix string, size, hdrSize int) (gwin, bool) {
 	gpool = append(gpool[:best], gpool[best+1:]...)
 	gpoolBytes -= w.bytes()
 	return w, true
+}
+
+// gpoolTakeNamed takes the idle window called name, of size bytes under
+// prefix, if it is in the pool: for rank 0 (hdrSize > 0) only with a
+// header of hdrSize bytes. ok is false, and the pool unchanged, if not.
+func gpoolTakeNamed(prefix, name string, size, hdrSize int) (gwin, bool) {
+	gpoolMu.Lock()
+	defer gpoolMu.Unlock()
+	for i := len(gpool) - 1; i >= 0; i-- {
+		w := gpool[i]
+		if w.win.seg.Name != name {
+			continue
+		}
+		if w.prefix != prefix || len(w.win.seg.Mem) != size || (hdrSize > 0 && (w.hdr == nil || len(w.hdr.seg.Mem) != hdrSize)) {
+			return gwin{}, false
+		}
+		gpool = append(gpool[:i], gpool[i+1:]...)
+		gpoolBytes -= w.bytes()
+		return w, true
+	}
+	return gwin{}, false
 }
 
 func (w gwin) bytes() int {

@@ -3,8 +3,10 @@ package comm
 import (
 	"slices"
 	"testing"
+	"time"
 
 	"simpler/hal/shm"
+	"simpler/kind"
 )
 
 // handles is the descriptor handles of a domain's table, sorted.
@@ -143,5 +145,95 @@ func TestKeptPeerMapping(t *testing.T) {
 	cacheMu.Unlock()
 	if still || n != 0 {
 		t.Fatalf("after dropping: cached %v, %d kept", still, n)
+	}
+}
+
+// A domain over the same members takes back exactly the windows an
+// earlier one released (GlobalRequest.Reuse): the same names, zeroed, a
+// fresh domain id. A name that is not idle in the pool (in use by a live
+// domain, or dropped) is refused with a KeyError and changes nothing, and
+// an importer does not wait for a reused header that is gone.
+func TestReusePooledWindow(t *testing.T) {
+	clean(t)
+	chips := openChips(t, 2)
+	req := newGlobalReq(2, 4096)
+	req.Pooled = true
+	d := prepareDomain(t, req, chips, 1)
+	d.importAll(t)
+	d.commitAll(t)
+	if err := chips[1].CopyIn(d.ranks[1].WindowBase(), []byte("dirty")); err != nil {
+		t.Fatal(err)
+	}
+	old := slices.Clone(d.table)
+	d.release(t)
+	d.ranks = nil
+
+	reuse := func(r int, q GlobalRequest) (*GlobalRank, Descriptor, error) {
+		q.Pooled, q.Reuse = true, old[r].Handle
+		return PrepareGlobal(q, r, chips[r])
+	}
+	req2 := newGlobalReq(2, 4096)
+	table := make([]Descriptor, 2)
+	ranks := make([]*GlobalRank, 2)
+	for r := range ranks {
+		g, desc, err := reuse(r, req2)
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+		t.Cleanup(func() { g.Release() })
+		if desc.Handle != old[r].Handle || desc.DomainID != req2.DomainID {
+			t.Fatalf("rank %d: descriptor %v, want the window %s of domain %d", r, desc, old[r].Handle, req2.DomainID)
+		}
+		ranks[r], table[r] = g, desc
+	}
+	for r, g := range ranks {
+		if err := g.Import(table); err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		v, err := Open(chips[r], g.DeviceCtx())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.AllocationID() != req2.DomainID {
+			t.Fatalf("rank %d: allocation id %d, want %d", r, v.AllocationID(), req2.DomainID)
+		}
+	}
+	if b := mustBytes(t, chips[0], ranks[0].Bases()[1], 4096); slices.ContainsFunc(b, func(c byte) bool { return c != 0 }) {
+		t.Fatal("rank 1's reused window is not zeroed")
+	}
+
+	// In use by the live domain: refused, the pool as it was.
+	idle := gpoolLen()
+	if _, _, err := reuse(1, newGlobalReq(2, 4096)); kind.Of(err) != kind.KeyError || gpoolLen() != idle {
+		t.Fatalf("reusing a window in use: %v (pool %d, was %d), want a KeyError", err, gpoolLen(), idle)
+	}
+	for _, g := range ranks {
+		if err := g.Release(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := DrainPool(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := reuse(0, newGlobalReq(2, 4096)); kind.Of(err) != kind.KeyError {
+		t.Fatalf("reusing a dropped window: %v, want a KeyError", err)
+	}
+	// Rank 1 may be taken back alone (a fresh window under a pooled name
+	// stands in for it), but rank 0's header is gone: Import fails at once.
+	q := newGlobalReq(2, 4096)
+	q.Pooled = true
+	g1, d1, err := PrepareGlobal(q, 1, chips[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g1.Release()
+	start := time.Now()
+	stale := []Descriptor{{Profile: ProfileSim, DomainID: q.DomainID, Generation: 1, Rank: 0, Ranks: 2, MappingSize: 4096, Handle: old[0].Handle}, d1}
+	g1.req.Reuse = old[1].Handle // as a reused rank would import
+	if err := g1.Import(stale); err == nil || time.Since(start) > q.Timeout/2 {
+		t.Fatalf("importing a dropped header: %v after %v, want a prompt failure", err, time.Since(start))
 	}
 }

@@ -320,11 +320,20 @@ func poolPut(seg *shm.Segment, prefix string, parked bool) error {
 }
 
 // DrainPool tears down every parked rank of a warm slot (warm.go), then
-// unmaps and unlinks every idle pooled object. Objects of live domains
-// are untouched. Tests call it before checking for leftover objects, and
-// a Worker and a chip's process call it when they close.
+// drains the idle objects (DrainObjects). Tests call it before checking
+// for leftover objects, and a chip's process calls it as it shuts down,
+// before its chip closes.
 func DrainPool() error {
-	err := errors.Join(dropParked(func(warmKey) bool { return true }), drainGlobalPool())
+	return errors.Join(dropParked(func(warmKey) bool { return true }), DrainObjects())
+}
+
+// DrainObjects unmaps and unlinks every idle pooled object and global
+// window, and drops the kept peer mappings; objects of live domains and
+// parked ranks are untouched. A Worker calls it when it closes: parked
+// ranks are mapped in chips, and other Workers of the process may still
+// own theirs (each drops its own, DropWarm, before its chips close).
+func DrainObjects() error {
+	err := drainGlobalPool()
 	poolMu.Lock()
 	idle := pool
 	pool, poolBytes = nil, 0

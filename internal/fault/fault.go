@@ -20,7 +20,7 @@ import (
 // Points lists every known fault point.
 var Points = []string{
 	"global.comm_init", "global.prepare", "global.import", "global.commit",
-	"global.abort", "global.release", "domain.alloc", "domain.release",
+	"global.abort", "global.release", "global.reattach", "domain.alloc", "domain.release",
 	"remote.import", "remote.free",
 }
 

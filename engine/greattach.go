@@ -1,0 +1,118 @@
+package engine
+
+import (
+	"fmt"
+
+	"simpler/hal/comm"
+	"simpler/wire"
+)
+
+// REATTACH, the node side of a warm global domain: one command that does
+// what COMM_INIT, PREPARE, IMPORT_TABLE and COMMIT do, for a domain whose
+// windows are the pooled ones of an earlier domain over the same members
+// (hal/comm: GlobalRequest.Reuse). Its table names every rank's window;
+// this node takes its own ranks' back from its pool (zeroed, under the
+// domain's fresh id), maps its peers' (an importer's kept mappings make
+// that cheap), and commits. Anything missing or stale (a window taken by
+// another domain or dropped, a header gone, a chip that is a process of
+// its own and pools nothing) fails the command and leaves the node as it
+// was; the broker then aborts and runs the full transaction.
+
+// prepareReq is the node's request of a PREPARE or REATTACH body.
+func prepareReq(dm wire.Domain, extra wire.PrepareExtra) nodeGlobalReq {
+	req := nodeGlobalReq{ID: dm.ID, Gen: dm.Generation, Name: extra.Name, Size: dm.Size, WindowSize: int(dm.WindowSize)}
+	for _, b := range extra.Buffers {
+		req.Buffers = append(req.Buffers, BufferSpec(b))
+	}
+	for _, rk := range dm.Ranks {
+		req.Places = append(req.Places, GlobalPlace{Rank: int(rk.Rank), Local: int(rk.Worker)})
+	}
+	return req
+}
+
+// globalReattachCmd decodes REATTACH's table, checks the topology as
+// COMM_INIT does and reattaches.
+func (w *Worker) globalReattachCmd(dm wire.Domain) error {
+	t, err := wire.DecodeReattach(dm.Table)
+	if err != nil {
+		return Errorf(ValueError, "REATTACH: a malformed table: %v", err)
+	}
+	topo := dm
+	topo.Table = wire.Payload(&t.Topology)
+	if err := w.checkTopology(topo); err != nil {
+		return err
+	}
+	if err := w.initComm(); err != nil {
+		return err
+	}
+	table, err := CommDescriptors(t.Descriptors)
+	if err != nil {
+		return Wrap(err, "REATTACH")
+	}
+	return w.globalReattach(prepareReq(dm, t.Extra), table)
+}
+
+// globalReattach brings up a committed domain over the pooled windows
+// table names. A repeat of a reattached domain does nothing; any failure
+// releases what this command made (the windows go back to the pool).
+func (w *Worker) globalReattach(req nodeGlobalReq, table []comm.Descriptor) error {
+	w.mu.Lock()
+	if err := w.ready("REATTACH"); err != nil {
+		w.mu.Unlock()
+		return err
+	}
+	if g := w.globals[req.ID]; g != nil {
+		w.mu.Unlock()
+		if !g.req.same(req) || !g.committed {
+			return Errorf(ValueError, "REATTACH: global domain %d is already here with other parameters or in another phase", req.ID)
+		}
+		return nil
+	}
+	w.mu.Unlock()
+	if len(table) != req.Size {
+		return Errorf(ValueError, "REATTACH: a table of %d descriptors for %d ranks", len(table), req.Size)
+	}
+	offsets, err := bufferOffsets("REATTACH", req.Buffers, req.WindowSize)
+	if err != nil {
+		return err
+	}
+	g := &nodeGlobal{req: req, offsets: offsets}
+	if err := g.reattach(w, table); err != nil {
+		g.release()
+		return err
+	}
+	w.mu.Lock()
+	g.committed = true
+	w.globals[req.ID] = g
+	w.mu.Unlock()
+	return nil
+}
+
+// reattach takes back each local rank's window, then imports the table
+// and commits on each.
+func (g *nodeGlobal) reattach(w *Worker, table []comm.Descriptor) error {
+	for _, p := range g.req.Places {
+		if p.Rank < 0 || p.Rank >= len(table) {
+			return Errorf(ValueError, "REATTACH: rank %d outside the table", p.Rank)
+		}
+		r, d, err := w.prepareRank(g.req, p, table[p.Rank].Handle)
+		if err != nil {
+			return err
+		}
+		g.ranks, g.descs = append(g.ranks, r), append(g.descs, d)
+		if d != table[p.Rank] {
+			return Errorf(ValueError, "REATTACH: rank %d's descriptor is %v, the table has %v", p.Rank, d, table[p.Rank])
+		}
+	}
+	for i, r := range g.ranks {
+		if err := r.Import(table); err != nil {
+			return Wrap(err, fmt.Sprintf("REATTACH: rank %d", g.req.Places[i].Rank))
+		}
+	}
+	for _, r := range g.ranks {
+		if err := r.Commit(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
