@@ -12,7 +12,7 @@ import (
 	"simpler/engine"
 	"simpler/engine/hostmem"
 	"simpler/hal"
-	"simpler/hal/dtype"
+	"simpler/internal/enginetest"
 )
 
 // The test kernels and helpers of package engine's tests that these tests
@@ -27,7 +27,7 @@ const childEnv = "SIMPLER_PROC_TEST_CHILD"
 
 // deadline bounds every wait in these tests; nothing sleeps for a fixed
 // time, so it only matters when something is broken.
-const deadline = 10 * time.Second
+const deadline = enginetest.Deadline
 
 // procKernel is a Go callable a child process can find by name.
 type procKernel struct{ name string }
@@ -269,134 +269,29 @@ func kernel(t *testing.T, w *engine.Worker, name string) *engine.Handle {
 	return h
 }
 
-// newSpace returns host shared memory closed when the test ends (after the
-// workers made later, since cleanups run last-registered first).
-func newSpace(t *testing.T) *hostmem.Space {
-	sp := hostmem.NewSpace()
-	t.Cleanup(func() {
-		if err := sp.Close(); err != nil {
-			t.Errorf("space close: %v", err)
-		}
-	})
-	return sp
-}
-
-// hostI64 is a host tensor of n int64 elements and its bytes.
-func hostI64(t *testing.T, sp *hostmem.Space, n int) (engine.Tensor, []byte) {
-	t.Helper()
-	addr, mem, err := sp.Alloc(8 * n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return engine.Tensor{Addr: addr, Shape: []int{n}, DType: dtype.Int64}, mem
-}
-
-// mkArgs builds TaskArgs from Tensor, Tag pairs followed by uint64
-// scalars.
-func mkArgs(items ...any) *engine.TaskArgs {
-	a := &engine.TaskArgs{}
-	for i := 0; i < len(items); i++ {
-		switch v := items[i].(type) {
-		case engine.Tensor:
-			i++
-			if err := a.AddTensor(v, items[i].(engine.Tag)); err != nil {
-				panic(err)
-			}
-		case uint64:
-			a.AddScalar(v)
-		default:
-			panic(fmt.Sprintf("mkArgs: %T", v))
-		}
-	}
-	return a
-}
-
-func get64(b []byte) int64    { return int64(binary.LittleEndian.Uint64(b)) }
-func put64(b []byte, v int64) { binary.LittleEndian.PutUint64(b, uint64(v)) }
-
-// submitRun submits build and waits for the run with a deadline.
-func submitRun(t *testing.T, w *engine.Worker, build func(o *engine.Orchestrator) error) error {
-	t.Helper()
-	r, err := w.Submit(asBuild(build))
-	if err != nil {
-		return err
-	}
-	err = r.Wait(deadline)
-	if engine.KindOf(err) == engine.TimeoutError {
-		t.Fatalf("run hung: %v", err)
-	}
-	return err
-}
-
-// runDone submits build and waits for the run to be done (at most 20 s),
-// returning its error, which may itself be a TimeoutError.
-func runDone(t *testing.T, w *engine.Worker, build func(o *engine.Orchestrator) error) error {
-	t.Helper()
-	r, err := w.Submit(asBuild(build))
-	if err != nil {
-		return err
-	}
-	err = r.Wait(20 * time.Second)
-	if !r.Done() {
-		t.Fatalf("run hung: %v", err)
-	}
-	return err
-}
-
-// asBuild adapts a test build to Worker.Submit's signature.
-func asBuild(b func(o *engine.Orchestrator) error) func(o *engine.Orchestrator) (any, error) {
-	return func(o *engine.Orchestrator) (any, error) { return nil, b(o) }
-}
-
-func mustRun(t *testing.T, w *engine.Worker, build func(o *engine.Orchestrator) error) {
-	t.Helper()
-	if err := submitRun(t, w, build); err != nil {
-		t.Fatalf("run: %v", err)
-	}
-}
+// The helpers shared with engine/remote's tests (internal/enginetest).
+var (
+	newSpace  = enginetest.NewSpace
+	hostI64   = enginetest.HostI64
+	mkArgs    = enginetest.Args
+	get64     = enginetest.Get64
+	put64     = enginetest.Put64
+	submitRun = enginetest.SubmitRun
+	runDone   = enginetest.RunDone
+	asBuild   = enginetest.AsBuild
+	mustRun   = enginetest.MustRun
+	buildErr  = enginetest.BuildErr
+	until     = enginetest.Until
+	poll      = enginetest.Poll
+)
 
 // must is for calls inside an orchestration function: the first error
-// ends the build.
+// ends the build (enginetest.BuildErr turns its panic into the error).
 func must[T any](v T, err error) T {
 	if err != nil {
 		panic(err)
 	}
 	return v
-}
-
-// buildErr runs build, turning a must() panic into the build's error.
-func buildErr(build func(o *engine.Orchestrator)) func(o *engine.Orchestrator) error {
-	return func(o *engine.Orchestrator) (err error) {
-		defer func() {
-			if p := recover(); p != nil {
-				e, ok := p.(error)
-				if !ok {
-					panic(p)
-				}
-				err = e
-			}
-		}()
-		build(o)
-		return nil
-	}
-}
-
-// until waits for cond to hold, failing after the deadline.
-func until(what string, cond func() bool) error {
-	for end := time.Now().Add(deadline); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(end) {
-			return fmt.Errorf("timed out waiting for %s", what)
-		}
-	}
-	return nil
-}
-
-// poll is until for the test goroutine.
-func poll(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	if err := until(what, cond); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // wantErrText requires err to contain text.
