@@ -46,10 +46,14 @@ func BenchmarkRemoteControl(b *testing.B) {
 	defer w.Close()
 	c := &wire.Control{Cmd: wire.CmdReleaseDomain, Domain: wire.Domain{ID: 1, Generation: 1}}
 	n := nodeOf(w, 0)
+	lat := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
+		start := time.Now()
 		if _, err := n.Control(c); err != nil {
 			b.Fatal(err)
 		}
+		lat = append(lat, time.Since(start))
 	}
+	reportMedian(b, lat)
 }

@@ -15,6 +15,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(sessionEnv) != "" {
 		os.Exit(runTestSession())
 	}
+	if os.Getenv(echoEnv) != "" {
+		os.Exit(runEcho())
+	}
 	if os.Getenv(rankEnv) != "" {
 		os.Exit(runTestRank(os.Args[1:]))
 	}
