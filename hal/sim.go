@@ -5,8 +5,9 @@ import "simpler/kind"
 // simPlatform runs chips in this process: device memory is Go memory and
 // kernels run on the host. One implementation serves both architectures.
 type simPlatform struct {
-	name string
-	arch *Arch
+	name   string
+	arch   *Arch
+	shared sharedSpace // every chip's windows (simshared.go)
 }
 
 func init() {

@@ -9,10 +9,13 @@ import (
 	"simpler/kind"
 )
 
-// Simulated address spaces. Each chip owns a disjoint 1 TiB range, so a
-// pointer handed to the wrong chip never resolves there (and the error can
-// say whose it is). 1 TiB leaves room for a5's 128 GiB plus windows and for
-// a long run of bump allocations before holes must be reused.
+// Simulated address spaces. Each chip owns a disjoint 1 TiB range for its
+// allocations, so a pointer handed to the wrong chip never resolves there
+// (and the error can say whose it is). 1 TiB leaves room for a5's 128 GiB
+// and for a long run of bump allocations before holes must be reused.
+// Communication windows are not in it: they have one address per window
+// in the platform's shared range, resolved only on the chips that map
+// them (simshared.go).
 const (
 	simBase  = 0x1000_0000_0000
 	simShift = 40
@@ -42,9 +45,10 @@ func (r *region) String() string {
 	return fmt.Sprintf("the allocation at %#x (%d bytes)", r.start, r.size)
 }
 
+// freedRec is a freed start: seq tells it from a later free of the same
+// start in the eviction order.
 type freedRec struct {
-	window bool
-	seq    uint64
+	seq uint64
 }
 
 type freedKey struct{ start, seq uint64 }
@@ -69,6 +73,7 @@ type simChip struct {
 	order   []freedKey          // freed, oldest first, for eviction
 	seq     uint64
 	closed  bool
+	mapped  map[uint64]mapping // the shared windows this chip maps, by start (simshared.go)
 }
 
 func newSimChip(p *simPlatform, id int) *simChip {
@@ -95,7 +100,7 @@ func (c *simChip) whose(ptr uint64) string {
 			return fmt.Sprintf(" (it is an address on device %d)", other)
 		}
 	}
-	return ""
+	return c.sharedHint(ptr)
 }
 
 func roundUp(n uint64) uint64 { return (n + simAlign - 1) &^ (simAlign - 1) }
@@ -145,13 +150,13 @@ func (c *simChip) insert(r region) {
 }
 
 func (c *simChip) remove(i int) {
-	c.remember(c.regions[i].start, c.regions[i].window)
+	c.remember(c.regions[i].start)
 	c.regions = append(c.regions[:i], c.regions[i+1:]...)
 }
 
-func (c *simChip) remember(start uint64, window bool) {
+func (c *simChip) remember(start uint64) {
 	c.seq++
-	c.freed[start] = freedRec{window, c.seq}
+	c.freed[start] = freedRec{c.seq}
 	c.order = append(c.order, freedKey{start, c.seq})
 	if len(c.order) > freedKeep {
 		old := c.order[0]
@@ -208,12 +213,12 @@ func (c *simChip) Free(ptr uint64) error {
 	if c.closed {
 		return c.errClosed()
 	}
+	if inShared(ptr) {
+		return c.freeShared(ptr)
+	}
 	if i := c.find(ptr); i >= 0 {
-		r := &c.regions[i]
-		switch {
-		case r.window && r.start == ptr:
-			return kind.Errorf(kind.ValueError, "free: %#x on device %d is a communication window; it is released with its domain, not freed", ptr, c.id)
-		case r.start != ptr:
+		r := &c.regions[i] // an allocation: windows are in the shared range
+		if r.start != ptr {
 			return kind.Errorf(kind.ValueError, "free: %#x on device %d is inside %s; free takes the start address", ptr, c.id, r)
 		}
 		c.used -= int64(r.span)
@@ -221,10 +226,7 @@ func (c *simChip) Free(ptr uint64) error {
 		c.remove(i)
 		return nil
 	}
-	if rec, ok := c.freed[ptr]; ok {
-		if rec.window {
-			return kind.Errorf(kind.ValueError, "free: %#x on device %d was a communication window, already unmapped", ptr, c.id)
-		}
+	if _, ok := c.freed[ptr]; ok {
 		return kind.Errorf(kind.ValueError, "free: %#x on device %d was already freed", ptr, c.id)
 	}
 	return kind.Errorf(kind.ValueError, "free: %#x is not a live allocation on device %d%s", ptr, c.id, c.whose(ptr))
@@ -240,6 +242,9 @@ func (c *simChip) access(op string, ptr uint64, n int) ([]byte, error) {
 	defer c.mu.RUnlock()
 	if c.closed {
 		return nil, c.errClosed()
+	}
+	if inShared(ptr) {
+		return c.accessShared(op, ptr, n)
 	}
 	i := c.find(ptr)
 	if i < 0 {
@@ -283,15 +288,7 @@ func (c *simChip) MapWindow(mem []byte, label string) (uint64, error) {
 	if len(mem) == 0 {
 		return 0, kind.Errorf(kind.ValueError, "cannot map the empty window %q on device %d", label, c.id)
 	}
-	span := roundUp(uint64(len(mem)))
-	addr, ok := c.place(span)
-	if !ok {
-		return 0, kind.Errorf(kind.RuntimeError, "device %d out of address space: no free range of %d bytes for window %q", c.id, span, label)
-	}
-	n := len(mem)
-	c.insert(region{start: addr, span: span, size: uint64(n), mem: mem[:n:n], window: true, label: label})
-	c.windows++
-	return addr, nil
+	return c.mapShared(mem, label)
 }
 
 func (c *simChip) UnmapWindow(ptr uint64) error {
@@ -300,20 +297,11 @@ func (c *simChip) UnmapWindow(ptr uint64) error {
 	if c.closed {
 		return c.errClosed()
 	}
-	if i := c.find(ptr); i >= 0 {
-		r := &c.regions[i]
-		switch {
-		case !r.window:
-			return kind.Errorf(kind.ValueError, "unmap: %#x on device %d is in %s, not a window; allocations are freed with free", ptr, c.id, r)
-		case r.start != ptr:
-			return kind.Errorf(kind.ValueError, "unmap: %#x on device %d is inside %s; unmap takes the start address", ptr, c.id, r)
-		}
-		c.windows--
-		c.remove(i)
-		return nil
+	if inShared(ptr) {
+		return c.unmapShared(ptr)
 	}
-	if rec, ok := c.freed[ptr]; ok && rec.window {
-		return kind.Errorf(kind.ValueError, "unmap: window %#x on device %d was already unmapped", ptr, c.id)
+	if i := c.find(ptr); i >= 0 { // an allocation: windows are in the shared range
+		return kind.Errorf(kind.ValueError, "unmap: %#x on device %d is in %s, not a window; allocations are freed with free", ptr, c.id, &c.regions[i])
 	}
 	return kind.Errorf(kind.ValueError, "unmap: %#x is not a mapped window on device %d%s", ptr, c.id, c.whose(ptr))
 }
@@ -331,6 +319,7 @@ func (c *simChip) Close() error {
 	defer c.mu.Unlock()
 	if !c.closed {
 		c.closed = true
+		c.dropShared()
 		c.regions, c.freed, c.order = nil, nil, nil
 		c.used, c.allocs, c.windows = 0, 0, 0
 	}

@@ -326,3 +326,75 @@ func TestConcurrentUse(t *testing.T) {
 		t.Errorf("bump pointer %#x left chip 0's space", c.next)
 	}
 }
+
+// A window has one slot in the platform's shared range, seen by each
+// device id at its own offset, and resolves only on the chips that map
+// it: a chip that is not a member of the window's domain (it never
+// mapped the window) is refused even at the exact address its own view
+// would give, as is a chip whose mapping is gone while another's stays;
+// and one chip's address of the window never resolves on another id.
+func TestSharedWindowResolvesOnlyOnMembers(t *testing.T) {
+	// a and twin are both device 0 (of two nodes, say); b is device 1.
+	a, twin, b := openSim(t, "a2a3sim", 0), openSim(t, "a2a3sim", 0), openSim(t, "a2a3sim", 1)
+	mem := make([]byte, 4096)
+	wa, err := a.MapWindow(mem, "dom rank 0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantErr(t, twin.CopyIn(wa, []byte{1}), fmt.Sprintf(
+		"ValueError: copy of 1 bytes at %#x on device 0 is outside any live allocation", wa))
+	if mem[0] != 0 {
+		t.Error("a non-member chip wrote into the window")
+	}
+	wt, err := twin.MapWindow(mem, "dom rank 0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wt != wa {
+		t.Errorf("one window at %#x and %#x on two devices 0: want one address", wa, wt)
+	}
+	wb, err := b.MapWindow(mem, "dom rank 0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem[100] = 7
+	for _, c := range []struct {
+		chip *simChip
+		addr uint64
+	}{{a, wa}, {twin, wt}, {b, wb}} {
+		if got, err := c.chip.Bytes(c.addr+100, 1); err != nil || got[0] != 7 {
+			t.Errorf("member device %d reads %v, %v", c.chip.id, got, err)
+		}
+	}
+	wantErr(t, b.CopyIn(wa, []byte{1}), fmt.Sprintf(
+		"ValueError: copy of 1 bytes at %#x on device 1 is outside any live allocation (it is an address on device 0)", wa))
+	if err := a.UnmapWindow(wa); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Bytes(wa, 1); err == nil {
+		t.Error("the window still resolves on the chip that unmapped it")
+	}
+	wantErr(t, a.UnmapWindow(wa), fmt.Sprintf("ValueError: unmap: window %#x on device 0 was already unmapped", wa))
+	if _, err := twin.Bytes(wt, 1); err != nil {
+		t.Errorf("the other member lost the window: %v", err)
+	}
+	if _, nw := a.Live(); nw != 0 {
+		t.Errorf("device 0 still counts %d windows", nw)
+	}
+	// Closed chips let go of their mappings.
+	if err := twin.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, canon := alias(wa); a.plat.shared.find(canon) != nil {
+		t.Error("the window outlived every mapping")
+	}
+	// Separate windows never share an address, even of equal size.
+	w1, _ := a.MapWindow(make([]byte, 64), "x")
+	w2, _ := a.MapWindow(make([]byte, 64), "y")
+	if w1 == w2 || !inShared(w1) || !inShared(w2) {
+		t.Errorf("two windows at %#x and %#x", w1, w2)
+	}
+}

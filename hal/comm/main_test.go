@@ -43,6 +43,9 @@ func clean(tb testing.TB) {
 		if n != 0 {
 			tb.Errorf("%d mappings still cached", n)
 		}
+		if n := wakeLen(); n != 0 {
+			tb.Errorf("%d headers still in the wake registry", n)
+		}
 	})
 }
 

@@ -39,6 +39,7 @@ type rankCore struct {
 	peers    []*object // by rank, nil at this rank's index
 	bases    []uint64  // every window as mapped in the chip, by rank; 0 if not mapped
 	hdrBase  uint64    // the header as mapped in the chip
+	wakeHdr  []byte    // the header as counted in this process's wake registry (wake.go)
 	ctx      uint64    // the CommContext in device memory
 	ctxLen   int       // its length
 	released bool      // release ran: nothing is left, and nothing may be added
@@ -61,7 +62,27 @@ func (c *rankCore) errorf(k kind.Kind, format string, args ...any) error {
 // chipError puts a chip's error in the rank's context, keeping its kind.
 func (c *rankCore) chipError(err error) error { return kind.Wrap(err, c.where) }
 
-func (c *rankCore) label(rank int) string { return c.name + " rank " + strconv.Itoa(rank) }
+func (c *rankCore) label(rank int) string {
+	l := lastLabels.Load()
+	if l == nil || l.name != c.name || len(l.labels) <= rank {
+		l = &windowLabels{name: c.name, labels: make([]string, c.size)}
+		for j := range l.labels {
+			l.labels[j] = c.name + " rank " + strconv.Itoa(j)
+		}
+		lastLabels.Store(l)
+	}
+	return l.labels[rank]
+}
+
+// windowLabels are the chip labels of a domain's windows, by rank. Every
+// rank of a domain labels every window the same, 1M strings at 1024
+// ranks: the last domain's are kept (lastLabels), immutable once stored.
+type windowLabels struct {
+	name   string
+	labels []string
+}
+
+var lastLabels atomic.Pointer[windowLabels]
 
 // makeWindow creates this rank's window object under name. It is zero
 // before the name reaches anyone: a fresh object is zero-filled by the
@@ -127,6 +148,8 @@ func (c *rankCore) attach(names []string, peerErr func(j int, name string, err e
 		return c.chipError(err)
 	}
 	c.hdrBase = base
+	c.wakeHdr = c.hdr.seg.Mem[:hdrSize]
+	wakeAttach(c.wakeHdr, c.size)
 	b := encodeCtx(ctxFields{rank: c.rank, size: c.size, windowSize: c.winSize, allocID: c.id,
 		headerBase: c.hdrBase, headerSize: hdrSize, name: c.name, bases: c.bases})
 	// Not live until setLive: a kernel that opens it before is refused.
@@ -175,6 +198,10 @@ func (c *rankCore) detach() error {
 			errs = append(errs, err)
 		} else {
 			c.hdrBase = 0
+		}
+		if c.wakeHdr != nil {
+			wakeDetach(c.wakeHdr)
+			c.wakeHdr = nil
 		}
 	}
 	// Last mapped first: a chip keeps its regions sorted, so unmapping

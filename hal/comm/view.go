@@ -32,6 +32,7 @@ type View struct {
 	bases   []uint64
 	wins    [][]byte // every rank's window as mapped in this chip
 	hdr     []byte
+	wk      *wakeHeader // this process's wake registry for the header, nil if no rank here attached it
 }
 
 // Open reads and validates the CommContext at deviceCtx on chip: it must
@@ -77,6 +78,7 @@ func Open(chip hal.Chip, deviceCtx uint64) (*View, error) {
 	if uintptr(unsafe.Pointer(unsafe.SliceData(v.hdr)))%8 != 0 {
 		return bad("the header is misaligned")
 	}
+	v.wk = wakeLookup(v.hdr, v.size)
 	return v, nil
 }
 
@@ -235,6 +237,9 @@ func (v *View) Notify(rank int, addr uint64, width int, value int64, op string) 
 	// change back and forth.
 	seq := futex.Word32(v.hdr, rankWord(rank, rankSeq))
 	atomic.AddUint32(seq, 1)
+	if v.wk != nil {
+		v.wk.wake(rank) // goroutines of this process parked on it (wake.go)
+	}
 	if atomic.LoadUint32(futex.Word32(v.hdr, rankWord(rank, rankSleepers))) != 0 {
 		futex.Wake(seq)
 	}
@@ -286,13 +291,23 @@ func (v *View) Wait(addr uint64, width int, value int64, cmp string, timeout tim
 		seen = load()
 		return holds(seen, value)
 	}
+	if v.wk.local() { // every rank is a goroutine of this process: park in Go
+		if v.wk.parkUntil(v.rank, timeout, ready) {
+			return seen, nil
+		}
+		return seen, v.waitTimeout(timeout, cmp, value, seen)
+	}
 	seq := futex.Word32(v.hdr, rankWord(v.rank, rankSeq))
 	sleepers := futex.Word32(v.hdr, rankWord(v.rank, rankSleepers))
 	if futex.SpinUntil(seq, sleepers, time.Now().Add(timeout), spinFor, ready) {
 		return seen, nil
 	}
-	return seen, kind.Errorf(kind.TimeoutError, "%s on domain %s rank %d: waited %v for value %s %d, observed %d",
-		name, v.domain(), v.rank, timeout, cmp, value, seen)
+	return seen, v.waitTimeout(timeout, cmp, value, seen)
+}
+
+func (v *View) waitTimeout(timeout time.Duration, cmp string, value, seen int64) error {
+	return kind.Errorf(kind.TimeoutError, "comm.wait on domain %s rank %d: waited %v for value %s %d, observed %d",
+		v.domain(), v.rank, timeout, cmp, value, seen)
 }
 
 // Barrier returns once every rank of the domain has called it, and may be

@@ -172,11 +172,13 @@ func TestWaitTimeoutMessage(t *testing.T) {
 	}
 }
 
-// sleeping waits until rank's Wait is blocked in the kernel, so that the
-// next Notify has to wake it.
+// sleeping waits until rank's Wait is blocked, in the kernel or (every
+// rank in this process, wake.go) parked in Go, so that the next Notify
+// has to wake it.
 func sleeping(t *testing.T, v *View, rank int) {
 	eventually(t, "the waiter to sleep", func() bool {
-		return atomic.LoadUint32(futex.Word32(v.hdr, rankWord(rank, rankSleepers))) > 0
+		return atomic.LoadUint32(futex.Word32(v.hdr, rankWord(rank, rankSleepers))) > 0 ||
+			(v.wk != nil && v.wk.ranks[rank].parked.Load() > 0)
 	})
 }
 
