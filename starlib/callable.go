@@ -13,6 +13,9 @@ type callable struct {
 	s      *Session
 	fn     *starlark.Function
 	digest string
+	// native, for a library kernel with a Go body (nativeFor), runs the
+	// task instead of fn when it returns true; false leaves it to fn.
+	native func(*engine.ChipCtx, *engine.TaskArgs) (bool, error)
 }
 
 func (c *callable) Name() string   { return c.fn.Name() }
@@ -50,6 +53,11 @@ func (st *endpointState) thread() *starlark.Thread {
 }
 
 func (c *callable) RunChip(ctx *engine.ChipCtx, args *engine.TaskArgs) error {
+	if c.native != nil {
+		if done, err := c.native(ctx, args); done {
+			return err
+		}
+	}
 	st := c.state(ctx.Local, "chip")
 	if st.chip == nil || st.chip.ctx.Chip != ctx.Chip || st.chip.ctx.WorkerID != ctx.WorkerID {
 		st.chip = &Chip{ctx: &engine.ChipCtx{WorkerID: ctx.WorkerID, Chip: ctx.Chip}}
@@ -96,7 +104,7 @@ func (s *Session) callableFor(op string, fn *starlark.Function) (*callable, erro
 	if g, ok := fn.Globals()[fn.Name()]; !ok || g != starlark.Value(fn) {
 		return nil, errorf(engine.ValueError, "%s: %s (%s) is not a top-level function of its module; only module-level functions can be registered", op, fn.Name(), fn.Position())
 	}
-	c = &callable{s: s, fn: fn, digest: s.loader.digest(fn.Position().Filename(), fn.Name())}
+	c = &callable{s: s, fn: fn, digest: s.loader.digest(fn.Position().Filename(), fn.Name()), native: nativeFor(fn)}
 	s.mu.Lock()
 	s.callables[fn] = c
 	s.mu.Unlock()

@@ -366,7 +366,7 @@ func (l *loader) exec(m *module, src []byte) (starlark.StringDict, error) {
 	}
 	defer l.done(th)
 	opts := &syntax.FileOptions{Set: true, While: true, TopLevelControl: true, GlobalReassign: false, Recursion: true}
-	globals, err := starlark.ExecFileOptions(opts, th, m.name, src, l.predecl)
+	globals, err := starlark.ExecFileOptions(opts, th, m.name, src, l.predeclFor(m.name))
 	if err == nil {
 		for _, name := range stdExports[m.name] {
 			globals[name] = l.predecl[name]
@@ -380,6 +380,29 @@ func (l *loader) exec(m *module, src []byte) (starlark.StringDict, error) {
 // the global before it is bound).
 var stdExports = map[string][]string{
 	stdPrefix + "testing.star": {"assert"},
+}
+
+// stdPrivate are builtins only a standard-library module sees, under
+// names no script can reach: the library's Go hot paths (collfast.go).
+var stdPrivate = map[string]starlark.StringDict{
+	stdPrefix + "collectives.star": {"_direct_fast": builtin("_direct_fast", directFastBuiltin)},
+}
+
+// predeclFor is what module name sees predeclared: every script's
+// globals, and a library module's private builtins.
+func (l *loader) predeclFor(name string) starlark.StringDict {
+	extra := stdPrivate[name]
+	if extra == nil {
+		return l.predecl
+	}
+	d := make(starlark.StringDict, len(l.predecl)+len(extra))
+	for k, v := range l.predecl {
+		d[k] = v
+	}
+	for k, v := range extra {
+		d[k] = v
+	}
+	return d
 }
 
 // nameHints are what a name from another language is called here.
