@@ -164,7 +164,9 @@ func (r *Run) Done() bool {
 // Wait blocks until the run is done, or for at most timeout (negative
 // means no limit), and returns the first root task failure.
 func (r *Run) Wait(timeout time.Duration) error {
-	spin := timeout < 0 || timeout > spinFor // a short run is done soon (spin.go)
+	// A short run is done soon: poll first (spin.go), in thread mode only,
+	// where the run's kernels are this process's goroutines.
+	spin := (timeout < 0 || timeout > spinFor) && r.w.cfg.Mode == "thread"
 	if r.Done() || spin && spinDone(r.done) || timeout < 0 {
 		<-r.done
 		return r.waitErr
