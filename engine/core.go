@@ -1,7 +1,5 @@
 package engine
 
-import "slices"
-
 // core is the decision logic of a Worker's runs, as a value: the order of
 // the runs, each run's DAG (pending producers, poisoning, the first root
 // failure, the fence), the task window and the scheduler. It has no
@@ -61,8 +59,10 @@ func (c *core) running(a Assignment, drop bool) bool {
 	list := c.onEndpoint(a)
 	for i, b := range *list {
 		if b.Task == a.Task && b.Member == a.Member {
-			if drop {
-				*list = slices.Delete(*list, i, i+1)
+			if drop { // order does not matter: swap the last in
+				last := len(*list) - 1
+				(*list)[i] = (*list)[last]
+				*list = (*list)[:last]
 			}
 			return true
 		}

@@ -31,7 +31,11 @@ var spinners atomic.Int32
 // spinCap is how many waits may poll at once: one core fewer than Go
 // runs on, so that whatever they wait for has a core of its own (on two
 // cores, two pollers took 15% off back-to-back dispatch), but at least one.
-func spinCap() int32 { return int32(max(1, runtime.GOMAXPROCS(0)-1)) }
+func spinCap() int32 { return spinMax }
+
+// spinMax is spinCap, read once: runtime.GOMAXPROCS takes the scheduler's
+// lock, which on the dispatch path cost more than the poll it bounds.
+var spinMax = int32(max(1, runtime.GOMAXPROCS(0)-1))
 
 // spinSlot takes one of the spinCap polling slots; release it with
 // spinners.Add(-1).
