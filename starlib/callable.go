@@ -24,8 +24,9 @@ func (c *callable) Digest() string { return c.digest }
 // endpointState is what a thread-mode endpoint keeps between tasks: its
 // Starlark thread and the chip value kernels receive.
 type endpointState struct {
-	th   *starlark.Thread
-	chip *Chip
+	th     *starlark.Thread
+	cancel func(reason string) // th.Cancel, made once: a method value per task is an allocation
+	chip   *Chip
 }
 
 // state returns the endpoint's state, made on first use.
@@ -37,6 +38,7 @@ func (c *callable) state(local any, name string) *endpointState {
 		}
 	}
 	st := &endpointState{th: c.s.newThread(name)}
+	st.cancel = st.th.Cancel
 	if slot != nil {
 		*slot = st
 	}
@@ -63,7 +65,7 @@ func (c *callable) RunChip(ctx *engine.ChipCtx, args *engine.TaskArgs) error {
 		st.chip = &Chip{ctx: &engine.ChipCtx{WorkerID: ctx.WorkerID, Chip: ctx.Chip}}
 	}
 	th := st.thread()
-	stoppable(ctx.Stop, th)
+	stoppable(ctx.Stop, st.cancel)
 	_, err := starlark.Call(th, c.fn, starlark.Tuple{st.chip, &TaskArgs{a: args, chip: ctx.Chip}}, nil)
 	return kernelError(err)
 }
@@ -71,7 +73,7 @@ func (c *callable) RunChip(ctx *engine.ChipCtx, args *engine.TaskArgs) error {
 func (c *callable) RunSub(ctx *engine.SubCtx, args *engine.TaskArgs) error {
 	st := c.state(ctx.Local, "sub")
 	th := st.thread()
-	stoppable(ctx.Stop, th)
+	stoppable(ctx.Stop, st.cancel)
 	_, err := starlark.Call(th, c.fn, starlark.Tuple{&TaskArgs{a: args}}, nil)
 	return kernelError(err)
 }
@@ -85,9 +87,9 @@ func (c *callable) RunOrch(o *engine.Orchestrator, args *engine.TaskArgs, cfg *e
 
 // stoppable makes the engine's stop of a running kernel cancel its
 // interpreter, which then fails at its next step.
-func stoppable(s *engine.Stopper, th *starlark.Thread) {
+func stoppable(s *engine.Stopper, cancel func(reason string)) {
 	if s != nil {
-		s.OnStop(th.Cancel)
+		s.OnStop(cancel)
 	}
 }
 
