@@ -257,11 +257,13 @@ func (w *Worker) completed(a Assignment, err error, scratch *[]Assignment) (afte
 	if scratch != nil {
 		eff.Assign = (*scratch)[:0]
 	}
-	k := memberKey{t, a.Member}
 	w.mu.Lock()
-	if tm := w.deadlines[k]; tm != nil {
-		tm.Stop()
-		delete(w.deadlines, k)
+	if len(w.deadlines) > 0 { // most tasks have none: no hashing for them
+		k := memberKey{t, a.Member}
+		if tm := w.deadlines[k]; tm != nil {
+			tm.Stop()
+			delete(w.deadlines, k)
+		}
 	}
 	w.core.complete(a, err, &eff)
 	w.wake(eff)
