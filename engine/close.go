@@ -1,0 +1,180 @@
+package engine
+
+// Closing a Worker: draining its runs within close_timeout_s, stopping
+// its endpoints, tearing down its tree in order, and what had to be
+// forced.
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"simpler/hal/comm"
+)
+
+func (w *Worker) teardown() error {
+	first := w.closeProcs()
+	for _, c := range w.chips {
+		if err := c.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	w.chips = nil
+	w.remoteFailed.Wait()
+	for _, n := range w.remotes {
+		if n != nil {
+			n.Close()
+		}
+	}
+	w.remotes = nil
+	if err := w.closeGroups(); err != nil && first == nil { // their ranks ended with their sessions
+		first = err
+	}
+	for _, child := range w.children {
+		if child == nil {
+			continue
+		}
+		if err := child.closeTree(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// Close drains every run, stops endpoints and children and frees chips and
+// the heap. It is idempotent.
+func (w *Worker) Close() error {
+	w.mu.Lock()
+	if w.attached && w.state != stateClosed {
+		w.mu.Unlock()
+		return Errorf(RuntimeError, "close: this worker is a child; its parent closes it")
+	}
+	w.mu.Unlock()
+	return w.closeTree()
+}
+
+// drainRuns waits for runs to finish, up to the close timeout; the ones
+// still running then are cancelled, and if they do not finish within a
+// grace either, the child processes and remote sessions behind them are
+// ended. It returns an error naming what had to be forced, or nil.
+func (w *Worker) drainRuns(runs []*Run) error {
+	deadline := time.Now().Add(w.cfg.CloseTimeout)
+	var late []*Run
+	for _, r := range runs {
+		select {
+		case <-r.done:
+		case <-time.After(time.Until(deadline)):
+			late = append(late, r)
+		}
+	}
+	if len(late) == 0 {
+		return nil
+	}
+	ids := make([]string, len(late))
+	for i, r := range late {
+		ids[i] = fmt.Sprint(r.id)
+		r.Cancel()
+	}
+	what := fmt.Sprintf("close: run %s still running after close_timeout_s=%v: cancelled", strings.Join(ids, ", "), w.cfg.CloseTimeout)
+	grace := time.After(3 * StopGrace)
+	for _, r := range late {
+		select {
+		case <-r.done:
+		case <-grace:
+			w.killChildren()
+			return Errorf(RuntimeError, "%s, and still running after that: its child processes and sessions were ended", what)
+		}
+	}
+	return Errorf(RuntimeError, "%s", what)
+}
+
+// killChildren ends every child process and remote session at once, so
+// that whatever waits on them returns.
+func (w *Worker) killChildren() {
+	for _, p := range w.procs() {
+		p.Kill()
+	}
+	for id, n := range w.remotes {
+		if n != nil {
+			n.Fail(Errorf(RuntimeError, "%s: ended by close", w.workerName(NextLevel, id)))
+		}
+	}
+	w.killGroups()
+	for _, c := range w.children {
+		if c != nil {
+			c.killChildren()
+		}
+	}
+}
+
+func (w *Worker) closeTree() error {
+	w.regMu.Lock()
+	defer w.regMu.Unlock()
+	w.mu.Lock()
+	if w.state == stateClosed {
+		w.mu.Unlock()
+		return nil
+	}
+	runs := make([]*Run, 0, len(w.runs))
+	for r := range w.runs {
+		if r.building {
+			w.mu.Unlock()
+			return Errorf(RuntimeError, "close: run %d is still being built; close() cannot be called from inside an orchestration function", r.id)
+		}
+		runs = append(runs, r)
+	}
+	w.state = stateClosed // refuse new work while the runs drain
+	w.mu.Unlock()
+	forced := w.drainRuns(runs)
+	gerr := w.closeGlobalDomains()
+	w.CloseGlobals()
+	// Endpoints report to w.mu as they stop: wait for them outside it.
+	if !w.stopEndpointsWithin(StopGrace) && forced == nil {
+		forced = Errorf(RuntimeError, "close: a kernel of this worker did not stop; its goroutine is abandoned")
+	}
+	werr := w.dropWarm() // before the chips close: parked ranks are mapped in them
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	err := w.teardown()
+	if err == nil {
+		err = gerr
+	}
+	if err == nil {
+		err = werr
+	}
+	if forced != nil {
+		err = forced // what had to be forced comes first: it says why the rest may be missing
+	}
+	if e := w.closeHostBuffers(); e != nil && err == nil {
+		err = e
+	}
+	if w.commInits.Load() > 0 {
+		if e := comm.DrainObjects(); e != nil && err == nil {
+			err = e
+		}
+	}
+	if w.heap != nil {
+		if e := w.heap.close(); e != nil && err == nil {
+			err = e
+		}
+	}
+	return err
+}
+
+// CancelRuns cancels every run of the worker (Run.Cancel): an interrupt
+// ends the work in hand without waiting for it.
+func (w *Worker) CancelRuns() {
+	w.mu.Lock()
+	runs := make([]*Run, 0, len(w.runs))
+	for r := range w.runs {
+		runs = append(runs, r)
+	}
+	w.mu.Unlock()
+	for _, r := range runs {
+		r.Cancel()
+	}
+}
+
+// Kill ends every child process and remote session of the tree at once:
+// the forced end of a second interrupt.
+func (w *Worker) Kill() { w.killChildren() }

@@ -1,0 +1,168 @@
+package remote
+
+// A session's control commands: buffers and copies, the code bundle,
+// registrations and global-domain steps, each answered on its sequence
+// number.
+
+import (
+	"simpler/engine"
+	"simpler/wire"
+)
+
+// control runs one command and replies with the request's sequence.
+func (s *session) control(f frame) {
+	r := &wire.ControlReply{Seq: f.h.Seq}
+	if f.copied {
+		r.Cmd = wire.CmdCopyTo
+		s.write(wire.TypeControlReply, f.h.Seq, r)
+		return
+	}
+	c, err := wire.DecodeControl(f.payload)
+	if err == nil {
+		r.Cmd = c.Cmd
+		err = s.command(c, r)
+	} else {
+		r.Cmd = wire.CmdRegister // a reply needs a valid command; the error says what went wrong
+		err = engine.Errorf(engine.ValueError, "CONTROL: %v", err)
+	}
+	if err != nil {
+		r.Err = errBody(err)
+		r.Buffer, r.Data = wire.BufferRef{}, nil
+	}
+	if r.Err == nil && r.Cmd == wire.CmdCopyFrom {
+		data := r.Data
+		r.Data = nil
+		s.writeBulk(wire.TypeControlReply, f.h.Seq, r, data)
+		return
+	}
+	s.write(wire.TypeControlReply, f.h.Seq, r)
+}
+
+func (s *session) command(c wire.Control, r *wire.ControlReply) error {
+	switch c.Cmd {
+	case wire.CmdCancel:
+		return s.cancel(c.TaskSeq)
+	case wire.CmdBundle:
+		return s.bundle(c.Bundle)
+	case wire.CmdRegister:
+		return s.register(c)
+	case wire.CmdUnregister:
+		return s.unregister(c)
+	case wire.CmdMalloc:
+		return s.malloc(c.NBytes, r)
+	case wire.CmdFree, wire.CmdReleaseImport:
+		return s.drop(c.Buffer, c.Cmd == wire.CmdFree)
+	case wire.CmdCopyTo, wire.CmdCopyFrom:
+		return s.copy(c, r)
+	case wire.CmdExport:
+		return s.export(c, r)
+	case wire.CmdImport:
+		return s.importExport(c, r)
+	}
+	return s.global(c, r)
+}
+
+// bundle loads the parent's code, once.
+func (s *session) bundle(b wire.Bundle) error {
+	s.mu.Lock()
+	had := s.resolve != nil
+	s.mu.Unlock()
+	if had {
+		return engine.Errorf(engine.ValueError, "BUNDLE: this node already has its code")
+	}
+	r, err := s.newResolver(b, s.limits.LoadSteps)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.resolve = r
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *session) register(c wire.Control) error {
+	s.mu.Lock()
+	res := s.resolve
+	s.mu.Unlock()
+	if res == nil {
+		return engine.Errorf(engine.RuntimeError, "REGISTER: this node has no code yet (the parent sends BUNDLE first)")
+	}
+	fn, err := res.Resolve(c.Digest, c.Module, c.Name)
+	if err != nil {
+		return err
+	}
+	if _, err := s.inner.Register(fn, nil); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.callables[c.Digest] = fn
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *session) unregister(c wire.Control) error {
+	h, ok := s.inner.Lookup(c.Digest)
+	if !ok {
+		return engine.Errorf(engine.ValueError, "UNREGISTER: %s is not registered on this node", c.Digest)
+	}
+	if err := s.inner.Unregister(h); err != nil {
+		return err
+	}
+	if _, still := s.inner.Lookup(c.Digest); !still {
+		s.mu.Lock()
+		delete(s.callables, c.Digest)
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+// global runs a global-domain command on the inner worker; the windows
+// of PREPARE (and of REATTACH, which takes pooled ones back) count against
+// the session's memory bound until the domain is released or aborted.
+func (s *session) global(c wire.Control, r *wire.ControlReply) error {
+	id := c.Domain.ID
+	if c.Cmd == wire.CmdPrepare || c.Cmd == wire.CmdReattach {
+		need := c.Domain.WindowSize * uint64(len(c.Domain.Ranks)) // both bounded by the decoder: no overflow
+		s.mu.Lock()
+		_, had := s.windows[id]
+		err := s.reserve(need, had, "PREPARE")
+		s.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		if err := s.inner.GlobalCommand(c, r); err != nil {
+			if !had {
+				s.mu.Lock()
+				s.owned -= need
+				s.mu.Unlock()
+			}
+			return err
+		}
+		s.mu.Lock()
+		s.windows[id] = need
+		s.mu.Unlock()
+		return nil
+	}
+	err := s.inner.GlobalCommand(c, r)
+	if err == nil && (c.Cmd == wire.CmdAbort || c.Cmd == wire.CmdReleaseDomain) {
+		s.mu.Lock()
+		s.owned -= s.windows[id]
+		delete(s.windows, id)
+		s.mu.Unlock()
+	}
+	return err
+}
+
+// reserve counts n more bytes against the session's memory bound (none if
+// already is set: a repeated PREPARE). Caller holds s.mu.
+func (s *session) reserve(n uint64, already bool, op string) error {
+	if already {
+		return nil
+	}
+	if n > s.limits.BufferBytes || s.owned > s.limits.BufferBytes-n {
+		return engine.Errorf(engine.RuntimeError, "%s: %d bytes more would bring this session's memory to %d bytes, beyond its bound of %d (the daemon's --max-buffer-bytes)",
+			op, n, s.owned+n, s.limits.BufferBytes)
+	}
+	s.owned += n
+	return nil
+}
