@@ -1,44 +1,11 @@
 package engine
 
-import (
-	"bytes"
-	"testing"
+import "simpler/internal/wiretest"
 
-	"simpler/wire"
+// The canonical-encoding check of the fuzz targets (internal/wiretest).
+type decodeFunc = wiretest.DecodeFunc
+
+var (
+	fuzzCanonical = wiretest.FuzzCanonical
+	canonical     = wiretest.Canonical
 )
-
-// A decoder under test: it returns, for bytes that decode, the encoder
-// call that should write them back.
-type decodeFunc func(b []byte) (reencode func(e *wire.Encoder) error, err error)
-
-// fuzzCanonical fuzzes decode from seeds, each of which must decode (a
-// seed the decoder refuses would leave the canonical check unexercised):
-// decoding must not panic, and whatever decodes must re-encode to the
-// same bytes.
-func fuzzCanonical(f *testing.F, seeds [][]byte, decode decodeFunc) {
-	for _, b := range seeds {
-		if _, err := decode(b); err != nil {
-			f.Fatalf("seed %x does not decode: %v", b, err)
-		}
-		f.Add(b)
-	}
-	f.Fuzz(func(t *testing.T, b []byte) {
-		reencode, err := decode(b)
-		if err != nil {
-			return
-		}
-		canonical(t, b, reencode)
-	})
-}
-
-// canonical fails t unless encode writes b.
-func canonical(t *testing.T, b []byte, encode func(e *wire.Encoder) error) {
-	t.Helper()
-	var e wire.Encoder
-	if err := encode(&e); err != nil {
-		t.Fatalf("%x decodes but does not re-encode: %v", b, err)
-	}
-	if !bytes.Equal(e.Bytes(), b) {
-		t.Fatalf("not canonical:\n  in  %x\n  out %x", b, e.Bytes())
-	}
-}
