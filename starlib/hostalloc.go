@@ -33,18 +33,7 @@ func (a *hostAlloc) hold(t *Tensor) {
 	runtime.AddCleanup(t, func(a *hostAlloc) { a.letGo() }, a)
 }
 
-func (a *hostAlloc) letGo() {
-	a.mu.Lock()
-	a.holders--
-	free := a.holders == 0 && a.pins == 0 && !a.freed
-	if free {
-		a.freed = true
-	}
-	a.mu.Unlock()
-	if free {
-		a.space.Free(a.addr)
-	}
-}
+func (a *hostAlloc) letGo() { a.drop(&a.holders) }
 
 // pin keeps the allocation for a run in flight; unpin lets it go again.
 func (a *hostAlloc) pin() {
@@ -53,9 +42,13 @@ func (a *hostAlloc) pin() {
 	a.mu.Unlock()
 }
 
-func (a *hostAlloc) unpin() {
+func (a *hostAlloc) unpin() { a.drop(&a.pins) }
+
+// drop takes one from count (holders or pins, under a.mu) and frees the
+// memory once neither holds it.
+func (a *hostAlloc) drop(count *int) {
 	a.mu.Lock()
-	a.pins--
+	*count--
 	free := a.holders == 0 && a.pins == 0 && !a.freed
 	if free {
 		a.freed = true
