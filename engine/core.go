@@ -22,9 +22,20 @@ type core struct {
 	// reported back, by pool and endpoint, so a cancel knows what to
 	// stop. An endpoint holds at most its scheduler depth of them, so a
 	// short slice each beats a map on the dispatch path.
-	active [2][][]Assignment
+	active [2][][]member
 	// name names an endpoint the way a task's error shows it.
 	name func(p Pool, id int) string
+}
+
+// member is a task member running on an endpoint. settled records that
+// its outcome is decided already (its task was cancelled, or it passed its
+// deadline): what its endpoint reports later does not count. Only a
+// running member can be settled early, so the flag lives here and not on
+// every Task.
+type member struct {
+	task    *Task
+	index   int
+	settled bool
 }
 
 // memberKey names one member of one task.
@@ -42,32 +53,32 @@ type Effects struct {
 }
 
 func newCore(s *Sched, h *heapRing, window int, name func(Pool, int) string) *core {
-	return &core{sched: s, heap: h, window: window, name: name}
+	c := &core{sched: s, heap: h, window: window, name: name}
+	c.active[NextLevel] = make([][]member, len(s.next))
+	c.active[Sub] = make([][]member, len(s.subBusy))
+	return c
 }
 
-// onEndpoint is the list of what runs on a's endpoint, grown on first use.
-func (c *core) onEndpoint(a Assignment) *[]Assignment {
-	pool := &c.active[a.Pool]
-	if a.Target >= len(*pool) {
-		*pool = append(*pool, make([][]Assignment, a.Target+1-len(*pool))...)
-	}
-	return &(*pool)[a.Target]
-}
-
-// running reports whether a is active, and removes it when drop is set.
-func (c *core) running(a Assignment, drop bool) bool {
-	list := c.onEndpoint(a)
-	for i, b := range *list {
-		if b.Task == a.Task && b.Member == a.Member {
-			if drop { // order does not matter: swap the last in
-				last := len(*list) - 1
-				(*list)[i] = (*list)[last]
-				*list = (*list)[:last]
-			}
-			return true
+// find is a's entry among the members running on its endpoint (nil: it
+// is not running).
+func (c *core) find(a Assignment) *member {
+	list := c.active[a.Pool][a.Target]
+	for i := range list {
+		if list[i].task == a.Task && list[i].index == a.Member {
+			return &list[i]
 		}
 	}
-	return false
+	return nil
+}
+
+// drop takes m, found by find for a, off its endpoint's list; order does
+// not matter, so the last entry moves into its place.
+func (c *core) drop(a Assignment, m *member) {
+	list := &c.active[a.Pool][a.Target]
+	last := len(*list) - 1
+	*m = (*list)[last]
+	(*list)[last] = member{} // no stale *Task in the spare capacity
+	*list = (*list)[:last]
 }
 
 // dispatch asks the scheduler for what can start now and counts each
@@ -77,8 +88,8 @@ func (c *core) dispatch(eff *Effects) {
 	eff.Assign = c.sched.Dispatch(eff.Assign)
 	for _, a := range eff.Assign[n:] {
 		a.Task.run.running++
-		list := c.onEndpoint(a)
-		*list = append(*list, a)
+		list := &c.active[a.Pool][a.Target]
+		*list = append(*list, member{task: a.Task, index: a.Member})
 	}
 }
 
@@ -128,28 +139,32 @@ func (c *core) complete(a Assignment, err error, eff *Effects) {
 	}
 	t := a.Task
 	c.sched.Finish(a.Pool, a.Target)
-	c.running(a, true)
+	early := false
+	if m := c.find(a); m != nil {
+		early = m.settled
+		c.drop(a, m)
+	}
 	t.run.running--
-	c.settle(a, err, eff)
+	if !early {
+		c.record(a, err, eff)
+	}
 	c.dispatch(eff)
 	c.checkFence(t.run, eff)
 }
 
-// settle records a member's outcome, once: a member settled early (a
-// cancel, a deadline) ignores what its endpoint reports later.
-func (c *core) settle(a Assignment, err error, eff *Effects) {
-	t := a.Task
-	if t.settled == nil {
-		if n := max(len(t.args), a.Member+1); n == 1 {
-			t.settled = t.settled1[:]
-		} else {
-			t.settled = make([]bool, n)
-		}
-	}
-	if t.settled[a.Member] {
+// settle records the outcome of a (m its entry) now, once, ahead of its
+// endpoint's report.
+func (c *core) settle(a Assignment, m *member, err error, eff *Effects) {
+	if m.settled {
 		return
 	}
-	t.settled[a.Member] = true
+	m.settled = true
+	c.record(a, err, eff)
+}
+
+// record counts a member's outcome on its task; the last one retires it.
+func (c *core) record(a Assignment, err error, eff *Effects) {
+	t := a.Task
 	if err != nil && t.err == nil {
 		t.err = taskError(t.ID, c.name(a.Pool, a.Target), t.handle.Name(), err)
 		t.root = true
@@ -167,10 +182,11 @@ func (c *core) expire(a Assignment, err error, eff *Effects) {
 	if invariants {
 		defer c.checkInvariants()
 	}
-	if !c.running(a, false) {
+	m := c.find(a)
+	if m == nil {
 		return // reported back already
 	}
-	c.settle(a, err, eff)
+	c.settle(a, m, err, eff)
 	eff.Stop = append(eff.Stop, a)
 	c.dispatch(eff)
 }
@@ -196,12 +212,15 @@ func (c *core) cancel(r *Run, why error, eff *Effects) {
 		t.err = why
 		c.retire(t, eff)
 	}
-	for _, pool := range c.active {
-		for _, list := range pool {
-			for _, a := range list {
-				if a.Task.run == r {
-					c.settle(a, why, eff)
+	// Settling may retire tasks and so dispatch, which appends to these
+	// lists: each entry is looked up afresh.
+	for p := range c.active {
+		for e := range c.active[p] {
+			for i := 0; i < len(c.active[p][e]); i++ {
+				if m := &c.active[p][e][i]; m.task.run == r {
+					a := Assignment{Task: m.task, Member: m.index, Pool: Pool(p), Target: e}
 					eff.Stop = append(eff.Stop, a)
+					c.settle(a, m, why, eff)
 				}
 			}
 		}

@@ -39,12 +39,9 @@ type loopEndpoint struct {
 	wg    *sync.WaitGroup
 	spin  bool // poll for the next member before blocking (thread mode: spin.go)
 
-	mu     sync.Mutex
-	cur    memberKey // what runs now (zero: nothing)
-	doomed memberKey // cancelled before it started: it is not run
 	// stop asks what runs now to stop: the runner registers how with
 	// stop.OnStop (a kernel's interpreter, a child's run, a child
-	// process's task).
+	// process's task). It also keeps which member runs (Stopper.begin).
 	stop Stopper
 }
 
@@ -52,13 +49,16 @@ func (e *loopEndpoint) Start(a Assignment) { e.ch <- a }
 
 func (e *loopEndpoint) Stop() { close(e.ch) }
 
-// next waits for the next member. In thread mode it polls first: the
-// next member often follows at once (spin.go). In process mode it does
-// not: the member runs in a child process that needs the core, and the
-// mailbox already spins (polling here made a no-op task 2-5 times
+// next waits for the next member. In thread mode, between runs, it polls
+// first: the next run's member often follows at once (spin.go). While an
+// orchestration function is submitting it does not: members come as fast
+// as the submitter makes them, and a poller takes the core it needs
+// (polling then cost back-to-back dispatch 15%). In process mode it does
+// not either: the member runs in a child process that needs the core, and
+// the mailbox already spins (polling here made a no-op task 2-5 times
 // slower on two cores).
 func (e *loopEndpoint) next() (Assignment, bool) {
-	if e.spin {
+	if e.spin && e.w.building.Load() == 0 {
 		return spinRecv(e.ch)
 	}
 	a, ok := <-e.ch
@@ -66,16 +66,7 @@ func (e *loopEndpoint) next() (Assignment, bool) {
 }
 
 func (e *loopEndpoint) Cancel(a Assignment, reason string) {
-	k := memberKey{a.Task, a.Member}
-	e.mu.Lock()
-	here := e.cur == k
-	if !here {
-		e.doomed = k // still in the channel: the loop will not run it
-	}
-	e.mu.Unlock()
-	if here {
-		e.stop.Stop(reason)
-	}
+	e.stop.stopMember(memberKey{a.Task, a.Member}, reason)
 }
 
 func (e *loopEndpoint) loop() {
@@ -85,20 +76,11 @@ func (e *loopEndpoint) loop() {
 		if !ok {
 			return
 		}
-		k := memberKey{a.Task, a.Member}
-		e.mu.Lock()
-		doomed := e.doomed == k
-		e.cur, e.doomed = k, memberKey{}
-		e.stop.Reset()
-		e.mu.Unlock()
 		var err error
-		if !doomed {
+		if e.stop.begin(memberKey{a.Task, a.Member}) {
 			e.w.started(a)
 			err = e.runSafely(a)
 		}
-		e.mu.Lock()
-		e.cur = memberKey{}
-		e.mu.Unlock()
 		if after := e.w.completed(a, err, &e.out); after != nil {
 			after()
 		}
@@ -335,7 +317,9 @@ func (w *Worker) nextRunner() func(e *loopEndpoint, a Assignment) error {
 	}
 	return func(e *loopEndpoint, a Assignment) error {
 		t := a.Task
-		e.chip = ChipCtx{WorkerID: a.Target, Chip: w.chips[a.Target], Local: &e.local, Stop: &e.stop}
+		if e.chip.Chip == nil { // the endpoint's chip never changes: made once
+			e.chip = ChipCtx{WorkerID: a.Target, Chip: w.chips[a.Target], Local: &e.local, Stop: &e.stop}
+		}
 		return RunChipKernel(&e.chip, t.handle.Callable.(ChipKernel), &t.args[a.Member])
 	}
 }

@@ -74,7 +74,9 @@ func (w *Worker) SubmitStoppable(build func(o *Orchestrator) (any, error), paren
 	}
 
 	o := &Orchestrator{w: w, run: r, scope: r.root}
+	w.building.Add(1)
 	res, panicked, err := callBuild(build, o)
+	w.building.Add(-1)
 
 	w.mu.Lock()
 	r.result, r.buildErr = res, err

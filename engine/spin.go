@@ -49,6 +49,11 @@ func spinSlot() bool {
 
 // spinRecv receives from ch: polled for at most spinFor, then blocking.
 func spinRecv[T any](ch <-chan T) (T, bool) {
+	select { // often there already: no slot, no clock
+	case v, ok := <-ch:
+		return v, ok
+	default:
+	}
 	if !spinSlot() {
 		v, ok := <-ch
 		return v, ok
@@ -71,6 +76,11 @@ func spinRecv[T any](ch <-chan T) (T, bool) {
 
 // spinDone reports whether done is closed within spinFor, polling it.
 func spinDone(done <-chan struct{}) bool {
+	select { // often closed already: no slot, no clock
+	case <-done:
+		return true
+	default:
+	}
 	if !spinSlot() {
 		return false
 	}

@@ -15,16 +15,16 @@ type Task struct {
 
 	pending   int     // unfinished producers
 	consumers []*Task // tasks waiting on this one
-	remaining int     // members not yet settled
-	settled   []bool  // by member: its outcome is recorded (made on first settle)
-	settled1  [1]bool // backing of settled for single tasks: no allocation per task
-	done      bool
-	err       error // why it failed: its own error (root) or a producer's
-	root      bool  // err came from running this task
-	poison    error // the first failed producer's error
+	remaining int     // members whose outcome is not yet recorded
+	err       error   // why it failed: its own error (root) or a producer's
+	poison    error   // the first failed producer's error
 	heap      []*heapBlock
 	hostBufs  []*HostBuffer // host buffers it uses: each counts it until it retires
 	deps      []int         // producers' ids, kept only while observed
+	// The flags sit together: a Task is allocated per submit, and 8 bytes
+	// of padding between them put it in the next size class.
+	done bool
+	root bool // err came from running this task
 }
 
 // TaskError is a task's failure as the caller sees it: where it failed

@@ -59,10 +59,14 @@ type Worker struct {
 	// tree and may wait on it (Init, Register, Unregister, Close), so that
 	// mu, which every submit and completion takes, is never held across a
 	// child process's or a remote node's answer.
-	regMu    sync.Mutex
-	mu       sync.Mutex
-	cond     *sync.Cond // signalled when tasks retire (back-pressure, drain)
-	waiters  int        // goroutines waiting on cond
+	regMu   sync.Mutex
+	mu      sync.Mutex
+	cond    *sync.Cond // signalled when tasks retire (back-pressure, drain)
+	waiters int        // goroutines waiting on cond
+	// building counts the runs whose orchestration function is running.
+	// An endpoint does not start polling for its next member while one is
+	// (spin.go): the submitter needs the core more.
+	building atomic.Int32
 	state    lifecycle
 	poisoned error // a cleanup that could not complete; refuses later work
 	attached bool  // added to a parent; the parent drives its lifecycle
