@@ -27,6 +27,10 @@ var collRanks = []int{2, 4}
 
 // collReps keeps the whole benchmark to about a minute on two cores: few
 // runs of the big sizes, more of the small ones (medians of odd counts).
+// A small call takes tens of microseconds and its time on a shared
+// two-core machine spreads by 2-3x from call to call (a wake-up, a GC
+// cycle), so its median needs a few hundred calls to hold still: with 21,
+// the 4 KiB figure moved by half between runs.
 func collReps(size int) int {
 	switch {
 	case size >= 64<<20:
@@ -35,8 +39,10 @@ func collReps(size int) int {
 		return 5
 	case size >= 1<<20:
 		return 9
+	case size >= 64<<10:
+		return 51
 	}
-	return 21
+	return 301
 }
 
 // collectivesScript times each collective over each rank count and size

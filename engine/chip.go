@@ -19,15 +19,18 @@ func RunChipKernel(ctx *ChipCtx, k ChipKernel, args *TaskArgs) error {
 		return k.RunChip(ctx, args)
 	}
 	chip := ctx.Chip
-	dev := TaskArgs{Tensors: make([]Tensor, len(args.Tensors)), Tags: args.Tags, Scalars: args.Scalars}
-	var mapped []uint64
+	dev := &ctx.dev
+	dev.Tensors = append(dev.Tensors[:0], args.Tensors...)
+	dev.Tags, dev.Scalars = args.Tags, args.Scalars
 	defer func() {
-		for _, p := range mapped {
+		for _, p := range ctx.mapped {
 			chip.UnmapWindow(p)
 		}
+		ctx.mapped = ctx.mapped[:0]
+		clear(dev.Tensors) // no host tensor stays reachable from the endpoint
+		*dev = TaskArgs{Tensors: dev.Tensors[:0]}
 	}()
 	for i, t := range args.Tensors {
-		dev.Tensors[i] = t
 		if t.ChildMemory {
 			continue
 		}
@@ -46,10 +49,10 @@ func RunChipKernel(ctx *ChipCtx, k ChipKernel, args *TaskArgs) error {
 		if err != nil {
 			return Wrap(err, fmt.Sprintf("mapping tensor %d", i))
 		}
-		mapped = append(mapped, p)
+		ctx.mapped = append(ctx.mapped, p)
 		dev.Tensors[i].Addr, dev.Tensors[i].ChildMemory = p, true
 	}
-	return k.RunChip(ctx, &dev)
+	return k.RunChip(ctx, dev)
 }
 
 // tensorBytes is t.NBytes() checked: false when a dimension is negative or

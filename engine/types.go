@@ -178,6 +178,12 @@ type ChipCtx struct {
 	// Stop is how the engine asks the running kernel to stop; a kernel
 	// that can stop registers how with Stop.OnStop. Nil: nothing asks.
 	Stop *Stopper
+
+	// dev and mapped are RunChipKernel's per-task scratch, kept here so
+	// that an endpoint's tasks reuse them: the device view of a task's
+	// args (valid while its kernel runs), and the windows mapped for it.
+	dev    TaskArgs
+	mapped []uint64
 }
 
 // SubCtx is what a SUB callable sees of its worker.

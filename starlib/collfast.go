@@ -294,7 +294,8 @@ func (c *directCall) taskArgs() ([]*TaskArgs, bool) {
 	parts := max(1, min(len(c.ws), c.nbytes/directPartBytes))
 	list := make([]*TaskArgs, parts)
 	for p := range list {
-		a := &TaskArgs{a: &engine.TaskArgs{}}
+		nt := len(c.ins) + len(c.outs)
+		a := &TaskArgs{a: &engine.TaskArgs{Tensors: make([]engine.Tensor, 0, nt), Tags: make([]engine.Tag, 0, nt), Scalars: make([]uint64, 0, 6)}, bufs: make([]*Tensor, 0, nt)}
 		for _, ts := range [2]struct {
 			ts  []*Tensor
 			tag engine.Tag
@@ -305,7 +306,7 @@ func (c *directCall) taskArgs() ([]*TaskArgs, bool) {
 				}
 			}
 		}
-		for _, s := range [...]int{0, c.mode, c.op, c.root, p, parts} {
+		for _, s := range [...]int{0, c.mode, c.op, c.root, p, parts} { // the 6 above
 			a.a.AddScalar(uint64(s))
 		}
 		list[p] = a

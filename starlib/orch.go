@@ -14,8 +14,8 @@ type Orchestrator struct {
 	o       *engine.Orchestrator
 	worker  *Worker // nil when running as a child's orchestration
 	methods map[string]*starlark.Builtin
-	handles map[handleKey]*engine.Handle // resolved for this run
-	pinned  []*hostAlloc                 // host tensors the run's tasks use, unpinned at its fence
+	handles []resolved   // resolved for this run: a run uses a handful, so a slice beats a map
+	pinned  []*hostAlloc // host tensors the run's tasks use, unpinned at its fence
 }
 
 // pinArgs keeps the host tensors of submitted args (a TaskArgs or a list
@@ -120,21 +120,25 @@ func (o *Orchestrator) AttrNames() []string { return sortedKeys(orchMethods) }
 // take the arguments of the pool it is submitted to.
 func (o *Orchestrator) handle(op string, v starlark.Value, pool engine.Pool) (*engine.Handle, error) {
 	key := handleKey{v, pool}
-	if _, hashable := v.(*starlark.Function); hashable || isHandle(v) {
-		if h, ok := o.handles[key]; ok {
-			return h, nil
+	_, cacheable := v.(*starlark.Function)
+	if cacheable = cacheable || isHandle(v); cacheable {
+		for _, r := range o.handles {
+			if r.key == key {
+				return r.h, nil
+			}
 		}
-	} else {
-		key.v = nil
 	}
 	h, err := o.resolve(op, v, pool)
-	if err == nil && key.v != nil {
-		if o.handles == nil {
-			o.handles = map[handleKey]*engine.Handle{}
-		}
-		o.handles[key] = h
+	if err == nil && cacheable {
+		o.handles = append(o.handles, resolved{key, h})
 	}
 	return h, err
+}
+
+// resolved is a callable resolved on the run's worker.
+type resolved struct {
+	key handleKey
+	h   *engine.Handle
 }
 
 func isHandle(v starlark.Value) bool {
