@@ -61,6 +61,14 @@ func (m *rangeMap) access(t *Task, lo, hi uint64, reads, writes bool) {
 		}
 	}
 	switch {
+	case i == j && (reads || writes): // untouched bytes: one new segment, the common case
+		s := segment{lo: lo, hi: hi}
+		if writes {
+			s.writer = t
+		} else {
+			s.readers = []*Task{t}
+		}
+		m.segs = slices.Insert(m.segs, i, s)
 	case writes:
 		m.setWriter(i, j, lo, hi, t)
 	case reads:
@@ -191,7 +199,7 @@ func (r *Run) wire(t *Task) {
 func (r *Run) space(k spaceKey) *rangeMap {
 	m := r.spaces[k]
 	if m == nil {
-		m = &rangeMap{}
+		m = &rangeMap{segs: make([]segment, 0, 4)} // a collective's tensors without growing
 		r.spaces[k] = m
 	}
 	return m

@@ -22,6 +22,7 @@ type Run struct {
 	buildErr  error
 	result    any
 	root      *scope
+	rootScope scope           // root's storage: one allocation less per run
 	cleanups  []Cleanup       // run after the fence, last registered first
 	domains   []*Domain       // allocated by this run, in allocation order
 	captured  []*RemoteBuffer // slot refs taken by this run's tasks
@@ -65,7 +66,7 @@ func (w *Worker) SubmitStoppable(build func(o *Orchestrator) (any, error), paren
 	}
 	w.runSeq++
 	r := &Run{w: w, id: w.runSeq, spaces: map[spaceKey]*rangeMap{}, building: true, done: make(chan struct{}), observed: w.observer != nil}
-	r.root = &scope{}
+	r.root = &r.rootScope
 	w.runs[r] = struct{}{}
 	w.core.begin(r)
 	w.mu.Unlock()

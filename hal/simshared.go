@@ -22,6 +22,7 @@ package hal
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -59,6 +60,19 @@ type sharedWin struct {
 	refs int // mappings by all chips; guarded by its shard's mu
 }
 
+// A window of at most lingerSpan bytes that its last chip unmaps lingers:
+// it stays placed and known by its memory, up to lingerPerShard of them
+// per shard, so that mapping the same memory again finds it. A task maps
+// its host tensors into its chip and unmaps them when it ends, so a loop
+// of small collectives over the same tensors placed and freed every
+// window on every call: a fifth of a 4 KiB allreduce. To the chips and to
+// every check a lingering window is unmapped: it is out of the live
+// table, its start counts as freed, and no other memory gets its slot.
+const (
+	lingerSpan     = 64 << 10
+	lingerPerShard = 4
+)
+
 type memKey struct {
 	p *byte
 	n int
@@ -71,6 +85,9 @@ type sharedSpace struct {
 	shards [shards]struct {
 		mu    sync.Mutex
 		byMem map[memKey]*sharedWin
+		// linger holds small windows no chip maps any more, oldest first,
+		// still placed and still found by their memory (release).
+		linger []*sharedWin
 	}
 	mu    sync.Mutex
 	live  map[uint64]*sharedWin // by start
@@ -116,6 +133,13 @@ func (s *sharedSpace) acquire(mem []byte, label string) (*sharedWin, error) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if w := sh.byMem[k]; w != nil {
+		if w.refs == 0 { // lingering: mapped again
+			sh.linger = slices.DeleteFunc(sh.linger, func(x *sharedWin) bool { return x == w })
+			s.mu.Lock()
+			s.live[w.start] = w
+			delete(s.freed, w.start)
+			s.mu.Unlock()
+		}
 		w.refs++
 		return w, nil
 	}
@@ -173,10 +197,19 @@ func (s *sharedSpace) release(w *sharedWin) {
 	if w.refs--; w.refs > 0 {
 		return
 	}
-	delete(sh.byMem, k)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.live, w.start)
+	if w.span <= lingerSpan {
+		s.freed[w.start] = true // for the checks' messages, as below
+		if sh.linger = append(sh.linger, w); len(sh.linger) <= lingerPerShard {
+			return
+		}
+		w = sh.linger[0]
+		sh.linger = slices.Delete(sh.linger, 0, 1)
+		k = memKey{&w.mem[0], len(w.mem)}
+	}
+	delete(sh.byMem, k)
 	c, _ := classOf(w.span)
 	s.reuse[c] = append(s.reuse[c], w.start)
 	s.freed[w.start] = true

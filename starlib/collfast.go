@@ -292,10 +292,18 @@ func fastTensors(v starlark.Value, n int) ([]*Tensor, int, bool) {
 // [0, mode, op, root, part, parts].
 func (c *directCall) taskArgs() ([]*TaskArgs, bool) {
 	parts := max(1, min(len(c.ws), c.nbytes/directPartBytes))
+	nt := len(c.ins) + len(c.outs)
+	// Every member's args in a few allocations: a small call is
+	// allocation-bound.
 	list := make([]*TaskArgs, parts)
+	args := make([]directArgs, parts)
+	tensors, tags, bufs := make([]engine.Tensor, 0, nt*parts), make([]engine.Tag, 0, nt*parts), make([]*Tensor, 0, nt*parts)
 	for p := range list {
-		nt := len(c.ins) + len(c.outs)
-		a := &TaskArgs{a: &engine.TaskArgs{Tensors: make([]engine.Tensor, 0, nt), Tags: make([]engine.Tag, 0, nt), Scalars: make([]uint64, 0, 6)}, bufs: make([]*Tensor, 0, nt)}
+		d := &args[p]
+		lo := p * nt
+		d.e = engine.TaskArgs{Tensors: tensors[lo : lo : lo+nt], Tags: tags[lo : lo : lo+nt], Scalars: d.scalars[:0]}
+		d.s = TaskArgs{a: &d.e, bufs: bufs[lo : lo : lo+nt]}
+		a := &d.s
 		for _, ts := range [2]struct {
 			ts  []*Tensor
 			tag engine.Tag
@@ -306,12 +314,19 @@ func (c *directCall) taskArgs() ([]*TaskArgs, bool) {
 				}
 			}
 		}
-		for _, s := range [...]int{0, c.mode, c.op, c.root, p, parts} { // the 6 above
+		for _, s := range [...]int{0, c.mode, c.op, c.root, p, parts} {
 			a.a.AddScalar(uint64(s))
 		}
 		list[p] = a
 	}
 	return list, true
+}
+
+// directArgs is one member's args of a direct call, made together.
+type directArgs struct {
+	s       TaskArgs
+	e       engine.TaskArgs
+	scalars [6]uint64 // the six scalars taskArgs adds
 }
 
 // submit is collectives.star's o.submit_next_level (one member, on the

@@ -22,34 +22,42 @@ type Orchestrator struct {
 // of them) from being reclaimed while the run is in flight, however soon
 // the script drops them.
 func (o *Orchestrator) pinArgs(v starlark.Value) {
-	var all []*TaskArgs
+	first := len(o.pinned) == 0
 	switch x := v.(type) {
 	case *TaskArgs:
-		all = []*TaskArgs{x}
+		o.pin(x)
 	case starlark.Indexable:
 		for i := range x.Len() {
 			if a, ok := x.Index(i).(*TaskArgs); ok {
-				all = append(all, a)
-			}
-		}
-	}
-	first := len(o.pinned) == 0
-	for _, a := range all {
-		for _, t := range a.bufs {
-			if t.host != nil {
-				t.host.pin()
-				o.pinned = append(o.pinned, t.host)
+				o.pin(a)
 			}
 		}
 	}
 	if first && len(o.pinned) > 0 {
-		o.o.Run().AddCleanup(engine.Cleanup{Name: "host tensors", Fn: func() error {
-			for _, h := range o.pinned {
-				h.unpin()
-			}
-			return nil
-		}})
+		o.o.Run().AddCleanup(engine.Cleanup{Name: "host tensors", Fn: o.unpinAll})
 	}
+}
+
+// pin pins a's host tensors for the run.
+func (o *Orchestrator) pin(a *TaskArgs) {
+	for _, t := range a.bufs {
+		if t.host == nil {
+			continue
+		}
+		if o.pinned == nil { // room for a collective's tensors at once
+			o.pinned = make([]*hostAlloc, 0, max(8, len(a.bufs)))
+		}
+		t.host.pin()
+		o.pinned = append(o.pinned, t.host)
+	}
+}
+
+// unpinAll is the run's cleanup: its host tensors may go once it is done.
+func (o *Orchestrator) unpinAll() error {
+	for _, h := range o.pinned {
+		h.unpin()
+	}
+	return nil
 }
 
 // handleKey is a function or handle value as submitted, with the pool it

@@ -362,17 +362,28 @@ func (w *Worker) submit(th *starlark.Thread, args starlark.Tuple, kw []starlark.
 	if w.w.Level() == 2 {
 		return nil, errorf(engine.ValueError, "submit: a level-2 worker is one chip; use run(kernel, args)")
 	}
-	r, err := w.w.Submit(func(o *engine.Orchestrator) (any, error) {
-		// An error of the orchestration function reaches the caller of
-		// submit (and run) with its kind, and with its backtrace through
-		// the function.
-		v, err := starlark.Call(th, fn, starlark.Tuple{&Orchestrator{s: w.s, o: o, worker: w}, av, cv}, nil)
-		return v, labelled(err)
-	})
+	call := orchCall{w, th, fn, av, cv} // one allocation, not one per captured variable
+	r, err := w.w.Submit(call.build)
 	if err != nil {
 		return nil, err
 	}
 	return &RunHandle{r: r}, nil
+}
+
+// orchCall is one submit's call of its orchestration function.
+type orchCall struct {
+	w      *Worker
+	th     *starlark.Thread
+	fn     starlark.Callable
+	av, cv starlark.Value
+}
+
+// build calls the function with the run's orchestrator. Its error reaches
+// the caller of submit (and run) with its kind, and with its backtrace
+// through the function.
+func (c orchCall) build(o *engine.Orchestrator) (any, error) {
+	v, err := starlark.Call(c.th, c.fn, starlark.Tuple{&Orchestrator{s: c.w.s, o: o, worker: c.w}, c.av, c.cv}, nil)
+	return v, labelled(err)
 }
 
 func (w *Worker) run(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
