@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unsafe"
 )
 
 func openSim(t *testing.T, plat string, id int) *simChip {
@@ -396,5 +397,89 @@ func TestSharedWindowResolvesOnlyOnMembers(t *testing.T) {
 	w2, _ := a.MapWindow(make([]byte, 64), "y")
 	if w1 == w2 || !inShared(w1) || !inShared(w2) {
 		t.Errorf("two windows at %#x and %#x", w1, w2)
+	}
+}
+
+// A small window lingers after its last unmap: mapping the same memory
+// again finds it at its old address, while to every check it is unmapped
+// in between, and no other memory is given its slot.
+func TestSmallWindowLingers(t *testing.T) {
+	c := openSim(t, "a2a3sim", 0)
+	mem := make([]byte, 4096)
+	w, err := c.MapWindow(mem, "host tensor")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.UnmapWindow(w); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Bytes(w, 1); err == nil {
+		t.Error("a lingering window is accessible")
+	}
+	wantErr(t, c.UnmapWindow(w), fmt.Sprintf("ValueError: unmap: window %#x on device 0 was already unmapped", w))
+	wantErr(t, c.Free(w), fmt.Sprintf("ValueError: free: %#x on device 0 was a communication window, already unmapped", w))
+	if _, canon := alias(w); c.plat.shared.find(canon) != nil {
+		t.Error("a lingering window is live")
+	}
+	other, err := c.MapWindow(make([]byte, 4096), "other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other == w {
+		t.Errorf("other memory was given the lingering slot %#x", w)
+	}
+	again, err := c.MapWindow(mem, "host tensor")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again != w {
+		t.Errorf("the same memory mapped again at %#x, was %#x", again, w)
+	}
+	mem[7] = 3
+	if b, err := c.Bytes(again+7, 1); err != nil || b[0] != 3 {
+		t.Errorf("the revived window reads %v, %v", b, err)
+	}
+	if _, nw := c.Live(); nw != 2 {
+		t.Errorf("device 0 counts %d windows, want 2", nw)
+	}
+	// Past lingerPerShard in one shard the oldest is freed for good.
+	for _, p := range []uint64{again, other} {
+		if err := c.UnmapWindow(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sh := &c.plat.shared.shards[(uintptr(unsafe.Pointer(&mem[0]))>>12)%shards]
+	if n := len(sh.linger); n < 1 || n > lingerPerShard {
+		t.Errorf("%d windows linger in the shard", n)
+	}
+	for range 2 * lingerPerShard * shards {
+		b := make([]byte, 4096)
+		p, err := c.MapWindow(b, "churn")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.UnmapWindow(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range c.plat.shared.shards {
+		if n := len(c.plat.shared.shards[i].linger); n > lingerPerShard {
+			t.Fatalf("shard %d holds %d lingering windows, the bound is %d", i, n, lingerPerShard)
+		}
+	}
+	// Large windows do not linger.
+	big := make([]byte, 2*lingerSpan)
+	p, err := c.MapWindow(big, "big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.UnmapWindow(p); err != nil {
+		t.Fatal(err)
+	}
+	bsh := &c.plat.shared.shards[(uintptr(unsafe.Pointer(&big[0]))>>12)%shards]
+	for _, x := range bsh.linger {
+		if x.size == uint64(len(big)) {
+			t.Error("a large window lingers")
+		}
 	}
 }
