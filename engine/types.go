@@ -182,6 +182,7 @@ type ChipCtx struct {
 	// dev and mapped are RunChipKernel's per-task scratch, kept here so
 	// that an endpoint's tasks reuse them: the device view of a task's
 	// args (valid while its kernel runs), and the windows mapped for it.
+	// So a ChipCtx runs one kernel at a time, as an endpoint does.
 	dev    TaskArgs
 	mapped []uint64
 }
