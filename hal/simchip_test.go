@@ -428,13 +428,15 @@ func TestSmallWindowLingers(t *testing.T) {
 	if other == w {
 		t.Errorf("other memory was given the lingering slot %#x", w)
 	}
-	again, err := c.MapWindow(mem, "host tensor")
+	again, err := c.MapWindow(mem, "hccl")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if again != w {
 		t.Errorf("the same memory mapped again at %#x, was %#x", again, w)
 	}
+	wantErr(t, c.CopyIn(again+4095, []byte{1, 2}), fmt.Sprintf(
+		`ValueError: copy of 2 bytes at %#x on device 0 overruns the window "hccl" at %#x (4096 bytes)`, again+4095, again))
 	mem[7] = 3
 	if b, err := c.Bytes(again+7, 1); err != nil || b[0] != 3 {
 		t.Errorf("the revived window reads %v, %v", b, err)

@@ -133,8 +133,9 @@ func (s *sharedSpace) acquire(mem []byte, label string) (*sharedWin, error) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if w := sh.byMem[k]; w != nil {
-		if w.refs == 0 { // lingering: mapped again
+		if w.refs == 0 { // lingering: mapped again, maybe for another use
 			sh.linger = slices.DeleteFunc(sh.linger, func(x *sharedWin) bool { return x == w })
+			w.label = label // no chip maps it, so none reads it meanwhile
 			s.mu.Lock()
 			s.live[w.start] = w
 			delete(s.freed, w.start)
