@@ -52,20 +52,25 @@ func (q *Request) headerName() string         { return q.objectName("hdr") }
 // domain names the domain in messages: "name" (allocation N), as %q
 // prints the name. (Plain concatenation: every rank's allocation makes
 // it, a warm one in about a microsecond in all, and fmt is slower.)
-func (q *Request) domain() string {
-	return strconv.Quote(q.Name) + " (allocation " + strconv.FormatUint(q.AllocationID, 10) + ")"
+func (q *Request) domain() string { return localDomainName(q.Name, q.AllocationID) }
+
+func localDomainName(name string, id uint64) string {
+	return strconv.Quote(name) + " (allocation " + strconv.FormatUint(id, 10) + ")"
 }
 
-// check refuses a bad request; what is "comm: allocating domain ...".
-func (q *Request) check(what string, rank int, chip hal.Chip) error {
-	if err := checkRequest(what, chip, q.Prefix, q.Ranks, rank, q.Timeout); err != nil {
+// what starts the request's errors before it has a rank core.
+func (q *Request) what() string { return "comm: allocating domain " + q.domain() }
+
+// check refuses a bad request.
+func (q *Request) check(rank int, chip hal.Chip) error {
+	if err := checkRequest(q.what, chip, q.Prefix, q.Ranks, rank, q.Timeout); err != nil {
 		return err
 	}
 	switch {
 	case q.Namespace == "" || strings.ContainsRune(q.Namespace, '/'):
-		return kind.Errorf(kind.ValueError, "%s: bad namespace %q", what, q.Namespace)
+		return kind.Errorf(kind.ValueError, "%s: bad namespace %q", q.what(), q.Namespace)
 	case q.WindowSize <= 0:
-		return kind.Errorf(kind.ValueError, "%s: window size must be > 0, got %d", what, q.WindowSize)
+		return kind.Errorf(kind.ValueError, "%s: window size must be > 0, got %d", q.what(), q.WindowSize)
 	}
 	return nil
 }
@@ -107,18 +112,16 @@ var testHookJoined func(req Request, rank int)
 // marked abandoned in the header, so that peers still waiting fail at once
 // instead of at their timeout.
 func Allocate(req Request, rank int, chip hal.Chip) (*Rank, error) {
-	what := "comm: allocating domain " + req.domain()
-	if err := req.check(what, rank, chip); err != nil {
+	if err := req.check(rank, chip); err != nil {
 		return nil, err
 	}
 	if _, _, _, ok := slotOf(req.Namespace); ok {
-		if r, done, err := allocateWarm(req, rank, chip, what); done {
+		if r, done, err := allocateWarm(req, rank, chip); done {
 			return r, err
 		}
 	}
 	r := &Rank{Rank: rank, Size: req.Ranks, WindowSize: req.WindowSize, req: req,
-		core: newRankCore(chip, what+" rank "+strconv.Itoa(rank),
-			req.prefix(), req.Name, req.AllocationID, rank, req.Ranks, req.WindowSize)}
+		core: newRankCore(chip, req.prefix(), req.Name, req.AllocationID, rank, req.Ranks, req.WindowSize)}
 	if err := r.setup(time.Now().Add(req.Timeout)); err != nil {
 		if terr := r.teardown(); terr != nil {
 			err = fmt.Errorf("%w (undoing it: %v)", err, terr)

@@ -22,7 +22,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -66,8 +65,8 @@ func PrepareGlobal(req GlobalRequest, rank int, chip hal.Chip) (*GlobalRank, Des
 		return nil, Descriptor{}, kind.Errorf(kind.RuntimeError, "comm: global domain %s rank %d is already prepared in this process (file exists): a retry takes a new generation", dom, rank)
 	}
 	g := &GlobalRank{req: req, key: key,
-		core: newRankCore(chip, "comm: global domain "+dom+" rank "+strconv.Itoa(rank),
-			req.prefix(), req.Name, req.DomainID, rank, req.Ranks, req.WindowSize)}
+		core: newRankCore(chip, req.prefix(), req.Name, req.DomainID, rank, req.Ranks, req.WindowSize)}
+	g.core.global, g.core.gen = true, req.Generation
 	if err := g.prepare(); err != nil {
 		if terr := g.teardown(); terr != nil {
 			err = fmt.Errorf("%w (undoing it: %v)", err, terr)

@@ -154,10 +154,12 @@ func goodPrefix(p string) bool {
 }
 
 // domain names the domain in messages.
-func (q *GlobalRequest) domain() string {
+func (q *GlobalRequest) domain() string { return globalDomainName(q.Name, q.DomainID, q.Generation) }
+
+func globalDomainName(name string, id, gen uint64) string {
 	// Built without fmt: every Prepare and Release makes it, also when
 	// nothing fails (a warm domain's whole cost is a few microseconds).
-	return strconv.Quote(q.Name) + " (id " + strconv.FormatUint(q.DomainID, 10) + ", generation " + strconv.FormatUint(q.Generation, 10) + ")"
+	return strconv.Quote(name) + " (id " + strconv.FormatUint(id, 10) + ", generation " + strconv.FormatUint(gen, 10) + ")"
 }
 
 // maxWindow is the largest window View accepts.
@@ -165,7 +167,7 @@ const maxWindow = 1 << 40
 
 // check refuses a bad request; what is "comm: preparing global domain ...".
 func (q *GlobalRequest) check(what string, rank int, chip hal.Chip) error {
-	if err := checkRequest(what, chip, q.Prefix, q.Ranks, rank, q.Timeout); err != nil {
+	if err := checkRequest(func() string { return what }, chip, q.Prefix, q.Ranks, rank, q.Timeout); err != nil {
 		return err
 	}
 	bad := func(format string, args ...any) error {

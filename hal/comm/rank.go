@@ -25,10 +25,11 @@ import (
 // has no lock: its owner serialises the calls.
 type rankCore struct {
 	chip    hal.Chip
-	where   string // starts every error: "comm: allocating domain ... rank 1"
 	prefix  string // the names' prefix; a pooled object's pool name starts with it
 	name    string // the domain's label, for the CommContext and the chip's labels
 	id      uint64 // the CommContext's allocation id: the allocation's, or the global domain's
+	global  bool   // a global domain's rank: gen is its generation (for where)
+	gen     uint64
 	rank    int
 	size    int // ranks
 	winSize int // bytes per window
@@ -49,18 +50,29 @@ type rankCore struct {
 // the chip; an error fails the mapping there.
 var testHookMapPeer func(rank, peer int) error
 
-func newRankCore(chip hal.Chip, where, prefix, name string, id uint64, rank, size, winSize int) rankCore {
-	return rankCore{chip: chip, where: where, prefix: prefix, name: name, id: id,
+func newRankCore(chip hal.Chip, prefix, name string, id uint64, rank, size, winSize int) rankCore {
+	return rankCore{chip: chip, prefix: prefix, name: name, id: id,
 		rank: rank, size: size, winSize: winSize,
 		peers: make([]*object, size), bases: make([]uint64, size)}
 }
 
+// where starts every error of the rank: `comm: allocating domain "d"
+// (allocation 7) rank 1`, or `comm: global domain "g" (id 3, generation
+// 1) rank 0`. It is made only when there is an error to word: every
+// allocation makes a core, and a warm one costs a few microseconds.
+func (c *rankCore) where() string {
+	if c.global {
+		return "comm: global domain " + globalDomainName(c.name, c.id, c.gen) + " rank " + strconv.Itoa(c.rank)
+	}
+	return "comm: allocating domain " + localDomainName(c.name, c.id) + " rank " + strconv.Itoa(c.rank)
+}
+
 func (c *rankCore) errorf(k kind.Kind, format string, args ...any) error {
-	return kind.Errorf(k, "%s: %s", c.where, fmt.Sprintf(format, args...))
+	return kind.Errorf(k, "%s: %s", c.where(), fmt.Sprintf(format, args...))
 }
 
 // chipError puts a chip's error in the rank's context, keeping its kind.
-func (c *rankCore) chipError(err error) error { return kind.Wrap(err, c.where) }
+func (c *rankCore) chipError(err error) error { return kind.Wrap(err, c.where()) }
 
 func (c *rankCore) label(rank int) string {
 	l := lastLabels.Load()
@@ -278,11 +290,11 @@ func (c *rankCore) release(what string, teardown func() error) error {
 	return nil
 }
 
-// checkRequest checks what a local and a global request share; what
-// starts every message ("comm: allocating domain ...").
-func checkRequest(what string, chip hal.Chip, prefix string, ranks, rank int, timeout time.Duration) error {
+// checkRequest checks what a local and a global request share; what()
+// starts every message ("comm: allocating domain ..."), made only for one.
+func checkRequest(what func() string, chip hal.Chip, prefix string, ranks, rank int, timeout time.Duration) error {
 	bad := func(format string, args ...any) error {
-		return kind.Errorf(kind.ValueError, "%s: "+format, append([]any{what}, args...)...)
+		return kind.Errorf(kind.ValueError, "%s: "+format, append([]any{what()}, args...)...)
 	}
 	switch {
 	case chip == nil:
@@ -292,7 +304,7 @@ func checkRequest(what string, chip hal.Chip, prefix string, ranks, rank int, ti
 	case ranks < 1 || ranks > maxRanks:
 		return bad("%d ranks; want 1..%d", ranks, maxRanks)
 	case rank < 0 || rank >= ranks:
-		return kind.Errorf(kind.IndexError, "%s: rank %d out of range for %d ranks", what, rank, ranks)
+		return kind.Errorf(kind.IndexError, "%s: rank %d out of range for %d ranks", what(), rank, ranks)
 	case timeout <= 0:
 		return bad("timeout must be > 0, got %v", timeout)
 	}

@@ -109,7 +109,7 @@ func takeParked(k warmKey) *parkedRank {
 // takes the slot's parked rank back (reuse) or clears the way for a
 // fresh allocation. done reports that it answered; otherwise the fresh
 // path runs, with the rank parking on release.
-func allocateWarm(req Request, rank int, chip hal.Chip, what string) (r *Rank, done bool, err error) {
+func allocateWarm(req Request, rank int, chip hal.Chip) (r *Rank, done bool, err error) {
 	slot, gen, reuse, _ := slotOf(req.Namespace)
 	p := takeParked(warmKey{req.prefix(), slot, rank})
 	if p != nil && (!reuse || p.gen != gen || p.core.size != req.Ranks || p.core.winSize != req.WindowSize || p.core.chip != chip) {
@@ -119,14 +119,13 @@ func allocateWarm(req Request, rank int, chip hal.Chip, what string) (r *Rank, d
 	if !reuse {
 		return nil, false, nil
 	}
-	where := what + " rank " + strconv.Itoa(rank)
 	if p == nil {
-		return nil, true, kind.Errorf(kind.RuntimeError, "%s: warm slot %s has no parked rank %d (was its process restarted, or the pool drained?)", where, gen, rank)
+		return nil, true, kind.Errorf(kind.RuntimeError, "%s rank %d: warm slot %s has no parked rank %d (was its process restarted, or the pool drained?)", req.what(), rank, gen, rank)
 	}
 	r = &Rank{Rank: rank, Size: req.Ranks, WindowSize: req.WindowSize, req: req, core: p.core, joined: true}
 	r.req.Namespace = gen // release parks it under its generation again
 	c := &r.core
-	c.where, c.name, c.id = where, req.Name, req.AllocationID
+	c.name, c.id = req.Name, req.AllocationID
 	if err := c.rewrite(); err != nil {
 		return nil, true, errors.Join(err, c.teardown())
 	}
@@ -195,7 +194,7 @@ func (r *Rank) park() bool {
 	slot, _, _, _ := slotOf(gen)
 	k := warmKey{r.req.prefix(), slot, c.rank}
 	p := &parkedRank{gen: gen, core: *c}
-	*c = rankCore{released: true, rank: c.rank, where: c.where}
+	*c = rankCore{released: true, rank: c.rank, name: c.name, id: c.id, global: c.global, gen: c.gen}
 	warmMu.Lock()
 	old := warm[k]
 	warm[k] = p
