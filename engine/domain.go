@@ -395,6 +395,9 @@ func (d *Domain) releaseRanks() error {
 			err = e
 		}
 	}
+	if err == nil {
+		return nil // no message to word
+	}
 	return Wrap(err, fmt.Sprintf("freeing domain %q", d.spec.Name))
 }
 

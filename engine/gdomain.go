@@ -240,7 +240,10 @@ func (d *GlobalDomain) step(s gtxnStep, places []GlobalPlace, table wire.Descrip
 	if err == nil && s.Op == opGlobalPrepare {
 		descs, err = decodeDescs(r.Data)
 	}
-	return descs, Wrap(err, fmt.Sprintf("%s on node %d", s.Op, s.Node))
+	if err != nil {
+		err = Wrap(err, fmt.Sprintf("%s on node %d", s.Op, s.Node))
+	}
+	return descs, err
 }
 
 // command is the CONTROL form of one transaction step for a node hosting
@@ -384,7 +387,9 @@ func (d *GlobalDomain) releaseOnNodes() error {
 		i := run[k]
 		n := d.nodes[i]
 		_, err := d.nodeCmd(n, &wire.Control{Cmd: wire.CmdReleaseDomain, Domain: wire.Domain{ID: d.id, Generation: d.gen}})
-		errs[i] = Wrap(err, fmt.Sprintf("releasing global domain %q on node %d", d.spec.Name, n))
+		if err != nil {
+			errs[i] = Wrap(err, fmt.Sprintf("releasing global domain %q on node %d", d.spec.Name, n))
+		}
 	})
 	for _, err := range errs {
 		if err != nil {
