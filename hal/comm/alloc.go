@@ -187,7 +187,7 @@ func (r *Rank) Release() error {
 	if !r.core.released && r.park() {
 		return nil
 	}
-	return r.core.release("domain "+r.req.domain(), r.teardown)
+	return r.core.release(func() string { return "domain " + r.req.domain() }, r.teardown)
 }
 
 // teardown undoes whatever setup completed; it also serves a failed

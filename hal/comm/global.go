@@ -323,7 +323,7 @@ func (g *GlobalRank) invalidate() {
 func (g *GlobalRank) Release() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.core.release("global domain "+g.req.domain(), func() error {
+	return g.core.release(func() string { return "global domain " + g.req.domain() }, func() error {
 		g.invalidate()
 		return g.teardown()
 	})

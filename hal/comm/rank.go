@@ -277,15 +277,16 @@ func (c *rankCore) teardown() error {
 }
 
 // release tears the rank down once, with teardown (the core's, after the
-// wrapper's own steps); a second call does nothing and returns nil. what
-// names the domain in the error ("domain ...", "global domain ...").
-func (c *rankCore) release(what string, teardown func() error) error {
+// wrapper's own steps); a second call does nothing and returns nil. what()
+// names the domain in the error ("domain ...", "global domain ..."); it
+// is called only for one.
+func (c *rankCore) release(what func() string, teardown func() error) error {
 	if c.released {
 		return nil
 	}
 	c.released = true
 	if err := teardown(); err != nil {
-		return fmt.Errorf("comm: releasing %s rank %d: %w", what, c.rank, err)
+		return fmt.Errorf("comm: releasing %s rank %d: %w", what(), c.rank, err)
 	}
 	return nil
 }
