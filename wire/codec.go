@@ -90,6 +90,15 @@ func (e *Encoder) Blob(v []byte) {
 	e.b = append(e.b, v...)
 }
 
+// Message appends m's encoding as a blob (Blob(Payload(m))), written in
+// place: its length is filled in once it is known.
+func (e *Encoder) Message(m Message) {
+	at := len(e.b)
+	e.U32(0)
+	m.Encode(e)
+	binary.LittleEndian.PutUint32(e.b[at:], uint32(len(e.b)-at-4))
+}
+
 // String appends a length-prefixed string.
 func (e *Encoder) String(v string) {
 	e.U32(uint32(len(v)))

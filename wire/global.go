@@ -176,8 +176,8 @@ type Reattach struct {
 
 // Encode writes the table.
 func (r *Reattach) Encode(e *Encoder) {
-	e.Blob(Payload(&r.Topology))
-	e.Blob(Payload(&r.Extra))
+	e.Message(&r.Topology)
+	e.Message(&r.Extra)
 	r.Descriptors.encodeBlob(e)
 }
 
