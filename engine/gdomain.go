@@ -172,8 +172,8 @@ func (o *Orchestrator) reserveGlobal(spec GlobalSpec, offsets, devRanks []int, t
 // abort that fails poisons the worker.
 func (d *GlobalDomain) transact() error {
 	spec := d.spec
-	places := map[int][]GlobalPlace{}
-	ranks := map[int][]int{}
+	places := make(map[int][]GlobalPlace, 2)
+	ranks := make(map[int][]int, 2)
 	for r, m := range spec.Members {
 		if places[m[0]] == nil {
 			d.nodes = append(d.nodes, m[0])
@@ -254,6 +254,7 @@ func (d *GlobalDomain) command(s gtxnStep, places []GlobalPlace, table wire.Desc
 	switch op {
 	case opGlobalCommInit, opGlobalPrepare, opGlobalReattach: // only these carry the ranks
 		c.Domain.Size = len(d.spec.Members)
+		c.Domain.Ranks = make([]wire.DomainRank, 0, len(places))
 		for _, p := range places {
 			c.Domain.Ranks = append(c.Domain.Ranks, wire.DomainRank{Rank: uint32(p.Rank), Worker: uint32(p.Local)})
 		}

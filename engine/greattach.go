@@ -91,6 +91,8 @@ func (w *Worker) globalReattach(req nodeGlobalReq, table []comm.Descriptor) erro
 // reattach takes back each local rank's window, then imports the table
 // and commits on each.
 func (g *nodeGlobal) reattach(w *Worker, table []comm.Descriptor) error {
+	g.ranks = make([]NodeRank, 0, len(g.req.Places))
+	g.descs = make([]comm.Descriptor, 0, len(g.req.Places))
 	for _, p := range g.req.Places {
 		if p.Rank < 0 || p.Rank >= len(table) {
 			return Errorf(ValueError, "REATTACH: rank %d outside the table", p.Rank)
