@@ -172,7 +172,7 @@ func (o *Orchestrator) reserveGlobal(spec GlobalSpec, offsets, devRanks []int, t
 // abort that fails poisons the worker.
 func (d *GlobalDomain) transact() error {
 	spec := d.spec
-	places := make(map[int][]GlobalPlace, 2)
+	places := make(map[int][]GlobalPlace, 2) // by node: most domains span one or two
 	ranks := make(map[int][]int, 2)
 	for r, m := range spec.Members {
 		if places[m[0]] == nil {
