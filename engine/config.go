@@ -96,26 +96,36 @@ func checkRemoteSpec(spec *RemoteSpec) error {
 	if err := validateEndpoint(spec.Endpoint); err != nil {
 		return err
 	}
-	if spec.Platform == "" {
-		return Errorf(ValueError, "%s: platform is required", op)
-	}
-	p, err := hal.Lookup(spec.Platform)
-	if err != nil {
-		return Wrap(err, op+": platform")
-	}
 	if spec.CommProfile == "" {
 		spec.CommProfile = hal.SimProfile
 	}
-	if err := p.Serves(spec.CommProfile); err != nil {
-		return Wrap(err, op)
-	}
-	if err := checkRemoteDevices(op, spec.DeviceIDs, p); err != nil {
+	if err := checkNodeShape(op, spec.Platform, spec.CommProfile, spec.DeviceIDs, spec.NumSubWorkers); err != nil {
 		return err
 	}
-	if spec.NumSubWorkers < 0 || spec.NumSubWorkers > wire.MaxSubWorkers {
-		return Errorf(ValueError, "%s: num_sub_workers must be in 0..%d, got %d", op, wire.MaxSubWorkers, spec.NumSubWorkers)
-	}
 	return checkGlobalRanks(op, spec.GlobalDeviceRanks, len(spec.DeviceIDs))
+}
+
+// checkNodeShape checks what a remote node is asked to be — its platform,
+// comm profile, devices and SUB workers — against the bounds its daemon
+// applies (add_remote_worker, and every rank of a worker group).
+func checkNodeShape(op, platform, profile string, devices []int, subs int) error {
+	if platform == "" {
+		return Errorf(ValueError, "%s: platform is required", op)
+	}
+	p, err := hal.Lookup(platform)
+	if err != nil {
+		return Wrap(err, op+": platform")
+	}
+	if err := p.Serves(profile); err != nil {
+		return Wrap(err, op)
+	}
+	if err := checkRemoteDevices(op, devices, p); err != nil {
+		return err
+	}
+	if subs < 0 || subs > wire.MaxSubWorkers {
+		return Errorf(ValueError, "%s: num_sub_workers must be in 0..%d, got %d", op, wire.MaxSubWorkers, subs)
+	}
+	return nil
 }
 
 // checkRemoteDevices checks a remote node's device_ids: at least one, at

@@ -142,7 +142,8 @@ func checkGroupSpec(spec *GroupSpec) error {
 	if spec.CommProfile == "" {
 		spec.CommProfile = hal.SimProfile
 	}
-	if err := checkGroupManifest(op, spec); err != nil {
+	// Each rank's node, as add_remote_worker checks one.
+	if err := checkNodeShape(op, spec.Platform, spec.CommProfile, spec.DeviceIDs, spec.NumSubWorkers); err != nil {
 		return err
 	}
 	if n := spec.Ranks * len(spec.DeviceIDs); len(spec.GlobalDeviceRanks) != 0 && len(spec.GlobalDeviceRanks) != n {
@@ -158,27 +159,6 @@ func checkGroupSpec(spec *GroupSpec) error {
 	return checkListen(op, spec)
 }
 
-// checkGroupManifest checks what every rank's node is asked to be, as
-// add_remote_worker checks a node's (checkRemoteSpec).
-func checkGroupManifest(op string, spec *GroupSpec) error {
-	if spec.Platform == "" {
-		return Errorf(ValueError, "%s: platform is required", op)
-	}
-	p, err := hal.Lookup(spec.Platform)
-	if err != nil {
-		return Wrap(err, op+": platform")
-	}
-	if err := p.Serves(spec.CommProfile); err != nil {
-		return Wrap(err, op)
-	}
-	if err := checkRemoteDevices(op, spec.DeviceIDs, p); err != nil {
-		return err
-	}
-	if spec.NumSubWorkers < 0 || spec.NumSubWorkers > wire.MaxSubWorkers {
-		return Errorf(ValueError, "%s: num_sub_workers must be in 0..%d, got %d", op, wire.MaxSubWorkers, spec.NumSubWorkers)
-	}
-	return nil
-}
 
 // checkLauncherArgs checks hosts and launcher_args: strings without
 // control characters, and only for a launcher that takes them.
