@@ -159,7 +159,6 @@ func checkGroupSpec(spec *GroupSpec) error {
 	return checkListen(op, spec)
 }
 
-
 // checkLauncherArgs checks hosts and launcher_args: strings without
 // control characters, and only for a launcher that takes them.
 func checkLauncherArgs(op string, spec *GroupSpec) error {
