@@ -15,6 +15,7 @@ import (
 	"simpler/engine"
 	"simpler/engine/remote"
 	"simpler/hal"
+	"simpler/internal/loopbulk"
 	"simpler/internal/token"
 	"simpler/starlib"
 	"simpler/wire"
@@ -355,7 +356,7 @@ func measureCopies(addr string) (c copyTimes, err error) {
 		return c, err
 	}
 	defer top.RemoteFree(h)
-	raw, err := newRawBulk()
+	raw, err := loopbulk.Dial(copyBytes)
 	if err != nil {
 		return c, err
 	}
@@ -368,7 +369,7 @@ func measureCopies(addr string) (c copyTimes, err error) {
 		times *[]time.Duration
 		run   func() error
 	}{
-		{&c.raw, raw.send},
+		{&c.raw, raw.Send},
 		{&c.to, func() error { return top.RemoteCopyTo(h, host, 0) }},
 		{&c.from, func() error { return top.RemoteCopyFrom(h, host, 0) }},
 	}
@@ -384,74 +385,4 @@ func measureCopies(addr string) (c copyTimes, err error) {
 		}
 	}
 	return c, nil
-}
-
-// rawBulk is a loopback TCP connection whose reader, a goroutine of this
-// process, reads into one 1 MiB buffer (always in cache: no copy into
-// memory is cheaper) and acknowledges each copyBytes with one byte: the
-// limit a bulk copy is compared with, with plain Go sockets and the
-// kernel's own buffer sizing.
-type rawBulk struct {
-	ln   net.Listener
-	c    net.Conn
-	data []byte
-	done chan error
-}
-
-func newRawBulk() (*rawBulk, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	r := &rawBulk{ln: ln, data: make([]byte, copyBytes), done: make(chan error, 1)}
-	for i := range r.data {
-		r.data[i] = byte(i)
-	}
-	go r.serve()
-	if r.c, err = net.Dial("tcp", ln.Addr().String()); err != nil {
-		ln.Close()
-		<-r.done
-		return nil, err
-	}
-	return r, nil
-}
-
-// serve reads and acknowledges until the connection ends.
-func (r *rawBulk) serve() {
-	c, err := r.ln.Accept()
-	if err != nil {
-		r.done <- err
-		return
-	}
-	defer c.Close()
-	buf := make([]byte, 1<<20)
-	for {
-		for got := 0; got < copyBytes; {
-			n, err := c.Read(buf)
-			if err != nil {
-				r.done <- nil
-				return
-			}
-			got += n
-		}
-		if _, err := c.Write([]byte{1}); err != nil {
-			r.done <- err
-			return
-		}
-	}
-}
-
-// send writes copyBytes and waits for the reader's acknowledgement.
-func (r *rawBulk) send() error {
-	if _, err := r.c.Write(r.data); err != nil {
-		return err
-	}
-	_, err := io.ReadFull(r.c, make([]byte, 1))
-	return err
-}
-
-func (r *rawBulk) Close() error {
-	r.c.Close()
-	r.ln.Close()
-	return <-r.done
 }

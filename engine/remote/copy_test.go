@@ -3,13 +3,12 @@ package remote
 import (
 	"bytes"
 	"encoding/binary"
-	"io"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"simpler/engine"
+	"simpler/internal/loopbulk"
 	"simpler/wire"
 )
 
@@ -129,53 +128,22 @@ func BenchmarkRemoteCopyFrom(b *testing.B) {
 }
 
 // BenchmarkLoopbackTCP measures 64 MiB written over raw loopback TCP and
-// acknowledged by the reader with one byte.
+// acknowledged by the reader with one byte (internal/loopbulk, the limit
+// simpler bench remote compares with).
 func BenchmarkLoopbackTCP(b *testing.B) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	c, err := loopbulk.Dial(copyBytes)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer ln.Close()
-	done := make(chan error, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			done <- err
-			return
-		}
-		defer c.Close()
-		buf := make([]byte, 1<<20)
-		for {
-			for got := 0; got < copyBytes; {
-				n, err := c.Read(buf)
-				if err != nil {
-					done <- nil
-					return
-				}
-				got += n
-			}
-			c.Write([]byte{1})
-		}
-	}()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		b.Fatal(err)
-	}
-	data := make([]byte, copyBytes)
-	ack := make([]byte, 1)
 	b.SetBytes(copyBytes)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if _, err := c.Write(data); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := io.ReadFull(c, ack); err != nil {
+		if err := c.Send(); err != nil {
 			b.Fatal(err)
 		}
 	}
 	b.StopTimer()
-	c.Close()
-	if err := <-done; err != nil {
+	if err := c.Close(); err != nil {
 		b.Fatal(err)
 	}
 }
