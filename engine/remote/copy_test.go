@@ -95,33 +95,26 @@ func copyWorker(b *testing.B) (*engine.Worker, *engine.RemoteBuffer) {
 // BenchmarkRemoteCopyTo measures a 64 MiB remote_copy_to (compare
 // BenchmarkLoopbackTCP: the raw limit).
 func BenchmarkRemoteCopyTo(b *testing.B) {
-	w, h := copyWorker(b)
-	defer w.Close()
-	src := make([]byte, copyBytes)
-	for i := range src {
-		src[i] = byte(i)
-	}
-	b.SetBytes(copyBytes)
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if err := w.RemoteCopyTo(h, src, 0); err != nil {
-			b.Fatal(err)
-		}
-	}
+	benchCopy(b, func(w *engine.Worker, h *engine.RemoteBuffer, buf []byte) error { return w.RemoteCopyTo(h, buf, 0) })
 }
 
 // BenchmarkRemoteCopyFrom measures a 64 MiB remote_copy_from.
 func BenchmarkRemoteCopyFrom(b *testing.B) {
+	benchCopy(b, func(w *engine.Worker, h *engine.RemoteBuffer, buf []byte) error { return w.RemoteCopyFrom(h, buf, 0) })
+}
+
+// benchCopy times copy of a 64 MiB buffer to or from a remote buffer.
+func benchCopy(b *testing.B, copy func(w *engine.Worker, h *engine.RemoteBuffer, buf []byte) error) {
 	w, h := copyWorker(b)
 	defer w.Close()
-	dst := make([]byte, copyBytes)
-	for i := range dst {
-		dst[i] = byte(i)
+	buf := make([]byte, copyBytes)
+	for i := range buf {
+		buf[i] = byte(i)
 	}
 	b.SetBytes(copyBytes)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if err := w.RemoteCopyFrom(h, dst, 0); err != nil {
+		if err := copy(w, h, buf); err != nil {
 			b.Fatal(err)
 		}
 	}
