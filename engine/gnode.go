@@ -412,11 +412,16 @@ func decodeTopology(b []byte) (nodeTopology, error) {
 	if err != nil {
 		return nodeTopology{}, err
 	}
+	return topologyOf(&w), nil
+}
+
+// topologyOf is a decoded wire topology as the node checks it.
+func topologyOf(w *wire.Topology) nodeTopology {
 	t := nodeTopology{Cluster: w.Cluster, NodeRank: int(w.NodeRank), Nodes: int(w.Nodes), Hash: w.Hash}
 	for _, r := range w.DeviceRanks {
 		t.DeviceRanks = append(t.DeviceRanks, int(r))
 	}
-	return t, nil
+	return t
 }
 
 // checkTopology is COMM_INIT's re-check of what the broker assumed of this
@@ -426,16 +431,22 @@ func decodeTopology(b []byte) (nodeTopology, error) {
 // where it has them.
 func (w *Worker) checkTopology(dm wire.Domain) error {
 	t, err := decodeTopology(dm.Table)
-	switch {
-	case err != nil:
+	if err != nil {
 		return Errorf(ValueError, "COMM_INIT: a malformed topology: %v", err)
-	case t.Cluster == 0 || len(t.DeviceRanks) != len(dm.Ranks) || t.Nodes < 1 || t.NodeRank < 0 || t.NodeRank >= t.Nodes:
-		return Errorf(ValueError, "COMM_INIT: a topology of cluster %#x, node %d of %d, with %d device ranks for %d ranks", t.Cluster, t.NodeRank, t.Nodes, len(t.DeviceRanks), len(dm.Ranks))
+	}
+	return w.checkNodeTopology(t, dm.Ranks)
+}
+
+// checkNodeTopology is checkTopology's check of a decoded topology for
+// ranks (REATTACH has its topology decoded already).
+func (w *Worker) checkNodeTopology(t nodeTopology, ranks []wire.DomainRank) error {
+	if t.Cluster == 0 || len(t.DeviceRanks) != len(ranks) || t.Nodes < 1 || t.NodeRank < 0 || t.NodeRank >= t.Nodes {
+		return Errorf(ValueError, "COMM_INIT: a topology of cluster %#x, node %d of %d, with %d device ranks for %d ranks", t.Cluster, t.NodeRank, t.Nodes, len(t.DeviceRanks), len(ranks))
 	}
 	if err := w.cfg.Platform.Serves(w.cfg.CommProfile); err != nil {
 		return Wrap(err, "COMM_INIT: this node")
 	}
-	for i, rk := range dm.Ranks {
+	for i, rk := range ranks {
 		if int(rk.Worker) >= len(w.cfg.DeviceIDs) {
 			return Errorf(ValueError, "COMM_INIT: local worker %d is not a chip of this node (0..%d)", rk.Worker, len(w.cfg.DeviceIDs)-1)
 		}

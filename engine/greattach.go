@@ -37,9 +37,7 @@ func (w *Worker) globalReattachCmd(dm wire.Domain) error {
 	if err != nil {
 		return Errorf(ValueError, "REATTACH: a malformed table: %v", err)
 	}
-	topo := dm
-	topo.Table = wire.Payload(&t.Topology)
-	if err := w.checkTopology(topo); err != nil {
+	if err := w.checkNodeTopology(topologyOf(&t.Topology), dm.Ranks); err != nil {
 		return err
 	}
 	if err := w.initComm(); err != nil {
