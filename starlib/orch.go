@@ -128,8 +128,9 @@ func (o *Orchestrator) AttrNames() []string { return sortedKeys(orchMethods) }
 // take the arguments of the pool it is submitted to.
 func (o *Orchestrator) handle(op string, v starlark.Value, pool engine.Pool) (*engine.Handle, error) {
 	key := handleKey{v, pool}
-	_, cacheable := v.(*starlark.Function)
-	if cacheable = cacheable || isHandle(v); cacheable {
+	_, isFunc := v.(*starlark.Function)
+	cacheable := isFunc || isHandle(v) // comparable, and the same callable each time
+	if cacheable {
 		for _, r := range o.handles {
 			if r.key == key {
 				return r.h, nil
