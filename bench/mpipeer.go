@@ -58,9 +58,9 @@ func runMPIPeer(ranks []int, small, big int) (*mpiFigures, string, error) {
 	}
 	env := append(os.Environ(), "OPS=allreduce", "OMPI_MCA_btl_base_warn_component_unused=0")
 	note := "Open MPI peer: bench/peers/mpi_coll.c, mpicc -O2, mpirun --oversubscribe --bind-to none, pml ob1, btl self,vader"
-	if os.Geteuid() == 0 {
-		env = append(env, "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
-		note += "; running as root, the bench set OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 for mpirun only"
+	if consent := mpirunConsent(); consent != nil {
+		env = append(env, consent...)
+		note += "; running as root, the bench set " + strings.Join(consent, " ") + " for mpirun only"
 	}
 	f := &mpiFigures{allreduce: map[int]map[int]time.Duration{}, window: map[int]time.Duration{}}
 	for _, n := range ranks {
