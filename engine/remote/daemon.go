@@ -30,6 +30,9 @@ type DaemonConfig struct {
 	Limits      wire.Limits      // per session; zero fields take DefaultLimits' values
 	MaxPending  int              // connections that have not yet proved the token; the oldest is dropped (default 32)
 	MaxSessions int              // sessions at once (default 64)
+	// TotalBytes bounds the memory of every session together (ledger.go);
+	// 0: DefaultTotalBytes.
+	TotalBytes uint64
 	// HelloTimeout bounds a connection's CHALLENGE/HELLO exchange
 	// (default HelloTimeout).
 	HelloTimeout time.Duration
@@ -48,6 +51,17 @@ var DefaultLimits = wire.Limits{
 	LoadSteps:   10_000_000,
 }
 
+// DefaultTotalBytes is the daemon-wide memory bound unless the daemon is
+// told another: three quarters of /dev/shm's free space now, where the
+// sessions put their memory.
+func DefaultTotalBytes() uint64 {
+	var st unix.Statfs_t
+	if err := unix.Statfs("/dev/shm", &st); err != nil {
+		return 0
+	}
+	return st.Bavail * uint64(st.Bsize) / 4 * 3
+}
+
 // Daemon serves remote L3 sessions. The accepting process does nothing
 // for a connection but the handshake until the parent has proved the
 // token: it sends the CHALLENGE, reads a HELLO of at most wire.MaxHello
@@ -64,6 +78,10 @@ type Daemon struct {
 	peer *peerSock // where other daemons of this user on this host resolve this one's exports
 	gate proofGate
 	done chan struct{} // closed by Close
+	// mem counts the memory of every session against cfg.TotalBytes;
+	// each session process inherits memFile.
+	mem     *ledger
+	memFile *os.File
 
 	mu       sync.Mutex
 	pending  []net.Conn           // connections still proving, oldest first
@@ -112,9 +130,23 @@ func NewDaemon(ln net.Listener, cfg DaemonConfig) (*Daemon, error) {
 	if cfg.HelloTimeout <= 0 {
 		cfg.HelloTimeout = HelloTimeout
 	}
+	if cfg.TotalBytes == 0 {
+		cfg.TotalBytes = DefaultTotalBytes()
+	}
+	if cfg.TotalBytes == 0 {
+		return nil, engine.Errorf(engine.ValueError, "remote-l3-worker: the memory bound of all sessions must be > 0 (/dev/shm has no free space to take a part of)")
+	}
 	d := &Daemon{ln: ln, cfg: cfg, id: randomID(), done: make(chan struct{}), sessions: map[uint64]*dsession{}, routes: map[uint64]linkRoute{}}
+	// Twice the entries of the sessions at once: a session's entry is
+	// settled only once its process is reaped.
+	mem, memFile, err := newLedger(2*cfg.MaxSessions, cfg.TotalBytes)
+	if err != nil {
+		return nil, err
+	}
+	d.mem, d.memFile = mem, memFile
 	p, err := listenPeer(d.id)
 	if err != nil {
+		d.closeLedger()
 		return nil, engine.Wrap(err, "remote-l3-worker: the socket for peer daemons")
 	}
 	d.peer = p
@@ -361,7 +393,7 @@ func (d *Daemon) spawn(conn net.Conn) (*exec.Cmd, *link, error) {
 	defer theirs.Close()
 	ls := d.cfg.Session
 	cmd := exec.Command(ls.Path, ls.Args...)
-	cmd.ExtraFiles = []*os.File{f, theirs}
+	cmd.ExtraFiles = []*os.File{f, theirs, d.memFile} // fds 3, 4 and ledgerFD
 	cmd.Stdout, cmd.Stderr = orStd(ls.Stdout, os.Stdout), orStd(ls.Stderr, os.Stderr)
 	if ls.Env != nil {
 		cmd.Env = append(os.Environ(), ls.Env...)
@@ -409,6 +441,7 @@ func (d *Daemon) serveLink(s *dsession) {
 	}
 	s.link.close()
 	s.cmd.Wait()
+	d.mem.settle(s.slot) // its bytes come back however it ended
 	d.dropSession(s)
 	close(s.ended)
 }
@@ -529,13 +562,25 @@ func (d *Daemon) Close() error {
 		err = d.ln.Close()
 	}
 	d.wg.Wait()
+	d.closeLedger()
 	return err
 }
 
-// ServeSessionFD runs the session whose connection is file descriptor 3
-// and whose link to the daemon is descriptor 4 (how Daemon starts it).
+func (d *Daemon) closeLedger() {
+	d.mem.close()
+	d.memFile.Close()
+}
+
+// ServeSessionFD runs the session whose connection is file descriptor 3,
+// whose link to the daemon is descriptor 4 and whose daemon's memory
+// ledger is descriptor 5 (how Daemon starts it).
 func ServeSessionFD(newResolver SourceResolver) error {
 	shm.SweepDead() // names under this pid left by an earlier process would collide
+	mem, err := openLedger(os.NewFile(ledgerFD, "ledger"))
+	if err != nil {
+		return err
+	}
+	defer mem.close()
 	l, err := fileLink(os.NewFile(4, "link"))
 	if err != nil {
 		return err
@@ -548,6 +593,10 @@ func ServeSessionFD(newResolver SourceResolver) error {
 		return err
 	}
 	start, err := readStart(l)
+	var entry ledgerEntry
+	if err == nil {
+		entry, err = mem.claim(start.Slot)
+	}
 	if err != nil {
 		conn.Close()
 		l.close()
@@ -560,7 +609,7 @@ func ServeSessionFD(newResolver SourceResolver) error {
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	closeConn := func() { conn.Close() }
 	end := orphan.Watch(sig, closeConn)
-	err = runSession(conn, l, start, newResolver, func() { orphan.Abandon(closeConn) })
+	err = runSession(conn, l, start, entry, newResolver, func() { orphan.Abandon(closeConn) })
 	signal.Stop(sig)
 	end()
 	return err

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"simpler/engine"
-	"simpler/engine/hostmem"
 	"simpler/hal"
 	"simpler/hal/shm"
 	"simpler/internal/hostid"
@@ -43,7 +42,8 @@ type session struct {
 	newResolver SourceResolver
 	onLost      func() // the parent went away without a SHUTDOWN
 
-	wmu      sync.Mutex  // serialises frames written
+	wmu      sync.Mutex  // serialises frames written: one is written whole before the next
+	writeErr error       // the first write that failed (under wmu): nothing is written after it
 	big      chan []byte // the reusable buffer for large frames (COPY_TO data)
 	bigFrame int         // payloads above this go to big, or straight to their buffer (bigFrame; less in the fuzzer)
 
@@ -52,7 +52,8 @@ type session struct {
 	callables   map[string]engine.Callable
 	bufs        map[wire.BufferRef]*sbuf // owned and imported, by the ref handed out
 	bufSeq      uint64
-	owned       uint64            // bytes of owned buffers and global windows: limits.BufferBytes bounds it
+	retired     map[*sbuf]bool    // freed, and still held by a reply or a task
+	mem         account           // bytes mapped: owned buffers, imports and global windows
 	windows     map[uint64]uint64 // a global domain's window bytes here, by domain id
 	exports     map[[16]byte]export
 	grants      map[uint64]chan grant // imports waiting for the daemon, by request
@@ -84,6 +85,9 @@ type sbuf struct {
 	off, len int
 	access   wire.Access
 	owned    bool
+	charge   uint64 // the bytes its mapping counts in the session's account
+	pins     int    // replies and tasks holding it (hold)
+	retired  bool   // freed or released: out of the table, unmapped once no one holds it
 }
 
 func (b *sbuf) bytes() []byte { return b.seg.Mem[b.off : b.off+b.len] }
@@ -102,8 +106,9 @@ const maxExports = 1 << 16
 // runSession serves one session on conn, authenticated by the daemon that
 // sent start over l, until the parent shuts it down or goes away; onLost
 // is called when the parent goes away without a SHUTDOWN.
-func runSession(conn net.Conn, l *link, start wire.Link, newResolver SourceResolver, onLost func()) error {
+func runSession(conn net.Conn, l *link, start wire.Link, daemonMem ledgerEntry, newResolver SourceResolver, onLost func()) error {
 	s := newSession(conn, l, start, newResolver, onLost)
+	s.mem.daemon = daemonMem
 	defer s.close()
 	if err := s.handshake(start.Hello); err != nil {
 		return err
@@ -116,9 +121,10 @@ func runSession(conn net.Conn, l *link, start wire.Link, newResolver SourceResol
 // now until close.
 func newSession(conn net.Conn, l *link, start wire.Link, newResolver SourceResolver, onLost func()) *session {
 	s := &session{conn: conn, link: l, id: start.Session, worker: start.Worker, daemon: start.Daemon, slot: start.Slot, limits: start.Limits,
-		newResolver: newResolver, onLost: onLost, callables: map[string]engine.Callable{}, bufs: map[wire.BufferRef]*sbuf{},
+		newResolver: newResolver, onLost: onLost, callables: map[string]engine.Callable{}, bufs: map[wire.BufferRef]*sbuf{}, retired: map[*sbuf]bool{},
 		windows: map[uint64]uint64{}, exports: map[[16]byte]export{}, grants: map[uint64]chan grant{}, big: make(chan []byte, 1), bigFrame: bigFrame,
 		linkDone: make(chan struct{})}
+	s.mem.bound = start.Limits.BufferBytes
 	s.big <- nil
 	go s.serveLink()
 	return s
@@ -133,7 +139,31 @@ func (s *session) writeBulk(t wire.Type, seq uint64, m wire.Message, bulk []byte
 	h := wire.Header{Version: wire.ProtocolVersion, Type: t, Session: s.id, Worker: s.worker, Seq: seq}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	return wire.WriteMessage(s.conn, h, m, bulk)
+	if s.writeErr != nil {
+		return s.writeErr
+	}
+	if err := wire.WriteMessage(s.conn, h, m, bulk); err != nil {
+		s.failWrite(err)
+		return err
+	}
+	return nil
+}
+
+// failWrite ends the session after a write that failed: the frame may
+// have been cut in the middle, and nothing written after it could be read
+// right, so no frame is written again and the connection is closed, which
+// ends the reading and frees what the session holds. serve returns why.
+// Caller holds wmu.
+func (s *session) failWrite(err error) {
+	s.writeErr = fmt.Errorf("a frame to the parent could not be written whole, so the session ends: %w", err)
+	s.conn.Close()
+}
+
+// writeFailure is the write that ended the session, if one did.
+func (s *session) writeFailure() error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	return s.writeErr
 }
 
 // handshake answers the HELLO the daemon checked: the node is brought up
@@ -201,6 +231,9 @@ func (s *session) serve() error {
 		s.lost()
 	}
 	s.readers.Wait() // work in hand and queued tasks finish before the session closes
+	if werr := s.writeFailure(); werr != nil {
+		return werr
+	}
 	if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
 		return nil // the parent went away, or abandon closed the connection
 	}
@@ -260,7 +293,7 @@ func (s *session) read(role uint64) {
 	for {
 		f, err := s.readFrame()
 		if err != nil {
-			s.readEnd <- err
+			s.endOn(err)
 			return
 		}
 		switch f.h.Type {
@@ -302,10 +335,40 @@ func (s *session) read(role uint64) {
 			s.readEnd <- nil
 			return
 		default:
-			s.readEnd <- fmt.Errorf("unexpected %s frame from the parent", f.h.Type)
+			f.done()
+			s.endOn(protocolErrorf("unexpected %s frame from the parent", f.h.Type))
 			return
 		}
 	}
+}
+
+// endOn ends the reading role on err. A protocol error is told to the
+// parent first, in a SHUTDOWN naming it (docs/protocol.md).
+func (s *session) endOn(err error) {
+	var pe *protocolError
+	if errors.As(err, &pe) {
+		s.write(wire.TypeShutdown, 0, &wire.Shutdown{Reason: pe.reason()})
+	}
+	s.readEnd <- err
+}
+
+// protocolError is a frame that breaks the protocol's rules: the session
+// ends on it.
+type protocolError struct{ msg string }
+
+func protocolErrorf(format string, a ...any) error {
+	return &protocolError{msg: fmt.Sprintf(format, a...)}
+}
+
+func (e *protocolError) Error() string { return "protocol error: " + e.msg }
+
+// reason is the error as a SHUTDOWN carries it, within wire.MaxReason.
+func (e *protocolError) reason() string {
+	r := e.Error()
+	if len(r) > wire.MaxReason {
+		r = r[:wire.MaxReason]
+	}
+	return r
 }
 
 // work runs fn on the reading goroutine and reports whether that goroutine
@@ -331,6 +394,11 @@ func (s *session) readFrame() (frame, error) {
 	h, err := wire.ReadHeader(s.in, wire.MaxPayload)
 	if err != nil {
 		return frame{}, err
+	}
+	// Checked before a byte of the payload is read: a frame of another
+	// session is not served, not even a COPY_TO's data.
+	if h.Session != s.id {
+		return frame{}, protocolErrorf("a %s frame of session %d on the connection of session %d", h.Type, h.Session, s.id)
 	}
 	if h.Type == wire.TypeControl && int(h.Length) > s.bigFrame {
 		return s.readBulk(h)
@@ -368,14 +436,19 @@ func message(err error) string {
 // buffers, then the inner worker.
 func (s *session) close() {
 	s.mu.Lock()
-	bufs := s.bufs
-	s.bufs = map[wire.BufferRef]*sbuf{}
+	var bufs []*sbuf
+	for _, b := range s.bufs {
+		bufs = append(bufs, b)
+	}
+	for b := range s.retired { // held by work that never came back
+		bufs = append(bufs, b)
+	}
+	s.bufs, s.retired = map[wire.BufferRef]*sbuf{}, map[*sbuf]bool{}
 	s.mu.Unlock()
 	for _, owned := range []bool{false, true} {
 		for _, b := range bufs {
 			if b.owned == owned {
-				hostmem.Unregister(b.seg)
-				b.seg.Close()
+				s.unmap(b)
 			}
 		}
 	}
@@ -415,11 +488,16 @@ func (s *session) readBulk(h wire.Header) (frame, error) {
 	}
 	ref, off, n, ok := wire.DecodeCopyToPrefix(prefix, int(h.Length))
 	if ok {
-		if b, err := s.buf(ref, true); err == nil && s.checkCopy(wire.CmdCopyTo, off, uint64(n), b.len) == nil {
-			if _, err := io.ReadFull(s.in, b.bytes()[off:off+uint64(n)]); err != nil {
-				return frame{}, err
+		if b, err := s.hold(ref, true); err == nil {
+			if s.checkCopy(wire.CmdCopyTo, off, uint64(n), b.len) == nil {
+				_, err := io.ReadFull(s.in, b.bytes()[off:off+uint64(n)])
+				s.letGo(b)
+				if err != nil {
+					return frame{}, err
+				}
+				return frame{h: h, done: func() {}, copied: true}, nil
 			}
-			return frame{h: h, done: func() {}, copied: true}, nil
+			s.letGo(b)
 		}
 	}
 	p := append(make([]byte, 0, int(h.Length)), prefix...) // the rest is read after it, not copied

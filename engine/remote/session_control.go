@@ -9,7 +9,9 @@ import (
 	"simpler/wire"
 )
 
-// control runs one command and replies with the request's sequence.
+// control runs one command and replies with the request's sequence. A
+// COPY_FROM's reply carries the buffer's memory in place, held until the
+// reply is written.
 func (s *session) control(f frame) {
 	r := &wire.ControlReply{Seq: f.h.Seq}
 	if f.copied {
@@ -17,22 +19,30 @@ func (s *session) control(f frame) {
 		s.write(wire.TypeControlReply, f.h.Seq, r)
 		return
 	}
+	var held *sbuf
 	c, err := wire.DecodeControl(f.payload)
-	if err == nil {
-		r.Cmd = c.Cmd
-		err = s.command(c, r)
-	} else {
+	switch {
+	case err != nil:
 		r.Cmd = wire.CmdRegister // a reply needs a valid command; the error says what went wrong
 		err = engine.Errorf(engine.ValueError, "CONTROL: %v", err)
+	case c.Cmd == wire.CmdCopyTo || c.Cmd == wire.CmdCopyFrom:
+		r.Cmd = c.Cmd
+		held, err = s.copy(c, r)
+	default:
+		r.Cmd = c.Cmd
+		err = s.command(c, r)
 	}
 	if err != nil {
 		r.Err = errBody(err)
 		r.Buffer, r.Data = wire.BufferRef{}, nil
 	}
-	if r.Err == nil && r.Cmd == wire.CmdCopyFrom {
+	// A write that fails ends the session (writeBulk): there is nothing
+	// more to do with its error here.
+	if held != nil {
 		data := r.Data
 		r.Data = nil
 		s.writeBulk(wire.TypeControlReply, f.h.Seq, r, data)
+		s.letGo(held)
 		return
 	}
 	s.write(wire.TypeControlReply, f.h.Seq, r)
@@ -52,8 +62,6 @@ func (s *session) command(c wire.Control, r *wire.ControlReply) error {
 		return s.malloc(c.NBytes, r)
 	case wire.CmdFree, wire.CmdReleaseImport:
 		return s.drop(c.Buffer, c.Cmd == wire.CmdFree)
-	case wire.CmdCopyTo, wire.CmdCopyFrom:
-		return s.copy(c, r)
 	case wire.CmdExport:
 		return s.export(c, r)
 	case wire.CmdImport:
@@ -118,23 +126,24 @@ func (s *session) unregister(c wire.Control) error {
 
 // global runs a global-domain command on the inner worker; the windows
 // of PREPARE (and of REATTACH, which takes pooled ones back) count against
-// the session's memory bound until the domain is released or aborted.
+// the session's memory bounds until the domain is released or aborted.
 func (s *session) global(c wire.Control, r *wire.ControlReply) error {
 	id := c.Domain.ID
 	if c.Cmd == wire.CmdPrepare || c.Cmd == wire.CmdReattach {
 		need := c.Domain.WindowSize * uint64(len(c.Domain.Ranks)) // both bounded by the decoder: no overflow
 		s.mu.Lock()
 		_, had := s.windows[id]
-		err := s.reserve(need, had, "PREPARE")
+		var err error
+		if !had { // a repeated PREPARE counts its windows once
+			err = s.mem.reserve(need, "PREPARE")
+		}
 		s.mu.Unlock()
 		if err != nil {
 			return err
 		}
 		if err := s.inner.GlobalCommand(c, r); err != nil {
 			if !had {
-				s.mu.Lock()
-				s.owned -= need
-				s.mu.Unlock()
+				s.release(need)
 			}
 			return err
 		}
@@ -146,23 +155,9 @@ func (s *session) global(c wire.Control, r *wire.ControlReply) error {
 	err := s.inner.GlobalCommand(c, r)
 	if err == nil && (c.Cmd == wire.CmdAbort || c.Cmd == wire.CmdReleaseDomain) {
 		s.mu.Lock()
-		s.owned -= s.windows[id]
+		s.mem.release(s.windows[id])
 		delete(s.windows, id)
 		s.mu.Unlock()
 	}
 	return err
-}
-
-// reserve counts n more bytes against the session's memory bound (none if
-// already is set: a repeated PREPARE). Caller holds s.mu.
-func (s *session) reserve(n uint64, already bool, op string) error {
-	if already {
-		return nil
-	}
-	if n > s.limits.BufferBytes || s.owned > s.limits.BufferBytes-n {
-		return engine.Errorf(engine.RuntimeError, "%s: %d bytes more would bring this session's memory to %d bytes, beyond its bound of %d (the daemon's --max-buffer-bytes)",
-			op, n, s.owned+n, s.limits.BufferBytes)
-	}
-	s.owned += n
-	return nil
 }

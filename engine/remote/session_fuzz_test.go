@@ -102,7 +102,7 @@ func (s *session) reset() {
 	}
 	s.inner.CloseGlobals()
 	s.mu.Lock()
-	s.owned, s.windows, s.exports, s.resolve = 0, map[uint64]uint64{}, map[[16]byte]export{}, nil
+	s.mem.held, s.windows, s.exports, s.resolve = 0, map[uint64]uint64{}, map[[16]byte]export{}, nil
 	s.mu.Unlock()
 }
 

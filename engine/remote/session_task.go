@@ -81,11 +81,14 @@ func (s *session) runTask(payload []byte) error {
 	if !ok {
 		return engine.Errorf(engine.ValueError, "TASK: callable %s is not registered on this node", t.Digest)
 	}
-	args, scratch, err := s.taskArgs(t)
+	args, scratch, held, err := s.taskArgs(t)
 	defer func() {
 		for _, seg := range scratch {
 			hostmem.Unregister(seg)
 			seg.Close()
+		}
+		for _, b := range held {
+			s.letGo(b)
 		}
 	}()
 	if err != nil {
@@ -124,31 +127,36 @@ func (s *session) cancel(seq uint64) error {
 }
 
 // taskArgs places each tensor in this process: a remote ref resolves to
-// the buffer's memory here; inline bytes get scratch shared memory.
-func (s *session) taskArgs(t wire.Task) (*engine.TaskArgs, []*shm.Segment, error) {
-	a := &engine.TaskArgs{}
-	var scratch []*shm.Segment
+// the buffer's memory here, held until the task ends (a REMOTE_FREE
+// meanwhile does not unmap it under the kernel); inline bytes get scratch
+// shared memory.
+func (s *session) taskArgs(t wire.Task) (a *engine.TaskArgs, scratch []*shm.Segment, held []*sbuf, err error) {
+	a = &engine.TaskArgs{}
 	for i, ta := range t.Tensors {
 		ten := engine.Tensor{Shape: ta.Shape, DType: dtype.DType(ta.DType)}
 		n := ten.NBytes()
 		if ta.Remote != nil {
 			s.mu.Lock()
 			b := s.bufs[ta.Remote.Buffer]
+			if b != nil {
+				b.pin()
+				held = append(held, b)
+			}
 			s.mu.Unlock()
 			if b == nil {
-				return nil, scratch, engine.Errorf(engine.ValueError, "TASK: tensor %d names buffer %d (generation %d), which this node does not hold", i, ta.Remote.Buffer.ID, ta.Remote.Buffer.Generation)
+				return nil, scratch, held, engine.Errorf(engine.ValueError, "TASK: tensor %d names buffer %d (generation %d), which this node does not hold", i, ta.Remote.Buffer.ID, ta.Remote.Buffer.Generation)
 			}
 			if !bounds.Fits(ta.Remote.Offset, uint64(n), uint64(b.len)) {
-				return nil, scratch, engine.Errorf(engine.ValueError, "TASK: tensor %d (%d bytes at offset %d) overruns its %d-byte buffer", i, n, ta.Remote.Offset, b.len)
+				return nil, scratch, held, engine.Errorf(engine.ValueError, "TASK: tensor %d (%d bytes at offset %d) overruns its %d-byte buffer", i, n, ta.Remote.Offset, b.len)
 			}
 			if ta.Remote.Access&^b.access != 0 {
-				return nil, scratch, engine.Errorf(engine.ValueError, "TASK: tensor %d needs %s access; the buffer here allows %s", i, ta.Remote.Access, b.access)
+				return nil, scratch, held, engine.Errorf(engine.ValueError, "TASK: tensor %d needs %s access; the buffer here allows %s", i, ta.Remote.Access, b.access)
 			}
 			ten.Addr = b.seg.Addr() + uint64(b.off) + ta.Remote.Offset
 		} else {
 			seg, err := shm.Create("inline", max(len(ta.Inline), 1))
 			if err != nil {
-				return nil, scratch, err
+				return nil, scratch, held, err
 			}
 			hostmem.Register(seg)
 			scratch = append(scratch, seg)
@@ -156,9 +164,9 @@ func (s *session) taskArgs(t wire.Task) (*engine.TaskArgs, []*shm.Segment, error
 			ten.Addr = seg.Addr()
 		}
 		if err := a.AddTensor(ten, engine.Tag(ta.Tag)); err != nil {
-			return nil, scratch, err
+			return nil, scratch, held, err
 		}
 	}
 	a.Scalars = t.Scalars
-	return a, scratch, nil
+	return a, scratch, held, nil
 }
