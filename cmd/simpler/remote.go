@@ -33,6 +33,7 @@ type remoteOptions struct {
 	listen, tokenFile string
 	lim               wire.Limits
 	queued            uint
+	totalBytes        uint64
 	maxSessions       int
 	maxPending        int
 	rank              rankOptions
@@ -54,6 +55,7 @@ func (o *remoteOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:7700", "`HOST:PORT` to serve on (port 0 picks a free one)")
 	fs.StringVar(&o.tokenFile, "token-file", "", "`FILE` holding the token parents must prove (mode 0600, at least 16 bytes); without it the daemon makes one in its runtime directory")
 	fs.Uint64Var(&o.lim.BufferBytes, "max-buffer-bytes", 0, "`BYTES` of remote buffers and global windows one session may hold; 0: half of /dev/shm's free space at start")
+	fs.Uint64Var(&o.totalBytes, "max-total-bytes", 0, "`BYTES` of remote buffers, imports and global windows all sessions together may hold; 0: three quarters of /dev/shm's free space at start")
 	fs.Uint64Var(&o.lim.CopyBytes, "max-copy-bytes", o.lim.CopyBytes, "`BYTES` of one remote copy or staging")
 	fs.UintVar(&o.queued, "max-queued-tasks", uint(o.lim.QueuedTasks), "`N` tasks one session may have queued")
 	fs.Uint64Var(&o.lim.QueuedBytes, "max-queued-bytes", o.lim.QueuedBytes, "payload `BYTES` of one session's queued tasks")
@@ -126,7 +128,7 @@ func cmdRemote(args []string, stdout, stderr io.Writer) int {
 		ln.Close()
 		return fail(1, "%v", err)
 	}
-	d, err := remote.NewDaemon(ln, remote.DaemonConfig{Token: tok, Log: stderr, Limits: o.lim, MaxSessions: o.maxSessions, MaxPending: o.maxPending,
+	d, err := remote.NewDaemon(ln, remote.DaemonConfig{Token: tok, Log: stderr, Limits: o.lim, TotalBytes: o.totalBytes, MaxSessions: o.maxSessions, MaxPending: o.maxPending,
 		Session: &engine.Launcher{Path: exe, Args: []string{sessionCommand}, Stdout: stdout, Stderr: stderr}})
 	if err != nil {
 		ln.Close()
@@ -227,7 +229,7 @@ func cmdRank(o *remoteOptions, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(1, "%v", err)
 	}
-	cfg.Daemon = remote.DaemonConfig{Log: stderr, Limits: o.lim,
+	cfg.Daemon = remote.DaemonConfig{Log: stderr, Limits: o.lim, TotalBytes: o.totalBytes,
 		Session: &engine.Launcher{Path: exe, Args: []string{sessionCommand}, Stdout: stdout, Stderr: stderr}}
 	shm.SweepDead()
 	// SIGINT or SIGTERM (mpirun ending its job) ends the session.
