@@ -138,6 +138,9 @@ func TestAttackImportLoop(t *testing.T) {
 	if got := d.mem.total(); got > 16*mib {
 		t.Errorf("the daemon's ledger counts %d bytes for a session bounded by %d", got, 16*mib)
 	}
+	if len(imports) == 0 {
+		t.Fatal("the first import was refused")
+	}
 	// Releasing an import returns its bytes: the session serves again.
 	if _, err := n.Control(&wire.Control{Cmd: wire.CmdReleaseImport, Buffer: imports[0]}); err != nil {
 		t.Fatal(err)
