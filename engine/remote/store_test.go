@@ -375,3 +375,84 @@ func procAddr(a *net.TCPAddr) string {
 	ip := a.IP.To4()
 	return fmt.Sprintf("%02X%02X%02X%02X:%04X", ip[3], ip[2], ip[1], ip[0], a.Port)
 }
+
+// A reply that cannot be written whole ends the session: nothing is
+// written after the cut (it could not be read right), the connection is
+// closed, the buffer the reply held is let go, and serve returns why.
+// Stepped on a session whose connection takes 1000 bytes and then fails.
+func TestWriteErrorEndsSession(t *testing.T) {
+	s := fuzzSession(t)
+	defer s.close()
+	conn := &cutConn{room: 1000}
+	s.conn = conn
+	step := func(seq uint64, c *wire.Control) {
+		s.control(frame{h: wire.Header{Version: wire.ProtocolVersion, Type: wire.TypeControl, Session: 1, Seq: seq}, payload: wire.Payload(c), done: func() {}})
+	}
+	step(1, &wire.Control{Cmd: wire.CmdMalloc, NBytes: 1 << 16})
+	if conn.closed || s.writeFailure() != nil {
+		t.Fatal("a reply that fits failed")
+	}
+	buf := wire.BufferRef{ID: 1, Generation: 1}
+	step(2, &wire.Control{Cmd: wire.CmdCopyFrom, Buffer: buf, NBytes: 1 << 16})
+	err := s.writeFailure()
+	if err == nil || !strings.Contains(err.Error(), "could not be written whole, so the session ends") || !conn.closed {
+		t.Fatalf("a cut reply: %v, connection closed %v", err, conn.closed)
+	}
+	written := conn.written
+	step(3, &wire.Control{Cmd: wire.CmdFree, Buffer: buf})
+	if conn.written != written {
+		t.Errorf("%d bytes were written after the cut", conn.written-written)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.retired) != 0 || len(s.bufs) != 0 || s.mem.held != 0 {
+		t.Errorf("after the free: %d retired, %d buffers, %d bytes held", len(s.retired), len(s.bufs), s.mem.held)
+	}
+}
+
+// cutConn takes room bytes and then fails every write.
+type cutConn struct {
+	discardConn
+	room, written int
+	closed        bool
+}
+
+func (c *cutConn) Write(b []byte) (int, error) {
+	if c.written+len(b) > c.room {
+		n := c.room - c.written
+		c.written = c.room
+		return n, syscall.EPIPE
+	}
+	c.written += len(b)
+	return len(b), nil
+}
+
+func (c *cutConn) Close() error {
+	c.closed = true
+	return nil
+}
+
+// A parent that resets its connection in the middle of a 64 MiB reply
+// ends its session: the session process exits, its memory leaves the
+// daemon's ledger, and the daemon serves the next parent.
+func TestAttackReplyCut(t *testing.T) {
+	d, addr := startDaemon(t)
+	c := dialRaw(t, addr)
+	buf := c.control(t, &wire.Control{Cmd: wire.CmdMalloc, NBytes: 64 * mib}).Buffer
+	c.send(t, wire.TypeControl, &wire.Control{Cmd: wire.CmdCopyFrom, Buffer: buf, NBytes: 64 * mib})
+	if _, err := wire.ReadHeader(c.conn, 0); err != nil {
+		t.Fatal(err)
+	}
+	c.conn.(*net.TCPConn).SetLinger(0) // a reset, not a clean end
+	c.conn.Close()
+	poll(t, "the session to end", func() bool { return len(sessionProcs(d)) == 0 })
+	if got := d.mem.total(); got != 0 {
+		t.Errorf("the ended session left %d bytes in the ledger", got)
+	}
+	w := remoteWorker(t, addr)
+	h, err := w.RemoteMalloc(0, 64*mib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copyRoundTrip(t, w, h)
+}
