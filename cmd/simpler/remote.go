@@ -24,8 +24,8 @@ import (
 )
 
 // sessionCommand is the hidden subcommand that serves one remote session;
-// the daemon passes it the connection as file descriptor 3 and its link to
-// the daemon as descriptor 4.
+// the daemon passes it the connection as file descriptor 3, its link to
+// the daemon as descriptor 4 and the daemon's memory ledger as 5.
 const sessionCommand = "__session"
 
 // remoteOptions are the flags of `simpler remote-l3-worker`.

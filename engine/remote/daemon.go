@@ -25,7 +25,7 @@ import (
 // DaemonConfig says whom a daemon admits and what each session may hold.
 type DaemonConfig struct {
 	Token       []byte           // what a parent must prove; required
-	Session     *engine.Launcher // starts a session process: fd 3 is the connection, fd 4 the link
+	Session     *engine.Launcher // starts a session process: fd 3 is the connection, fd 4 the link, fd 5 the memory ledger
 	Log         io.Writer        // refusals and session failures; nil: discarded
 	Limits      wire.Limits      // per session; zero fields take DefaultLimits' values
 	MaxPending  int              // connections that have not yet proved the token; the oldest is dropped (default 32)
@@ -375,7 +375,8 @@ func (d *Daemon) startSession(conn net.Conn, start *wire.Link) (*dsession, error
 	return s, nil
 }
 
-// spawn starts a session process with conn as fd 3 and a link as fd 4.
+// spawn starts a session process with conn as fd 3, a link as fd 4 and
+// the memory ledger as fd 5.
 func (d *Daemon) spawn(conn net.Conn) (*exec.Cmd, *link, error) {
 	tc, ok := conn.(*net.TCPConn)
 	if !ok {

@@ -456,3 +456,47 @@ func TestAttackReplyCut(t *testing.T) {
 	}
 	copyRoundTrip(t, w, h)
 }
+
+// A REMOTE_FREE of a buffer a running task names (a parent that does not
+// wait for the task's fence) takes it out of the table at once; the
+// memory stays mapped, and counted, until the task ends, so the kernel's
+// result lands in mapped memory and the session serves on.
+func TestAttackFreeUnderTask(t *testing.T) {
+	d, addr := startDaemon(t)
+	c := dialRaw(t, addr)
+	c.control(t, &wire.Control{Cmd: wire.CmdBundle})
+	spin := nodeOrch{procKernel{"node_spin"}}
+	c.control(t, &wire.Control{Cmd: wire.CmdRegister, Digest: spin.Digest(), Module: "m", Name: spin.Name()})
+	c.control(t, &wire.Control{Cmd: wire.CmdRegister, Digest: procKernel{"spin"}.Digest(), Module: "m", Name: "spin"})
+	buf := c.control(t, &wire.Control{Cmd: wire.CmdMalloc, NBytes: mib}).Buffer
+	c.send(t, wire.TypeTask, &wire.Task{Digest: spin.Digest(), Tensors: []wire.TensorArg{{Tag: wire.TagInOut, DType: 7, Shape: []int{1},
+		Remote: &wire.RemoteRef{Buffer: buf, Access: wire.AccessReadWrite}}}})
+	taskSeq := c.seq
+	// Read after the task, so the task holds the buffer when it is freed.
+	if r := c.control(t, &wire.Control{Cmd: wire.CmdFree, Buffer: buf}); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if got := d.mem.total(); got != mib {
+		t.Errorf("the ledger counts %d bytes while the task holds the freed buffer, want %d", got, mib)
+	}
+	c.send(t, wire.TypeControl, &wire.Control{Cmd: wire.CmdCancel, TaskSeq: taskSeq})
+	for seen := 0; seen < 2; seen++ {
+		h, p := c.read(t)
+		switch h.Type {
+		case wire.TypeCompletion:
+			cm, err := wire.DecodeCompletion(p)
+			if err != nil || cm.Err == nil || !strings.Contains(cm.Err.Message, "cancelled") {
+				t.Errorf("the cancelled task's completion: %+v %v", cm.Err, err)
+			}
+		case wire.TypeControlReply:
+		default:
+			t.Fatalf("a %s frame", h.Type)
+		}
+	}
+	poll(t, "the freed buffer to leave the ledger once the task ended", func() bool { return d.mem.total() == 0 })
+	b := c.control(t, &wire.Control{Cmd: wire.CmdMalloc, NBytes: 8}).Buffer
+	c.control(t, &wire.Control{Cmd: wire.CmdCopyTo, Buffer: b, Data: []byte("serving!")})
+	if got := c.control(t, &wire.Control{Cmd: wire.CmdCopyFrom, Buffer: b, NBytes: 8}).Data; string(got) != "serving!" {
+		t.Errorf("a copy after the task: %q", got)
+	}
+}
