@@ -47,7 +47,7 @@ func TestDaemonRefusesWeakTokenFiles(t *testing.T) {
 	os.WriteFile(empty, nil, 0o600)
 	cases := []struct{ file, want string }{
 		{open, "has mode 0644: group and others must have no access; run `chmod 600 " + open},
-		{short, "is 1 bytes, shorter than the minimum of 16"},
+		{short, "shorter than the minimum of 16 bytes"},
 		{empty, "holds no token"},
 		{filepath.Join(dir, "missing"), "does not exist"},
 	}
