@@ -18,6 +18,9 @@ import (
 // at init() and that dial in; the ids, one per rank in rank order.
 func (w *Worker) addWorkerGroup(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
 	const op = "add_worker_group"
+	if err := w.s.refuseShipped(op); err != nil {
+		return nil, err
+	}
 	spec := engine.GroupSpec{Launcher: engine.LauncherMPI, Platform: w.platform, Listen: "127.0.0.1:0"}
 	var devicesV, hostsV, argsV, ranksV, tokenV starlark.Value = starlark.None, starlark.None, starlark.None, starlark.None, starlark.None
 	if err := starlark.UnpackArgs(op, args, kw, "ranks", &spec.Ranks, "launcher?", &spec.Launcher, "platform?", &spec.Platform,

@@ -51,6 +51,10 @@ type Session struct {
 	// here, as tests do (internal/mpitest), never the CLI.
 	GroupEnv []string
 
+	// shipped is set for a remote node's session (NewSourceResolver): its
+	// code came over the wire, and may not reach the host (shipped.go).
+	shipped bool
+
 	mu        sync.Mutex
 	outMu     sync.Mutex
 	loader    *loader
