@@ -46,6 +46,11 @@ func (w *Worker) addWorkerGroup(th *starlark.Thread, args starlark.Tuple, kw []s
 	if spec.LauncherArgs, err = stringList(op, "launcher_args", argsV); err != nil {
 		return nil, err
 	}
+	// Before the token file is read: launcher_args and hosts reach a
+	// program that starts programs, and only an allow-list passes.
+	if err := remote.CheckGroupLaunch(spec); err != nil {
+		return nil, err
+	}
 	switch t := tokenV.(type) {
 	case starlark.NoneType:
 	case starlark.String:
