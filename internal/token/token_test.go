@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -230,6 +231,45 @@ func TestReadRefusesAnotherUsersFileAndSymlinks(t *testing.T) {
 		wantRefusal(t, err, link, "is a symlink", "point at the token file itself")
 	}
 	// Our own file, named as itself, is read right after.
+	if tok, err := Read(ours); err != nil || string(tok) != good {
+		t.Errorf("Read(ours) = %q, %v; want %q", tok, err, good)
+	}
+}
+
+// The same, with the other user real: as root, an unprivileged user
+// (65534, by setpriv) writes their own private token file and a symlink
+// to one of ours in a shared sticky directory, as an attacker would; Read
+// refuses both, and still reads our own file.
+func TestReadRefusesFilesPlantedByAnotherUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Log("not root: the other user is pretended (TestReadRefusesAnotherUsersFileAndSymlinks)")
+		return
+	}
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Fatal("setpriv (util-linux) is needed to act as another user:", err)
+	}
+	// In /tmp itself: $TMPDIR may be a directory the other user cannot
+	// enter.
+	shared, err := os.MkdirTemp("/tmp", "simpler-token-shared-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(shared) })
+	if err := os.Chmod(shared, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	ours := writeFile(t, t.TempDir(), "ours", good+"\n", 0o600)
+	theirs, link := filepath.Join(shared, "theirs"), filepath.Join(shared, "link")
+	plant := exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c",
+		`umask 077 && echo "$1" > "$2" && ln -s "$3" "$4"`, "sh", good, theirs, ours, link)
+	if out, err := plant.CombinedOutput(); err != nil {
+		t.Fatalf("planting as uid 65534: %v\n%s", err, out)
+	}
+	_, err = Read(theirs)
+	wantRefusal(t, err, theirs, "owned by uid 65534, not by us (uid 0)")
+	_, err = Read(link)
+	wantRefusal(t, err, link, "is a symlink")
 	if tok, err := Read(ours); err != nil || string(tok) != good {
 		t.Errorf("Read(ours) = %q, %v; want %q", tok, err, good)
 	}
