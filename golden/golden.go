@@ -23,6 +23,9 @@
 //
 //	# simpler-args: --devices 0-7 --platform a5sim
 //	# simpler-daemons: 2
+//
+// A header may set only HeaderFlags; one that sets another flag is not
+// passed on, and `simpler run` refuses it.
 package golden
 
 import (

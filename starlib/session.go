@@ -8,6 +8,10 @@
 // while a module's top level executes, so any process can load a module to
 // find a registered function.
 //
+// Code shipped to a remote node (NewSourceResolver) is a task, not a host
+// program: Worker(), add_remote_worker and add_worker_group refuse there
+// with a RuntimeError (shipped.go).
+//
 // load() reads only regular files of at most MaxModuleSize bytes below the
 // load roots: the main script's directory and the directories given to
 // AddLoadPath (--load-path). A module's top level runs at most
