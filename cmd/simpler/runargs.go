@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"simpler/golden"
+	"simpler/kind"
 )
 
 // runOptions are the flags of `simpler run`.
@@ -97,7 +98,7 @@ func (rc *runCommand) checkHeader() error {
 	}
 	slices.Sort(refused)
 	name := refused[0]
-	return fmt.Errorf("ValueError: --%s is for the command line only: a script's header may set --%s, never what the script may read or write; pass --%s before the script's name",
+	return kind.Errorf(kind.ValueError, "--%s is for the command line only: a script's header may set --%s, never what the script may read or write; pass --%s before the script's name",
 		name, strings.Join(golden.HeaderFlags, ", --"), name)
 }
 
