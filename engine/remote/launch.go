@@ -97,15 +97,15 @@ func hasFlag(args []string, flags ...string) bool {
 // launcher, never spliced as given: each argument is an option below (as
 // -name, --name or --name=value), or the value of the one before it, and
 // a value is a word (letters, digits and _.,:=^+%-, starting with a
-// letter, a digit or '^'), never a path. Anything else is a ValueError naming the
-// argument and why. CheckGroupLaunch is the check; docs/cluster.md lists
-// the options.
+// letter, a digit or '^'), never a path. Anything else is a ValueError
+// naming the argument and why. CheckGroupLaunch is the check;
+// docs/cluster.md lists the options.
 
 // launchOption is an option launcher_args may pass: how many values
-// follow it, and which values are allowed (nil: any word).
+// follow it, and which values are allowed (nil: each a word).
 type launchOption struct {
 	values int
-	allow  func(v string) string // why v is refused, or ""
+	allow  func(values []string) string // why the values are refused, or ""
 }
 
 // mpirunOptions are the Open MPI mpirun options launcher_args may pass:
@@ -211,9 +211,9 @@ func checkLaunchArg(launcher string, opts map[string]launchOption, args []string
 	}
 	check := opt.allow
 	if check == nil {
-		check = word
+		check = words
 	}
-	if why := check(strings.Join(values, " ")); why != "" {
+	if why := check(values); why != "" {
 		return 0, fmt.Errorf("%s %s: %s", a, strings.Join(values, " "), why)
 	}
 	return taken, nil
@@ -248,6 +248,16 @@ func word(v string) string {
 	return ""
 }
 
+// words says why one of values is not a word.
+func words(values []string) string {
+	for _, v := range values {
+		if why := word(v); why != "" {
+			return why
+		}
+	}
+	return ""
+}
+
 func isAlnum(c byte) bool {
 	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
 }
@@ -256,7 +266,8 @@ func isAlnum(c byte) bool {
 // on by name. -x NAME=VALUE would set one (LD_PRELOAD=... loads a file
 // into every rank); set it in simpler's environment instead. The dynamic
 // loader's variables are refused even by name.
-func envName(v string) string {
+func envName(values []string) string {
+	v := values[0]
 	if strings.Contains(v, "=") {
 		return "-x passes a variable of simpler's environment by name only; set its value in the environment of simpler run"
 	}
@@ -276,12 +287,11 @@ func envName(v string) string {
 
 // mcaParam allows --mca KEY VALUE for the keys of mcaParams, with a word
 // as the value.
-func mcaParam(kv string) string {
-	key, value, _ := strings.Cut(kv, " ")
-	if !mcaParams[key] {
+func mcaParam(values []string) string {
+	if key := values[0]; !mcaParams[key] {
 		return fmt.Sprintf("the MCA parameter %q is not among those --mca may set (transports and placement: docs/cluster.md lists them)", key)
 	}
-	return word(value)
+	return word(values[1])
 }
 
 // isLoopbackAddr reports whether host:port listens on loopback only.
