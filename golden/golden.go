@@ -79,9 +79,9 @@ var scriptArgs = regexp.MustCompile(`(?m)^# simpler-args:(.*)$`)
 // command line only.
 var HeaderFlags = []string{"platform", "devices", "mode"}
 
-// HeaderFlag is the name of the flag arg spells ("--load-path=/x" and
+// flagName is the name of the flag arg spells ("--load-path=/x" and
 // "-load-path" are both load-path), and whether arg is a flag at all.
-func HeaderFlag(arg string) (name string, ok bool) {
+func flagName(arg string) (name string, ok bool) {
 	if len(arg) < 2 || arg[0] != '-' {
 		return "", false
 	}
@@ -93,7 +93,7 @@ func HeaderFlag(arg string) (name string, ok bool) {
 // of HeaderFlags.
 func headerAllowed(args []string) bool {
 	for _, a := range args {
-		if name, ok := HeaderFlag(a); ok && !slices.Contains(HeaderFlags, name) {
+		if name, ok := flagName(a); ok && !slices.Contains(HeaderFlags, name) {
 			return false
 		}
 	}
