@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"simpler/internal/token"
 )
 
 // shippedScript is a parent whose code, shipped to a remote node, tries
@@ -79,7 +81,8 @@ def main(ctx):
 // Code a parent ships runs on the daemon's host as a task, not as a host
 // program: from inside a node orchestration and a chip kernel, Worker()
 // (and so add_remote_worker, to a port the test listens on, with a token
-// or the daemon's default one, and add_worker_group, with launcher_args
+// or with none, the listener's default token being where a daemon's
+// would be, and add_worker_group, with launcher_args
 // and token_file=) is refused with a RuntimeError naming the builtin and
 // why. The listener gets no connection, the launcher's file is not made,
 // and a legitimate task runs on the same node right after.
@@ -90,6 +93,13 @@ func TestShippedCodeCannotReachTheHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
+	// The listener's default token, where a client on this host looks
+	// for a daemon's: what add_remote_worker with no token would read.
+	tokenPath, _, err := token.Generate(ln.Addr().(*net.TCPAddr).Port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer token.Remove(tokenPath)
 	dir := t.TempDir()
 	marker := filepath.Join(dir, "launched")
 	secret := filepath.Join(dir, "secret.token")
