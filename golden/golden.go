@@ -23,6 +23,9 @@
 //
 //	# simpler-args: --devices 0-7 --platform a5sim
 //	# simpler-daemons: 2
+//
+// A header may set only HeaderFlags; one that sets another flag is not
+// passed on, and `simpler run` refuses it.
 package golden
 
 import (
@@ -35,6 +38,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -67,6 +71,34 @@ var hexAddr = regexp.MustCompile(`0x[0-9a-f]{6,}`)
 func Normalize(s string) string { return hexAddr.ReplaceAllString(s, "0xADDR") }
 
 var scriptArgs = regexp.MustCompile(`(?m)^# simpler-args:(.*)$`)
+
+// HeaderFlags are the only flags of run a script's `# simpler-args:` line
+// may set: what it runs on, never what it may read or write. A header
+// that sets another (--load-path, --trace, --max-steps) would widen the
+// script's own sandbox; `simpler run` refuses it, and those come from the
+// command line only.
+var HeaderFlags = []string{"platform", "devices", "mode"}
+
+// flagName is the name of the flag arg spells ("--load-path=/x" and
+// "-load-path" are both load-path), and whether arg is a flag at all.
+func flagName(arg string) (name string, ok bool) {
+	if len(arg) < 2 || arg[0] != '-' {
+		return "", false
+	}
+	name, _, _ = strings.Cut(strings.TrimPrefix(arg[1:], "-"), "=")
+	return name, true
+}
+
+// headerAllowed reports whether every flag of a script's header is one
+// of HeaderFlags.
+func headerAllowed(args []string) bool {
+	for _, a := range args {
+		if name, ok := flagName(a); ok && !slices.Contains(HeaderFlags, name) {
+			return false
+		}
+	}
+	return true
+}
 
 // ScriptArgs returns the arguments a script asks for in its
 // `# simpler-args:` line, if any.
@@ -116,7 +148,13 @@ func (r *Runner) Run(script string) (res Result, leaks []string, err error) {
 	if r.Args == nil {
 		args = append(args, DefaultArgs...)
 	}
-	args = append(args, ScriptArgs(src)...)
+	// The header goes after the runner's arguments, to override them,
+	// only when it sets nothing but HeaderFlags: otherwise `simpler run`
+	// reads it itself and refuses it, and it must not reach the command
+	// line, where those flags are allowed.
+	if hdr := ScriptArgs(src); headerAllowed(hdr) {
+		args = append(args, hdr...)
+	}
 	args = append(args, filepath.Base(script))
 	if n := ScriptDaemons(src); n > 0 {
 		addrs, stop, err := StartDaemons(r.Binary, r.Env, n, os.Stderr)

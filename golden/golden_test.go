@@ -225,3 +225,21 @@ func alive(pid int) bool {
 	i := strings.LastIndexByte(string(stat), ')')
 	return i < 0 || i+2 >= len(stat) || stat[i+2] != 'Z'
 }
+
+// A header is passed on to a script's command line only when it sets
+// nothing but HeaderFlags, however the flag is spelled.
+func TestHeaderAllowed(t *testing.T) {
+	for args, want := range map[string]bool{
+		"--devices 0-3 --mode process -platform=a5sim": true,
+		"":                        true,
+		"--load-path /":           false,
+		"-load-path=/":            false,
+		"--devices 0 --trace x":   false,
+		"--max-steps=100":         false,
+		"--devices 0 -trace=/tmp": false,
+	} {
+		if got := headerAllowed(strings.Fields(args)); got != want {
+			t.Errorf("headerAllowed(%q) = %v, want %v", args, got, want)
+		}
+	}
+}

@@ -186,10 +186,12 @@ func (r *resolver) Cancel(reason string) { r.s.loader.cancel(reason) }
 
 // NewSourceResolver makes a remote node's resolver from shipped sources:
 // modules come from the shipped map only (and @simpler//), never from
-// this node's disk, and each top level runs under MaxLoadSteps. The
+// this node's disk, and each top level runs under MaxLoadSteps. Its code
+// may not call the builtins that reach the host (shipped.go). The
 // resolver has a Cancel method.
 func NewSourceResolver(root string, modules []wire.Module) (engine.Resolver, error) {
 	s := NewSession("", nil, "thread", nil, os.Stdout, os.Stderr)
+	s.shipped = true // a task, not a host program (shipped.go)
 	s.loader.root, s.loader.main = filepath.Dir(root), root
 	s.loader.shipped = map[string][]byte{}
 	for _, m := range modules {

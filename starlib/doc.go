@@ -123,7 +123,7 @@ func LookupDoc(name string) []Doc {
 var docTable = []Doc{
 	// Globals.
 	{"Worker", DocGlobal, "Worker(level=3, platform=ctx.platform, device_id=None, device_ids=None, num_sub_workers=0, mode=ctx.mode, enable_sdma=False, heap_ring_size=None, control_timeout_s=None, startup_timeout_s=None, remote_session_timeout_s=None, comm_profile=\"sim\", global_device_ranks=None, task_timeout_s=None, health_timeout_s=None, close_timeout_s=None) -> Worker",
-		"A node of the worker tree: level 2 is one chip, level 3 owns chips and SUB workers, level 4+ owns child Workers; call only at run time."},
+		"A node of the worker tree: level 2 is one chip, level 3 owns chips and SUB workers, level 4+ owns child Workers; call only at run time, and never in code shipped to a remote node (a RuntimeError there)."},
 	{"host_tensor", DocGlobal, "host_tensor(shape=None, dtype=FLOAT32, data=None) -> Tensor",
 		"A zero-filled (or data-filled) tensor in shared host memory, visible to every local child; the shape is inferred from data when omitted."},
 	{"make_tensor", DocGlobal, "make_tensor(data, shape, dtype, child_memory=False) -> Tensor",
@@ -192,7 +192,7 @@ var docTable = []Doc{
 	{"Worker.add_remote_worker", DocMember, "w.add_remote_worker(endpoint=\"127.0.0.1:7700\", platform=w.platform, device_ids=[0], num_sub_workers=0, comm_profile=\"sim\", global_device_ranks=None, token=None) -> int",
 		"Level 4+: adds a level-3 node served by a `simpler remote-l3-worker` daemon, before init(); returns its worker id."},
 	{"Worker.add_worker_group", DocMember, "w.add_worker_group(ranks=, launcher=\"mpirun\", platform=w.platform, device_ids=[0], num_sub_workers=0, hosts=None, launcher_args=[], global_device_ranks=None, listen=\"127.0.0.1:0\", token_file=None) -> list of int",
-		"Level 4+: `ranks` remote level-3 nodes that one launcher (mpirun, srun; \"none\": something else) starts at init() and that dial in; returns their worker ids in rank order. docs/cluster.md."},
+		"Level 4+: `ranks` remote level-3 nodes that one launcher (mpirun, srun; \"none\": something else) starts at init() and that dial in; returns their worker ids in rank order. launcher_args: allow-listed options only (docs/cluster.md)."},
 	{"Worker.remote_malloc", DocMember, "w.remote_malloc(worker=, nbytes=) -> RemoteBufferHandle", "Allocates a buffer on remote node `worker`; returns the owner handle."},
 	{"Worker.remote_free", DocMember, "w.remote_free(h)", "Frees an owner buffer (idempotent); the memory goes once no task or import uses it. A free that fails leaves the handle live, to retry."},
 	{"Worker.remote_copy_to", DocMember, "w.remote_copy_to(h, host, nbytes, offset=0)", "Copies nbytes from a host tensor or address into the remote buffer at offset."},

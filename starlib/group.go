@@ -18,6 +18,9 @@ import (
 // at init() and that dial in; the ids, one per rank in rank order.
 func (w *Worker) addWorkerGroup(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
 	const op = "add_worker_group"
+	if err := w.s.refuseShipped(op); err != nil {
+		return nil, err
+	}
 	spec := engine.GroupSpec{Launcher: engine.LauncherMPI, Platform: w.platform, Listen: "127.0.0.1:0"}
 	var devicesV, hostsV, argsV, ranksV, tokenV starlark.Value = starlark.None, starlark.None, starlark.None, starlark.None, starlark.None
 	if err := starlark.UnpackArgs(op, args, kw, "ranks", &spec.Ranks, "launcher?", &spec.Launcher, "platform?", &spec.Platform,
@@ -41,6 +44,11 @@ func (w *Worker) addWorkerGroup(th *starlark.Thread, args starlark.Tuple, kw []s
 		return nil, err
 	}
 	if spec.LauncherArgs, err = stringList(op, "launcher_args", argsV); err != nil {
+		return nil, err
+	}
+	// Before the token file is read: launcher_args and hosts reach a
+	// program that starts programs, and only an allow-list passes.
+	if err := remote.CheckGroupLaunch(spec); err != nil {
 		return nil, err
 	}
 	switch t := tokenV.(type) {

@@ -192,6 +192,9 @@ func hostInline(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 
 func (w *Worker) addRemoteWorker(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
 	const op = "add_remote_worker"
+	if err := w.s.refuseShipped(op); err != nil {
+		return nil, err
+	}
 	endpoint, platform, profile := "127.0.0.1:7700", w.platform, "sim"
 	var devicesV, ranksV, tokenV starlark.Value = starlark.None, starlark.None, starlark.None
 	subs := 0

@@ -8,6 +8,10 @@
 // while a module's top level executes, so any process can load a module to
 // find a registered function.
 //
+// Code shipped to a remote node (NewSourceResolver) is a task, not a host
+// program: Worker(), add_remote_worker and add_worker_group refuse there
+// with a RuntimeError (shipped.go).
+//
 // load() reads only regular files of at most MaxModuleSize bytes below the
 // load roots: the main script's directory and the directories given to
 // AddLoadPath (--load-path). A module's top level runs at most
@@ -50,6 +54,10 @@ type Session struct {
 	// normal use; the benchmark gives mpirun its consent to run as root
 	// here, as tests do (internal/mpitest), never the CLI.
 	GroupEnv []string
+
+	// shipped is set for a remote node's session (NewSourceResolver): its
+	// code came over the wire, and may not reach the host (shipped.go).
+	shipped bool
 
 	mu        sync.Mutex
 	outMu     sync.Mutex

@@ -184,7 +184,9 @@ func DecodeHeader(b []byte) (Header, error) {
 		return Header{}, errorf(ErrTrailing, "frame header of %d bytes, want %d", len(b), HeaderSize)
 	}
 	if string(b[0:4]) != Magic {
-		return Header{}, errorf(ErrMagic, "bad magic %q, want %q: not a simpler frame", b[0:4], Magic)
+		// The bytes are not echoed: whatever answered may be another
+		// service, and an error must not carry what it said.
+		return Header{}, errorf(ErrMagic, "bad magic, want %q: not a simpler frame", Magic)
 	}
 	h := Header{
 		Version: binary.LittleEndian.Uint16(b[4:]),

@@ -35,8 +35,9 @@ func runDaemon(t *testing.T, args ...string) (int, string) {
 	return code, stderr.String()
 }
 
-// A token file others can read, or one holding a short token, is refused
-// with a message that says how to fix it.
+// A token file others can read, one holding a short token, one of
+// another user and a symlink are refused with a message that says how to
+// fix it, and a daemon with its own token file starts right after.
 func TestDaemonRefusesWeakTokenFiles(t *testing.T) {
 	dir := t.TempDir()
 	open := filepath.Join(dir, "open")
@@ -47,15 +48,56 @@ func TestDaemonRefusesWeakTokenFiles(t *testing.T) {
 	os.WriteFile(empty, nil, 0o600)
 	cases := []struct{ file, want string }{
 		{open, "has mode 0644: group and others must have no access; run `chmod 600 " + open},
-		{short, "is 1 bytes, shorter than the minimum of 16"},
+		{short, "shorter than the minimum of 16 bytes"},
 		{empty, "holds no token"},
 		{filepath.Join(dir, "missing"), "does not exist"},
+	}
+	// A private token file of another user, and symlinks to it or to one
+	// of ours: the daemon reads only its own regular file. Only root can
+	// give a file away; as another user the owner check is
+	// internal/token's TestReadRefusesAnotherUsersFileAndSymlinks.
+	ours := filepath.Join(dir, "ours")
+	os.WriteFile(ours, []byte("0123456789abcdef0123\n"), 0o600)
+	toOurs := filepath.Join(dir, "to-ours")
+	os.Symlink(ours, toOurs)
+	cases = append(cases, struct{ file, want string }{toOurs, "is a symlink; point at the token file itself"})
+	if os.Geteuid() == 0 {
+		theirs := filepath.Join(dir, "theirs")
+		os.WriteFile(theirs, []byte("0123456789abcdef0123\n"), 0o600)
+		if err := os.Chown(theirs, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		toTheirs := filepath.Join(dir, "to-theirs")
+		os.Symlink(theirs, toTheirs)
+		cases = append(cases, struct{ file, want string }{theirs, "is owned by uid 65534, not by us (uid 0); a token file must be our own"},
+			struct{ file, want string }{toTheirs, "is a symlink"})
 	}
 	for _, c := range cases {
 		code, stderr := runDaemon(t, "--token-file", c.file)
 		if code != 2 || !strings.Contains(stderr, c.want) {
 			t.Errorf("--token-file %s: exit %d, %q; want 2 and %q", filepath.Base(c.file), code, stderr, c.want)
 		}
+		if strings.Contains(stderr, "0123456789abcdef") {
+			t.Errorf("--token-file %s: the refusal carries the file's content: %q", filepath.Base(c.file), stderr)
+		}
+	}
+	// Our own file, named as itself, still serves.
+	exe, _ := os.Executable()
+	d := exec.Command(exe, "remote-l3-worker", "--listen", "127.0.0.1:0", "--token-file", ours)
+	d.Env = cliEnv()
+	out, err := d.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		d.Process.Signal(os.Interrupt)
+		d.Wait()
+	}()
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || !strings.HasPrefix(line, "simpler remote-l3-worker: listening on ") {
+		t.Errorf("a daemon with our own token file: %q, %v", line, err)
 	}
 }
 

@@ -43,6 +43,13 @@ func TestRunLoadPath(t *testing.T) {
 	if code != 2 || !strings.Contains(errs, "ValueError: --load-path "+filepath.Join(dir, "none")+": not a directory") {
 		t.Errorf("a missing --load-path: exit %d\nstderr:\n%s", code, errs)
 	}
+	// Even below a load root, a device is refused before it is read
+	// (reading /dev/zero would never end).
+	writeFiles(t, dir, map[string]string{"dev.star": "load(\"/dev/zero\", \"x\")\n\ndef main(ctx):\n    print(x)\n"})
+	code, out, errs = runCLI(t, "run", "--load-path", "/dev", filepath.Join(dir, "dev.star"))
+	if code != 1 || out != "" || !strings.HasSuffix(errs, "ValueError: cannot load \"/dev/zero\": not a regular file (a character device)\n") {
+		t.Errorf("/dev/zero below --load-path /dev: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
+	}
 }
 
 const spinScript = `def main(ctx):
@@ -73,6 +80,15 @@ func TestRunMaxSteps(t *testing.T) {
 	}
 	if code, _, _ = runCLI(t, "run", "--max-steps", "-1", filepath.Join(dir, "finite.star")); code != 2 {
 		t.Errorf("--max-steps -1: exit %d, want 2", code)
+	}
+	// It bounds a module's top level too, when it is the lower bound.
+	writeFiles(t, dir, map[string]string{
+		"loads_loop.star": "load(\"loop.star\", \"N\")\n\ndef main(ctx):\n    print(N)\n",
+		"loop.star":       "n = [0]\nwhile True:\n    n[0] += 1\nN = n[0]\n",
+	})
+	code, out, errs = runCLI(t, "run", "--max-steps", "10000", filepath.Join(dir, "loads_loop.star"))
+	if code != 1 || out != "" || !strings.HasSuffix(errs, "RuntimeError: cannot load loop.star: too many steps loading "+filepath.Join(dir, "loop.star")+" (--max-steps 10000)\n") {
+		t.Errorf("a module's top level: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"simpler/golden"
+	"simpler/kind"
 )
 
 // runOptions are the flags of `simpler run`.
@@ -69,16 +70,36 @@ func parseRun(args []string, stdout, stderr io.Writer) (rc *runCommand, code int
 		return nil, 2, false
 	}
 	rc.fromHdr = setFlags(fs)
-	for i, dir := range rc.opts.loadPath { // the header's paths are the script's
-		if !filepath.IsAbs(dir) {
-			rc.opts.loadPath[i] = filepath.Join(filepath.Dir(rc.script), dir)
-		}
+	if err := rc.checkHeader(); err != nil {
+		fmt.Fprintf(stderr, "simpler run: %s: its # simpler-args: line: %v\n", rc.script, err)
+		return nil, 2, false
 	}
 	if err := fs.Parse(args[:len(args)-len(rc.argv)-1]); err != nil {
 		fmt.Fprintf(stderr, "simpler run: %v\n", err)
 		return nil, 2, false
 	}
 	return rc, 0, true
+}
+
+// checkHeader refuses a header that sets a flag other than
+// golden.HeaderFlags: a script's header never widens its own sandbox.
+// --load-path would let load() read any file (and its errors print what
+// they read), --trace would overwrite any file the user can write: only
+// the person running the script chooses those, on the command line.
+func (rc *runCommand) checkHeader() error {
+	var refused []string
+	for name := range rc.fromHdr {
+		if !slices.Contains(golden.HeaderFlags, name) {
+			refused = append(refused, name)
+		}
+	}
+	if len(refused) == 0 {
+		return nil
+	}
+	slices.Sort(refused)
+	name := refused[0]
+	return kind.Errorf(kind.ValueError, "--%s is for the command line only: a script's header may set --%s, never what the script may read or write; pass --%s before the script's name",
+		name, strings.Join(golden.HeaderFlags, ", --"), name)
 }
 
 // setFlags are the flags of fs that were set, name → value.

@@ -21,7 +21,7 @@ type command struct {
 
 // commands are the public subcommands, in the order help lists them.
 var commands = []command{
-	{"run", "script.star [ARGS...]", "Load script.star and call its main(ctx). ARGS become ctx.argv; a flag after the script name is the script's, not run's. The script's header may give defaults: flags on a simpler-args line (flags here override them), and a simpler-daemons line, for which run starts that many remote-l3-worker daemons on 127.0.0.1 when no ARGS are given (their addresses become ctx.argv).",
+	{"run", "script.star [ARGS...]", "Load script.star and call its main(ctx). ARGS become ctx.argv; a flag after the script name is the script's, not run's. The script's header may give defaults: --platform, --devices and --mode on a simpler-args line (flags here override them; any other flag there is refused: pass it here), and a simpler-daemons line, for which run starts that many remote-l3-worker daemons on 127.0.0.1 when no ARGS are given (their addresses become ctx.argv).",
 		func(fs *flag.FlagSet) { new(runOptions).register(fs) }},
 	{"repl", "", "An interactive Starlark shell with a ready Worker w (see docs/repl.md).",
 		func(fs *flag.FlagSet) { registerReplFlags(fs) }},

@@ -89,6 +89,211 @@ func hasFlag(args []string, flags ...string) bool {
 	return false
 }
 
+// A worker group's launcher_args reach a program that starts other
+// programs: mpirun takes ':' and then another program to run, options
+// that name programs and files (--prefix, --hostfile, --mca
+// plm_rsh_agent, --tune), and -x LD_PRELOAD=... sets what every rank
+// loads. So launcher_args are checked against a short allow-list per
+// launcher, never spliced as given: each argument is an option below (as
+// -name, --name or --name=value), or the value of the one before it, and
+// a value is a word (letters, digits and _.,:=^+%-, starting with a
+// letter, a digit or '^'), never a path. Anything else is a ValueError
+// naming the argument and why. CheckGroupLaunch is the check;
+// docs/cluster.md lists the options.
+
+// launchOption is an option launcher_args may pass: how many values
+// follow it, and which values are allowed (nil: each a word).
+type launchOption struct {
+	values int
+	allow  func(values []string) string // why the values are refused, or ""
+}
+
+// mpirunOptions are the Open MPI mpirun options launcher_args may pass:
+// placement, binding, output, root's consent, a variable of simpler's
+// environment by name, and the MCA parameters of transports and
+// placement, none of which names a program or a file.
+var mpirunOptions = map[string]launchOption{
+	"allow-run-as-root": {}, "oversubscribe": {}, "nooversubscribe": {},
+	"report-bindings": {}, "tag-output": {}, "timestamp-output": {},
+	"display-map": {}, "use-hwthread-cpus": {}, "q": {}, "quiet": {},
+	"bind-to": {values: 1}, "map-by": {values: 1}, "rank-by": {values: 1},
+	"N": {values: 1}, "npernode": {values: 1}, "cpu-set": {values: 1}, "cpu-list": {values: 1},
+	"x":   {values: 1, allow: envName},
+	"mca": {values: 2, allow: mcaParam},
+}
+
+// srunOptions are the Slurm srun options launcher_args may pass: where
+// and how long the ranks run, and how their output is labelled.
+var srunOptions = map[string]launchOption{
+	"exclusive": {}, "overcommit": {}, "O": {}, "label": {}, "l": {},
+	"kill-on-bad-exit": {}, "K": {}, "unbuffered": {}, "u": {},
+	"partition": {values: 1}, "p": {values: 1}, "time": {values: 1}, "t": {values: 1},
+	"cpus-per-task": {values: 1}, "c": {values: 1}, "mem": {values: 1},
+	"ntasks-per-node": {values: 1}, "nodes": {values: 1}, "N": {values: 1},
+	"account": {values: 1}, "A": {values: 1}, "qos": {values: 1},
+	"constraint": {values: 1}, "C": {values: 1}, "gres": {values: 1},
+	"cpu-bind": {values: 1}, "mpi": {values: 1}, "job-name": {values: 1}, "J": {values: 1},
+}
+
+// mcaParams are the MCA parameters --mca may set: transports and
+// placement, never an agent, a path or a file.
+var mcaParams = map[string]bool{
+	"btl": true, "pml": true, "mtl": true, "osc": true, "coll": true,
+	"btl_tcp_if_include": true, "btl_tcp_if_exclude": true,
+	"oob_tcp_if_include": true, "oob_tcp_if_exclude": true,
+	"btl_vader_single_copy_mechanism": true, "btl_sm_single_copy_mechanism": true,
+	"hwloc_base_binding_policy": true, "rmaps_base_mapping_policy": true,
+	"rmaps_base_oversubscribe": true, "mpi_yield_when_idle": true,
+}
+
+// launchOptions are the allowed options of a launcher (nil for "none",
+// which takes no launcher_args: the engine refuses them).
+func launchOptions(launcher string) map[string]launchOption {
+	switch launcher {
+	case engine.LauncherMPI:
+		return mpirunOptions
+	case engine.LauncherSlurm:
+		return srunOptions
+	}
+	return nil
+}
+
+// CheckGroupLaunch refuses a worker group whose hosts or launcher_args
+// could make its launcher run something else than its ranks, or read a
+// file: add_worker_group calls it before the engine takes the group.
+func CheckGroupLaunch(spec engine.GroupSpec) error {
+	const op = "add_worker_group"
+	for i, h := range spec.Hosts {
+		if why := word(h); why != "" {
+			return engine.Errorf(engine.ValueError, "%s: hosts[%d] = %q: %s (a host name, optionally host:slots)", op, i, h, why)
+		}
+	}
+	opts := launchOptions(spec.Launcher)
+	if opts == nil {
+		return nil
+	}
+	args := spec.LauncherArgs
+	for i := 0; i < len(args); {
+		n, err := checkLaunchArg(spec.Launcher, opts, args, i)
+		if err != nil {
+			return engine.Errorf(engine.ValueError, "%s: launcher_args[%d] = %q: %s", op, i, args[i], err)
+		}
+		i += n
+	}
+	return nil
+}
+
+// checkLaunchArg checks the option at args[i] with its values and returns
+// how many arguments it took.
+func checkLaunchArg(launcher string, opts map[string]launchOption, args []string, i int) (int, error) {
+	a := args[i]
+	if a == ":" {
+		return 0, fmt.Errorf("':' starts another program for %s to run; launcher_args take only options, never a program", launcher)
+	}
+	name, inline, hasInline := optionName(a)
+	if name == "" {
+		return 0, fmt.Errorf("not an option: %s would take it for a program or a file to run; launcher_args take only options (docs/cluster.md lists them)", launcher)
+	}
+	opt, ok := opts[name]
+	if !ok {
+		return 0, fmt.Errorf("%s is not among the %s options launcher_args may pass (docs/cluster.md lists them); options that name a program or a file are never allowed", a, launcher)
+	}
+	taken, values := 1, []string{inline}
+	switch {
+	case hasInline && opt.values != 1:
+		return 0, fmt.Errorf("%s takes %d value(s), not one after '='", name, opt.values)
+	case opt.values == 0:
+		return 1, nil
+	case !hasInline && i+1+opt.values > len(args):
+		return 0, fmt.Errorf("%s needs %d value(s) after it", a, opt.values)
+	case !hasInline:
+		taken, values = 1+opt.values, args[i+1:i+1+opt.values]
+	}
+	check := opt.allow
+	if check == nil {
+		check = words
+	}
+	if why := check(values); why != "" {
+		return 0, fmt.Errorf("%s %s: %s", a, strings.Join(values, " "), why)
+	}
+	return taken, nil
+}
+
+// optionName is the name of option a ("--map-by=x" is map-by, with the
+// value x), or "" when a is not an option.
+func optionName(a string) (name, value string, hasValue bool) {
+	if len(a) < 2 || a[0] != '-' {
+		return "", "", false
+	}
+	name = strings.TrimPrefix(a[1:], "-")
+	name, value, hasValue = strings.Cut(name, "=")
+	return name, value, hasValue
+}
+
+// word says why v is not a plain word: empty, not starting with a letter,
+// a digit or '^' (so not a flag, a path or a ':'), or holding a character
+// beyond letters, digits and _.,:=^+%- (a '/' would make it a path).
+func word(v string) string {
+	if v == "" {
+		return "an empty value"
+	}
+	if !isAlnum(v[0]) && v[0] != '^' {
+		return "a value must start with a letter, a digit or '^' (not a flag, a path or ':')"
+	}
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; !isAlnum(c) && !strings.ContainsRune("_.,:=^+%-", rune(c)) {
+			return fmt.Sprintf("%q may not be in a value (letters, digits and _.,:=^+%%- only: never a path)", c)
+		}
+	}
+	return ""
+}
+
+// words says why one of values is not a word.
+func words(values []string) string {
+	for _, v := range values {
+		if why := word(v); why != "" {
+			return why
+		}
+	}
+	return ""
+}
+
+func isAlnum(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+}
+
+// envName allows -x NAME: a variable of simpler's own environment passed
+// on by name. -x NAME=VALUE would set one (LD_PRELOAD=... loads a file
+// into every rank); set it in simpler's environment instead. The dynamic
+// loader's variables are refused even by name.
+func envName(values []string) string {
+	v := values[0]
+	if strings.Contains(v, "=") {
+		return "-x passes a variable of simpler's environment by name only; set its value in the environment of simpler run"
+	}
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; !isAlnum(c) && c != '_' || i == 0 && '0' <= c && c <= '9' {
+			return "not a variable name"
+		}
+	}
+	if v == "" {
+		return "not a variable name"
+	}
+	if strings.HasPrefix(v, "LD_") {
+		return "a variable of the dynamic loader names files every rank loads"
+	}
+	return ""
+}
+
+// mcaParam allows --mca KEY VALUE for the keys of mcaParams, with a word
+// as the value.
+func mcaParam(values []string) string {
+	if key := values[0]; !mcaParams[key] {
+		return fmt.Sprintf("the MCA parameter %q is not among those --mca may set (transports and placement: docs/cluster.md lists them)", key)
+	}
+	return word(values[1])
+}
+
 // isLoopbackAddr reports whether host:port listens on loopback only.
 func isLoopbackAddr(addr string) bool {
 	host, _, _ := strings.Cut(addr, ":")

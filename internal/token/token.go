@@ -5,10 +5,13 @@
 // Contract:
 //
 //   - A token is the first line of its file, surrounding space trimmed, and
-//     is at least MinLen bytes. Read refuses a file that group or others can
-//     read or write, one that is not a regular file, one larger than
-//     MaxFileSize, and a missing, empty or short token. Check applies the
-//     length rule to a token given directly.
+//     is at least MinLen bytes. Read refuses a symlink (it opens with
+//     O_NOFOLLOW), a file that is not a regular file, one owned by another
+//     user, one that group or others can read or write, one larger than
+//     MaxFileSize, and a missing, empty or short token. Its refusals never
+//     say how long a file or its first line is: a file that is not a token
+//     file may be someone's secret. Check applies the length rule to a
+//     token given directly.
 //   - A daemon without a configured token makes one with Generate: 32 bytes
 //     from crypto/rand, hex-encoded, written with mode 0600 to
 //     PathFor(port) in RuntimeDir. It calls Remove on that path when it
@@ -58,10 +61,15 @@ const makeOne = "head -c 32 /dev/urandom | base64 > "
 // space trimmed.
 func Read(path string) ([]byte, error) {
 	// O_NONBLOCK: opening a fifo for reading would otherwise wait for a
-	// writer. The fstat below refuses it before any read.
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	// writer. The fstat below refuses it before any read. O_NOFOLLOW: a
+	// symlink is refused, not followed, so that the checks below are of
+	// the file named, not of whatever it points at.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("token file %s: %w", path, fs.ErrNotExist)
+	}
+	if errors.Is(err, syscall.ELOOP) {
+		return nil, kind.Errorf(kind.ValueError, "token file %s is a symlink; point at the token file itself (a regular file of ours, mode 0600)", path)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("token file: %w", err)
@@ -83,19 +91,25 @@ func Read(path string) ([]byte, error) {
 }
 
 // checkFile refuses what must not be read as a token file, from its fstat.
-// It checks the mode bits, not access(2): root can read anything.
+// It checks the owner and the mode bits, not access(2): root can read
+// anything, and a file of another user, however private, is not a token
+// this user was given.
 func checkFile(path string, fi fs.FileInfo) error {
 	if !fi.Mode().IsRegular() {
 		return kind.Errorf(kind.ValueError, "token file %s is not a regular file (it is a %s); point at a file that holds the token",
 			path, fileType(fi.Mode()))
+	}
+	if uid, ok := fileOwner(fi); ok && uid != euid() {
+		return kind.Errorf(kind.ValueError, "token file %s is owned by uid %d, not by us (uid %d); a token file must be our own: make a copy we own (`install -m 600 %s FILE`) and point at it",
+			path, uid, euid(), path)
 	}
 	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
 		return kind.Errorf(kind.ValueError, "token file %s has mode %04o: group and others must have no access; run `chmod 600 %s`",
 			path, perm, path)
 	}
 	if fi.Size() > MaxFileSize {
-		return kind.Errorf(kind.ValueError, "token file %s is %d bytes, more than the %d allowed; it should hold only the token, on its first line",
-			path, fi.Size(), MaxFileSize)
+		return kind.Errorf(kind.ValueError, "token file %s is larger than the %d bytes allowed; it should hold only the token, on its first line",
+			path, MaxFileSize)
 	}
 	return nil
 }
@@ -111,8 +125,8 @@ func parse(path string, data []byte) ([]byte, error) {
 			path, makeOne, path)
 	}
 	if len(tok) < MinLen {
-		return nil, kind.Errorf(kind.ValueError, "the token in %s is %d bytes, shorter than the minimum of %d; make a longer one with `%s%s`",
-			path, len(tok), MinLen, makeOne, path)
+		return nil, kind.Errorf(kind.ValueError, "the token in %s is shorter than the minimum of %d bytes; make a longer one with `%s%s`",
+			path, MinLen, makeOne, path)
 	}
 	return tok, nil
 }

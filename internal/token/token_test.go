@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -122,11 +123,22 @@ func TestReadRefusesEmpty(t *testing.T) {
 func TestReadRefusesShort(t *testing.T) {
 	path := writeFile(t, t.TempDir(), "tok", " short \n", 0o600)
 	_, err := Read(path)
-	wantRefusal(t, err, path, "is 5 bytes", "minimum of 16", "head -c 32 /dev/urandom | base64 > "+path)
+	wantRefusal(t, err, path, "shorter than the minimum of 16 bytes", "head -c 32 /dev/urandom | base64 > "+path)
+	noLength(t, err, 5)
 
 	path = writeFile(t, t.TempDir(), "tok", good[:MinLen-1], 0o600)
 	_, err = Read(path)
-	wantRefusal(t, err, "is 15 bytes")
+	wantRefusal(t, err, "shorter than the minimum")
+	noLength(t, err, 15)
+}
+
+// noLength checks that a refusal does not tell how long the file or its
+// first line is: a file that is not a token file may be a secret.
+func noLength(t *testing.T, err error, n int) {
+	t.Helper()
+	if err != nil && strings.Contains(err.Error(), strconv.Itoa(n)+" bytes") {
+		t.Errorf("refusal %q tells the length %d", err, n)
+	}
 }
 
 func TestReadRefusesFifo(t *testing.T) {
@@ -172,12 +184,94 @@ func TestReadRefusesOversized(t *testing.T) {
 	big := good + "\n" + strings.Repeat("x", MaxFileSize-len(good))
 	path := writeFile(t, t.TempDir(), "tok", big, 0o600)
 	_, err := Read(path)
-	wantRefusal(t, err, path, "is 4097 bytes", "more than the 4096 allowed")
+	wantRefusal(t, err, path, "larger than the 4096 bytes allowed")
+	noLength(t, err, 4097)
 
 	// One byte less is the largest file accepted.
 	path = writeFile(t, t.TempDir(), "tok", big[:MaxFileSize], 0o600)
 	if tok, err := Read(path); err != nil || string(tok) != good {
 		t.Errorf("Read of a %d-byte file = %q, %v; want %q", MaxFileSize, tok, err, good)
+	}
+}
+
+// A token file of another user is refused however private its mode, and
+// so is a symlink, to it or to one of ours: the checks are of the file
+// named, which must be our own regular file. As root the file really is
+// given to nobody (uid 65534).
+func TestReadRefusesAnotherUsersFileAndSymlinks(t *testing.T) {
+	dir := t.TempDir()
+	theirs := writeFile(t, dir, "theirs", good+"\n", 0o600)
+	owned := "owned by uid 65534"
+	if os.Geteuid() == 0 {
+		if err := os.Chown(theirs, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		fileOwner = func(fi fs.FileInfo) (int, bool) {
+			if fi.Name() == "theirs" {
+				return 65534, true
+			}
+			return owner(fi)
+		}
+		t.Cleanup(func() { fileOwner = owner })
+	}
+	tok, err := Read(theirs)
+	wantRefusal(t, err, theirs, owned, "not by us")
+	if tok != nil {
+		t.Errorf("Read returned %q with its refusal", tok)
+	}
+
+	ours := writeFile(t, dir, "ours", good+"\n", 0o600)
+	for name, target := range map[string]string{"to-theirs": theirs, "to-ours": ours} {
+		link := filepath.Join(dir, name)
+		if err := os.Symlink(target, link); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Read(link)
+		wantRefusal(t, err, link, "is a symlink", "point at the token file itself")
+	}
+	// Our own file, named as itself, is read right after.
+	if tok, err := Read(ours); err != nil || string(tok) != good {
+		t.Errorf("Read(ours) = %q, %v; want %q", tok, err, good)
+	}
+}
+
+// The same, with the other user real: as root, an unprivileged user
+// (65534, by setpriv) writes their own private token file and a symlink
+// to one of ours in a shared sticky directory, as an attacker would; Read
+// refuses both, and still reads our own file.
+func TestReadRefusesFilesPlantedByAnotherUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Log("not root: the other user is pretended (TestReadRefusesAnotherUsersFileAndSymlinks)")
+		return
+	}
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Fatal("setpriv (util-linux) is needed to act as another user:", err)
+	}
+	// In /tmp itself: $TMPDIR may be a directory the other user cannot
+	// enter.
+	shared, err := os.MkdirTemp("/tmp", "simpler-token-shared-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(shared) })
+	if err := os.Chmod(shared, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	ours := writeFile(t, t.TempDir(), "ours", good+"\n", 0o600)
+	theirs, link := filepath.Join(shared, "theirs"), filepath.Join(shared, "link")
+	plant := exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c",
+		`umask 077 && echo "$1" > "$2" && ln -s "$3" "$4"`, "sh", good, theirs, ours, link)
+	if out, err := plant.CombinedOutput(); err != nil {
+		t.Fatalf("planting as uid 65534: %v\n%s", err, out)
+	}
+	_, err = Read(theirs)
+	wantRefusal(t, err, theirs, "owned by uid 65534, not by us (uid 0)")
+	_, err = Read(link)
+	wantRefusal(t, err, link, "is a symlink")
+	if tok, err := Read(ours); err != nil || string(tok) != good {
+		t.Errorf("Read(ours) = %q, %v; want %q", tok, err, good)
 	}
 }
 
