@@ -24,7 +24,7 @@ import (
 
 // DaemonConfig says whom a daemon admits and what each session may hold.
 type DaemonConfig struct {
-	Token       []byte           // what a parent must prove; required
+	Token []byte // what a parent must prove; required
 	// Session starts a session process: fd 3 is the connection, fd 4 the
 	// link. Its Stdout and Stderr (nil: this process's) receive the
 	// session's output line by line, each line tagged with the session.

@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"simpler/engine"
+	"simpler/wire"
 )
 
 var (
@@ -193,4 +196,193 @@ func TestSessionLines(t *testing.T) {
 	if got := string(appendEscaped(nil, []byte("a\u202eb\xffc\td\u0085"))); got != `a\u202eb\xffc`+"\t"+`d\u0085` {
 		t.Errorf("escaped: %q", got)
 	}
+}
+
+// handshakeFrom runs a HELLO by hand from the source address local (a
+// 127/8 address; "" for any) with a proof made from tok for session, and
+// returns the daemon's HELLO_REPLY and the connection, left open (a
+// session accepted on it runs until it closes).
+func handshakeFrom(local, addr string, tok []byte, session uint64) (wire.HelloReply, net.Conn, error) {
+	dialer := net.Dialer{Timeout: deadline}
+	if local != "" {
+		dialer.LocalAddr = &net.TCPAddr{IP: net.ParseIP(local)}
+	}
+	c, err := dialer.Dial("tcp", addr)
+	if err != nil {
+		return wire.HelloReply{}, nil, err
+	}
+	r, err := helloOn(c, tok, session, nil)
+	if err != nil {
+		c.Close()
+		return r, nil, err
+	}
+	return r, c, nil
+}
+
+// helloOn reads the CHALLENGE on c, waits for go_ to close (nil: not at
+// all), sends the HELLO and reads the reply.
+func helloOn(c net.Conn, tok []byte, session uint64, go_ <-chan struct{}) (wire.HelloReply, error) {
+	c.SetDeadline(time.Now().Add(deadline))
+	_, p, err := wire.ReadFrame(c, 0)
+	if err != nil {
+		return wire.HelloReply{}, err
+	}
+	ch, err := wire.DecodeChallenge(p)
+	if err != nil {
+		return wire.HelloReply{}, err
+	}
+	if go_ != nil {
+		<-go_
+	}
+	hello := &wire.Hello{Version: wire.ProtocolVersion, Parent: 1, Platform: "a2a3sim", DeviceIDs: []int{0}, CommProfile: "sim"}
+	hello.Proof = wire.Prove(tok, ch.Nonce, session, hello.Parent)
+	if err := wire.WriteFrame(c, wire.Header{Version: wire.ProtocolVersion, Type: wire.TypeHello, Session: session}, wire.Payload(hello)); err != nil {
+		return wire.HelloReply{}, err
+	}
+	h, p, err := wire.ReadFrame(c, 0)
+	if err != nil {
+		return wire.HelloReply{}, err
+	}
+	if h.Type != wire.TypeHelloReply {
+		return wire.HelloReply{}, fmt.Errorf("the daemon answered HELLO with %s", h.Type)
+	}
+	return wire.DecodeHelloReply(p)
+}
+
+var wrongToken = []byte("a wrong token of enough bytes")
+
+// guess sends a wrong proof from local and returns the refusal's message
+// and how long it took.
+func guess(t *testing.T, local, addr string) (string, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	r, c, err := handshakeFrom(local, addr, wrongToken, randomID())
+	if err != nil {
+		t.Fatalf("a guess from %s: %v", local, err)
+	}
+	c.Close()
+	if r.Accepted {
+		t.Fatalf("a wrong proof from %s was accepted", local)
+	}
+	return r.Err.Message, time.Since(start)
+}
+
+// heldFor is when each refusal the daemon holds for addr goes.
+func heldFor(d *Daemon, addr string) []time.Time {
+	d.gate.mu.Lock()
+	defer d.gate.mu.Unlock()
+	if a := d.gate.addrs[addr]; a != nil {
+		return append([]time.Time(nil), a.held...)
+	}
+	return nil
+}
+
+const wrongProof = "HELLO: the token proof does not match"
+
+// Wrong proofs from 127.0.0.1 do not lock out a right one from the same
+// address: it is served at once, while refusals of wrong ones are still
+// held; each wrong one is answered only after its address's delay; and a
+// proof refused unchecked (its address holds as many refusals as it may)
+// is told the real time until one goes.
+func TestAttackWrongProofsDoNotLockOutTheirAddress(t *testing.T) {
+	d, addr := startDaemon(t)
+	const local = "127.0.0.1"
+	for k := 1; k <= 4; k++ {
+		msg, took := guess(t, local, addr)
+		if msg != wrongProof || took < gateDelay(k) {
+			t.Fatalf("wrong proof %d: %q after %v, want the fixed refusal after at least %v", k, msg, took, gateDelay(k))
+		}
+	}
+	// Three more at once: their refusals are held 1.6, 3.2 and 6.4 s.
+	type answer struct {
+		msg  string
+		took time.Duration
+		err  error
+	}
+	answers := make(chan answer, 3)
+	for range 3 {
+		go func() {
+			start := time.Now()
+			r, c, err := handshakeFrom(local, addr, wrongToken, randomID())
+			if err == nil {
+				c.Close()
+				if r.Accepted {
+					err = fmt.Errorf("a wrong proof was accepted")
+				}
+			}
+			answers <- answer{refusalText(r), time.Since(start), err}
+		}()
+	}
+	poll(t, "three refusals held for 127.0.0.1", func() bool { return len(heldFor(d, local)) == 3 })
+	start := time.Now()
+	w := remoteWorker(t, addr)
+	if _, err := w.RemoteMalloc(0, 8); err != nil {
+		t.Fatal(err)
+	}
+	served := time.Since(start)
+	if n := len(heldFor(d, local)); n != 3 {
+		t.Errorf("a right proof from 127.0.0.1 was served in %v, after %d of the 3 held refusals had gone", served, 3-n)
+	}
+	a := <-answers
+	if a.err != nil || a.msg != wrongProof || a.took < gateDelay(5) {
+		t.Fatalf("the first of three held: %q after %v (%v)", a.msg, a.took, a.err)
+	}
+	// Two more wrong proofs fill the address's bound of held refusals (4):
+	// the next proof is not checked, and is told the real wait.
+	for range 2 {
+		go func() {
+			r, c, err := handshakeFrom(local, addr, wrongToken, randomID())
+			if err == nil {
+				c.Close()
+			}
+			answers <- answer{refusalText(r), 0, err}
+		}()
+	}
+	poll(t, "four refusals held for 127.0.0.1", func() bool { return len(heldFor(d, local)) == gateHeldAddr })
+	first := earliest(heldFor(d, local))
+	before := time.Now()
+	r, c, err := handshakeFrom(local, addr, defaultToken(t, addr), randomID())
+	after := time.Now()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	wait, ok := waitIn(r)
+	if r.Accepted || !ok || r.Err.Kind != string(engine.RuntimeError) {
+		t.Fatalf("a proof beyond the held bound: %+v", r.Err)
+	}
+	if lo, hi := first.Sub(after), roundUp(first.Sub(before)); wait < lo || wait > hi {
+		t.Errorf("told to try again in %v; the first held refusal goes in %v..%v", wait, lo, hi)
+	}
+	// Once that refusal has gone, a right proof from the address is
+	// served at once again.
+	if a := <-answers; a.err != nil || a.msg != wrongProof {
+		t.Fatalf("the second of three held: %q (%v)", a.msg, a.err)
+	}
+	if r, c, err := handshakeFrom(local, addr, defaultToken(t, addr), randomID()); err != nil || !r.Accepted {
+		t.Fatalf("a right proof after the wait: %+v %v", r.Err, err)
+	} else {
+		c.Close()
+	}
+}
+
+// refusalText is a refused reply's message ("" when accepted).
+func refusalText(r wire.HelloReply) string {
+	if r.Err == nil {
+		return ""
+	}
+	return r.Err.Message
+}
+
+// waitIn is the wait a refusal names ("try again in 1.6s").
+func waitIn(r wire.HelloReply) (time.Duration, bool) {
+	if r.Err == nil {
+		return 0, false
+	}
+	_, after, ok := strings.Cut(r.Err.Message, "try again in ")
+	if !ok {
+		return 0, false
+	}
+	d, err := time.ParseDuration(after)
+	return d, err == nil
 }
