@@ -386,3 +386,215 @@ func waitIn(r wire.HelloReply) (time.Duration, bool) {
 	d, err := time.ParseDuration(after)
 	return d, err == nil
 }
+
+// Guessing from many source addresses (every one of 127/8 is this host's)
+// is bounded by the one global budget: after gateBurst, one wrong proof
+// per gateInterval is answered, whatever the addresses; a legitimate
+// client is served right after.
+func TestAttackGuessingFromManyAddresses(t *testing.T) {
+	_, addr := startDaemon(t)
+	const sources = 32
+	const attack = 2 * time.Second
+	start := time.Now()
+	stop := start.Add(attack)
+	counts := make(chan int, sources)
+	for i := range sources {
+		local := fmt.Sprintf("127.0.%d.%d", 1+i/200, 2+i%200)
+		go func() {
+			n := 0
+			for time.Now().Before(stop) {
+				r, c, err := handshakeFrom(local, addr, wrongToken, randomID())
+				if err != nil {
+					break
+				}
+				c.Close()
+				if refusalText(r) == wrongProof {
+					n++
+				}
+			}
+			counts <- n
+		}()
+	}
+	guesses := 0
+	for range sources {
+		guesses += <-counts
+	}
+	took := time.Since(start)
+	// The budget: gateBurst at once, then one per gateInterval.
+	bound := gateBurst + int(took/gateInterval) + 1
+	t.Logf("%d guesses from %d addresses in %v (%.1f/s)", guesses, sources, took, float64(guesses)/took.Seconds())
+	if guesses > bound {
+		t.Errorf("%d wrong proofs answered in %v; the global budget allows %d", guesses, took, bound)
+	}
+	if guesses < sources {
+		t.Errorf("only %d guesses were answered: every source should have had one", guesses)
+	}
+	w := remoteWorker(t, addr)
+	if _, err := w.RemoteMalloc(0, 8); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A flood of bare connections from one address (two threads of them)
+// drops only its own: a legitimate client from another address handshakes
+// twenty times meanwhile, and every time it is served.
+func TestAttackPendingFlood(t *testing.T) {
+	d, addr := startDaemon(t)
+	stop := make(chan struct{})
+	flooded := make(chan int, 2)
+	for range 2 {
+		go func() {
+			var open []net.Conn
+			n := 0
+			defer func() {
+				for _, c := range open {
+					c.Close()
+				}
+				flooded <- n
+			}()
+			dialer := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}, Timeout: deadline}
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				c, err := dialer.Dial("tcp", addr)
+				if err != nil {
+					continue // out of ports for a moment; the daemon is not the cause
+				}
+				n++
+				open = append(open, c)
+				if len(open) > 64 {
+					open[0].Close()
+					open = open[1:]
+				}
+			}
+		}()
+	}
+	poll(t, "the flood to reach its address's bound", func() bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return d.pending.count("127.0.0.2") == d.pending.perAddr
+	})
+	var failed []string
+	for i := range 20 {
+		r, c, err := handshakeFrom("127.0.0.1", addr, defaultToken(t, addr), randomID())
+		if err != nil || !r.Accepted {
+			failed = append(failed, fmt.Sprintf("handshake %d: %v %v", i, refusalText(r), err))
+			continue
+		}
+		c.Close()
+	}
+	close(stop)
+	n := <-flooded + <-flooded
+	t.Logf("%d bare connections from 127.0.0.2 during 20 handshakes", n)
+	if len(failed) > 0 {
+		t.Errorf("%d of 20 legitimate handshakes failed during the flood: %s", len(failed), strings.Join(failed, "; "))
+	}
+	if n < 2*d.cfg.MaxPending {
+		t.Errorf("the flood made only %d connections", n)
+	}
+}
+
+// --max-sessions is taken before the session process starts: 32 proven
+// HELLOs at once with a bound of 2 make exactly 2 sessions and 30 typed
+// refusals, and once those end a new client is served.
+func TestAttackMaxSessionsRace(t *testing.T) {
+	d, addr := startDaemonConfig(t, DaemonConfig{MaxSessions: 2})
+	tok := defaultToken(t, addr)
+	const hellos = 32
+	type answer struct {
+		r    wire.HelloReply
+		conn net.Conn
+		err  error
+	}
+	go_ := make(chan struct{})
+	ready := make(chan struct{}, hellos)
+	answers := make(chan answer, hellos)
+	for range hellos {
+		go func() {
+			c, err := net.DialTimeout("tcp", addr, deadline)
+			if err != nil {
+				ready <- struct{}{}
+				answers <- answer{err: err}
+				return
+			}
+			ready <- struct{}{}
+			r, err := helloOn(c, tok, randomID(), go_)
+			answers <- answer{r, c, err}
+		}()
+	}
+	for range hellos {
+		<-ready
+	}
+	close(go_) // every HELLO is sent at once
+	var accepted []net.Conn
+	refused := 0
+	for range hellos {
+		a := <-answers
+		switch {
+		case a.err != nil:
+			t.Errorf("a proven HELLO: %v", a.err)
+		case a.r.Accepted:
+			accepted = append(accepted, a.conn)
+		case a.r.Err.Kind == string(engine.RuntimeError) && strings.Contains(a.r.Err.Message, "--max-sessions"):
+			refused++
+			a.conn.Close()
+		default:
+			t.Errorf("a proven HELLO refused: %+v", a.r.Err)
+			a.conn.Close()
+		}
+	}
+	procs := len(sessionProcs(d))
+	for _, c := range accepted {
+		c.Close()
+	}
+	if len(accepted) != 2 || refused != hellos-2 || procs != 2 {
+		t.Fatalf("%d accepted, %d refused, %d session processes; want 2, %d, 2", len(accepted), refused, procs, hellos-2)
+	}
+	poll(t, "the two sessions to end", func() bool { return len(sessionProcs(d)) == 0 })
+	w := remoteWorker(t, addr)
+	if _, err := w.RemoteMalloc(0, 8); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A HELLO with a session id live in the daemon is refused (the protocol's
+// rule), after its proof; another id is served meanwhile, and the id
+// itself once its session has ended.
+func TestAttackDuplicateSessionID(t *testing.T) {
+	d, addr := startDaemon(t)
+	tok := defaultToken(t, addr)
+	id := randomID()
+	first, c1, err := handshakeFrom("", addr, tok, id)
+	if err != nil || !first.Accepted {
+		t.Fatalf("the first HELLO: %+v %v", first.Err, err)
+	}
+	dup, c2, err := handshakeFrom("", addr, tok, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2.Close()
+	if dup.Accepted || dup.Err.Kind != string(engine.ValueError) || !strings.Contains(dup.Err.Message, "is live in this daemon") {
+		t.Errorf("a live session id: %+v", dup.Err)
+	}
+	// Without the proof, nothing is said about which ids are live.
+	if r, c, err := handshakeFrom("", addr, wrongToken, id); err != nil || refusalText(r) != wrongProof {
+		t.Errorf("a live session id with a wrong proof: %+v %v", r.Err, err)
+	} else {
+		c.Close()
+	}
+	other, c3, err := handshakeFrom("", addr, tok, randomID())
+	if err != nil || !other.Accepted {
+		t.Fatalf("another id meanwhile: %+v %v", other.Err, err)
+	}
+	c3.Close()
+	c1.Close()
+	poll(t, "both sessions to end", func() bool { return len(sessionProcs(d)) == 0 })
+	again, c4, err := handshakeFrom("", addr, tok, id)
+	if err != nil || !again.Accepted {
+		t.Fatalf("the id once its session ended: %+v %v", again.Err, err)
+	}
+	c4.Close()
+}
