@@ -4,13 +4,35 @@ import (
 	"bytes"
 	"fmt"
 	"net"
+	"os"
+	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"simpler/engine"
+	"simpler/hal/dtype"
 	"simpler/wire"
 )
+
+// shout is a task that prints a forged daemon log line to stdout and,
+// after a carriage return, to stderr, then 8 MiB of lines and one line of
+// 3 MiB.
+func init() {
+	procKernels["shout"] = func(a *engine.TaskArgs, c *engine.ChipCtx, stop *engine.Stopper) error {
+		os.Stdout.WriteString(forgedLine)
+		os.Stderr.WriteString("\r" + forgedLine)
+		chunk := bytes.Repeat([]byte(strings.Repeat("y", 127)+"\n"), 8<<10) // 1 MiB
+		for range 8 {
+			os.Stdout.Write(chunk)
+		}
+		os.Stdout.WriteString(strings.Repeat("z", 3<<20) + "\n")
+		return nil
+	}
+}
+
+const forgedLine = "simpler remote-l3-worker: refused 10.0.0.1:1: forged by a task\n"
 
 var (
 	right = func() bool { return true }
@@ -597,4 +619,76 @@ func TestAttackDuplicateSessionID(t *testing.T) {
 		t.Fatalf("the id once its session ended: %+v %v", again.Err, err)
 	}
 	c4.Close()
+}
+
+// syncBuffer is a bytes.Buffer its writers share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+var sessionTag = regexp.MustCompile(`^\[session [0-9a-f]{16}\] `)
+
+// A task's output reaches the daemon's tagged and bounded: every line it
+// printed carries its session's tag (a forged daemon log line too, its
+// carriage return escaped); past the bound the rest is dropped and one
+// line says how much; the daemon serves a new client right after.
+func TestAttackSessionOutput(t *testing.T) {
+	var stdout, stderr syncBuffer
+	const bound = 256 << 10
+	_, addr := startDaemonConfig(t, DaemonConfig{Log: &stderr, MaxOutputBytes: bound, Session: &engine.Launcher{Stdout: &stdout, Stderr: &stderr}})
+	w := remoteWorker(t, addr)
+	register(t, w, nodeOrch{procKernel{"node_shout"}})
+	register(t, w, procKernel{"shout"})
+	node, _ := w.Lookup(nodeOrch{procKernel{"node_shout"}}.Digest())
+	ref := engine.Tensor{Shape: []int{1}, DType: dtype.Int64, Remote: &engine.RemoteRef{Buf: must(w.RemoteMalloc(0, 8))}}
+	mustRun(t, w, func(o *engine.Orchestrator) error {
+		_, err := o.SubmitNext(node, mkArgs(ref, engine.InOut), nil, 0)
+		return err
+	})
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "the session's last line", func() bool { return strings.Contains(stderr.String(), "bytes dropped") })
+	out, errOut := stdout.String(), stderr.String()
+	if len(out) > bound {
+		t.Errorf("the daemon's stdout got %d bytes of a session bounded at %d", len(out), bound)
+	}
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if !sessionTag.MatchString(lines[0]) || !strings.HasSuffix(lines[0], "] "+strings.TrimSuffix(forgedLine, "\n")) {
+		t.Errorf("the forged line on stdout reached the daemon as %q", lines[0])
+	}
+	for _, l := range append(lines, strings.Split(strings.TrimSuffix(errOut, "\n"), "\n")...) {
+		if !sessionTag.MatchString(l) {
+			t.Fatalf("an untagged line in the daemon's output: %.100q", l)
+		}
+	}
+	if strings.Contains(errOut, "forged") && !strings.Contains(errOut, `] \x0dsimpler remote-l3-worker: refused 10.0.0.1:1: forged`) {
+		t.Errorf("the forged line on stderr is not escaped: %.300q", errOut)
+	}
+	var dropped uint64
+	for _, l := range strings.Split(errOut, "\n") {
+		if i := strings.Index(l, "output beyond its bound of 262144 bytes (--max-output-bytes): "); i >= 0 {
+			fmt.Sscanf(l[i:], "output beyond its bound of 262144 bytes (--max-output-bytes): %d bytes dropped", &dropped)
+		}
+	}
+	if printed := uint64(8<<20 + 3<<20); dropped < printed-bound {
+		t.Errorf("%d bytes said dropped of %d printed beyond a bound of %d", dropped, printed, bound)
+	}
+	w2 := remoteWorker(t, addr)
+	if _, err := w2.RemoteMalloc(0, 8); err != nil {
+		t.Fatal(err)
+	}
 }
