@@ -621,15 +621,20 @@ func TestAttackDuplicateSessionID(t *testing.T) {
 	c4.Close()
 }
 
-// syncBuffer is a bytes.Buffer its writers share.
+// syncBuffer is a bytes.Buffer its writers share. It counts the writes
+// that are not one whole line.
 type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+	mu       sync.Mutex
+	b        bytes.Buffer
+	notLines int
 }
 
 func (b *syncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if bytes.IndexByte(p, '\n') != len(p)-1 {
+		b.notLines++
+	}
 	return b.b.Write(p)
 }
 
@@ -663,6 +668,13 @@ func TestAttackSessionOutput(t *testing.T) {
 	}
 	poll(t, "the session's last line", func() bool { return strings.Contains(stderr.String(), "bytes dropped") })
 	out, errOut := stdout.String(), stderr.String()
+	stdout.mu.Lock()
+	stderr.mu.Lock()
+	if stdout.notLines+stderr.notLines > 0 {
+		t.Errorf("%d writes to the daemon's output were not one whole line", stdout.notLines+stderr.notLines)
+	}
+	stderr.mu.Unlock()
+	stdout.mu.Unlock()
 	if len(out) > bound {
 		t.Errorf("the daemon's stdout got %d bytes of a session bounded at %d", len(out), bound)
 	}
