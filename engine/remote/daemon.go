@@ -350,7 +350,8 @@ func (d *Daemon) startSession(conn net.Conn, start *wire.Link) (*dsession, error
 	cmd, l, out, err := d.spawn(conn, start.Session)
 	if err != nil {
 		d.unreserve(s)
-		return nil, err
+		return nil, refuse(conn, wire.Header{Version: wire.ProtocolVersion, Session: start.Session, Worker: start.Worker},
+			engine.Errorf(engine.RuntimeError, "the session process did not start: %v", err))
 	}
 	s.cmd, s.link, s.out = cmd, l, out
 	if err := l.send(start, -1); err != nil {
@@ -430,8 +431,6 @@ func (d *Daemon) spawn(conn net.Conn, session uint64) (*exec.Cmd, *link, *sessio
 	}
 	if err := cmd.Start(); err != nil {
 		l.close()
-		stdout.Close()
-		stderr.Close()
 		out.finish(0)
 		return nil, nil, nil, err
 	}

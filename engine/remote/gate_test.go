@@ -704,3 +704,48 @@ func TestAttackSessionOutput(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A session process that cannot start gives its slot back and leaves
+// nothing behind: with --max-sessions 1, every proven HELLO is refused for
+// that reason (never for the bound), and the daemon's descriptors are as
+// before.
+func TestSessionSpawnFailureGivesBackItsSlot(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := []byte("a token for a daemon whose sessions cannot start")
+	d, err := NewDaemon(ln, DaemonConfig{Token: tok, MaxSessions: 1, Session: &engine.Launcher{Path: "/nonexistent/simpler-session"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- d.Serve() }()
+	defer func() {
+		d.Close()
+		if err := <-served; err != nil {
+			t.Errorf("daemon: %v", err)
+		}
+	}()
+	fds := func() int {
+		es, _ := os.ReadDir("/proc/self/fd")
+		return len(es)
+	}
+	before := fds()
+	for i := range 3 {
+		r, c, err := handshakeFrom("", ln.Addr().String(), tok, randomID())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+		if r.Accepted || r.Err.Kind != string(engine.RuntimeError) || !strings.Contains(r.Err.Message, "the session process did not start") {
+			t.Fatalf("HELLO %d: %+v", i, r.Err)
+		}
+	}
+	poll(t, "the daemon's descriptors to be as before", func() bool { return fds() <= before })
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.starting != 0 || len(d.live) != 0 || len(d.sessions) != 0 {
+		t.Errorf("after failed starts: %d starting, %d live ids, %d sessions", d.starting, len(d.live), len(d.sessions))
+	}
+}
