@@ -74,6 +74,7 @@ type Daemon struct {
 	id   uint64    // random: export ids name it, and its peer socket is named by it
 	peer *peerSock // where other daemons of this user on this host resolve this one's exports
 	gate proofGate
+	logs logPace       // of refusals
 	done chan struct{} // closed by Close
 
 	stdout, stderr *lineSink // where sessions' lines go
@@ -242,9 +243,23 @@ func (d *Daemon) admit(conn net.Conn) {
 		_, err = d.startSession(conn, start)
 	}
 	if err != nil {
-		fmt.Fprintf(d.cfg.Log, "simpler remote-l3-worker: refused %s: %v\n", conn.RemoteAddr(), err)
+		d.logRefusal(conn.RemoteAddr(), err)
 	}
 	conn.Close() // a session process has its own descriptor
+}
+
+// logRefusal logs why a connection was refused, no faster than d.logs
+// allows.
+func (d *Daemon) logRefusal(from net.Addr, err error) {
+	ok, skipped := d.logs.allow(time.Now())
+	if !ok {
+		return
+	}
+	more := ""
+	if skipped > 0 {
+		more = fmt.Sprintf(" (%d more refusals before this one were not logged)", skipped)
+	}
+	fmt.Fprintf(d.cfg.Log, "simpler remote-l3-worker: refused %s: %v%s\n", from, err, more)
 }
 
 // handshake sends the CHALLENGE, reads the HELLO and checks the proof.

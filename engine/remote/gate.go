@@ -329,3 +329,37 @@ func (p *pendingConns) all() []net.Conn {
 	}
 	return out
 }
+
+// logPace bounds the daemon's lines about refused connections, which
+// anyone who can connect causes: logBurst at once, then one per
+// logInterval. The lines held back are counted, and the next line logged
+// says how many.
+type logPace struct {
+	mu      sync.Mutex
+	tat     time.Time // theoretical arrival time (GCRA), as the gate's budget
+	skipped int       // lines held back since the last one logged
+}
+
+const (
+	logBurst    = 20
+	logInterval = 100 * time.Millisecond
+)
+
+// allow says whether a line may be logged at now and, when it may, how
+// many were held back before it.
+func (p *logPace) allow(now time.Time) (bool, int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	tat := p.tat
+	if tat.Before(now) {
+		tat = now
+	}
+	if tat.Sub(now) > (logBurst-1)*logInterval {
+		p.skipped++
+		return false, 0
+	}
+	p.tat = tat.Add(logInterval)
+	skipped := p.skipped
+	p.skipped = 0
+	return true, skipped
+}

@@ -193,6 +193,29 @@ func TestPendingConnsSteps(t *testing.T) {
 	}
 }
 
+// Refusal lines, stepped: logBurst at once, then one per logInterval,
+// the next one logged counting those held back.
+func TestLogPaceSteps(t *testing.T) {
+	var p logPace
+	t0 := time.Unix(1000, 0)
+	for i := range logBurst {
+		if ok, _ := p.allow(t0); !ok {
+			t.Fatalf("line %d of the burst held back", i)
+		}
+	}
+	for range 5 {
+		if ok, _ := p.allow(t0.Add(logInterval / 2)); ok {
+			t.Fatal("a line past the burst was logged")
+		}
+	}
+	if ok, skipped := p.allow(t0.Add(logInterval)); !ok || skipped != 5 {
+		t.Errorf("a line an interval later: %v, %d held back before it; want true, 5", ok, skipped)
+	}
+	if ok, _ := p.allow(t0.Add(logInterval)); ok {
+		t.Error("two lines in one interval past the burst")
+	}
+}
+
 // A session's lines are cut, escaped and tagged.
 func TestSessionLines(t *testing.T) {
 	long := strings.Repeat("x", outputLine+10)
@@ -459,9 +482,12 @@ func TestAttackGuessingFromManyAddresses(t *testing.T) {
 
 // A flood of bare connections from one address (two threads of them)
 // drops only its own: a legitimate client from another address handshakes
-// twenty times meanwhile, and every time it is served.
+// twenty times meanwhile, and every time it is served. The daemon's log
+// of the refusals is paced.
 func TestAttackPendingFlood(t *testing.T) {
-	d, addr := startDaemon(t)
+	var log syncBuffer
+	start := time.Now()
+	d, addr := startDaemonConfig(t, DaemonConfig{Log: &log})
 	stop := make(chan struct{})
 	flooded := make(chan int, 2)
 	for range 2 {
@@ -516,6 +542,16 @@ func TestAttackPendingFlood(t *testing.T) {
 	}
 	if n < 2*d.cfg.MaxPending {
 		t.Errorf("the flood made only %d connections", n)
+	}
+	// Every dropped connection is a refusal; its lines are paced. (The
+	// last dropped fail as the daemon closes, after this count.)
+	took := time.Since(start)
+	lines := strings.Count(log.String(), "\n")
+	if bound := logBurst + int(took/logInterval) + 1; lines > bound {
+		t.Errorf("%d lines of refusals in %v; the pace allows %d", lines, took, bound)
+	}
+	if !strings.Contains(log.String(), "more refusals before this one were not logged") {
+		t.Errorf("no line counts the refusals held back:\n%.500s", log.String())
 	}
 }
 
