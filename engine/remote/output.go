@@ -76,6 +76,7 @@ func newSessionOutput(session uint64, bound uint64, stdout, stderr *lineSink) (*
 		if err != nil {
 			o.closeAll(theirs)
 			o.closeAll(o.readers)
+			o.copied.Wait()
 			return nil, nil, nil, err
 		}
 		o.readers = append(o.readers, r)
@@ -110,19 +111,44 @@ func (o *sessionOutput) copy(r *os.File, sink *lineSink) {
 
 // pass writes one line to sink, when the session's bound has room for
 // all the daemon writes of it (the tag, the escapes and the newline
-// count).
+// count). Once a line did not fit, every later one is dropped.
 func (o *sessionOutput) pass(line []byte, cut int, sink *lineSink) {
-	out := tagLine(o.tag, line, cut)
-	o.mu.Lock()
-	if uint64(len(out)) > o.left {
-		o.left = 0
-		o.dropped += uint64(len(line) + cut + 1)
-		o.mu.Unlock()
+	raw := len(line) + cut + 1
+	if o.spent() {
+		o.drop(raw)
 		return
 	}
-	o.left -= uint64(len(out))
-	o.mu.Unlock()
+	out := tagLine(o.tag, line, cut)
+	if !o.take(len(out)) {
+		o.drop(raw)
+		return
+	}
 	sink.writeLine(out)
+}
+
+func (o *sessionOutput) spent() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.left == 0
+}
+
+// take counts n bytes against the bound, or spends it when they do not
+// fit.
+func (o *sessionOutput) take(n int) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if uint64(n) > o.left {
+		o.left = 0
+		return false
+	}
+	o.left -= uint64(n)
+	return true
+}
+
+func (o *sessionOutput) drop(n int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.dropped += uint64(n)
 }
 
 // finish is called once the session's process has exited: it waits for
