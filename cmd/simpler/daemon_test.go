@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -191,9 +192,14 @@ func childPids(pid int) []int {
 
 // daemonConn is a parent written by hand, for what a real one never sends.
 type daemonConn struct {
-	conn net.Conn
-	seq  uint64
+	conn    net.Conn
+	session uint64
+	seq     uint64
 }
+
+// lastSession numbers the sessions dialDaemon asks for: a daemon refuses
+// an id that is still live, and a session closed a moment ago may be.
+var lastSession atomic.Uint64
 
 func dialDaemon(t *testing.T, addr string) *daemonConn {
 	t.Helper()
@@ -212,22 +218,23 @@ func dialDaemon(t *testing.T, addr string) *daemonConn {
 		t.Fatal(err)
 	}
 	ch, _ := wire.DecodeChallenge(p)
+	session := lastSession.Add(1)
 	hello := &wire.Hello{Version: wire.ProtocolVersion, Parent: 7, Platform: "a2a3sim", DeviceIDs: []int{0}, CommProfile: "sim",
-		Proof: wire.Prove(tok, ch.Nonce, 3, 7)}
-	wire.WriteFrame(c, wire.Header{Version: wire.ProtocolVersion, Type: wire.TypeHello, Session: 3}, wire.Payload(hello))
+		Proof: wire.Prove(tok, ch.Nonce, session, 7)}
+	wire.WriteFrame(c, wire.Header{Version: wire.ProtocolVersion, Type: wire.TypeHello, Session: session}, wire.Payload(hello))
 	if _, p, err = wire.ReadFrame(c, 0); err != nil {
 		t.Fatal(err)
 	}
 	if r, err := wire.DecodeHelloReply(p); err != nil || !r.Accepted {
 		t.Fatalf("handshake: %+v %v", r, err)
 	}
-	return &daemonConn{conn: c}
+	return &daemonConn{conn: c, session: session}
 }
 
 func (c *daemonConn) send(t *testing.T, typ wire.Type, m wire.Message) {
 	t.Helper()
 	c.seq++
-	if err := wire.WriteFrame(c.conn, wire.Header{Version: wire.ProtocolVersion, Type: typ, Session: 3, Seq: c.seq}, wire.Payload(m)); err != nil {
+	if err := wire.WriteFrame(c.conn, wire.Header{Version: wire.ProtocolVersion, Type: typ, Session: c.session, Seq: c.seq}, wire.Payload(m)); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -36,6 +36,7 @@ type remoteOptions struct {
 	totalBytes        uint64
 	maxSessions       int
 	maxPending        int
+	maxOutput         uint64
 	rank              rankOptions
 }
 
@@ -61,7 +62,8 @@ func (o *remoteOptions) register(fs *flag.FlagSet) {
 	fs.Uint64Var(&o.lim.QueuedBytes, "max-queued-bytes", o.lim.QueuedBytes, "payload `BYTES` of one session's queued tasks")
 	fs.Uint64Var(&o.lim.LoadSteps, "max-load-steps", o.lim.LoadSteps, "Starlark `STEPS` of one shipped module's top-level code")
 	fs.IntVar(&o.maxSessions, "max-sessions", 64, "`N` sessions served at once")
-	fs.IntVar(&o.maxPending, "max-pending", 32, "`N` connections still proving the token at once (the oldest is dropped)")
+	fs.IntVar(&o.maxPending, "max-pending", 64, "`N` connections that have not sent their proof, at once; half of that from one address (beyond, the oldest of the address with the most is dropped)")
+	fs.Uint64Var(&o.maxOutput, "max-output-bytes", remote.DefaultOutputBytes, "`BYTES` of output one session passes to the daemon's, as tagged lines (the rest is dropped, and counted)")
 	fs.StringVar(&o.rank.connect, "connect", "", "dial the level-4 worker at `HOST:PORT` as a rank of its worker group (add_worker_group), instead of listening; needs --token-file")
 	fs.StringVar(&o.rank.rank, "rank", "", "with --connect: this rank `N`; default: the launcher's $"+strings.Join(remote.RankEnv, ", $"))
 	fs.StringVar(&o.rank.platform, "platform", "", "with --connect: the platform `P` this rank serves; default: $SIMPLER_PLATFORM, else a2a3sim")
@@ -102,6 +104,9 @@ func cmdRemote(args []string, stdout, stderr io.Writer) int {
 	if err := checkLimits(&o.lim, o.queued); err != nil {
 		return fail(2, "%v", err)
 	}
+	if o.maxOutput == 0 {
+		return fail(2, "--max-output-bytes must be > 0")
+	}
 	var tok []byte
 	if o.tokenFile != "" {
 		t, err := token.Read(o.tokenFile)
@@ -128,7 +133,7 @@ func cmdRemote(args []string, stdout, stderr io.Writer) int {
 		ln.Close()
 		return fail(1, "%v", err)
 	}
-	d, err := remote.NewDaemon(ln, remote.DaemonConfig{Token: tok, Log: stderr, Limits: o.lim, TotalBytes: o.totalBytes, MaxSessions: o.maxSessions, MaxPending: o.maxPending,
+	d, err := remote.NewDaemon(ln, remote.DaemonConfig{Token: tok, Log: stderr, Limits: o.lim, TotalBytes: o.totalBytes, MaxSessions: o.maxSessions, MaxPending: o.maxPending, MaxOutputBytes: o.maxOutput,
 		Session: &engine.Launcher{Path: exe, Args: []string{sessionCommand}, Stdout: stdout, Stderr: stderr}})
 	if err != nil {
 		ln.Close()
@@ -229,7 +234,7 @@ func cmdRank(o *remoteOptions, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(1, "%v", err)
 	}
-	cfg.Daemon = remote.DaemonConfig{Log: stderr, Limits: o.lim, TotalBytes: o.totalBytes,
+	cfg.Daemon = remote.DaemonConfig{Log: stderr, Limits: o.lim, TotalBytes: o.totalBytes, MaxOutputBytes: o.maxOutput,
 		Session: &engine.Launcher{Path: exe, Args: []string{sessionCommand}, Stdout: stdout, Stderr: stderr}}
 	shm.SweepDead()
 	// SIGINT or SIGTERM (mpirun ending its job) ends the session.

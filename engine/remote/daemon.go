@@ -24,12 +24,20 @@ import (
 
 // DaemonConfig says whom a daemon admits and what each session may hold.
 type DaemonConfig struct {
-	Token       []byte           // what a parent must prove; required
-	Session     *engine.Launcher // starts a session process: fd 3 is the connection, fd 4 the link, fd 5 the memory ledger
-	Log         io.Writer        // refusals and session failures; nil: discarded
-	Limits      wire.Limits      // per session; zero fields take DefaultLimits' values
-	MaxPending  int              // connections that have not yet proved the token; the oldest is dropped (default 32)
-	MaxSessions int              // sessions at once (default 64)
+	Token []byte // what a parent must prove; required
+	// Session starts a session process: fd 3 is the connection, fd 4 the
+	// link, fd 5 the memory ledger. Its Stdout and Stderr (nil: this process's) receive the
+	// session's output line by line, each line tagged with the session.
+	Session *engine.Launcher
+	Log     io.Writer   // refusals and session failures; nil: discarded
+	Limits  wire.Limits // per session; zero fields take DefaultLimits' values
+	// MaxPending bounds the connections that have not yet sent their
+	// proof: in all (default 64), and half of that from one address. A new
+	// one beyond drops the oldest of its own address, or of the address
+	// that has the most.
+	MaxPending     int
+	MaxSessions    int    // sessions at once (default 64)
+	MaxOutputBytes uint64 // bytes of output one session passes on (default DefaultOutputBytes)
 	// TotalBytes bounds the memory of every session together (ledger.go);
 	// 0: DefaultTotalBytes.
 	TotalBytes uint64
@@ -65,11 +73,14 @@ func DefaultTotalBytes() uint64 {
 // Daemon serves remote L3 sessions. The accepting process does nothing
 // for a connection but the handshake until the parent has proved the
 // token: it sends the CHALLENGE, reads a HELLO of at most wire.MaxHello
-// bytes and checks the proof, with at most MaxPending such connections at
-// once and failed proofs from one address slowed down. Only then is the
-// connection handed to a session process of its own (the same binary), so
-// a session that fails or a client that misbehaves never takes the daemon
-// down. Sessions reach each other's exports through the daemon (the link),
+// bytes and checks the proof, with the connections still to send one
+// bounded (MaxPending) and the answers to wrong proofs paced (proofGate).
+// Only then is the connection handed to a session process of its own (the
+// same binary), so a session that fails or a client that misbehaves never
+// takes the daemon down; a slot of MaxSessions is taken before the process
+// starts, and a session id already live is refused. The process's output
+// reaches the daemon's through pipes, tagged and bounded (sessionOutput).
+// Sessions reach each other's exports through the daemon (the link),
 // never by naming shared memory.
 type Daemon struct {
 	ln   net.Listener
@@ -77,15 +88,20 @@ type Daemon struct {
 	id   uint64    // random: export ids name it, and its peer socket is named by it
 	peer *peerSock // where other daemons of this user on this host resolve this one's exports
 	gate proofGate
+	logs logPace       // of refusals
 	done chan struct{} // closed by Close
 	// mem counts the memory of every session against cfg.TotalBytes;
 	// each session process inherits memFile.
 	mem     *ledger
 	memFile *os.File
 
+	stdout, stderr *lineSink // where sessions' lines go
+
 	mu       sync.Mutex
-	pending  []net.Conn           // connections still proving, oldest first
-	sessions map[uint64]*dsession // by slot
+	pending  pendingConns         // connections that have not sent their proof
+	sessions map[uint64]*dsession // running, by slot
+	starting int                  // sessions whose slot is taken and whose process is starting
+	live     map[uint64]bool      // the session ids of sessions running or starting
 	routes   map[uint64]linkRoute // resolves forwarded to an owner, by the daemon's request number
 	slots    uint64               // the last slot given out
 	reqs     uint64               // the last request number used
@@ -96,8 +112,10 @@ type Daemon struct {
 // dsession is a session process as its daemon sees it.
 type dsession struct {
 	slot  uint64
+	id    uint64 // the session id its parent chose
 	cmd   *exec.Cmd
 	link  *link
+	out   *sessionOutput
 	ended chan struct{} // closed once the process has ended and is forgotten
 }
 
@@ -122,7 +140,10 @@ func NewDaemon(ln net.Listener, cfg DaemonConfig) (*Daemon, error) {
 	}
 	cfg.Limits = withDefaults(cfg.Limits)
 	if cfg.MaxPending <= 0 {
-		cfg.MaxPending = 32
+		cfg.MaxPending = 64
+	}
+	if cfg.MaxOutputBytes == 0 {
+		cfg.MaxOutputBytes = DefaultOutputBytes
 	}
 	if cfg.MaxSessions <= 0 {
 		cfg.MaxSessions = 64
@@ -136,7 +157,8 @@ func NewDaemon(ln net.Listener, cfg DaemonConfig) (*Daemon, error) {
 	if cfg.TotalBytes == 0 {
 		return nil, engine.Errorf(engine.ValueError, "remote-l3-worker: the memory bound of all sessions must be > 0 (/dev/shm has no free space to take a part of)")
 	}
-	d := &Daemon{ln: ln, cfg: cfg, id: randomID(), done: make(chan struct{}), sessions: map[uint64]*dsession{}, routes: map[uint64]linkRoute{}}
+	d := &Daemon{ln: ln, cfg: cfg, id: randomID(), done: make(chan struct{}), pending: newPendingConns(cfg.MaxPending),
+		sessions: map[uint64]*dsession{}, live: map[uint64]bool{}, routes: map[uint64]linkRoute{}}
 	// Twice the entries of the sessions at once: a session's entry is
 	// settled only once its process is reaped.
 	mem, memFile, err := newLedger(2*cfg.MaxSessions, cfg.TotalBytes)
@@ -144,6 +166,12 @@ func NewDaemon(ln net.Listener, cfg DaemonConfig) (*Daemon, error) {
 		return nil, err
 	}
 	d.mem, d.memFile = mem, memFile
+	if ls := cfg.Session; ls != nil {
+		d.stdout = &lineSink{w: orStd(ls.Stdout, os.Stdout)}
+		d.stderr = &lineSink{w: orStd(ls.Stderr, os.Stderr)}
+	} else {
+		d.stdout, d.stderr = &lineSink{w: os.Stdout}, &lineSink{w: os.Stderr}
+	}
 	p, err := listenPeer(d.id)
 	if err != nil {
 		d.closeLedger()
@@ -214,32 +242,29 @@ func (d *Daemon) Serve() error {
 	}
 }
 
-// addPending counts conn among the unauthenticated connections, dropping
-// the oldest when there are MaxPending already: a flood of idle
-// connections costs a bounded number of descriptors and goroutines.
+// addPending counts conn among the connections that have not sent their
+// proof, dropping one when conn passes a bound (pendingConns): a flood of
+// idle connections costs a bounded number of descriptors and goroutines,
+// and one from a single address drops only its own.
 func (d *Daemon) addPending(conn net.Conn) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
 		return false
 	}
-	if len(d.pending) >= d.cfg.MaxPending {
-		d.pending[0].Close() // its handshake fails at once
-		d.pending = d.pending[1:]
+	if drop := d.pending.add(conn, hostOf(conn.RemoteAddr())); drop != nil {
+		drop.Close() // its handshake fails at once
 	}
-	d.pending = append(d.pending, conn)
 	return true
 }
 
+// unpend stops counting conn as pending: its HELLO has been read (a
+// connection whose refusal is held is bounded by the gate, and dropping it
+// would answer its guess early), or it has ended.
 func (d *Daemon) unpend(conn net.Conn) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for i, c := range d.pending {
-		if c == conn {
-			d.pending = append(d.pending[:i], d.pending[i+1:]...)
-			return
-		}
-	}
+	d.pending.remove(conn)
 }
 
 // admit runs the handshake on conn and starts its session, or refuses it.
@@ -250,9 +275,23 @@ func (d *Daemon) admit(conn net.Conn) {
 		_, err = d.startSession(conn, start)
 	}
 	if err != nil {
-		fmt.Fprintf(d.cfg.Log, "simpler remote-l3-worker: refused %s: %v\n", conn.RemoteAddr(), err)
+		d.logRefusal(conn.RemoteAddr(), err)
 	}
 	conn.Close() // a session process has its own descriptor
+}
+
+// logRefusal logs why a connection was refused, no faster than d.logs
+// allows.
+func (d *Daemon) logRefusal(from net.Addr, err error) {
+	ok, skipped := d.logs.allow(time.Now())
+	if !ok {
+		return
+	}
+	more := ""
+	if skipped > 0 {
+		more = fmt.Sprintf(" (%d more refusals before this one were not logged)", skipped)
+	}
+	fmt.Fprintf(d.cfg.Log, "simpler remote-l3-worker: refused %s: %v%s\n", from, err, more)
 }
 
 // handshake sends the CHALLENGE, reads the HELLO and checks the proof.
@@ -281,6 +320,7 @@ func (d *Daemon) handshake(conn net.Conn) (*wire.Link, error) {
 	if err != nil {
 		return nil, err
 	}
+	d.unpend(conn)
 	hello, err := wire.DecodeHello(payload)
 	if err != nil {
 		return nil, refuse(conn, h, engine.Errorf(engine.ValueError, "HELLO: %v", err))
@@ -288,29 +328,29 @@ func (d *Daemon) handshake(conn net.Conn) (*wire.Link, error) {
 	if hello.Version < wire.ProtocolVersion {
 		return nil, refuse(conn, h, engine.Errorf(engine.ValueError, "HELLO from a parent that speaks protocol version %d; this daemon speaks version %d", hello.Version, wire.ProtocolVersion))
 	}
-	if err := d.checkProof(conn, h, hello, ch, deadline); err != nil {
+	if err := d.checkProof(conn, h, hello, ch); err != nil {
 		return nil, err
 	}
 	conn.SetDeadline(time.Time{})
 	return &wire.Link{Kind: wire.LinkStart, Daemon: d.id, Session: h.Session, Worker: h.Worker, Limits: d.cfg.Limits, Hello: payload}, nil
 }
 
-// checkProof checks the HELLO's proof, no sooner than the proof gate
-// allows for the peer's address.
-func (d *Daemon) checkProof(conn net.Conn, h wire.Header, hello wire.Hello, ch wire.Challenge, deadline time.Time) error {
-	ok, err := d.gate.check(hostOf(conn.RemoteAddr()), deadline, d.done, func() bool {
+// checkProof checks the HELLO's proof at once; a wrong one is refused no
+// sooner than the proof gate allows.
+func (d *Daemon) checkProof(conn net.Conn, h wire.Header, hello wire.Hello, ch wire.Challenge) error {
+	err := d.gate.decide(hostOf(conn.RemoteAddr()), d.done, func() bool {
 		return wire.Verify(d.cfg.Token, ch.Nonce, h.Session, hello.Parent, hello.Proof)
 	})
 	switch {
+	case err == nil:
+		return nil
 	case err == errGateClosed:
 		return errors.New("the daemon is closing")
-	case err != nil:
-		return refuse(conn, h, err)
-	case !ok:
+	case err == errWrongProof:
 		// One fixed message: it does not say what was wrong.
 		return refuse(conn, h, engine.Errorf(engine.ValueError, "HELLO: the token proof does not match"))
 	}
-	return nil
+	return refuse(conn, h, err)
 }
 
 func hostOf(a net.Addr) string {
@@ -338,72 +378,110 @@ func refuse(conn net.Conn, h wire.Header, why error) error {
 	p := wire.Payload(r)
 	rh.Length = uint32(len(p))
 	hb := wire.EncodeHeader(rh)
+	// A refusal held past the handshake's deadline still goes out.
+	conn.SetWriteDeadline(time.Now().Add(time.Second))
 	conn.Write(append(hb[:], p...))
 	return why
 }
 
 // startSession starts the session process for an authenticated
-// connection and hands it the connection and its end of a new link.
+// connection and hands it the connection and its end of a new link. Its
+// slot among MaxSessions is taken before the process starts and given
+// back when it fails to.
 func (d *Daemon) startSession(conn net.Conn, start *wire.Link) (*dsession, error) {
-	d.mu.Lock()
-	if d.closed || len(d.sessions) >= d.cfg.MaxSessions {
-		n, closed := len(d.sessions), d.closed
-		d.mu.Unlock()
-		h := wire.Header{Version: wire.ProtocolVersion, Session: start.Session, Worker: start.Worker}
-		if closed {
-			return nil, refuse(conn, h, engine.Errorf(engine.RuntimeError, "the daemon is closing"))
-		}
-		return nil, refuse(conn, h, engine.Errorf(engine.RuntimeError, "the daemon serves %d sessions, its bound (--max-sessions)", n))
-	}
-	d.slots++
-	s := &dsession{slot: d.slots, ended: make(chan struct{})}
-	d.mu.Unlock()
-	start.Slot = s.slot
-	cmd, l, err := d.spawn(conn)
+	s, err := d.reserve(start.Session)
 	if err != nil {
-		return nil, err
+		return nil, refuse(conn, wire.Header{Version: wire.ProtocolVersion, Session: start.Session, Worker: start.Worker}, err)
 	}
-	s.cmd, s.link = cmd, l
+	start.Slot = s.slot
+	cmd, l, out, err := d.spawn(conn, start.Session)
+	if err != nil {
+		d.unreserve(s)
+		return nil, refuse(conn, wire.Header{Version: wire.ProtocolVersion, Session: start.Session, Worker: start.Worker},
+			engine.Errorf(engine.RuntimeError, "the session process did not start: %v", err))
+	}
+	s.cmd, s.link, s.out = cmd, l, out
 	if err := l.send(start, -1); err != nil {
 		cmd.Process.Kill()
 	}
 	d.mu.Lock()
+	d.starting--
 	d.sessions[s.slot] = s
+	if d.closed {
+		// Close has signalled the sessions it saw; this one was starting.
+		cmd.Process.Signal(os.Interrupt)
+	}
 	d.wg.Add(1)
 	d.mu.Unlock()
 	go d.serveLink(s)
 	return s, nil
 }
 
+// reserve takes a slot for a session with id session, or says why there
+// is none: the daemon is closing, it serves MaxSessions already (running
+// or starting), or the id is live.
+func (d *Daemon) reserve(session uint64) (*dsession, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch n := len(d.sessions) + d.starting; {
+	case d.closed:
+		return nil, engine.Errorf(engine.RuntimeError, "the daemon is closing")
+	case d.live[session]:
+		return nil, engine.Errorf(engine.ValueError, "HELLO: session id %#x is live in this daemon already (a session id is used once)", session)
+	case n >= d.cfg.MaxSessions:
+		return nil, engine.Errorf(engine.RuntimeError, "the daemon serves %d sessions, its bound (--max-sessions)", n)
+	}
+	d.starting++
+	d.live[session] = true
+	d.slots++
+	return &dsession{slot: d.slots, id: session, ended: make(chan struct{})}, nil
+}
+
+// unreserve gives back the slot of a session whose process did not start.
+func (d *Daemon) unreserve(s *dsession) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.starting--
+	delete(d.live, s.id)
+}
+
 // spawn starts a session process with conn as fd 3, a link as fd 4 and
-// the memory ledger as fd 5.
-func (d *Daemon) spawn(conn net.Conn) (*exec.Cmd, *link, error) {
+// the memory ledger as fd 5, its stdout and stderr pipes the daemon reads.
+func (d *Daemon) spawn(conn net.Conn, session uint64) (*exec.Cmd, *link, *sessionOutput, error) {
 	tc, ok := conn.(*net.TCPConn)
 	if !ok {
-		return nil, nil, fmt.Errorf("not a TCP connection")
+		return nil, nil, nil, fmt.Errorf("not a TCP connection")
 	}
 	f, err := tc.File()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	defer f.Close()
 	l, theirs, err := linkPair()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	defer theirs.Close()
+	out, stdout, stderr, err := newSessionOutput(session, d.cfg.MaxOutputBytes, d.stdout, d.stderr)
+	if err != nil {
+		l.close()
+		return nil, nil, nil, err
+	}
+	defer stdout.Close()
+	defer stderr.Close()
 	ls := d.cfg.Session
 	cmd := exec.Command(ls.Path, ls.Args...)
 	cmd.ExtraFiles = []*os.File{f, theirs, d.memFile} // fds 3, 4 and ledgerFD
-	cmd.Stdout, cmd.Stderr = orStd(ls.Stdout, os.Stdout), orStd(ls.Stderr, os.Stderr)
+	cmd.Stdout, cmd.Stderr = stdout, stderr
 	if ls.Env != nil {
 		cmd.Env = append(os.Environ(), ls.Env...)
 	}
 	if err := cmd.Start(); err != nil {
 		l.close()
-		return nil, nil, err
+		out.finish(0)
+		return nil, nil, nil, err
 	}
-	return cmd, l, nil
+	return cmd, l, out, nil
 }
 
 // orStd is w, or def when w is nil (a Launcher's Stdout and Stderr).
@@ -425,7 +503,7 @@ func (d *Daemon) serveLink(s *dsession) {
 			break
 		}
 		if err != nil {
-			fmt.Fprintf(d.cfg.Log, "simpler remote-l3-worker: session %d: %v; ending it\n", s.slot, err)
+			fmt.Fprintf(d.cfg.Log, "simpler remote-l3-worker: session %016x: %v; ending it\n", s.id, err)
 			s.cmd.Process.Kill()
 			break
 		}
@@ -443,6 +521,7 @@ func (d *Daemon) serveLink(s *dsession) {
 	s.link.close()
 	s.cmd.Wait()
 	d.mem.settle(s.slot) // its bytes come back however it ended
+	s.out.finish(outputGrace)
 	d.dropSession(s)
 	close(s.ended)
 }
@@ -524,6 +603,7 @@ func grantError(req uint64, err error) *wire.Link {
 func (d *Daemon) dropSession(s *dsession) {
 	d.mu.Lock()
 	delete(d.sessions, s.slot)
+	delete(d.live, s.id)
 	var failed []func(*wire.Link, int)
 	for r, rt := range d.routes {
 		switch {
@@ -551,7 +631,7 @@ func (d *Daemon) Close() error {
 	d.closed = true
 	close(d.done)
 	d.peer.close()
-	for _, c := range d.pending {
+	for _, c := range d.pending.all() {
 		c.Close()
 	}
 	for _, s := range d.sessions {

@@ -316,8 +316,8 @@ func (g *gatherer) drop(conn net.Conn) {
 }
 
 // handshake sends the CHALLENGE and reads and checks the JOIN: a frame of
-// at most wire.MaxJoin bytes under a deadline, its proof checked no
-// sooner than the proof gate allows for the peer's address.
+// at most wire.MaxJoin bytes under a deadline, its proof checked at once
+// and a wrong one refused no sooner than the proof gate allows.
 func (g *gatherer) handshake(conn net.Conn) (wire.Join, error) {
 	deadline := time.Now().Add(HelloTimeout)
 	if g.req.Deadline.Before(deadline) {
@@ -345,10 +345,10 @@ func (g *gatherer) handshake(conn net.Conn) (wire.Join, error) {
 	if err != nil {
 		return wire.Join{}, fmt.Errorf("JOIN: %v", err)
 	}
-	ok, err := g.gate.check(hostOf(conn.RemoteAddr()), deadline, g.done, func() bool {
+	err = g.gate.decide(hostOf(conn.RemoteAddr()), g.done, func() bool {
 		return wire.VerifyJoin(g.token, ch.Nonce, j.Nonce, j.Rank, j.Proof)
 	})
-	if err == nil && !ok {
+	if err == errWrongProof {
 		err = engine.Errorf(engine.ValueError, "JOIN: the token proof does not match") // one fixed message
 	}
 	if err != nil {

@@ -28,7 +28,7 @@ func startDaemon(t testing.TB, env ...string) (*Daemon, string) {
 }
 
 // startDaemonConfig is startDaemon with cfg's bounds (its Token and
-// Session are filled in).
+// Session are filled in, keeping a Session's Stdout and Stderr).
 func startDaemonConfig(t testing.TB, cfg DaemonConfig, env ...string) (*Daemon, string) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -41,7 +41,11 @@ func startDaemonConfig(t testing.TB, cfg DaemonConfig, env ...string) (*Daemon, 
 	}
 	exe, _ := os.Executable()
 	cfg.Token = tok
+	output := cfg.Session // the test's Stdout and Stderr, if any
 	cfg.Session = &engine.Launcher{Path: exe, Env: append([]string{sessionEnv + "=1"}, env...)}
+	if output != nil {
+		cfg.Session.Stdout, cfg.Session.Stderr = output.Stdout, output.Stderr
+	}
 	d, err := NewDaemon(ln, cfg)
 	if err != nil {
 		t.Fatal(err)
