@@ -7,6 +7,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -202,11 +203,13 @@ func TestAttackQueuedTasks(t *testing.T) {
 // rawConn is a parent written by hand, for attacks the real one never
 // makes.
 type rawConn struct {
-	conn net.Conn
-	seq  uint64
+	conn    net.Conn
+	session uint64 // its own: a daemon refuses a live session id
+	seq     uint64
 }
 
-const rawSession = 9
+// rawSessions numbers raw connections' sessions.
+var rawSessions atomic.Uint64
 
 // dialRaw runs the handshake with the daemon's token and expects READY.
 func dialRaw(t *testing.T, addr string) *rawConn {
@@ -217,11 +220,11 @@ func dialRaw(t *testing.T, addr string) *rawConn {
 	}
 	t.Cleanup(func() { c.Close() })
 	c.SetDeadline(time.Now().Add(20 * time.Second))
-	rc := &rawConn{conn: c}
+	rc := &rawConn{conn: c, session: 1<<32 + rawSessions.Add(1)}
 	ch := rc.challenge(t)
 	hello := &wire.Hello{Version: wire.ProtocolVersion, Parent: 1, Platform: "a2a3sim", DeviceIDs: []int{0}, CommProfile: "sim"}
-	hello.Proof = wire.Prove(defaultToken(t, addr), ch.Nonce, rawSession, 1)
-	rc.write(t, wire.Header{Version: wire.ProtocolVersion, Type: wire.TypeHello, Session: rawSession}, wire.Payload(hello))
+	hello.Proof = wire.Prove(defaultToken(t, addr), ch.Nonce, rc.session, 1)
+	rc.write(t, wire.Header{Version: wire.ProtocolVersion, Type: wire.TypeHello, Session: rc.session}, wire.Payload(hello))
 	_, p := rc.read(t)
 	if r, err := wire.DecodeHelloReply(p); err != nil || !r.Accepted {
 		t.Fatalf("handshake: %+v %v", r, err)
@@ -249,7 +252,7 @@ func (c *rawConn) write(t *testing.T, h wire.Header, p []byte) {
 func (c *rawConn) send(t *testing.T, typ wire.Type, m wire.Message) {
 	t.Helper()
 	c.seq++
-	c.write(t, wire.Header{Version: wire.ProtocolVersion, Type: typ, Session: rawSession, Seq: c.seq}, wire.Payload(m))
+	c.write(t, wire.Header{Version: wire.ProtocolVersion, Type: typ, Session: c.session, Seq: c.seq}, wire.Payload(m))
 }
 
 func (c *rawConn) read(t *testing.T) (wire.Header, []byte) {

@@ -265,14 +265,14 @@ func TestAttackForeignSessionFrame(t *testing.T) {
 	c.control(t, &wire.Control{Cmd: wire.CmdCopyTo, Buffer: buf, Data: []byte("original")})
 	// A COPY_TO under another session id is not served.
 	c.seq++
-	c.write(t, wire.Header{Version: wire.ProtocolVersion, Type: wire.TypeControl, Session: rawSession + 1, Seq: c.seq},
+	c.write(t, wire.Header{Version: wire.ProtocolVersion, Type: wire.TypeControl, Session: c.session + 1, Seq: c.seq},
 		wire.Payload(&wire.Control{Cmd: wire.CmdCopyTo, Buffer: buf, Data: []byte("injected")}))
 	h, p := c.read(t)
 	if h.Type != wire.TypeShutdown {
 		t.Fatalf("the reply to a foreign frame is %s, want SHUTDOWN", h.Type)
 	}
 	sd, err := wire.DecodeShutdown(p)
-	want := fmt.Sprintf("protocol error: a CONTROL frame of session %d on the connection of session %d", rawSession+1, rawSession)
+	want := fmt.Sprintf("protocol error: a CONTROL frame of session %d on the connection of session %d", c.session+1, c.session)
 	if err != nil || sd.Reason != want {
 		t.Errorf("SHUTDOWN %q %v, want %q", sd.Reason, err, want)
 	}
