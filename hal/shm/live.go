@@ -80,6 +80,25 @@ func disown(s *Segment) {
 	live.mu.Unlock()
 }
 
+// Owned lists the names of the objects this process created that still
+// have them: its own leftovers, where the prefix's are shared with other
+// processes.
+func Owned() []string {
+	live.mu.Lock()
+	segs := make([]*Segment, 0, len(live.owned))
+	for s := range live.owned {
+		segs = append(segs, s)
+	}
+	live.mu.Unlock()
+	var names []string
+	for _, s := range segs {
+		s.mu.Lock()
+		names = append(names, s.Name)
+		s.mu.Unlock()
+	}
+	return names
+}
+
 // lockShared opens (creating it if need be) the lock object of p and
 // locks it shared. The object must be ours, like any object opened. A
 // process holding it exclusively is removing it; once it is done, the

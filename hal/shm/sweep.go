@@ -45,6 +45,17 @@ func prefixOf(name string) (string, bool) {
 	return name[:n], true
 }
 
+// SweepPrefix is SweepDead for the one prefix p: it removes p's objects
+// and then its lock object if no process holds the lock, and returns the
+// names removed. (A test ends a process it started under a prefix of its
+// own with it.)
+func SweepPrefix(p string) []string {
+	if !ValidPrefix(p) {
+		return nil
+	}
+	return sweepPrefix(p)
+}
+
 // sweepPrefix removes the objects of prefix p and its lock object if it
 // can take the lock exclusively; it returns the names removed.
 func sweepPrefix(p string) []string {
