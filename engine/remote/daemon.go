@@ -77,10 +77,11 @@ type Daemon struct {
 
 // dsession is a session process as its daemon sees it.
 type dsession struct {
-	slot  uint64
-	cmd   *exec.Cmd
-	link  *link
-	ended chan struct{} // closed once the process has ended and is forgotten
+	slot   uint64
+	cmd    *exec.Cmd
+	link   *link
+	prefix string        // the shm prefix of its objects, its own
+	ended  chan struct{} // closed once the process has ended and is forgotten
 }
 
 // linkRoute is one LINK_RESOLVE in flight: which session was asked, and
@@ -327,7 +328,8 @@ func (d *Daemon) startSession(conn net.Conn, start *wire.Link) (*dsession, error
 	s := &dsession{slot: d.slots, ended: make(chan struct{})}
 	d.mu.Unlock()
 	start.Slot = s.slot
-	cmd, l, err := d.spawn(conn)
+	s.prefix = shm.NewPrefix()
+	cmd, l, err := d.spawn(conn, s.prefix)
 	if err != nil {
 		return nil, err
 	}
@@ -343,8 +345,10 @@ func (d *Daemon) startSession(conn net.Conn, start *wire.Link) (*dsession, error
 	return s, nil
 }
 
-// spawn starts a session process with conn as fd 3 and a link as fd 4.
-func (d *Daemon) spawn(conn net.Conn) (*exec.Cmd, *link, error) {
+// spawn starts a session process with conn as fd 3 and a link as fd 4,
+// under the shm prefix given: its own, so that what it leaves if it is
+// killed is proven dead as soon as it is gone (serveLink sweeps it).
+func (d *Daemon) spawn(conn net.Conn, prefix string) (*exec.Cmd, *link, error) {
 	tc, ok := conn.(*net.TCPConn)
 	if !ok {
 		return nil, nil, fmt.Errorf("not a TCP connection")
@@ -363,9 +367,7 @@ func (d *Daemon) spawn(conn net.Conn) (*exec.Cmd, *link, error) {
 	cmd := exec.Command(ls.Path, ls.Args...)
 	cmd.ExtraFiles = []*os.File{f, theirs}
 	cmd.Stdout, cmd.Stderr = orStd(ls.Stdout, os.Stdout), orStd(ls.Stderr, os.Stderr)
-	if ls.Env != nil {
-		cmd.Env = append(os.Environ(), ls.Env...)
-	}
+	cmd.Env = append(append(os.Environ(), ls.Env...), shm.PrefixEnv+"="+prefix)
 	if err := cmd.Start(); err != nil {
 		l.close()
 		return nil, nil, err
@@ -408,9 +410,26 @@ func (d *Daemon) serveLink(s *dsession) {
 		}
 	}
 	s.link.close()
-	s.cmd.Wait()
+	exit := s.cmd.Wait()
+	if left := sweptObjects(s.prefix); len(left) > 0 && exit == nil {
+		fmt.Fprintf(d.cfg.Log, "simpler remote-l3-worker: session %d ended leaving shared memory %v; removed it\n", s.slot, left)
+	}
 	d.dropSession(s)
 	close(s.ended)
+}
+
+// sweptObjects removes what a session that has ended left under its
+// prefix (a killed one skips its cleanup) and returns the objects among
+// it. Processes it started that still hold the prefix's lock keep it all
+// for a later sweep.
+func sweptObjects(prefix string) []string {
+	var objects []string
+	for _, n := range shm.SweepPrefix(prefix) {
+		if n != shm.LockName(prefix) {
+			objects = append(objects, n)
+		}
+	}
+	return objects
 }
 
 func closeFD(fd int) {
@@ -535,7 +554,8 @@ func (d *Daemon) Close() error {
 // ServeSessionFD runs the session whose connection is file descriptor 3
 // and whose link to the daemon is descriptor 4 (how Daemon starts it).
 func ServeSessionFD(newResolver SourceResolver) error {
-	shm.SweepDead() // names under this pid left by an earlier process would collide
+	// No sweep: names carry no pid to collide with, the daemon swept at
+	// its start and sweeps each session's prefix once the session is gone.
 	l, err := fileLink(os.NewFile(4, "link"))
 	if err != nil {
 		return err
