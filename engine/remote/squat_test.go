@@ -176,3 +176,38 @@ echo "$n"`
 	}
 	t.Logf("another user made %d names in /dev/shm", made)
 }
+
+// A session killed with its buffers allocated skips its cleanup; the
+// daemon, once it has reaped it, sweeps the session's prefix (its lock is
+// free: proven dead), and serves the next client.
+func TestKilledSessionIsSwept(t *testing.T) {
+	d, addr := startDaemon(t)
+	w := remoteWorker(t, addr)
+	for range 4 {
+		must(w.RemoteMalloc(0, 4096))
+	}
+	d.mu.Lock()
+	var prefix string
+	for _, s := range d.sessions {
+		prefix = s.prefix
+	}
+	d.mu.Unlock()
+	if left, _ := shm.Leftovers(prefix); len(left) < 4 {
+		t.Fatalf("the session's objects: %v, want 4 buffers or more", left)
+	}
+	for _, p := range sessionProcs(d) {
+		p.Kill()
+	}
+	poll(t, "the killed session to be reaped", func() bool { return len(sessionProcs(d)) == 0 })
+	if left, _ := shm.Leftovers(prefix); len(left) > 0 {
+		t.Errorf("the killed session's objects are left: %v", left)
+	}
+	if _, err := os.Lstat("/dev/shm/" + shm.LockName(prefix)); err == nil {
+		t.Error("the killed session's lock is left")
+	}
+	w.Close()
+	w2 := remoteWorker(t, addr)
+	if _, err := w2.RemoteMalloc(0, 8); err != nil {
+		t.Fatalf("the next client: %v", err)
+	}
+}
