@@ -161,11 +161,11 @@ func ChildEnv() (string, error) {
 	return PrefixEnv + "=" + prefix, nil
 }
 
-// Finish removes the lock object of this process's prefix if this process
-// has no named object left and no other process holds the lock, and
-// drops this process's hold either way: the last act of a clean exit,
-// after which nothing of the prefix is left. A Create after it takes the
-// lock again.
+// Finish drops this process's hold on its prefix's lock if it has no
+// named object left; if no other process holds the lock either, it
+// removes what dead processes of the prefix left and then the lock (as
+// the sweep would): the last act of a clean exit, after which nothing of
+// the prefix is left. A Create after it takes the lock again.
 func Finish() {
 	live.mu.Lock()
 	defer live.mu.Unlock()
@@ -173,12 +173,11 @@ func Finish() {
 		return
 	}
 	// A failed conversion drops the shared lock too; this process has no
-	// names to keep alive, so that is what it wants anyway.
-	if unix.Flock(live.fd, unix.LOCK_EX|unix.LOCK_NB) == nil {
-		path := dir + "/" + lockName(prefix)
-		if named(live.fd, path) {
-			unix.Unlink(path)
-		}
+	// names to keep alive, so that is what it wants anyway. Removing the
+	// lock without what processes killed under the prefix left would
+	// leave those for good: without a lock, nothing proves them dead.
+	if unix.Flock(live.fd, unix.LOCK_EX|unix.LOCK_NB) == nil && named(live.fd, dir+"/"+lockName(prefix)) {
+		removeDead(prefix)
 	}
 	unix.Close(live.fd)
 	live.fd = -1

@@ -68,6 +68,14 @@ func sweepPrefix(p string) []string {
 	if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) != nil || !named(fd, dir+"/"+name) {
 		return nil // alive, or the lock was replaced while we opened it
 	}
+	return removeDead(p)
+}
+
+// removeDead removes the objects of prefix p and then its lock object; the
+// caller holds the lock exclusively, so they are dead and no process can
+// create under p meanwhile. It returns the names removed.
+func removeDead(p string) []string {
+	name := lockName(p)
 	names, err := Leftovers(p)
 	if err != nil {
 		return nil

@@ -285,3 +285,28 @@ func TestLockAndRemoveOwnWithAFamily(t *testing.T) {
 	}
 	s2.Close()
 }
+
+// What a process of the family left when it was killed is removed by the
+// last process to let go of the prefix (Finish): removing the lock alone
+// would leave those objects with nothing to prove them dead.
+func TestFinishRemovesWhatTheFamilyLeft(t *testing.T) {
+	if _, err := ChildEnv(); err != nil {
+		t.Fatal(err)
+	}
+	h := startHolder(t, Prefix(), "crash", false)
+	h.end()
+	for _, n := range h.names {
+		if !exists(n) {
+			t.Fatalf("the holder removed %s; it was to exit without cleaning up", n)
+		}
+	}
+	if removed, _ := SweepDead(); slices.ContainsFunc(removed, func(n string) bool { return strings.HasPrefix(n, Prefix()) }) {
+		t.Fatalf("the sweep removed objects of a prefix this process holds: %v", removed)
+	}
+	Finish()
+	for _, n := range append(h.names, LockName(Prefix())) {
+		if exists(n) {
+			t.Errorf("Finish left %s", n)
+		}
+	}
+}
