@@ -71,7 +71,8 @@ func startHolder(t *testing.T, p, mode string, pidns bool) *holder {
 		}
 		cmd = exec.Command("unshare", append(args, self...)...)
 	}
-	cmd.Env = append(os.Environ(), holderEnv+"="+mode, PrefixEnv+"="+p)
+	// GORACE: a race-enabled holder would otherwise linger a second at exit.
+	cmd.Env = append(os.Environ(), holderEnv+"="+mode, PrefixEnv+"="+p, "GORACE=atexit_sleep_ms=0")
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
