@@ -19,10 +19,11 @@ package shm
 
 import (
 	"errors"
-	"fmt"
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"simpler/kind"
 )
 
 const lockTag = "live"
@@ -120,18 +121,18 @@ func lockShared(p string) (int, error) {
 			if fd >= 0 {
 				unix.Close(fd)
 			}
-			return -1, fmt.Errorf("shm: the lock of %s: %w", p, err)
+			return -1, kind.Errorf(kind.RuntimeError, "shm: the lock of %s: %w", p, err)
 		}
 		if err := flock(fd, unix.LOCK_SH); err != nil {
 			unix.Close(fd)
-			return -1, fmt.Errorf("shm: locking %s: %w", name, err)
+			return -1, kind.Errorf(kind.RuntimeError, "shm: locking %s: %w", name, err)
 		}
 		if named(fd, path) {
 			return fd, nil
 		}
 		unix.Close(fd)
 	}
-	return -1, fmt.Errorf("shm: the lock of %s keeps being removed", p)
+	return -1, kind.Errorf(kind.RuntimeError, "shm: the lock of %s keeps being removed", p)
 }
 
 // flock is unix.Flock retried when a signal interrupts it.

@@ -39,6 +39,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"simpler/kind"
 )
 
 // dir is where POSIX shared-memory objects live on Linux.
@@ -144,10 +146,10 @@ func Create(tag string, size int) (*Segment, error) {
 // unpredictable.
 func CreateNamed(name string, size int) (*Segment, error) {
 	if !strings.HasPrefix(name, prefix) {
-		return nil, fmt.Errorf("shm: object name %q must start with this process's prefix %q", name, prefix)
+		return nil, kind.Errorf(kind.ValueError, "shm: object name %q must start with this process's prefix %q", name, prefix)
 	}
 	if name == lockName(prefix) {
-		return nil, fmt.Errorf("shm: object name %q is the prefix's lock", name)
+		return nil, kind.Errorf(kind.ValueError, "shm: object name %q is the prefix's lock", name)
 	}
 	return create(name, size)
 }
@@ -367,12 +369,12 @@ func (s *Segment) Rename(to string) error {
 		return err
 	}
 	if !strings.HasPrefix(to, prefix) || to == lockName(prefix) {
-		return fmt.Errorf("shm: rename %s to %s: not a name of this process's prefix %q", s.Name, to, prefix)
+		return kind.Errorf(kind.ValueError, "shm: rename %s to %s: not a name of this process's prefix %q", s.Name, to, prefix)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.owner || s.unlinked || s.closed {
-		return fmt.Errorf("shm: rename %s: not a live object of this process", s.Name)
+		return kind.Errorf(kind.RuntimeError, "shm: rename %s: not a live object of this process", s.Name)
 	}
 	from, target := dir+"/"+s.Name, dir+"/"+to
 	// RENAME_NOREPLACE: a plain rename would silently replace an object
@@ -388,7 +390,7 @@ func (s *Segment) Rename(to string) error {
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("shm: rename %s to %s: %w", s.Name, to, err)
+		return kind.Errorf(kind.RuntimeError, "shm: rename %s to %s: %w", s.Name, to, err)
 	}
 	s.Name = to
 	return nil

@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"simpler/kind"
 )
 
 func TestMain(m *testing.M) {
@@ -322,5 +324,45 @@ func TestReopenAndOpenFD(t *testing.T) {
 	}
 	if _, err := b.Reopen(); err == nil {
 		t.Fatal("Reopen of an opened (not created) segment succeeded")
+	}
+}
+
+// Rename moves an object this process made to a fresh name of its prefix
+// and no other: never over an existing object, never out of the prefix
+// (whose lock keeps it alive), never once it is unlinked.
+func TestRename(t *testing.T) {
+	a, err := Create("rename", 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := Create("rename", 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	to := Prefix() + "renamed-" + randomKey()
+	if err := a.Rename(to); err != nil || a.Name != to || !listed(t, to) {
+		t.Fatalf("Rename: %v; Name %q, listed %v", err, a.Name, listed(t, to))
+	}
+	if err := a.Rename(b.Name); !errors.Is(err, unix.EEXIST) || a.Name != to {
+		t.Errorf("Rename over another object = %v (Name %q)", err, a.Name)
+	}
+	for _, bad := range []string{NewPrefix() + "x", "simpler-x", LockName(Prefix())} {
+		if err := a.Rename(bad); kind.Of(err) != kind.ValueError || !strings.Contains(err.Error(), "not a name of this process's prefix") {
+			t.Errorf("Rename to %q = %v, want a ValueError", bad, err)
+		}
+	}
+	if _, err := CreateNamed(NewPrefix()+"x", 64); kind.Of(err) != kind.ValueError {
+		t.Errorf("CreateNamed out of the prefix = %v, want a ValueError", err)
+	}
+	if err := a.Unlink(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Rename(Prefix() + "again-" + randomKey()); err == nil {
+		t.Error("Rename after Unlink succeeded")
+	}
+	if slices.Contains(Owned(), a.Name) || !slices.Contains(Owned(), b.Name) {
+		t.Errorf("Owned() = %v after unlinking %s", Owned(), a.Name)
 	}
 }
