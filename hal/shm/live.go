@@ -109,7 +109,8 @@ func lockShared(p string) (int, error) {
 	path := dir + "/" + name
 	for tries := 0; tries < 100; tries++ {
 		fd, err := unix.Open(path, unix.O_CREAT|unix.O_EXCL|unix.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
-		if err == nil {
+		created := err == nil
+		if created {
 			err = unix.Fchmod(fd, 0o600) // the umask may have taken bits away
 		} else if errors.Is(err, unix.EEXIST) {
 			fd, _, err = openChecked(name)
@@ -117,15 +118,17 @@ func lockShared(p string) (int, error) {
 				continue // removed between the two opens
 			}
 		}
+		if err == nil {
+			err = flock(fd, unix.LOCK_SH)
+		}
 		if err != nil {
+			if created {
+				unix.Unlink(path) // a refusal leaves nothing behind
+			}
 			if fd >= 0 {
 				unix.Close(fd)
 			}
 			return -1, kind.Errorf(kind.RuntimeError, "shm: the lock of %s: %w", p, err)
-		}
-		if err := flock(fd, unix.LOCK_SH); err != nil {
-			unix.Close(fd)
-			return -1, kind.Errorf(kind.RuntimeError, "shm: locking %s: %w", name, err)
 		}
 		if named(fd, path) {
 			return fd, nil

@@ -58,7 +58,7 @@ type holder struct {
 
 // startHolder runs a holder under prefix p, in a pid namespace of its own
 // if pidns (as root, a plain "unshare --pid"; otherwise inside a user
-// namespace too, which maps this user). It returns once the holder has
+// namespace too, whose root is this user). It returns once the holder has
 // made its objects; cleanup ends it.
 func startHolder(t *testing.T, p, mode string, pidns bool) *holder {
 	t.Helper()
@@ -67,7 +67,7 @@ func startHolder(t *testing.T, p, mode string, pidns bool) *holder {
 	if pidns {
 		args := []string{"--pid", "--fork", "--kill-child"}
 		if os.Geteuid() != 0 {
-			args = append([]string{"--user", "--map-current-user"}, args...)
+			args = append([]string{"--user", "--map-root-user"}, args...)
 		}
 		cmd = exec.Command("unshare", append(args, self...)...)
 	}
@@ -309,5 +309,36 @@ func TestFinishRemovesWhatTheFamilyLeft(t *testing.T) {
 		if exists(n) {
 			t.Errorf("Finish left %s", n)
 		}
+	}
+}
+
+// A lock object another user made under a prefix is not this user's lock:
+// a process under that prefix refuses to create (it could not prove its
+// objects alive) and leaves nothing behind.
+func TestCreateRefusesAnotherUsersLock(t *testing.T) {
+	p := NewPrefix()
+	lock := dir + "/" + LockName(p)
+	if err := os.WriteFile(lock, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(lock)
+	if os.Geteuid() == 0 {
+		if err := os.Chown(lock, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		if err := os.Chmod(lock, 0o644); err != nil { // not 0600: refused as another's would be
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), holderEnv+"=crash", PrefixEnv+"="+p, "GORACE=atexit_sleep_ms=0")
+	cmd.Stdin = strings.NewReader("")
+	out, err := cmd.Output()
+	if err == nil || !strings.HasPrefix(string(out), "error RuntimeError: shm: the lock of "+p) || !strings.Contains(string(out), ErrNotOurs.Error()) {
+		t.Errorf("a holder under a squatted lock: %v, said %q", err, out)
+	}
+	if left, _ := Leftovers(p); len(left) > 0 {
+		t.Errorf("the refused creates left %v", left)
 	}
 }
