@@ -7,8 +7,9 @@
 // where daemons keep their tokens and sockets.
 //
 // Every process the tests start inherits this process's shared-memory
-// prefix (hal/shm's PrefixEnv), unless a test gives it another: child
-// workers, daemons and their sessions, the simpler binary. So the objects
+// prefix (hal/shm's PrefixEnv), unless it is given another: child
+// workers, daemons, the simpler binary. (A daemon gives each session a
+// prefix of its own, and sweeps it when the session ends.) So the objects
 // they leave are this binary's leftovers too, and the prefix's lock, which
 // each of them holds while it may have objects, is gone at the end only if
 // none of them is still running.
