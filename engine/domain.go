@@ -250,7 +250,7 @@ func (w *Worker) allocateRanks(d *Domain) error {
 		return Wrap(err, "allocate_domain")
 	}
 	req := comm.Request{Namespace: w.namespace, AllocationID: d.allocationID, Name: d.spec.Name,
-		Ranks: len(d.spec.Workers), WindowSize: d.spec.WindowSize, Timeout: CommTimeout}
+		Ranks: len(d.spec.Workers), WindowSize: d.spec.WindowSize, Timeout: CommTimeout, Key: comm.NewKey()}
 	if d.spec.TaskOnly {
 		return w.allocateWarm(d, req)
 	}

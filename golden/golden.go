@@ -177,7 +177,9 @@ func (r *Runner) Run(script string) (res Result, leaks []string, err error) {
 	}
 	cmd := exec.CommandContext(ctx, r.Binary, args...)
 	cmd.Dir = filepath.Dir(script)
-	cmd.Env = append(append(os.Environ(), "NO_COLOR=1", "SIMPLER_PLATFORM="), r.Env...)
+	// A shm prefix of its own, so that what it leaves is found by name.
+	prefix := shm.NewPrefix()
+	cmd.Env = append(append(os.Environ(), "NO_COLOR=1", "SIMPLER_PLATFORM="), append(r.Env, shm.PrefixEnv+"="+prefix)...)
 	// Its own process group, so that a timeout also stops any child
 	// processes the script started.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -187,13 +189,10 @@ func (r *Runner) Run(script string) (res Result, leaks []string, err error) {
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	runErr := cmd.Run()
 	if cmd.Process != nil {
-		prefix := fmt.Sprintf("simpler-%d-", cmd.Process.Pid)
-		if left, _ := shm.Leftovers(prefix); len(left) > 0 {
-			leaks = left
-			for _, name := range left {
-				os.Remove("/dev/shm/" + name)
-			}
-		}
+		leaks, _ = shm.Leftovers(prefix)
+		// Removed once proven dead: the process and those it started
+		// have let go of the prefix's lock.
+		shm.SweepPrefix(prefix)
 	}
 	res = Result{Stdout: Normalize(stdout.String()), Stderr: Normalize(stderr.String())}
 	var exit *exec.ExitError

@@ -130,6 +130,7 @@ type CommAlloc struct {
 	WindowSize   int           // ≤ MaxBufferBytes
 	Timeout      time.Duration // of the allocation barrier
 	Rank         int           // this child's rank, ≤ MaxCommRanks
+	Key          string        // the allocation's random key, part of every name (≤ MaxName)
 }
 
 func (c *CommAlloc) encode(e *Encoder) {
@@ -140,11 +141,12 @@ func (c *CommAlloc) encode(e *Encoder) {
 	e.Int(c.WindowSize)
 	e.I64(int64(c.Timeout))
 	e.Int(c.Rank)
+	e.String(c.Key)
 }
 
 func decodeCommAlloc(d *Decoder) CommAlloc {
 	return CommAlloc{Namespace: d.StringMax(MaxName), AllocationID: d.U64(), Name: d.String(),
-		Ranks: d.Int(MaxCommRanks), WindowSize: d.Int(MaxBufferBytes), Timeout: time.Duration(d.I64()), Rank: d.Int(MaxCommRanks)}
+		Ranks: d.Int(MaxCommRanks), WindowSize: d.Int(MaxBufferBytes), Timeout: time.Duration(d.I64()), Rank: d.Int(MaxCommRanks), Key: d.StringMax(MaxName)}
 }
 
 // The steps of OpGlobalRank: a level-3 node whose chips are processes runs

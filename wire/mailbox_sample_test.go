@@ -140,7 +140,7 @@ func mailboxSamples() []sample {
 		{"control/check", &MailboxControl{Op: OpCheck, Ptr: 0x1000_0000_0000, Size: 16}, decMailboxControl},
 		{"control/copy-in", &MailboxControl{Op: OpCopyIn, Ptr: 0x1000_0000_0000, Host: ref, Size: 4096 - 64}, decMailboxControl},
 		{"control/copy-out", &MailboxControl{Op: OpCopyOut, Ptr: 0x1000_0000_0200, Host: ref, Size: 1}, decMailboxControl},
-		{"control/comm-alloc", &MailboxControl{Op: OpCommAlloc, Comm: CommAlloc{Namespace: "w", AllocationID: 7, Name: "d", Ranks: 4, WindowSize: 1 << 20, Timeout: time.Second, Rank: 3}}, decMailboxControl},
+		{"control/comm-alloc", &MailboxControl{Op: OpCommAlloc, Comm: CommAlloc{Namespace: "w", AllocationID: 7, Name: "d", Ranks: 4, WindowSize: 1 << 20, Timeout: time.Second, Rank: 3, Key: "00112233445566778899aabbccddeeff"}}, decMailboxControl},
 		{"control/comm-release", &MailboxControl{Op: OpCommRelease, Ptr: 7}, decMailboxControl},
 		{"control/global-commit", &MailboxControl{Op: OpGlobal, Global: Control{Cmd: CmdCommit, Domain: dom}}, decMailboxControl},
 		{"control/global-stage-from", &MailboxControl{Op: OpGlobal, Global: Control{Cmd: CmdStageFrom, Domain: dom, Rank: 1, Offset: 64, NBytes: 8}}, decMailboxControl},

@@ -26,16 +26,19 @@ const asCLI = "SIMPLER_TEST_AS_CLI"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(asCLI) == "1" {
-		os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr))
+		code := Main(os.Args[1:], os.Stdout, os.Stderr)
+		shm.Finish() // as main does
+		os.Exit(code)
 	}
 	leakcheck.Main(m) // which counts os/signal's goroutine (`simpler test` watches SIGINT) in its baseline
 }
 
 // cliEnv is the environment of a child run as the CLI (with mpirun's
-// consent to run as root, for the worker groups it starts: mpitest.Env).
+// consent to run as root, for the worker groups it starts: mpitest.Env),
+// under a shm prefix of its own, which checkNoShm finds in it.
 func cliEnv(extra ...string) []string {
 	env := append(append(os.Environ(), asCLI+"=1", "SIMPLER_PLATFORM="), mpitest.Env()...)
-	return append(env, extra...)
+	return append(append(env, shm.PrefixEnv+"="+shm.NewPrefix()), extra...)
 }
 
 // writeFiles writes name → contents under dir.
@@ -52,16 +55,26 @@ func writeFiles(t *testing.T, dir string, files map[string]string) {
 	}
 }
 
-// checkNoShm fails if the process pid left shared memory behind.
-func checkNoShm(t *testing.T, pid int) {
+// checkNoShm fails if the process that ran with env (cliEnv's) left
+// shared memory behind, or its prefix's lock: a clean exit leaves nothing.
+func checkNoShm(t *testing.T, env []string) {
 	t.Helper()
-	prefix := fmt.Sprintf("simpler-%d-", pid)
-	if left, _ := shm.Leftovers(prefix); len(left) > 0 {
-		t.Errorf("process %d left shared-memory objects behind: %v", pid, left)
-		for _, name := range left {
-			os.Remove("/dev/shm/" + name)
+	prefix := ""
+	for _, kv := range env {
+		if p, ok := strings.CutPrefix(kv, shm.PrefixEnv+"="); ok {
+			prefix = p
 		}
 	}
+	if prefix == "" {
+		t.Fatal("checkNoShm: the process had no prefix of its own (cliEnv gives one)")
+	}
+	if left, _ := shm.Leftovers(prefix); len(left) > 0 {
+		t.Errorf("the process left shared-memory objects behind: %v", left)
+	}
+	if _, err := os.Lstat("/dev/shm/" + shm.LockName(prefix)); err == nil {
+		t.Errorf("the process left its prefix's lock behind")
+	}
+	shm.SweepPrefix(prefix)
 }
 
 // ptyChild is a child process whose stdin, stdout and stderr are the

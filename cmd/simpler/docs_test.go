@@ -120,7 +120,7 @@ func runDocCommand(t *testing.T, dir string, args []string, stdin string) string
 			t.Fatalf("running simpler %v: %v", args, err)
 		}
 	}
-	checkNoShm(t, cmd.Process.Pid)
+	checkNoShm(t, cmd.Env)
 	return out.String()
 }
 

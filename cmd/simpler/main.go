@@ -22,13 +22,16 @@ import (
 	"strings"
 
 	"simpler/bench"
+	"simpler/hal/shm"
 )
 
 // Version is the release of this build.
 const Version = "0.1.0"
 
 func main() {
-	os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr))
+	code := Main(os.Args[1:], os.Stdout, os.Stderr)
+	shm.Finish() // the prefix's lock: a clean exit leaves nothing in /dev/shm
+	os.Exit(code)
 }
 
 // Main runs the CLI with args and returns the exit code: 0 on success

@@ -28,7 +28,7 @@ func runChild(t *testing.T, dir string, args ...string) (code int, stdout, stder
 	if _, ok := err.(*exec.ExitError); err != nil && !ok {
 		t.Fatalf("simpler %v: %v", args, err)
 	}
-	checkNoShm(t, cmd.Process.Pid)
+	checkNoShm(t, cmd.Env)
 	return cmd.ProcessState.ExitCode(), out.String(), errb.String()
 }
 

@@ -117,5 +117,5 @@ def main(ctx):
 		t.Fatalf("output:\n%s", out)
 	}
 	t.Logf("script output:\n%s", out)
-	checkNoShm(t, run.Process.Pid)
+	checkNoShm(t, run.Env)
 }

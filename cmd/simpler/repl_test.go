@@ -48,7 +48,7 @@ func TestReplTabCompletesAttributes(t *testing.T) {
 	if code := p.wait(); code != 0 {
 		t.Errorf("exit code %d; output:\n%s", code, p.output())
 	}
-	checkNoShm(t, p.cmd.Process.Pid)
+	checkNoShm(t, p.cmd.Env)
 	hist, err := os.ReadFile(filepath.Join(state, "simpler", "history"))
 	if err != nil {
 		t.Fatalf("no history file: %v", err)
@@ -95,7 +95,7 @@ func TestReplDomainsAfterAllocation(t *testing.T) {
 	if code := p.wait(); code != 0 {
 		t.Errorf("exit code %d; output:\n%s", code, p.output())
 	}
-	checkNoShm(t, p.cmd.Process.Pid)
+	checkNoShm(t, p.cmd.Env)
 }
 
 func TestReplCtrlCCancelsTheStatement(t *testing.T) {
@@ -122,7 +122,7 @@ func TestReplCtrlCCancelsTheStatement(t *testing.T) {
 	if code := p.wait(); code != 0 {
 		t.Errorf("exit code %d; the REPL did not survive Ctrl-C; output:\n%s", code, p.output())
 	}
-	checkNoShm(t, p.cmd.Process.Pid)
+	checkNoShm(t, p.cmd.Env)
 }
 
 // TestReplPiped drives the REPL through a pipe: no prompts, the same
@@ -162,7 +162,7 @@ for i in range(2):
 	if code := cmd.ProcessState.ExitCode(); code != 1 { // statements failed: a replayed session fails
 		t.Fatalf("exit code %d (%v), want 1\nstderr:\n%s", code, err, stderr.String())
 	}
-	checkNoShm(t, cmd.Process.Pid)
+	checkNoShm(t, cmd.Env)
 	wantOut := []string{
 		"CallableHandle(double, sha256:",
 		"[0.0, 2.0, 4.0, 6.0]",
@@ -259,7 +259,7 @@ func TestReplPipedExitCode(t *testing.T) {
 		if code := cmd.ProcessState.ExitCode(); code != c.code || stdout.String() != c.out {
 			t.Errorf("%q: exit %d, stdout %q; want %d, %q\nstderr:\n%s", c.input, code, stdout.String(), c.code, c.out, stderr.String())
 		}
-		checkNoShm(t, cmd.Process.Pid)
+		checkNoShm(t, cmd.Env)
 	}
 }
 
@@ -363,7 +363,7 @@ func TestReplCtrlCCancelsTheStatementsRun(t *testing.T) {
 			if out := p.output(); strings.Contains(out, "Traceback") || strings.Contains(out, "signal: interrupt") {
 				t.Errorf("an error besides the cancel lines:\n%s", out)
 			}
-			checkNoShm(t, p.cmd.Process.Pid)
+			checkNoShm(t, p.cmd.Env)
 		})
 	}
 }
@@ -394,7 +394,7 @@ func TestReplSIGINTCancelsAPipedStatement(t *testing.T) {
 	if code := cmd.ProcessState.ExitCode(); code != 1 || !strings.Contains(stderr.String(), "cancelled: run 1 (1 task pending)\n") {
 		t.Errorf("exit %d, stderr:\n%s", code, stderr.String())
 	}
-	checkNoShm(t, cmd.Process.Pid)
+	checkNoShm(t, cmd.Env)
 }
 
 // readUntil reads lines from r until one contains want.
@@ -448,7 +448,7 @@ w.register(scale)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.Run()
-	checkNoShm(t, cmd.Process.Pid)
+	checkNoShm(t, cmd.Env)
 	got := regexp.MustCompile(`sha256:[0-9a-f]{12}`).ReplaceAllString(stdout.String(), "sha256:X")
 	want := "CallableHandle(add, sha256:X...)\n[2.0, 4.0]\nCallableHandle(triple, sha256:X...)\n[3.0, 6.0]\nCallableHandle(stage_window, sha256:X...)\n"
 	if got != want {

@@ -80,7 +80,7 @@ func TestRunInterrupted(t *testing.T) {
 		if el := time.Since(start); el > 10*time.Second {
 			t.Errorf("%v: exited %v after the signal", c.sig, el)
 		}
-		checkNoShm(t, run.Process.Pid)
+		checkNoShm(t, run.Env)
 		for _, k := range kids {
 			if syscall.Kill(k, 0) == nil {
 				t.Errorf("%v: child %d still runs", c.sig, k)

@@ -72,7 +72,8 @@ type child struct {
 // hidden subcommand calls it). newResolver turns the parent's bundle into
 // a Resolver.
 func RunChild(name string, newResolver func(bundle []byte) (engine.Resolver, error)) error {
-	shm.SweepDead() // names under this pid left by an earlier process would collide
+	// No sweep: names carry no pid an earlier process could have left
+	// objects under, and the process that started the tree sweeps.
 	mb, err := openMailbox(name)
 	if err != nil {
 		return err
@@ -139,6 +140,11 @@ func (c *child) init(req []byte, newResolver func([]byte) (engine.Resolver, erro
 		return err
 	}
 	c.role, c.workerID, c.prefix = m.Role, m.WorkerID, m.Prefix
+	if c.prefix != shm.Prefix() {
+		// Its domains' objects are created under the parent's prefix,
+		// which this process's lock must cover (spawn passes it on).
+		return engine.Errorf(engine.RuntimeError, "the child's shm prefix %q is not its parent's %q (was %s dropped from its environment?)", shm.Prefix(), c.prefix, shm.PrefixEnv)
+	}
 	switch c.role {
 	case roleChip:
 		if c.chip, err = openChip(m.Platform, m.Device); err != nil {
@@ -351,7 +357,7 @@ func (c *child) chipControl(r *wire.MailboxControl) ([]byte, error) {
 // parent's prefix.
 func (c *child) commAlloc(a *wire.CommAlloc) ([]byte, error) {
 	req := comm.Request{Namespace: a.Namespace, AllocationID: a.AllocationID, Name: a.Name, Ranks: a.Ranks,
-		WindowSize: a.WindowSize, Timeout: a.Timeout, Prefix: c.prefix}
+		WindowSize: a.WindowSize, Timeout: a.Timeout, Prefix: c.prefix, Key: a.Key}
 	rank, err := comm.Allocate(req, a.Rank, c.chip)
 	if err != nil {
 		return nil, err

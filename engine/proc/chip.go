@@ -95,7 +95,7 @@ func (c *chip) commAlloc(req comm.Request, rank int) (engine.DomainRank, error) 
 	// The child's own barrier timeout comes first, so its answer (which
 	// ranks never arrived) is the error, not a bare "no answer".
 	cr := wire.MailboxControl{Op: opCommAlloc, Comm: wire.CommAlloc{Namespace: req.Namespace, AllocationID: req.AllocationID,
-		Name: req.Name, Ranks: req.Ranks, WindowSize: req.WindowSize, Timeout: req.Timeout, Rank: rank}}
+		Name: req.Name, Ranks: req.Ranks, WindowSize: req.WindowSize, Timeout: req.Timeout, Rank: rank, Key: req.Key}}
 	d, err := c.p.controlWithin(req.Timeout+5*time.Second, cr.Encode)
 	if err != nil {
 		return engine.DomainRank{}, err

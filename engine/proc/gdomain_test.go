@@ -75,20 +75,18 @@ func fourRanks(retain bool) engine.GlobalSpec {
 }
 
 // gdomNames lists the windows and headers of global domains that exist
-// under this process's prefix and its node processes' (where the chips
-// of a process-mode node put them).
+// under this process's prefix, which its node processes and their chips
+// share (the chips of a process-mode node put them there).
 func gdomNames(t *testing.T, tr *tree) []string {
 	t.Helper()
+	names, err := shm.Leftovers(shm.Prefix())
+	if err != nil {
+		t.Fatal(err)
+	}
 	var out []string
-	for _, prefix := range append([]string{shm.Prefix()}, tr.nodes.pidPrefixes()...) {
-		names, err := shm.Leftovers(prefix)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, n := range names {
-			if strings.Contains(n, "-gdom-") {
-				out = append(out, n)
-			}
+	for _, n := range names {
+		if strings.Contains(n, "-gdom-") {
+			out = append(out, n)
 		}
 	}
 	return out
@@ -284,19 +282,17 @@ func TestGlobalDomainChipProcessDies(t *testing.T) {
 	}
 }
 
-// nodeObjects counts the shared-memory objects the node processes hold
-// beyond their base (a committed rank holds its window and header).
+// nodeObjects counts the shared-memory objects the processes this one
+// started hold beyond their base (a committed rank holds its window and
+// header): they share this process's prefix, and what this process made
+// itself is not theirs.
 func nodeObjects(t *testing.T, tr *tree) int {
 	t.Helper()
-	n := 0
-	for _, prefix := range tr.nodes.pidPrefixes() {
-		objs, err := shm.Leftovers(prefix)
-		if err != nil {
-			t.Fatal(err)
-		}
-		n += len(objs)
+	objs, err := shm.Leftovers(shm.Prefix())
+	if err != nil {
+		t.Fatal(err)
 	}
-	return n
+	return len(objs) - len(shm.Owned())
 }
 
 // Process-mode local nodes serve the same transaction and staging through

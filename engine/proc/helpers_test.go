@@ -176,16 +176,6 @@ func (l *spawnLog) get(t *testing.T, name string) *process {
 	return p
 }
 
-// pidPrefixes are the shared-memory name prefixes of the processes in l
-// (what each creates is named under its pid).
-func (l *spawnLog) pidPrefixes() []string {
-	var out []string
-	for _, p := range l.all() {
-		out = append(out, fmt.Sprintf("simpler-%d-", p.pid()))
-	}
-	return out
-}
-
 func sim(t testing.TB) hal.Platform {
 	t.Helper()
 	p, err := hal.Lookup("a2a3sim")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -235,7 +236,10 @@ func runOrphanParent() int {
 func TestOrphanChildrenEnd(t *testing.T) {
 	exe, _ := os.Executable()
 	parent := exec.Command(exe, "-test.run=^$")
-	parent.Env = append(os.Environ(), orphanEnv+"=1")
+	// A prefix of its own: what the killed parent leaves is not this
+	// binary's to answer for, but the sweep's to remove.
+	prefix := shm.NewPrefix()
+	parent.Env = append(os.Environ(), orphanEnv+"=1", shm.PrefixEnv+"="+prefix)
 	out, _ := parent.StdoutPipe()
 	parent.Stderr = os.Stderr
 	if err := parent.Start(); err != nil {
@@ -275,11 +279,16 @@ func TestOrphanChildrenEnd(t *testing.T) {
 		}
 	}
 	t.Logf("the children ended %v after their parent", time.Since(start))
-	// The killed parent could not unlink its mailboxes; a later process's
-	// sweep would (shm.SweepDead). This test removes them itself.
-	left, _ := shm.Leftovers(fmt.Sprintf("simpler-%d-", parent.Process.Pid))
-	for _, n := range left {
-		os.Remove("/dev/shm/" + n)
+	// The killed parent could not unlink its mailboxes; with the parent
+	// and its children gone, nothing holds the prefix's lock, and the
+	// sweep proves them dead and removes them.
+	left, _ := shm.Leftovers(prefix)
+	if len(left) == 0 {
+		t.Error("the killed parent left no mailboxes: this test no longer shows the sweep")
+	}
+	removed := shm.SweepPrefix(prefix)
+	if after, _ := shm.Leftovers(prefix); len(after) > 0 || !slices.Contains(removed, shm.LockName(prefix)) {
+		t.Errorf("the sweep of the dead parent's prefix removed %v and left %v", removed, after)
 	}
 }
 

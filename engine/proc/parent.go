@@ -76,7 +76,12 @@ func (p *process) spawn(deadline time.Time) error {
 	l := p.launch
 	cmd := exec.Command(l.Path, append(append([]string(nil), l.Args...), mb.seg.Name)...)
 	cmd.Stdout, cmd.Stderr = orStd(l.Stdout, os.Stdout), orStd(l.Stderr, os.Stderr)
-	cmd.Env = append(childEnviron(), l.Env...)
+	prefix, err := shm.ChildEnv()
+	if err != nil {
+		mb.seg.Close()
+		return engine.Errorf(engine.RuntimeError, "%s: %v", p.name, err)
+	}
+	cmd.Env = append(append(childEnviron(), l.Env...), prefix)
 	if err := cmd.Start(); err != nil {
 		mb.seg.Close()
 		return engine.Errorf(engine.RuntimeError, "%s: cannot start a child process: %v", p.name, err)
@@ -209,10 +214,13 @@ func (p *process) Register(c engine.Callable) error {
 }
 
 // childEnviron is this process's environment for a child, with only the
-// fault points a child may fire itself (fault.Inherited).
+// fault points a child may fire itself (fault.Inherited). The shm prefix
+// is set apart (spawn): a child creates its domains' objects under its
+// parent's prefix and holds its lock, so it shares that prefix for all it
+// creates, and nothing an inherited variable says can change that.
 func childEnviron() []string {
 	env := slices.DeleteFunc(os.Environ(), func(kv string) bool {
-		return strings.HasPrefix(kv, fault.Env+"=")
+		return strings.HasPrefix(kv, fault.Env+"=") || strings.HasPrefix(kv, shm.PrefixEnv+"=")
 	})
 	if spec := fault.Inherited(os.Getenv(fault.Env)); spec != "" {
 		env = append(env, fault.Env+"="+spec)

@@ -111,12 +111,13 @@ type Daemon struct {
 
 // dsession is a session process as its daemon sees it.
 type dsession struct {
-	slot  uint64
-	id    uint64 // the session id its parent chose
-	cmd   *exec.Cmd
-	link  *link
-	out   *sessionOutput
-	ended chan struct{} // closed once the process has ended and is forgotten
+	slot   uint64
+	id     uint64 // the session id its parent chose
+	cmd    *exec.Cmd
+	link   *link
+	out    *sessionOutput
+	prefix string        // the shm prefix of its objects, its own
+	ended  chan struct{} // closed once the process has ended and is forgotten
 }
 
 // linkRoute is one LINK_RESOLVE in flight: which session was asked, and
@@ -394,7 +395,8 @@ func (d *Daemon) startSession(conn net.Conn, start *wire.Link) (*dsession, error
 		return nil, refuse(conn, wire.Header{Version: wire.ProtocolVersion, Session: start.Session, Worker: start.Worker}, err)
 	}
 	start.Slot = s.slot
-	cmd, l, out, err := d.spawn(conn, start.Session)
+	s.prefix = shm.NewPrefix()
+	cmd, l, out, err := d.spawn(conn, start.Session, s.prefix)
 	if err != nil {
 		d.unreserve(s)
 		return nil, refuse(conn, wire.Header{Version: wire.ProtocolVersion, Session: start.Session, Worker: start.Worker},
@@ -446,8 +448,10 @@ func (d *Daemon) unreserve(s *dsession) {
 }
 
 // spawn starts a session process with conn as fd 3, a link as fd 4 and
-// the memory ledger as fd 5, its stdout and stderr pipes the daemon reads.
-func (d *Daemon) spawn(conn net.Conn, session uint64) (*exec.Cmd, *link, *sessionOutput, error) {
+// the memory ledger as fd 5, its stdout and stderr pipes the daemon reads,
+// under the shm prefix given: its own, so that what it leaves if it is
+// killed is proven dead as soon as it is gone (serveLink sweeps it).
+func (d *Daemon) spawn(conn net.Conn, session uint64, prefix string) (*exec.Cmd, *link, *sessionOutput, error) {
 	tc, ok := conn.(*net.TCPConn)
 	if !ok {
 		return nil, nil, nil, fmt.Errorf("not a TCP connection")
@@ -473,9 +477,7 @@ func (d *Daemon) spawn(conn net.Conn, session uint64) (*exec.Cmd, *link, *sessio
 	cmd := exec.Command(ls.Path, ls.Args...)
 	cmd.ExtraFiles = []*os.File{f, theirs, d.memFile} // fds 3, 4 and ledgerFD
 	cmd.Stdout, cmd.Stderr = stdout, stderr
-	if ls.Env != nil {
-		cmd.Env = append(os.Environ(), ls.Env...)
-	}
+	cmd.Env = append(append(os.Environ(), ls.Env...), shm.PrefixEnv+"="+prefix)
 	if err := cmd.Start(); err != nil {
 		l.close()
 		out.finish(0)
@@ -519,11 +521,28 @@ func (d *Daemon) serveLink(s *dsession) {
 		}
 	}
 	s.link.close()
-	s.cmd.Wait()
+	exit := s.cmd.Wait()
 	d.mem.settle(s.slot) // its bytes come back however it ended
 	s.out.finish(outputGrace)
+	if left := sweptObjects(s.prefix); len(left) > 0 && exit == nil {
+		fmt.Fprintf(d.cfg.Log, "simpler remote-l3-worker: session %d ended leaving shared memory %v; removed it\n", s.slot, left)
+	}
 	d.dropSession(s)
 	close(s.ended)
+}
+
+// sweptObjects removes what a session that has ended left under its
+// prefix (a killed one skips its cleanup) and returns the objects among
+// it. Processes it started that still hold the prefix's lock keep it all
+// for a later sweep.
+func sweptObjects(prefix string) []string {
+	var objects []string
+	for _, n := range shm.SweepPrefix(prefix) {
+		if n != shm.LockName(prefix) {
+			objects = append(objects, n)
+		}
+	}
+	return objects
 }
 
 func closeFD(fd int) {
@@ -656,7 +675,8 @@ func (d *Daemon) closeLedger() {
 // whose link to the daemon is descriptor 4 and whose daemon's memory
 // ledger is descriptor 5 (how Daemon starts it).
 func ServeSessionFD(newResolver SourceResolver) error {
-	shm.SweepDead() // names under this pid left by an earlier process would collide
+	// No sweep: names carry no pid to collide with, the daemon swept at
+	// its start and sweeps each session's prefix once the session is gone.
 	mem, err := openLedger(os.NewFile(ledgerFD, "ledger"))
 	if err != nil {
 		return err

@@ -73,7 +73,9 @@ func (s *session) malloc(n uint64, r *wire.ControlReply) error {
 	if err != nil {
 		return err
 	}
-	seg, err := shm.Create("rbuf", int(n)) // n ≤ wire.MaxBufferBytes
+	// n ≤ wire.MaxBufferBytes. The name carries random bits (hal/shm):
+	// nobody can take it first, and it never leaves this session.
+	seg, err := shm.Create("rbuf", int(n))
 	if err != nil {
 		s.release(n)
 		return engine.Errorf(engine.RuntimeError, "REMOTE_MALLOC of %d bytes: %v", n, err)

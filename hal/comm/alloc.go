@@ -1,6 +1,8 @@
 package comm
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -31,6 +33,22 @@ type Request struct {
 	// process. Ranks in child processes pass their parent's prefix so
 	// that all ranks agree on the names and the parent can find leftovers.
 	Prefix string
+	// Key is 128 random bits (NewKey) drawn by whoever makes the request,
+	// part of every name, so that nobody can tell an allocation's names
+	// from the names listed so far and take one first: the prefix is
+	// visible once a process has made any object, and the namespace and
+	// allocation id are a counter.
+	Key string
+}
+
+// keyLen is the length of a Request's key: 128 bits in hex.
+const keyLen = 32
+
+// NewKey draws a Request's key.
+func NewKey() string {
+	var b [keyLen / 2]byte
+	rand.Read(b[:]) // crypto/rand does not fail on Linux
+	return hex.EncodeToString(b[:])
 }
 
 func (q *Request) prefix() string {
@@ -40,10 +58,11 @@ func (q *Request) prefix() string {
 	return shm.Prefix()
 }
 
-// objectName is <prefix>dom-<namespace>-<allocation id>-<suffix>. (Plain
-// concatenation: names are made on every allocation, fmt is slower.)
+// objectName is <prefix>dom-<namespace>-<allocation id>-<key>-<suffix>.
+// (Plain concatenation: names are made on every allocation, fmt is
+// slower.)
 func (q *Request) objectName(suffix string) string {
-	return q.prefix() + "dom-" + q.Namespace + "-" + strconv.FormatUint(q.AllocationID, 10) + "-" + suffix
+	return q.prefix() + "dom-" + q.Namespace + "-" + strconv.FormatUint(q.AllocationID, 10) + "-" + q.Key + "-" + suffix
 }
 
 func (q *Request) windowName(rank int) string { return q.objectName("r" + strconv.Itoa(rank)) }
@@ -71,6 +90,8 @@ func (q *Request) check(rank int, chip hal.Chip) error {
 		return kind.Errorf(kind.ValueError, "%s: bad namespace %q", q.what(), q.Namespace)
 	case q.WindowSize <= 0:
 		return kind.Errorf(kind.ValueError, "%s: window size must be > 0, got %d", q.what(), q.WindowSize)
+	case len(q.Key) != keyLen || !lowerHex(q.Key):
+		return kind.Errorf(kind.ValueError, "%s: the key must be %d lowercase hex digits (NewKey), got %q", q.what(), keyLen, q.Key)
 	}
 	return nil
 }

@@ -5,7 +5,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -345,6 +347,9 @@ func TestAllocateBadRequest(t *testing.T) {
 		{func(q *Request) { q.Timeout = 0 }, 0, "ValueError: comm: allocating domain " + dom + ": timeout must be > 0, got 0s"},
 		{func(q *Request) { q.Namespace = "a/b" }, 0, "ValueError: comm: allocating domain " + dom + `: bad namespace "a/b"`},
 		{func(q *Request) { q.Prefix = "other-" }, 0, "ValueError: comm: allocating domain " + dom + `: name prefix "other-" must start with "simpler-" and contain no "/"`},
+		{func(q *Request) { q.Key = "" }, 0, "ValueError: comm: allocating domain " + dom + `: the key must be 32 lowercase hex digits (NewKey), got ""`},
+		{func(q *Request) { q.Key = strings.ToUpper(q.Key) }, 0, "ValueError: comm: allocating domain " + dom + ": the key must be 32 lowercase hex digits (NewKey), got " + strconv.Quote(strings.ToUpper(ok.Key))},
+		{func(q *Request) { q.Key = "0123" }, 0, "ValueError: comm: allocating domain " + dom + `: the key must be 32 lowercase hex digits (NewKey), got "0123"`},
 	} {
 		q := ok
 		tc.edit(&q)
@@ -416,5 +421,55 @@ func TestReleaseRetiresWindowName(t *testing.T) {
 	}
 	if got := binary.LittleEndian.Uint64(mustBytes(t, chips[1], ranks[1].Bases[0], 8)); got != 5 {
 		t.Errorf("rank 0's window as rank 1 maps it holds %d", got)
+	}
+}
+
+// Name squatting: another user who lists /dev/shm and takes every name an
+// allocation could have by the old pattern (prefix, namespace, the next
+// allocation ids, no key) and pool names does not stop an allocation,
+// whose names carry a key drawn for it. The squatted files stay theirs.
+func TestAllocateDespiteSquattedNames(t *testing.T) {
+	clean(t)
+	chips := openChips(t, 2)
+	req := newReq(2, 4096)
+	var squatted []string
+	for id := req.AllocationID; id < req.AllocationID+64; id++ {
+		stem := fmt.Sprintf("%sdom-%s-%d-", shm.Prefix(), req.Namespace, id)
+		for _, suffix := range []string{"hdr", "r0", "r1"} {
+			squatted = append(squatted, stem+suffix)
+		}
+		squatted = append(squatted, fmt.Sprintf("%sdompool-%d-%d", shm.Prefix(), os.Getpid(), id))
+	}
+	for _, name := range squatted {
+		if err := os.WriteFile("/dev/shm/"+name, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if os.Geteuid() == 0 {
+			if err := os.Chown("/dev/shm/"+name, 65534, 65534); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	defer func() {
+		for _, name := range squatted {
+			os.Remove("/dev/shm/" + name)
+		}
+	}()
+	for range 3 { // fresh objects, then pooled ones renamed
+		ranks := mustAllocate(t, req, chips)
+		for r, rank := range ranks {
+			if name := req.windowName(r); !strings.Contains(name, req.Key) {
+				t.Errorf("rank %d's window %q does not carry the key", r, name)
+			}
+			if err := rank.Release(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		req.AllocationID, req.Key = allocSeq.Add(1), NewKey()
+	}
+	for _, name := range squatted {
+		if _, err := os.Lstat("/dev/shm/" + name); err != nil {
+			t.Errorf("squatted %s is gone: %v", name, err)
+		}
 	}
 }

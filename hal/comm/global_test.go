@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -427,7 +426,7 @@ func TestGlobalTwoProcesses(t *testing.T) {
 	if err := prepareWithChild(d, fromChild, toChild); err != nil {
 		fail("%v", err)
 	}
-	childPrefix := "simpler-" + strconv.Itoa(child.cmd.Process.Pid) + "-"
+	childPrefix := child.prefix
 	if !strings.HasPrefix(d.table[2].Handle, childPrefix) {
 		fail("rank 2's window %q is not under the child's prefix %s", d.table[2].Handle, childPrefix)
 	}

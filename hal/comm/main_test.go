@@ -53,7 +53,7 @@ var allocSeq atomic.Uint64
 
 func newReq(n, size int) Request {
 	return Request{Namespace: "t", AllocationID: allocSeq.Add(1), Name: "test",
-		Ranks: n, WindowSize: size, Timeout: 20 * time.Second}
+		Ranks: n, WindowSize: size, Timeout: 20 * time.Second, Key: NewKey()}
 }
 
 func openChips(tb testing.TB, n int) []hal.Chip {
@@ -169,26 +169,36 @@ func headerWord(req Request, off int) (v uint32, ok bool) {
 // testChild is this test binary run again as a child process, to play
 // the other side of a test that spans processes.
 type testChild struct {
-	cmd  *exec.Cmd
-	out  bytes.Buffer // read it only after reap
-	once sync.Once
-	err  error
+	cmd    *exec.Cmd
+	prefix string       // its shm prefix
+	out    bytes.Buffer // read it only after reap
+	once   sync.Once
+	err    error
 }
 
 // startChild runs the test name in a child process with env set to spec
 // as JSON (the test, finding it set, plays the child's part) and extra
 // as the child's fds 3 and up; it closes this process's copies of extra,
-// so that EOF reaches the parent when the child exits. The child is
-// reaped at cleanup at the latest.
+// so that EOF reaches the parent when the child exits. The child has a
+// shm prefix of its own, as another node would. It is reaped at cleanup
+// at the latest.
 func startChild(t *testing.T, name, env string, spec any, extra ...*os.File) *testChild {
+	t.Helper()
+	return startChildUnder(t, shm.NewPrefix(), name, env, spec, extra...)
+}
+
+// startChildUnder is startChild with the child's shm prefix: this
+// process's own makes it a child that creates names under it (as a chip's
+// process does under its parent's).
+func startChildUnder(t *testing.T, prefix, name, env string, spec any, extra ...*os.File) *testChild {
 	t.Helper()
 	b, err := json.Marshal(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &testChild{cmd: exec.Command(os.Args[0], "-test.run=^"+name+"$", "-test.count=1")}
+	c := &testChild{cmd: exec.Command(os.Args[0], "-test.run=^"+name+"$", "-test.count=1"), prefix: prefix}
 	// GORACE: a race-enabled child would otherwise linger a second at exit.
-	c.cmd.Env = append(os.Environ(), env+"="+string(b), "GORACE=atexit_sleep_ms=0")
+	c.cmd.Env = append(os.Environ(), env+"="+string(b), "GORACE=atexit_sleep_ms=0", shm.PrefixEnv+"="+prefix)
 	c.cmd.ExtraFiles = extra
 	c.cmd.Stdout, c.cmd.Stderr = &c.out, &c.out
 	err = c.cmd.Start()

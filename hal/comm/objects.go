@@ -28,10 +28,10 @@ package comm
 // goes to its own pool (global_pool.go).
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,7 +41,7 @@ import (
 	"simpler/hal/shm"
 )
 
-// shmDir is where hal/shm keeps its objects; renames go through it.
+// shmDir is where hal/shm keeps its objects.
 const shmDir = "/dev/shm/"
 
 // Pool bounds. The count allows a domain over every chip of a node (16
@@ -70,7 +70,6 @@ var (
 	poolMu    sync.Mutex
 	pool      []*shm.Segment // idle, oldest first
 	poolBytes int
-	poolSeq   atomic.Uint64
 	// poolOff disables pooling (benchmarks compare both ways).
 	poolOff atomic.Bool
 )
@@ -199,12 +198,11 @@ func (o *object) retire() error {
 		o.recycle = false
 		return o.seg.Unlink()
 	}
-	name := poolName(o.prefix)
-	if err := rename(o.seg.Name, name); err != nil {
+	if err := o.seg.Rename(poolName(o.prefix)); err != nil {
 		o.recycle = false
 		return errors.Join(err, o.seg.Unlink())
 	}
-	o.seg.Name, o.parked = name, true
+	o.parked = true
 	return nil
 }
 
@@ -234,27 +232,12 @@ func (o *object) release() error {
 	return o.seg.Close()
 }
 
+// poolName is a fresh name for an idle object: random, like every name
+// of this process, so that nobody can take it first.
 func poolName(prefix string) string {
-	return prefix + "dompool-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatUint(poolSeq.Add(1), 10)
-}
-
-// rename moves an object to a new name, failing if the new name exists
-// (a plain rename would silently replace it).
-func rename(from, to string) error {
-	err := unix.Renameat2(unix.AT_FDCWD, shmDir+from, unix.AT_FDCWD, shmDir+to, unix.RENAME_NOREPLACE)
-	if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EINVAL) {
-		// A kernel or file system without RENAME_NOREPLACE: check, then
-		// rename. Losing a race here needs two creators of one name.
-		if _, serr := os.Lstat(shmDir + to); serr == nil {
-			err = unix.EEXIST
-		} else {
-			err = os.Rename(shmDir+from, shmDir+to)
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("comm: rename %s to %s: %w", from, to, err)
-	}
-	return nil
+	var b [8]byte
+	rand.Read(b[:]) // crypto/rand does not fail on Linux
+	return prefix + "dompool-" + hex.EncodeToString(b[:])
 }
 
 // poolTake takes an idle object of exactly size bytes, renames it to name
@@ -280,15 +263,14 @@ func poolTake(name string, size, clearLen int) (*shm.Segment, error) {
 	// another process can open it, and a clear after that could erase an
 	// arrival.
 	clear(seg.Mem[:clearLen])
-	if err := rename(seg.Name, name); err != nil {
+	// The Segment's Name follows the object (it unlinks by Name on
+	// Close). The pool handed it over exclusively: nobody else reads it.
+	if err := seg.Rename(name); err != nil {
 		if errors.Is(err, unix.EEXIST) {
 			return nil, errors.Join(err, poolPut(seg, "", true))
 		}
 		return nil, errors.Join(err, seg.Close())
 	}
-	// The Segment unlinks by its Name on Close, so it must follow the
-	// object. The pool handed it over exclusively: nobody else reads it.
-	seg.Name = name
 	return seg, nil
 }
 
@@ -300,11 +282,9 @@ func poolPut(seg *shm.Segment, prefix string, parked bool) error {
 		return seg.Close()
 	}
 	if !parked {
-		name := poolName(prefix)
-		if err := rename(seg.Name, name); err != nil {
+		if err := seg.Rename(poolName(prefix)); err != nil {
 			return errors.Join(err, seg.Close())
 		}
-		seg.Name = name
 	}
 	poolMu.Lock()
 	pool = append(pool, seg)

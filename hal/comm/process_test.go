@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
-	"strconv"
 	"testing"
 	"time"
 
@@ -29,7 +28,7 @@ func TestTwoProcesses(t *testing.T) {
 	chips := openChips(t, 1)
 	req := newReq(2, 8192)
 	req.Prefix = shm.Prefix()
-	child := startChild(t, "TestTwoProcesses", childEnv, req)
+	child := startChildUnder(t, shm.Prefix(), "TestTwoProcesses", childEnv, req)
 	r0, err := Allocate(req, 0, chips[0])
 	if err != nil {
 		child.reap()
@@ -106,7 +105,7 @@ func childRank(t *testing.T, spec string) {
 	}
 	// The window went to this process's pool under the parent's prefix
 	// and was drained: nothing of ours remains under it.
-	if left, _ := shm.Leftovers(req.Prefix + "dompool-" + strconv.Itoa(os.Getpid()) + "-"); len(left) > 0 {
+	if left := shm.Owned(); len(left) > 0 {
 		t.Errorf("child left %v", left)
 	}
 }

@@ -2,11 +2,17 @@
 // written by this process can be mapped by another (a child worker) at its
 // own address.
 //
-// Objects are files in /dev/shm named "simpler-<pid>-...", created
-// exclusively with mode 0600 and mapped shared read/write; the descriptor is
-// closed once mapped. A Segment that created its object unlinks it on
-// Close, so a clean exit leaves nothing behind; Leftovers lets tests prove
-// that.
+// Objects are files in /dev/shm named "simpler-<prefix key>-...",
+// created exclusively with mode 0600 and mapped shared read/write; the
+// descriptor is closed once mapped. A Segment that created its object
+// unlinks it on Close, so a clean exit leaves nothing behind; Leftovers
+// lets tests prove that.
+//
+// Names are unpredictable, so that no other user can squat the name an
+// object is about to take: the process's prefix carries 64 random bits
+// (not its pid), and every name Create makes carries 64 random bits of its
+// own (not a counter). A name several processes must derive (CreateNamed)
+// is the caller's to make unpredictable.
 //
 // Every open is checked, because /dev/shm is writable by every user: it
 // never follows a symlink (O_NOFOLLOW), and the object must be a regular
@@ -14,19 +20,27 @@
 // name, even one that reached this process from another, can only ever
 // map an object this user made for simpler, never a file a symlink points
 // at or another user's object (ErrNotOurs).
+//
+// Liveness is a lock, not a pid: every process that creates objects under
+// a prefix holds a shared flock on the prefix's lock object for as long
+// as it may have any, and the sweep (SweepDead) removes a prefix's objects
+// only when it can take that lock exclusively. A lock works across pid
+// namespaces that share /dev/shm, where a pid means nothing (live.go).
 package shm
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"simpler/kind"
 )
 
 // dir is where POSIX shared-memory objects live on Linux.
@@ -34,10 +48,51 @@ const dir = "/dev/shm"
 
 const namePrefix = "simpler-"
 
-var (
-	prefix  = namePrefix + strconv.Itoa(os.Getpid()) + "-"
-	counter atomic.Uint64
-)
+// PrefixEnv names the environment variable through which a process hands
+// its prefix to the processes it starts (ChildEnv): a process that finds
+// a well-formed prefix there takes it as its own, so that its objects are
+// found (and kept alive) with its parent's.
+const PrefixEnv = "SIMPLER_SHM_PREFIX"
+
+// keyBytes is the random part of a prefix and of a name Create makes:
+// 64 bits, 16 hex digits.
+const keyBytes = 8
+
+var prefix = startPrefix()
+
+// startPrefix is the inherited prefix if there is a well-formed one, else
+// a fresh one.
+func startPrefix() string {
+	if p := os.Getenv(PrefixEnv); ValidPrefix(p) {
+		return p
+	}
+	return NewPrefix()
+}
+
+// NewPrefix draws a fresh prefix, "simpler-<16 hex digits>-" (for a test
+// that starts a process under a prefix of its own).
+func NewPrefix() string { return namePrefix + randomKey() + "-" }
+
+// ValidPrefix reports whether p has the form NewPrefix makes.
+func ValidPrefix(p string) bool {
+	key, ok := strings.CutPrefix(p, namePrefix)
+	if !ok || len(key) != 2*keyBytes+1 || key[2*keyBytes] != '-' {
+		return false
+	}
+	for _, c := range key[:2*keyBytes] {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// randomKey is 64 random bits in lowercase hex.
+func randomKey() string {
+	var b [keyBytes]byte
+	rand.Read(b[:]) // crypto/rand does not fail on Linux
+	return hex.EncodeToString(b[:])
+}
 
 // ErrTooSmall is wrapped by Open's error for an object smaller than asked:
 // one its creator has not sized yet, or the wrong object.
@@ -52,7 +107,8 @@ var euid = os.Geteuid
 var ErrNotOurs = errors.New("not a shared-memory object of this user")
 
 // Prefix is the first part of every object name this process creates:
-// "simpler-<pid>-".
+// "simpler-<16 random hex digits>-", inherited from PrefixEnv or drawn at
+// start.
 func Prefix() string { return prefix }
 
 // Segment is one mapped shared-memory object.
@@ -67,20 +123,33 @@ type Segment struct {
 	dev, ino uint64 // the object's identity, so Reopen finds this one only
 }
 
-// Create makes a fresh object named Prefix()+tag+"-"+n, n unique in this
-// process, of size bytes, zeroed.
+// Create makes a fresh object named Prefix()+tag+"-"+<16 random hex
+// digits>, of size bytes, zeroed. Nobody can tell the name before it
+// exists, so nobody can take it first.
 func Create(tag string, size int) (*Segment, error) {
 	if tag == "" || strings.ContainsRune(tag, '/') {
 		return nil, fmt.Errorf("shm: bad tag %q", tag)
 	}
-	return create(prefix+tag+"-"+strconv.FormatUint(counter.Add(1), 10), size)
+	for tries := 0; ; tries++ {
+		s, err := create(prefix+tag+"-"+randomKey(), size)
+		// 64 random bits do not collide by chance; only a name taken
+		// already is worth another draw, and only a few.
+		if !errors.Is(err, unix.EEXIST) || tries == 3 {
+			return s, err
+		}
+	}
 }
 
-// CreateNamed makes an object with exactly this name; it must start with
-// "simpler-" (so Leftovers-style cleanup can find it) and must not exist.
+// CreateNamed makes an object with exactly this name, which must not
+// exist. It must start with Prefix(), so that this process's lock keeps it
+// alive in the sweep's eyes (live.go); the rest is the caller's to make
+// unpredictable.
 func CreateNamed(name string, size int) (*Segment, error) {
-	if !strings.HasPrefix(name, namePrefix) {
-		return nil, fmt.Errorf("shm: object name %q must start with %q", name, namePrefix)
+	if !strings.HasPrefix(name, prefix) {
+		return nil, kind.Errorf(kind.ValueError, "shm: object name %q must start with this process's prefix %q", name, prefix)
+	}
+	if name == lockName(prefix) {
+		return nil, kind.Errorf(kind.ValueError, "shm: object name %q is the prefix's lock", name)
 	}
 	return create(name, size)
 }
@@ -99,6 +168,21 @@ func create(name string, size int) (*Segment, error) {
 	if size <= 0 {
 		return nil, fmt.Errorf("shm: create %s: size must be > 0, got %d", name, size)
 	}
+	// The lock first: from the moment the name exists, the sweep must
+	// find its prefix alive.
+	if err := hold(); err != nil {
+		return nil, err
+	}
+	s, err := createHeld(name, size)
+	if err != nil {
+		unhold()
+		return nil, err
+	}
+	own(s)
+	return s, nil
+}
+
+func createHeld(name string, size int) (*Segment, error) {
 	path := dir + "/" + name
 	fd, err := unix.Open(path, unix.O_CREAT|unix.O_EXCL|unix.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
@@ -254,6 +338,7 @@ func (s *Segment) Close() error {
 		if err := unix.Unlink(dir + "/" + s.Name); err != nil && first == nil {
 			first = fmt.Errorf("shm: unlink %s: %w", s.Name, err)
 		}
+		disown(s)
 	}
 	return first
 }
@@ -270,10 +355,49 @@ func (s *Segment) Unlink() error {
 		return fmt.Errorf("shm: unlink %s: %w", s.Name, err)
 	}
 	s.unlinked = true
+	if s.owner {
+		disown(s)
+	}
 	return nil
 }
 
-// Leftovers lists the objects in /dev/shm whose names start with prefix.
+// Rename moves the object s created to the name to, which must not exist
+// and must start with Prefix(), like any name this process creates; Name
+// follows. (A pool keeps an object under a name of its own between uses.)
+func (s *Segment) Rename(to string) error {
+	if err := checkName(to); err != nil {
+		return err
+	}
+	if !strings.HasPrefix(to, prefix) || to == lockName(prefix) {
+		return kind.Errorf(kind.ValueError, "shm: rename %s to %s: not a name of this process's prefix %q", s.Name, to, prefix)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.owner || s.unlinked || s.closed {
+		return kind.Errorf(kind.RuntimeError, "shm: rename %s: not a live object of this process", s.Name)
+	}
+	from, target := dir+"/"+s.Name, dir+"/"+to
+	// RENAME_NOREPLACE: a plain rename would silently replace an object
+	// that has the name already.
+	err := unix.Renameat2(unix.AT_FDCWD, from, unix.AT_FDCWD, target, unix.RENAME_NOREPLACE)
+	if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EINVAL) {
+		// A kernel or file system without RENAME_NOREPLACE: check, then
+		// rename. Losing a race here needs two creators of one name.
+		if _, serr := os.Lstat(target); serr == nil {
+			err = unix.EEXIST
+		} else {
+			err = os.Rename(from, target)
+		}
+	}
+	if err != nil {
+		return kind.Errorf(kind.RuntimeError, "shm: rename %s to %s: %w", s.Name, to, err)
+	}
+	s.Name = to
+	return nil
+}
+
+// Leftovers lists the objects in /dev/shm whose names start with prefix;
+// a prefix's lock object (live.go) is not an object and is not listed.
 func Leftovers(prefix string) ([]string, error) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
@@ -281,9 +405,15 @@ func Leftovers(prefix string) ([]string, error) {
 	}
 	var out []string
 	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), prefix) {
-			out = append(out, e.Name())
+		if n := e.Name(); strings.HasPrefix(n, prefix) && !isLock(n) {
+			out = append(out, n)
 		}
 	}
 	return out, nil
+}
+
+// isLock reports whether name is the lock object of a prefix.
+func isLock(name string) bool {
+	p, ok := strings.CutSuffix(name, lockTag)
+	return ok && ValidPrefix(p)
 }

@@ -11,13 +11,23 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"simpler/kind"
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(holderEnv) != "" {
+		os.Exit(runHolder())
+	}
 	code := m.Run()
 	left, err := Leftovers(Prefix())
 	if err != nil || len(left) > 0 {
 		fmt.Fprintf(os.Stderr, "leaked shared memory: %v %v\n", left, err)
+		code = 1
+	}
+	Finish()
+	if _, err := os.Lstat(dir + "/" + LockName(Prefix())); err == nil {
+		fmt.Fprintf(os.Stderr, "the lock %s outlived Finish\n", LockName(Prefix()))
 		code = 1
 	}
 	os.Exit(code)
@@ -32,9 +42,20 @@ func listed(t *testing.T, name string) bool {
 	return slices.Contains(left, name)
 }
 
+// The prefix carries 64 random bits and nothing of the pid; every
+// process draws its own.
 func TestPrefix(t *testing.T) {
-	if want := "simpler-" + strconv.Itoa(os.Getpid()) + "-"; Prefix() != want {
-		t.Errorf("Prefix() = %q, want %q", Prefix(), want)
+	if !ValidPrefix(Prefix()) || strings.Contains(Prefix(), strconv.Itoa(os.Getpid())) {
+		t.Errorf("Prefix() = %q, want simpler-<16 hex digits>- and no pid", Prefix())
+	}
+	a, b := NewPrefix(), NewPrefix()
+	if a == b || !ValidPrefix(a) || a == Prefix() {
+		t.Errorf("NewPrefix() = %q then %q", a, b)
+	}
+	for _, bad := range []string{"", "simpler-", "simpler-123-", "simpler-0123456789abcdef", "simpler-0123456789ABCDEF-", "simpler-0123456789abcdeg-", "other-0123456789abcdef-"} {
+		if ValidPrefix(bad) {
+			t.Errorf("ValidPrefix(%q) = true", bad)
+		}
 	}
 }
 
@@ -126,11 +147,16 @@ func TestCreateNamed(t *testing.T) {
 	if _, err := CreateNamed(name, 64); !errors.Is(err, unix.EEXIST) || !strings.Contains(err.Error(), name) {
 		t.Errorf("duplicate CreateNamed = %v", err)
 	}
-	if _, err := CreateNamed("other-name", 64); err == nil || !strings.Contains(err.Error(), `must start with "simpler-"`) {
-		t.Errorf("CreateNamed without prefix = %v", err)
+	for _, other := range []string{"other-name", "simpler-named", NewPrefix() + "named"} {
+		if _, err := CreateNamed(other, 64); err == nil || !strings.Contains(err.Error(), "must start with this process's prefix") {
+			t.Errorf("CreateNamed(%q) = %v", other, err)
+		}
 	}
-	if _, err := CreateNamed("simpler-a/b", 64); err == nil || !strings.Contains(err.Error(), "bad object name") {
+	if _, err := CreateNamed(Prefix()+"a/b", 64); err == nil || !strings.Contains(err.Error(), "bad object name") {
 		t.Errorf("CreateNamed with slash = %v", err)
+	}
+	if _, err := CreateNamed(LockName(Prefix()), 64); err == nil || !strings.Contains(err.Error(), "the prefix's lock") {
+		t.Errorf("CreateNamed of the lock = %v", err)
 	}
 }
 
@@ -159,6 +185,9 @@ func TestBadArguments(t *testing.T) {
 	}
 }
 
+// Names Create makes are unique and unpredictable: each carries 64
+// random bits after the tag, so neither the names listed so far nor their
+// order tell the next one.
 func TestNamesAreUnique(t *testing.T) {
 	seen := map[string]bool{}
 	for i := 0; i < 20; i++ {
@@ -171,39 +200,14 @@ func TestNamesAreUnique(t *testing.T) {
 			t.Fatalf("name %q handed out twice", s.Name)
 		}
 		seen[s.Name] = true
+		key, ok := strings.CutPrefix(s.Name, Prefix()+"uniq-")
+		if _, err := strconv.ParseUint(key, 16, 64); !ok || len(key) != 16 || err != nil {
+			t.Fatalf("name %q: want %suniq-<16 hex digits>", s.Name, Prefix())
+		}
 	}
 	left, err := Leftovers(Prefix() + "uniq-")
 	if err != nil || len(left) != 20 {
 		t.Errorf("Leftovers = %d names, %v; want 20", len(left), err)
-	}
-}
-
-func TestSweepDeadRemovesOnlyOrphans(t *testing.T) {
-	// A pid that cannot exist (above the kernel's pid_max ceiling), one
-	// that always does (init), and this process's own: at start-up its
-	// objects can only be an earlier process's that had the same pid.
-	orphan := "simpler-2147483646-sweeptest-1"
-	live := "simpler-1-sweeptest-1"
-	for _, name := range []string{orphan, live} {
-		if err := os.WriteFile(dir+"/"+name, []byte("x"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	defer os.Remove(dir + "/" + live)
-	stale, err := Create("sweeptest", 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stale.Close()
-	removed, err := SweepDead()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Contains(removed, orphan) || !slices.Contains(removed, stale.Name) {
-		t.Errorf("orphans not removed: %v", removed)
-	}
-	if _, err := os.Stat(dir + "/" + live); err != nil {
-		t.Errorf("a live process's object was removed: %v", err)
 	}
 }
 
@@ -215,7 +219,7 @@ func TestOpenRefusesWhatIsNotOurs(t *testing.T) {
 	if err := os.WriteFile(secret, []byte("root only"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	name := Prefix() + "hostile-" + strconv.Itoa(int(counter.Add(1)))
+	name := Prefix() + "hostile-" + randomKey()
 	path := dir + "/" + name
 	cases := []struct {
 		what string
@@ -268,7 +272,7 @@ func TestOpenRefusesAnotherUsersSymlink(t *testing.T) {
 	if err := os.WriteFile(secret, []byte("root only"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	name := Prefix() + "planted-" + strconv.Itoa(int(counter.Add(1)))
+	name := Prefix() + "planted-" + randomKey()
 	ln := exec.Command("ln", "-s", secret, dir+"/"+name)
 	if os.Geteuid() == 0 {
 		ln = exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "ln", "-s", secret, dir+"/"+name)
@@ -320,5 +324,45 @@ func TestReopenAndOpenFD(t *testing.T) {
 	}
 	if _, err := b.Reopen(); err == nil {
 		t.Fatal("Reopen of an opened (not created) segment succeeded")
+	}
+}
+
+// Rename moves an object this process made to a fresh name of its prefix
+// and no other: never over an existing object, never out of the prefix
+// (whose lock keeps it alive), never once it is unlinked.
+func TestRename(t *testing.T) {
+	a, err := Create("rename", 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := Create("rename", 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	to := Prefix() + "renamed-" + randomKey()
+	if err := a.Rename(to); err != nil || a.Name != to || !listed(t, to) {
+		t.Fatalf("Rename: %v; Name %q, listed %v", err, a.Name, listed(t, to))
+	}
+	if err := a.Rename(b.Name); !errors.Is(err, unix.EEXIST) || a.Name != to {
+		t.Errorf("Rename over another object = %v (Name %q)", err, a.Name)
+	}
+	for _, bad := range []string{NewPrefix() + "x", "simpler-x", LockName(Prefix())} {
+		if err := a.Rename(bad); kind.Of(err) != kind.ValueError || !strings.Contains(err.Error(), "not a name of this process's prefix") {
+			t.Errorf("Rename to %q = %v, want a ValueError", bad, err)
+		}
+	}
+	if _, err := CreateNamed(NewPrefix()+"x", 64); kind.Of(err) != kind.ValueError {
+		t.Errorf("CreateNamed out of the prefix = %v, want a ValueError", err)
+	}
+	if err := a.Unlink(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Rename(Prefix() + "again-" + randomKey()); err == nil {
+		t.Error("Rename after Unlink succeeded")
+	}
+	if slices.Contains(Owned(), a.Name) || !slices.Contains(Owned(), b.Name) {
+		t.Errorf("Owned() = %v after unlinking %s", Owned(), a.Name)
 	}
 }

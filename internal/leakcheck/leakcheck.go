@@ -1,9 +1,18 @@
 // Package leakcheck makes a test binary fail when its tests leave
-// something behind: shared-memory objects this process created, goroutines
+// something behind: shared-memory objects of this process or of any
+// process it started (they share its prefix, see below), goroutines
 // beyond those running when the tests started, child processes still
 // running, files in the private temporary directory the tests run with, or
 // files in the private runtime directory (XDG_RUNTIME_DIR) they run with,
 // where daemons keep their tokens and sockets.
+//
+// Every process the tests start inherits this process's shared-memory
+// prefix (hal/shm's PrefixEnv), unless it is given another: child
+// workers, daemons, the simpler binary. (A daemon gives each session a
+// prefix of its own, and sweeps it when the session ends.) So the objects
+// they leave are this binary's leftovers too, and the prefix's lock, which
+// each of them holds while it may have objects, is gone at the end only if
+// none of them is still running.
 //
 // Use it from TestMain:
 //
@@ -63,6 +72,17 @@ func RunThen(m *testing.M, release func() error) int {
 	}
 	defer os.RemoveAll(runtimeDir)
 	os.Setenv("XDG_RUNTIME_DIR", runtimeDir)
+	// A binary its parent started under the parent's prefix (a test's
+	// child) answers for its own objects only: the others are the
+	// parent's, which it checks.
+	inherited := os.Getenv(shm.PrefixEnv) == shm.Prefix()
+	// The lock first, so that the prefix is proven alive for as long as
+	// the tests run, whatever the processes sharing it do.
+	if _, err := shm.ChildEnv(); err != nil {
+		fmt.Fprintln(os.Stderr, "leakcheck:", err)
+		return 1
+	}
+	os.Setenv(shm.PrefixEnv, shm.Prefix())
 	outer := os.Getenv("TMPDIR")
 	os.Setenv("TMPDIR", tmp)
 	// Under -race every process sleeps a second at exit (to catch late
@@ -79,7 +99,12 @@ func RunThen(m *testing.M, release func() error) int {
 			problems = append(problems, fmt.Sprintf("releasing before the checks: %v", err))
 		}
 	}
-	problems = append(problems, Check(before)...)
+	problems = append(problems, check(before, inherited)...)
+	if inherited {
+		shm.Finish()
+	} else if p := finishPrefix(); p != "" {
+		problems = append(problems, p)
+	}
 	if left := listDir(runtimeDir + "/simpler"); len(left) > 0 {
 		problems = append(problems, fmt.Sprintf("runtime files (tokens, sockets) left behind: %v", left))
 	}
@@ -97,9 +122,17 @@ func RunThen(m *testing.M, release func() error) int {
 // Check returns a description of each kind of leftover: this process's
 // shared-memory objects, goroutines beyond goroutinesBefore, and entries
 // in the (private) temporary directory.
-func Check(goroutinesBefore int) []string {
+func Check(goroutinesBefore int) []string { return check(goroutinesBefore, false) }
+
+// check is Check; with inherited, only the objects this process created
+// count (the prefix is its parent's).
+func check(goroutinesBefore int, inherited bool) []string {
 	var problems []string
-	if left, err := shm.Leftovers(shm.Prefix()); err != nil {
+	if inherited {
+		if left := shm.Owned(); len(left) > 0 {
+			problems = append(problems, fmt.Sprintf("shared-memory objects left behind: %v", left))
+		}
+	} else if left, err := shmLeftovers(); err != nil {
 		problems = append(problems, fmt.Sprintf("listing shared memory: %v", err))
 	} else if len(left) > 0 {
 		problems = append(problems, fmt.Sprintf("shared-memory objects left behind: %v", left))
@@ -114,6 +147,43 @@ func Check(goroutinesBefore int) []string {
 		problems = append(problems, fmt.Sprintf("temporary files left behind: %v", names))
 	}
 	return problems
+}
+
+// shmLeftovers lists the objects under this process's prefix, waiting
+// briefly for processes that share it and are ending (a daemon's session
+// removes its objects as it exits).
+func shmLeftovers() ([]string, error) {
+	deadline := time.Now().Add(settle)
+	for {
+		left, err := shm.Leftovers(shm.Prefix())
+		if err != nil || len(left) == 0 || time.Now().After(deadline) {
+			return left, err
+		}
+		time.Sleep(10 * time.Millisecond) // polling a directory, not waiting for work
+	}
+}
+
+// finishPrefix drops this process's lock and removes it (shm.Finish),
+// then waits briefly for the other processes that share the prefix to let
+// go of it, removing what they left; a lock still held at the end means
+// one of them is still running.
+func finishPrefix() string {
+	shm.Finish()
+	lock := "/dev/shm/" + shm.LockName(shm.Prefix())
+	deadline := time.Now().Add(settle)
+	for {
+		if _, err := os.Lstat(lock); err != nil {
+			return ""
+		}
+		shm.SweepPrefix(shm.Prefix())
+		if time.Now().After(deadline) {
+			if _, err := os.Lstat(lock); err != nil {
+				return ""
+			}
+			return "a process started under this binary's shared-memory prefix is still running (it holds " + lock + ")"
+		}
+		time.Sleep(10 * time.Millisecond) // polling a lock, not waiting for work
+	}
 }
 
 // listDir names the entries of dir (none if it does not exist).
