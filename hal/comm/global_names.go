@@ -72,6 +72,14 @@ type GlobalRequest struct {
 	// does not wait for rank 0's header: a reused domain's header is a
 	// pooled one that exists already, or was dropped and never comes back.
 	Reuse string
+	// ReuseSecret, with Reuse, is the secret the new domain's table gives
+	// this rank (non-zero): the rank seals its window (and rank 0 the
+	// header) with it instead of drawing one. A warm domain is brought up
+	// on every node at once (REATTACH), so no node could learn a peer's
+	// fresh secret in time; the broker draws them all and sends each in
+	// the table. A node takes back only windows of its own pool, so a
+	// secret chosen by a client seals only that client's own windows.
+	ReuseSecret Secret
 }
 
 func (q *GlobalRequest) prefix() string {
@@ -178,6 +186,8 @@ func (q *GlobalRequest) check(what string, rank int, chip hal.Chip) error {
 		return bad("window size must be in 1..%d, got %d", maxWindow, q.WindowSize)
 	case q.Reuse != "" && (!q.Pooled || !pooledName(q.Reuse)):
 		return bad("Reuse %q must name a pooled window, and the request be Pooled", q.Reuse)
+	case (q.Reuse != "") == q.ReuseSecret.IsZero():
+		return bad("Reuse and ReuseSecret go together: a reused window is sealed with the table's secret, and only a reused one")
 	case chip.Platform().Serves(ProfileSim.String()) != nil:
 		return bad("device %d is on platform %s, which has no %q comm profile", chip.DeviceID(), chip.Platform().Name(), ProfileSim.String())
 	}

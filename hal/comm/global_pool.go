@@ -144,6 +144,15 @@ func gpoolTakeNamed(prefix, name string, size, hdrSize int) (gwin, bool) {
 	return gwin{}, false
 }
 
+// idle zeroes the secret in the seals of an idle window and its header:
+// the descriptors of the domain that used it open it no more.
+func (w gwin) idle() {
+	idleSeal(ownSeal(w.win))
+	if w.hdr != nil {
+		idleSeal(ownSeal(w.hdr))
+	}
+}
+
 func (w gwin) bytes() int {
 	n := len(w.win.seg.Mem)
 	if w.hdr != nil {

@@ -61,6 +61,7 @@ type object struct {
 	parked  bool   // already renamed to a pool name while in use
 	peer    bool   // opened here, not created: may be kept idle (global_pool.go)
 	prefix  string // the request's name prefix, reused for its pool name
+	seen    sealSeen // a global window or header: the seal last verified here (seal.go)
 }
 
 var (
@@ -230,6 +231,25 @@ func (o *object) release() error {
 	}
 	if recycle {
 		return poolPut(o.seg, o.prefix, parked)
+	}
+	return o.seg.Close()
+}
+
+// discard drops the reference an open took on an object that then failed
+// its check (a global window whose seal is not the descriptor's): like
+// release, but the last reference unmaps it rather than keeping it, and
+// takes it out of the cache, so nothing of the refused object stays. An
+// object created here is never discarded: its creator holds a reference.
+func (o *object) discard() error {
+	cacheMu.Lock()
+	o.refs--
+	last := o.refs == 0
+	if last && cache[o.key] == o {
+		delete(cache, o.key)
+	}
+	cacheMu.Unlock()
+	if !last {
+		return nil
 	}
 	return o.seg.Close()
 }

@@ -1,0 +1,252 @@
+package comm
+
+// Seals: what makes a global domain's window, and its header, a
+// capability.
+//
+// A window's name is only a locator: /dev/shm lists it to every local
+// user, and a client may put any name in a descriptor table. What a node
+// checks before it maps a peer's window into a chip is the window's seal,
+// a record in a page at the end of the window's object that no chip ever
+// maps (the chip is given the window's first WindowSize bytes only):
+//
+//	word 0  seq: odd while the owner rewrites the seal, even when whole,
+//	        0 if it was never sealed
+//	word 1  domain id
+//	word 2  generation
+//	word 3  what: sealWindow or sealHeader
+//	word 4  rank (the header: 0, rank 0 seals it)
+//	word 5  rank count
+//	word 6  payload: the window's (or header's) bytes before the seal page
+//	word 7  secret, first 8 bytes
+//	word 8  secret, last 8 bytes
+//
+// Each word is stored and loaded atomically, and seq brackets a rewrite,
+// since the owner reseals a pooled window while peers in other processes
+// may be reading it.
+//
+// The owning rank draws the secret at Prepare (a fresh one every time a
+// pooled window is taken for a new domain) and exports it in its
+// descriptor and nowhere else; rank 0 seals the domain's header with its
+// own secret. An importer opens a peer's object by name, reads the seal
+// and maps the object only if the seal is of this domain, generation,
+// rank and kind and its secret equals the descriptor's (compared in
+// constant time). Anything else closes the object again and is refused
+// with a ValueError naming the rank; no message carries a secret. A
+// window going back to its pool has its secret zeroed (idle), so no
+// descriptor opens it until it is taken again.
+//
+// The one wait: REATTACH brings every node of a warm domain up at once,
+// so an importer may read a peer's seal before the peer's owner has
+// resealed it for the new domain. It waits (up to its request's Timeout)
+// only while the seal is still the one this process itself verified for
+// that object last time (sealSeen): proof that the object is a window this
+// process was given before, not merely one it can name. Any other seal is
+// refused at once. The decision is sealVerdict, a pure function.
+
+import (
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"sync/atomic"
+	"time"
+
+	"simpler/internal/futex"
+)
+
+// Secret is a window's capability: 128 random bits drawn by its owner
+// (NewSecret). It formats as "secret(…)" under every verb, so that a
+// descriptor or a request printed by mistake shows none of it.
+type Secret [16]byte
+
+// NewSecret draws a secret.
+func NewSecret() Secret {
+	var s Secret
+	if _, err := rand.Read(s[:]); err != nil {
+		panic(err) // crypto/rand does not fail on Linux
+	}
+	return s
+}
+
+// IsZero reports whether s is all zero: no secret (a zero secret is never
+// drawn in practice, and is refused wherever a secret is taken).
+func (s Secret) IsZero() bool { return s == Secret{} }
+
+// Format prints no bit of the secret, whatever the verb.
+func (s Secret) Format(f fmt.State, verb rune) { io.WriteString(f, "secret(…)") }
+
+// sealSize is the page at the end of a global window's or header's object
+// that holds its seal; sealLen is what of it the seal uses.
+var sealSize = pageSize
+
+const sealLen = 72
+
+// What a seal seals.
+const (
+	sealWindow = 1
+	sealHeader = 2
+)
+
+// sealStamp is what a seal says its object is.
+type sealStamp struct {
+	id, gen uint64
+	what    uint64
+	rank    uint64
+	ranks   uint64
+	payload uint64
+}
+
+// seal is a whole seal as read.
+type seal struct {
+	stamp  sealStamp
+	secret Secret
+}
+
+// sealed is an object's size with its seal page: payload rounded up to
+// pages, then the seal. The seal is at sealed(payload)-sealSize.
+func sealed(payload int) int { return roundPage(payload) + sealSize }
+
+// sealBytes is the seal of an object whose payload is payload bytes: the
+// object is mapped with at least sealed(payload) bytes.
+func sealBytes(o *object, payload int) []byte {
+	at := roundPage(payload)
+	return o.seg.Mem[at : at+sealLen]
+}
+
+// ownSeal is the seal of an object this process created with a seal page:
+// its last page (a spare header's payload is not this request's).
+func ownSeal(o *object) []byte {
+	at := len(o.seg.Mem) - sealSize
+	return o.seg.Mem[at : at+sealLen]
+}
+
+// clearPayload zeroes what an object created here with a seal page holds
+// before its seal.
+func clearPayload(o *object) { clear(o.seg.Mem[:len(o.seg.Mem)-sealSize]) }
+
+// writeSeal stores s into b, a seal. The owner of the object is its only
+// writer.
+func writeSeal(b []byte, s seal) {
+	seq := futex.Word64(b, 0)
+	n := atomic.LoadUint64(seq)
+	atomic.StoreUint64(seq, n|1) // odd: being rewritten
+	w := func(i int, v uint64) { atomic.StoreUint64(futex.Word64(b, 8*i), v) }
+	w(1, s.stamp.id)
+	w(2, s.stamp.gen)
+	w(3, s.stamp.what)
+	w(4, s.stamp.rank)
+	w(5, s.stamp.ranks)
+	w(6, s.stamp.payload)
+	w(7, binary.LittleEndian.Uint64(s.secret[:8]))
+	w(8, binary.LittleEndian.Uint64(s.secret[8:]))
+	atomic.StoreUint64(seq, (n|1)+1) // even again, and never 0
+}
+
+// idleSeal zeroes the secret of b, a seal, keeping its stamp: an idle
+// pooled window (or header) that no descriptor opens.
+func idleSeal(b []byte) {
+	s, ok := readSeal(b)
+	if !ok {
+		return
+	}
+	s.secret = Secret{}
+	writeSeal(b, s)
+}
+
+// readSeal loads the seal in b; ok is false if it was never written or is
+// being rewritten.
+func readSeal(b []byte) (s seal, ok bool) {
+	seq := futex.Word64(b, 0)
+	n := atomic.LoadUint64(seq)
+	if n == 0 || n&1 == 1 {
+		return seal{}, false
+	}
+	r := func(i int) uint64 { return atomic.LoadUint64(futex.Word64(b, 8*i)) }
+	s.stamp = sealStamp{id: r(1), gen: r(2), what: r(3), rank: r(4), ranks: r(5), payload: r(6)}
+	binary.LittleEndian.PutUint64(s.secret[:8], r(7))
+	binary.LittleEndian.PutUint64(s.secret[8:], r(8))
+	if atomic.LoadUint64(seq) != n {
+		return seal{}, false
+	}
+	return s, true
+}
+
+// verdict is what an importer makes of a seal.
+type verdict int
+
+const (
+	sealMatches verdict = iota // map it
+	sealNotYet                 // look again, until the deadline
+	sealRefused                // not the object the descriptor names
+)
+
+// sealVerdict decides on got (ok: it was whole) for an import that wants
+// the stamp want with the descriptor's secret; seen is the stamp this
+// process last verified on the same object (zero if none).
+func sealVerdict(got seal, ok bool, want sealStamp, secret Secret, seen sealStamp) verdict {
+	switch {
+	case !ok:
+		return sealNotYet // never sealed yet, or being rewritten
+	case got.stamp == want:
+		if secret.IsZero() || subtle.ConstantTimeCompare(got.secret[:], secret[:]) != 1 {
+			return sealRefused
+		}
+		return sealMatches
+	case seen != sealStamp{} && got.stamp == seen:
+		return sealNotYet // still (or idle after) the domain this process had it for
+	}
+	return sealRefused
+}
+
+// sealSeen is, on an object this process opened, the stamp it last
+// verified there. Words may be written by two ranks verifying the same
+// stamp at once; only whole stamps are ever stored.
+type sealSeen struct {
+	id, gen atomic.Uint64
+}
+
+func (s *sealSeen) load(want sealStamp) sealStamp {
+	id, gen := s.id.Load(), s.gen.Load()
+	if id == 0 && gen == 0 {
+		return sealStamp{}
+	}
+	// A window keeps its rank, kind, rank count and size across the warm
+	// domains over it: only the domain and generation change.
+	return sealStamp{id: id, gen: gen, what: want.what, rank: want.rank, ranks: want.ranks, payload: want.payload}
+}
+
+func (s *sealSeen) store(st sealStamp) {
+	s.id.Store(st.id)
+	s.gen.Store(st.gen)
+}
+
+// errSealRefused and errSealTimeout are awaitSeal's failures, for the
+// caller to word.
+var (
+	errSealRefused = fmt.Errorf("not the object its descriptor names")
+	errSealTimeout = fmt.Errorf("not sealed for this domain in time")
+)
+
+// awaitSeal checks the seal of o (whose payload is payload bytes) against
+// want and secret, looking again while the verdict is sealNotYet until
+// deadline. On success it records want as seen on o.
+func awaitSeal(o *object, payload int, want sealStamp, secret Secret, deadline time.Time) error {
+	b := sealBytes(o, payload)
+	pause := 20 * time.Microsecond
+	for {
+		got, ok := readSeal(b)
+		switch sealVerdict(got, ok, want, secret, o.seen.load(want)) {
+		case sealMatches:
+			o.seen.store(want)
+			return nil
+		case sealRefused:
+			return errSealRefused
+		}
+		if !time.Now().Before(deadline) {
+			return errSealTimeout
+		}
+		time.Sleep(pause)
+		pause = min(2*pause, 2*time.Millisecond)
+	}
+}
