@@ -274,16 +274,20 @@ func (g *GlobalRank) importTable(table []Descriptor) error {
 	return c.attach(names, g.peerError)
 }
 
-// sealDeadline is how long an import looks again at a seal that is not yet
-// this domain's: only a reused window's (REATTACH, where its owner reseals
-// it at the same time), up to Timeout; otherwise every Prepare has sealed
-// its objects before the table exists, and one look decides.
+// sealDeadline is how long an import looks again at a peer window's seal
+// that is not whole (being rewritten): a reused window's (REATTACH, where
+// its owner reseals it at the same time) up to Timeout; otherwise every
+// Prepare has sealed its objects before the table exists, and one look
+// decides.
 func (g *GlobalRank) sealDeadline(start time.Time) time.Time {
-	if g.req.Reuse != "" {
+	if g.reattach() {
 		return start.Add(g.req.Timeout)
 	}
 	return start
 }
+
+// reattach says whether this rank's import is a REATTACH's (seal.go).
+func (g *GlobalRank) reattach() bool { return g.req.Reuse != "" }
 
 // openPeer opens peer j's window by the descriptor's name and checks its
 // seal; a refused window is closed again (discard) and never recorded.
@@ -293,9 +297,9 @@ func (g *GlobalRank) openPeer(j int, d Descriptor, start time.Time) error {
 	if err != nil {
 		return g.peerError(j, d.Handle, err)
 	}
-	if err := awaitSeal(o, c.winSize, g.stamp(sealWindow, j), d.Secret, g.sealDeadline(start)); err != nil {
+	if err := awaitSeal(o, c.winSize, g.stamp(sealWindow, j), d.Secret, g.reattach(), g.sealDeadline(start)); err != nil {
 		what := fmt.Sprintf("the window of rank %d (%s)", j, d.Handle)
-		return errors.Join(g.sealError(what, err, g.req.Reuse != ""), o.discard())
+		return errors.Join(g.sealError(what, err, g.reattach()), o.discard())
 	}
 	c.peers[j] = o
 	return nil
@@ -330,7 +334,7 @@ func (g *GlobalRank) openHeader(name string, secret Secret, start time.Time) err
 	}
 	// A fresh header exists a moment before rank 0 seals it: look again
 	// until the same deadline (or, reused, until Timeout).
-	if err := awaitSeal(o, payload, g.stamp(sealHeader, 0), secret, start.Add(g.req.Timeout)); err != nil {
+	if err := awaitSeal(o, payload, g.stamp(sealHeader, 0), secret, g.reattach(), start.Add(g.req.Timeout)); err != nil {
 		return errors.Join(g.sealError("rank 0's header ("+name+")", err, true), o.discard())
 	}
 	c.hdr = o

@@ -54,14 +54,14 @@ const (
 
 // object is one mapped shm object, shared by the ranks of this process.
 type object struct {
-	seg     *shm.Segment
-	key     string   // the name it is cached under
-	refs    int      // guarded by cacheMu
-	recycle bool     // created here: the last release pools it
-	parked  bool     // already renamed to a pool name while in use
-	peer    bool     // opened here, not created: may be kept idle (global_pool.go)
-	prefix  string   // the request's name prefix, reused for its pool name
-	seen    sealSeen // a global window or header: the seal last verified here (seal.go)
+	seg      *shm.Segment
+	key      string      // the name it is cached under
+	refs     int         // guarded by cacheMu
+	recycle  bool        // created here: the last release pools it
+	parked   bool        // already renamed to a pool name while in use
+	peer     bool        // opened here, not created: may be kept idle (global_pool.go)
+	prefix   string      // the request's name prefix, reused for its pool name
+	verified atomic.Bool // a global window or header whose seal matched a descriptor here (seal.go)
 }
 
 var (

@@ -35,13 +35,20 @@ package comm
 // window going back to its pool has its secret zeroed (idle), so no
 // descriptor opens it until it is taken again.
 //
-// The one wait: REATTACH brings every node of a warm domain up at once,
-// so an importer may read a peer's seal before the peer's owner has
-// resealed it for the new domain. It waits (up to its request's Timeout)
-// only while the seal is still the one this process itself verified for
-// that object last time (sealSeen): proof that the object is a window this
-// process was given before, not merely one it can name. Any other seal is
-// refused at once. The decision is sealVerdict, a pure function.
+// The one exception: REATTACH brings every node of a warm domain up at
+// once, so an importer may read a peer's seal before the peer's owner has
+// resealed it for the new domain (or the owner's REATTACH fails and it
+// never does). A reattaching import therefore also takes a peer's object
+// that is idle in its owner's pool (its secret zeroed) and sealed for the
+// same rank, rank count and size, if this process has verified that very
+// mapping against a descriptor's secret before (object.verified): proof
+// that the object is a window this process was given, not merely one it
+// can name. A process serves one parent (a session process, or a parent's
+// own process), and a pooled window stays in its owner's process, so this
+// never lets a parent map a window it was not given. A process that never
+// verified the mapping, such as another parent's session, gets the strict
+// check only, and a window live in another domain is refused to all. The
+// decision is sealVerdict, a pure function the tests step directly.
 
 import (
 	"crypto/rand"
@@ -176,15 +183,17 @@ func readSeal(b []byte) (s seal, ok bool) {
 type verdict int
 
 const (
-	sealMatches verdict = iota // map it
+	sealMatches verdict = iota // map it: the descriptor's secret
+	sealKnown                  // map it: reattaching, the seal this process verified before
 	sealNotYet                 // look again, until the deadline
 	sealRefused                // not the object the descriptor names
 )
 
 // sealVerdict decides on got (ok: it was whole) for an import that wants
-// the stamp want with the descriptor's secret; seen is the stamp this
-// process last verified on the same object (zero if none).
-func sealVerdict(got seal, ok bool, want sealStamp, secret Secret, seen sealStamp) verdict {
+// the stamp want with the descriptor's secret; verified says this process
+// has matched a descriptor's secret on the same mapping before, and
+// reattach that the import is a REATTACH's.
+func sealVerdict(got seal, ok bool, want sealStamp, secret Secret, verified, reattach bool) verdict {
 	switch {
 	case !ok:
 		return sealNotYet // never sealed yet, or being rewritten
@@ -193,32 +202,18 @@ func sealVerdict(got seal, ok bool, want sealStamp, secret Secret, seen sealStam
 			return sealRefused
 		}
 		return sealMatches
-	case seen != sealStamp{} && got.stamp == seen:
-		return sealNotYet // still (or idle after) the domain this process had it for
+	case reattach && verified && got.secret.IsZero() && sameWindow(got.stamp, want):
+		return sealKnown // idle: its owner has not resealed it for the new domain yet
 	}
 	return sealRefused
 }
 
-// sealSeen is, on an object this process opened, the stamp it last
-// verified there. Words may be written by two ranks verifying the same
-// stamp at once; only whole stamps are ever stored.
-type sealSeen struct {
-	id, gen atomic.Uint64
-}
-
-func (s *sealSeen) load(want sealStamp) sealStamp {
-	id, gen := s.id.Load(), s.gen.Load()
-	if id == 0 && gen == 0 {
-		return sealStamp{}
-	}
-	// A window keeps its rank, kind, rank count and size across the warm
-	// domains over it: only the domain and generation change.
-	return sealStamp{id: id, gen: gen, what: want.what, rank: want.rank, ranks: want.ranks, payload: want.payload}
-}
-
-func (s *sealSeen) store(st sealStamp) {
-	s.id.Store(st.id)
-	s.gen.Store(st.gen)
+// sameWindow reports whether two stamps are of the same place in domains
+// of the same shape: a pooled window keeps its rank, kind, rank count and
+// size across the warm domains over it, only the domain id and generation
+// change.
+func sameWindow(a, b sealStamp) bool {
+	return a.what == b.what && a.rank == b.rank && a.ranks == b.ranks && a.payload == b.payload
 }
 
 // errSealRefused and errSealTimeout are awaitSeal's failures, for the
@@ -230,15 +225,17 @@ var (
 
 // awaitSeal checks the seal of o (whose payload is payload bytes) against
 // want and secret, looking again while the verdict is sealNotYet until
-// deadline. On success it records want as seen on o.
-func awaitSeal(o *object, payload int, want sealStamp, secret Secret, deadline time.Time) error {
+// deadline. A match marks the mapping o verified.
+func awaitSeal(o *object, payload int, want sealStamp, secret Secret, reattach bool, deadline time.Time) error {
 	b := sealBytes(o, payload)
 	pause := 20 * time.Microsecond
 	for {
 		got, ok := readSeal(b)
-		switch sealVerdict(got, ok, want, secret, o.seen.load(want)) {
+		switch sealVerdict(got, ok, want, secret, o.verified.Load(), reattach) {
 		case sealMatches:
-			o.seen.store(want)
+			o.verified.Store(true)
+			return nil
+		case sealKnown:
 			return nil
 		case sealRefused:
 			return errSealRefused
