@@ -8,13 +8,17 @@ package comm
 //
 // where <prefix> is the preparing node's (GlobalRequest.Prefix, by default
 // shm.Prefix() of its process: "simpler-<pid>-") and <key> is 128 random
-// bits (32 hex digits) the rank draws at Prepare. The name is the
-// descriptor's handle, so nodes need not share a prefix; and since another
-// node opens the window by that name, which a broker relays, the key makes
-// the name a capability: a client that was not given it cannot guess a
-// window of someone else's domain into its table. The header (the barrier
-// and wait-sequence words that View uses, same layout as a local domain's)
-// is created zeroed by rank 0's Prepare under
+// bits (32 hex digits) the rank draws at Prepare, so that names never
+// collide. The name is the descriptor's handle, so nodes need not share a
+// prefix, and it is only a locator: /dev/shm lists it to every local user,
+// and a client may put any name in a table. What lets a node map a window
+// is the secret in the descriptor, which is in no name: the rank draws it
+// at Prepare and seals it into the window's object, past the bytes any
+// chip maps, and an importer maps an object only if its seal holds the
+// descriptor's secret for this domain, generation and rank (seal.go). The
+// header (the barrier and wait-sequence words that View uses, same layout
+// as a local domain's, sealed with rank 0's secret) is created zeroed by
+// rank 0's Prepare under
 //
 //	<rank 0's window name without "-r0">-hdr
 //
