@@ -2,6 +2,8 @@ package comm
 
 import (
 	"encoding/hex"
+	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -247,4 +249,44 @@ func TestRefusedWindowIsClosed(t *testing.T) {
 		t.Errorf("the refused window is still cached (%v) or kept (%v)", cached, isKept)
 	}
 	d.importAll(t)
+}
+
+// Another local user sees a live domain's names in /dev/shm, and that is
+// all: as uid 65534 it can neither read nor write a window or the header
+// by its name (objects are 0600, hal/shm), and the domain is unchanged.
+func TestAnotherUserCannotOpenAWindowByItsName(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("needs root, to act as another user (uid 65534)")
+	}
+	clean(t)
+	d := committedDomain(t, 2)
+	if err := d.chips[1].CopyIn(d.ranks[1].WindowBase(), []byte("rank 1's")); err != nil {
+		t.Fatal(err)
+	}
+	as := func(args ...string) ([]byte, error) {
+		cmd := exec.Command("setpriv", append([]string{"--reuid=65534", "--regid=65534", "--clear-groups"}, args...)...)
+		return cmd.CombinedOutput()
+	}
+	listed, err := as("ls", "/dev/shm")
+	if err != nil {
+		t.Fatalf("ls as another user: %v: %s", err, listed)
+	}
+	names := []string{d.table[0].Handle, d.table[1].Handle, globalHeaderOf(d.table[0].Handle)}
+	for _, name := range names {
+		if !strings.Contains(string(listed), name) {
+			t.Fatalf("another user does not even see %s", name)
+		}
+		if out, err := as("dd", "if=/dev/shm/"+name, "of=/dev/null", "bs=64", "count=1"); err == nil {
+			t.Errorf("another user read %s: %s", name, out)
+		} else if !strings.Contains(string(out), "Permission denied") {
+			t.Errorf("reading %s as another user failed otherwise: %s", name, out)
+		}
+		if out, err := as("dd", "if=/dev/zero", "of=/dev/shm/"+name, "bs=64", "count=1", "conv=notrunc"); err == nil {
+			t.Errorf("another user wrote %s: %s", name, out)
+		}
+	}
+	if b := mustBytes(t, d.chips[0], d.ranks[0].Bases()[1], 8); string(b) != "rank 1's" {
+		t.Errorf("rank 1's window, seen by rank 0, holds %q", b)
+	}
+	barrierRounds(t, d.views(t), d.chips, 2)
 }
