@@ -57,8 +57,9 @@ type GlobalRank struct {
 // creates the window's shm object (fresh, so zeroed; exclusively, so a
 // reused name fails), seals it with a secret drawn now (or
 // req.ReuseSecret), maps it into chip, and for rank 0 also creates the
-// domain's header, sealed with the same secret. It returns the rank and the descriptor to export. There
-// is no barrier: it waits for nobody. On failure nothing is left behind.
+// domain's header, sealed with the same secret. It returns the rank and
+// the descriptor to export, which alone carries the secret. There is no
+// barrier: it waits for nobody. On failure nothing is left behind.
 func PrepareGlobal(req GlobalRequest, rank int, chip hal.Chip) (*GlobalRank, Descriptor, error) {
 	dom := req.domain()
 	if err := req.check("comm: preparing global domain "+dom, rank, chip); err != nil {
