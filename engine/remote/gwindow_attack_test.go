@@ -42,11 +42,13 @@ func headerWindow(hdr string) string {
 }
 
 // substitute rewrites node 0's command cmd (IMPORT_TABLE or REATTACH) of
-// the attacker's domain so that the node opens name: a header's name
-// through rank 0's descriptor (the header is found from rank 0's window
-// name), any other name as rank 2's window. The descriptor keeps the
-// attacker's own secret, the only one it has.
-func substitute(t *testing.T, cmd wire.Command, name string) func(c *wire.Control) *wire.Control {
+// the attacker's domain so that rank's descriptor names name: rank 2's is
+// a peer window node 0 opens, rank 1's is node 0's own window (REATTACH
+// takes it back from the pool by name), and through rank 0's the node
+// opens the header (a header's name goes there as the rank-0 window it is
+// derived from). The descriptor keeps the attacker's own secret, the only
+// one it has.
+func substitute(t *testing.T, cmd wire.Command, name string, rank int) func(c *wire.Control) *wire.Control {
 	return func(c *wire.Control) *wire.Control {
 		if c.Cmd != cmd {
 			return nil
@@ -65,10 +67,10 @@ func substitute(t *testing.T, cmd wire.Command, name string) func(c *wire.Contro
 			t.Errorf("the attacker's own %v table: %v, %v, %d descriptors", cmd, err, derr, len(ds))
 			return nil
 		}
-		if strings.HasSuffix(name, "-hdr") {
+		if rank == 0 {
 			ds[0].Handle = headerWindow(name)
 		} else {
-			ds[2].Handle = name
+			ds[rank].Handle = name
 		}
 		bad := *c
 		if cmd == wire.CmdReattach {
@@ -82,31 +84,47 @@ func substitute(t *testing.T, cmd wire.Command, name string) func(c *wire.Contro
 	}
 }
 
-// wantWindowRefused checks a node's answer to a table that named name: a
-// refusal, and for a window or header that still exists, the seal's
-// refusal naming the rank (a name that a concurrent process removed
-// meanwhile is refused for not existing).
-func wantWindowRefused(t *testing.T, cmd wire.Command, name string, err error) {
+// wantWindowRefused checks a node's answer to a table whose rank's
+// descriptor named name: a refusal, and for a name that still exists, the
+// one that says why (a name that a concurrent process removed meanwhile
+// is refused for not existing).
+func wantWindowRefused(t *testing.T, cmd wire.Command, name string, rank int, err error) {
 	t.Helper()
 	if err == nil {
-		t.Errorf("%v naming %s: accepted", cmd, name)
+		t.Errorf("%v naming %s as rank %d's: accepted", cmd, name, rank)
 		return
 	}
 	if _, serr := os.Stat("/dev/shm/" + name); serr != nil {
 		return
 	}
-	var want string
+	k, want := engine.ValueError, ""
 	switch {
-	case strings.HasSuffix(name, "-hdr") && comm.PooledName(headerWindow(name)):
+	case rank == 0:
 		want = "rank 0's header (" + name + ") is not the one its descriptor names"
+	case rank == 1 && cmd == wire.CmdImportTable: // node 0's own: exactly as it prepared it
+		want = "descriptor 1 of the table is"
+	case rank == 1 && comm.PooledName(name): // taken back only from node 0's own pool
+		k, want = engine.KeyError, "the pooled window "+name+" is not idle in this process"
+	case rank == 1:
+		want = "must name a pooled window"
 	case comm.PooledName(name):
 		want = "the window of rank 2 (" + name + ") is not the one its descriptor names"
 	default: // not a window's name: the table's check refuses its form
-		want = "is not the name of rank"
+		want = "is not the name of rank 2's window"
 	}
-	if engine.KindOf(err) != engine.ValueError || !strings.Contains(err.Error(), want) {
-		t.Errorf("%v naming %s: %v\n  want a ValueError saying %q", cmd, name, err, want)
+	if engine.KindOf(err) != k || !strings.Contains(err.Error(), want) {
+		t.Errorf("%v naming %s as rank %d's: %v\n  want a %v saying %q", cmd, name, rank, err, k, want)
 	}
+}
+
+// places are where a listed name goes in the attacker's table: a
+// header's as rank 0's (its header), any other as rank 1's (node 0's own)
+// and rank 2's (a peer's).
+func places(name string) []int {
+	if strings.HasSuffix(name, "-hdr") {
+		return []int{0}
+	}
+	return []int{1, 2}
 }
 
 // While a victim's global domain is live, a second parent with the token
@@ -147,8 +165,8 @@ func TestAttackGlobalWindowNames(t *testing.T) {
 			return d.CopyToGlobal(2, []byte("the attacker's own"), "", 0)
 		})
 	}
-	attack := func(cmd wire.Command, name string) (allocErr, nodeErr error) {
-		a0.setTamper(substitute(t, cmd, name))
+	attack := func(cmd wire.Command, name string, rank int) (allocErr, nodeErr error) {
+		a0.setTamper(substitute(t, cmd, name, rank))
 		allocErr = allocate()
 		answers := a0.setTamper(nil)
 		if len(answers) != 1 {
@@ -184,10 +202,12 @@ func TestAttackGlobalWindowNames(t *testing.T) {
 		}
 
 		for _, name := range names {
-			allocErr, nodeErr := attack(wire.CmdImportTable, name)
-			wantWindowRefused(t, wire.CmdImportTable, name, nodeErr)
-			if allocErr == nil {
-				t.Errorf("IMPORT_TABLE naming %s: the attacker's domain came up", name)
+			for _, rank := range places(name) {
+				allocErr, nodeErr := attack(wire.CmdImportTable, name, rank)
+				wantWindowRefused(t, wire.CmdImportTable, name, rank, nodeErr)
+				if allocErr == nil {
+					t.Errorf("IMPORT_TABLE naming %s as rank %d's: the attacker's domain came up", name, rank)
+				}
 			}
 		}
 		// The attacker's own domain, the honest way: its windows are
@@ -196,10 +216,12 @@ func TestAttackGlobalWindowNames(t *testing.T) {
 			t.Fatalf("the attacker's own domain: %v", err)
 		}
 		for _, name := range names {
-			allocErr, nodeErr := attack(wire.CmdReattach, name)
-			wantWindowRefused(t, wire.CmdReattach, name, nodeErr)
-			if allocErr != nil { // the broker falls back to the full transaction, untampered
-				t.Errorf("REATTACH naming %s: the fallback failed: %v", name, allocErr)
+			for _, rank := range places(name) {
+				allocErr, nodeErr := attack(wire.CmdReattach, name, rank)
+				wantWindowRefused(t, wire.CmdReattach, name, rank, nodeErr)
+				if allocErr != nil { // the broker falls back to the full transaction, untampered
+					t.Errorf("REATTACH naming %s as rank %d's: the fallback failed: %v", name, rank, allocErr)
+				}
 			}
 		}
 
