@@ -56,6 +56,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -67,17 +68,19 @@ import (
 // descriptor or a request printed by mistake shows none of it.
 type Secret [16]byte
 
-// NewSecret draws a secret.
+// NewSecret draws a secret, never the zero one.
 func NewSecret() Secret {
 	var s Secret
-	if _, err := rand.Read(s[:]); err != nil {
-		panic(err) // crypto/rand does not fail on Linux
+	for s.IsZero() {
+		if _, err := rand.Read(s[:]); err != nil {
+			panic(err) // crypto/rand does not fail on Linux
+		}
 	}
 	return s
 }
 
-// IsZero reports whether s is all zero: no secret (a zero secret is never
-// drawn in practice, and is refused wherever a secret is taken).
+// IsZero reports whether s is all zero: no secret, refused wherever a
+// secret is taken.
 func (s Secret) IsZero() bool { return s == Secret{} }
 
 // Format prints no bit of the secret, whatever the verb.
@@ -216,6 +219,18 @@ func sameWindow(a, b sealStamp) bool {
 	return a.what == b.what && a.rank == b.rank && a.ranks == b.ranks && a.payload == b.payload
 }
 
+// sealedSize reports whether the object behind o, opened by its name, is
+// exactly sealed(payload) bytes. An open maps only the bytes asked for, so
+// in a larger object the place of the seal would be window bytes, which
+// whoever writes that window could make look like a seal. Checked once per
+// mapping (a verified one was checked), by the name: objects are created
+// exclusively under names never made twice, and hal/shm opens only our
+// own, so the name is still that object's.
+func sealedSize(o *object, payload int) bool {
+	st, err := os.Stat(shmDir + o.seg.Name)
+	return err == nil && st.Size() == int64(sealed(payload))
+}
+
 // errSealRefused and errSealTimeout are awaitSeal's failures, for the
 // caller to word.
 var (
@@ -227,6 +242,9 @@ var (
 // want and secret, looking again while the verdict is sealNotYet until
 // deadline. A match marks the mapping o verified.
 func awaitSeal(o *object, payload int, want sealStamp, secret Secret, reattach bool, deadline time.Time) error {
+	if !o.verified.Load() && !sealedSize(o, payload) {
+		return errSealRefused
+	}
 	b := sealBytes(o, payload)
 	pause := 20 * time.Microsecond
 	for {

@@ -290,3 +290,29 @@ func TestAnotherUserCannotOpenAWindowByItsName(t *testing.T) {
 	}
 	barrierRounds(t, d.views(t), d.chips, 2)
 }
+
+// A larger object whose window bytes, at the place a smaller window's seal
+// would be, hold a seal with a secret the table knows is refused: the seal
+// is read only from an object of exactly the window's sealed size.
+func TestSealOnlyAtTheObjectsEnd(t *testing.T) {
+	clean(t)
+	chips := openChips(t, 2)
+	req := newGlobalReq(2, 4096)
+	req.Pooled = true
+	d := prepareDomain(t, req, chips, 1)
+	name := pooledWindowName(shm.Prefix(), newGlobalKey())
+	big, err := shm.CreateNamed(name, sealed(3*4096)) // another, larger window
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer big.Close()
+	forged := NewSecret()
+	at := roundPage(4096) // window bytes of the larger object
+	writeSeal(big.Mem[at:at+sealLen], seal{sealStamp{id: req.DomainID, gen: 1, what: sealWindow, rank: 1, ranks: 2, payload: 4096}, forged})
+	tab := slices.Clone(d.table)
+	tab[1].Handle, tab[1].Secret = name, forged
+	before := liveOf(chips[0])
+	err = d.ranks[0].Import(tab)
+	wantRefused(t, "the window of rank 1 ("+name+") is not the one", err, chips[0], before, name, 0, forged)
+	d.importAll(t)
+}
