@@ -117,9 +117,9 @@ func (g *GlobalRank) export() error {
 		secret = NewSecret()
 	}
 	st := g.stamp(sealWindow, c.rank)
-	writeSeal(ownSeal(c.own), seal{st, secret})
+	sealOwn(c.own, seal{st, secret})
 	if c.rank == 0 {
-		writeSeal(ownSeal(c.hdr), seal{g.stamp(sealHeader, 0), secret})
+		sealOwn(c.hdr, seal{g.stamp(sealHeader, 0), secret})
 	}
 	if err := c.mapWindow(c.rank); err != nil {
 		return err

@@ -150,9 +150,9 @@ func gpoolTakeNamed(prefix, name string, size, hdrSize int) (gwin, bool) {
 // idle zeroes the secret in the seals of an idle window and its header:
 // the descriptors of the domain that used it open it no more.
 func (w gwin) idle() {
-	idleSeal(ownSeal(w.win))
+	idleOwn(w.win)
 	if w.hdr != nil {
-		idleSeal(ownSeal(w.hdr))
+		idleOwn(w.hdr)
 	}
 }
 

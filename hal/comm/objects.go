@@ -62,6 +62,7 @@ type object struct {
 	peer     bool        // opened here, not created: may be kept idle (global_pool.go)
 	prefix   string      // the request's name prefix, reused for its pool name
 	verified atomic.Bool // a global window or header whose seal matched a descriptor here (seal.go)
+	sealCopy sealCopy    // created here: the seal its owner wrote (seal.go)
 }
 
 var (
