@@ -30,10 +30,12 @@ package comm
 // own secret. An importer opens a peer's object by name, reads the seal
 // and maps the object only if the seal is of this domain, generation,
 // rank and kind and its secret equals the descriptor's (compared in
-// constant time). Anything else closes the object again and is refused
-// with a ValueError naming the rank; no message carries a secret. A
-// window going back to its pool has its secret zeroed (idle), so no
-// descriptor opens it until it is taken again.
+// constant time). The seal is read only from an object of exactly its
+// window's sealed size (sealedSize), and in the owner's own process from
+// the owner's copy (sealCopy). Anything else closes the object again and
+// is refused with a ValueError naming the rank; no message carries a
+// secret. A window going back to its pool has its secret zeroed (idle), so
+// no descriptor opens it until it is taken again.
 //
 // The one exception: REATTACH brings every node of a warm domain up at
 // once, so an importer may read a peer's seal before the peer's owner has
