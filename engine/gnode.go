@@ -109,7 +109,7 @@ func (w *Worker) globalPrepare(req nodeGlobalReq) ([]comm.Descriptor, error) {
 	}
 	g := &nodeGlobal{req: req, offsets: offsets}
 	for _, p := range req.Places {
-		r, d, err := w.prepareRank(req, p, "")
+		r, d, err := w.prepareRank(req, p, nil)
 		if err != nil {
 			g.release()
 			return nil, err
@@ -123,16 +123,17 @@ func (w *Worker) globalPrepare(req nodeGlobalReq) ([]comm.Descriptor, error) {
 }
 
 // prepareRank makes one rank's window and maps it into its chip, where
-// the chip's memory is: here, or in the chip's own process. A non-empty
-// reuse takes back that pooled window instead (REATTACH), which only a
-// chip in this process can.
-func (w *Worker) prepareRank(req nodeGlobalReq, p GlobalPlace, reuse string) (NodeRank, comm.Descriptor, error) {
+// the chip's memory is: here, or in the chip's own process. A non-nil
+// reuse, the rank's descriptor in a REATTACH table, takes back the pooled
+// window it names instead, sealed with its secret (hal/comm:
+// GlobalRequest.Reuse), which only a chip in this process can.
+func (w *Worker) prepareRank(req nodeGlobalReq, p GlobalPlace, reuse *comm.Descriptor) (NodeRank, comm.Descriptor, error) {
 	if p.Local < 0 || p.Local >= len(w.chips) {
 		return nil, comm.Descriptor{}, Errorf(ValueError, "PREPARE: local worker %d is not a chip of this node (0..%d)", p.Local, len(w.chips)-1)
 	}
 	gr := comm.GlobalRequest{Prefix: w.globalPrefix(), DomainID: req.ID, Generation: req.Gen, Name: req.Name,
 		Ranks: req.Size, WindowSize: req.WindowSize, Timeout: CommTimeout}
-	if w.chipProcs != nil && reuse != "" {
+	if w.chipProcs != nil && reuse != nil {
 		return nil, comm.Descriptor{}, Errorf(KeyError, "REATTACH: this node's chips are processes, which do not pool their windows")
 	}
 	if w.chipProcs != nil {
@@ -142,7 +143,10 @@ func (w *Worker) prepareRank(req nodeGlobalReq, p GlobalPlace, reuse string) (No
 		}
 		return r, d, nil
 	}
-	gr.Pooled, gr.Reuse = true, reuse // a chip in this process: its window may be pooled (hal/comm)
+	gr.Pooled = true // a chip in this process: its window may be pooled (hal/comm)
+	if reuse != nil {
+		gr.Reuse, gr.ReuseSecret = reuse.Handle, reuse.Secret
+	}
 	r, d, err := comm.PrepareGlobal(gr, p.Rank, w.chips[p.Local])
 	if err != nil {
 		return nil, d, err // not r: a nil *GlobalRank in the interface is not nil

@@ -14,7 +14,7 @@ import (
 
 func sampleDescriptor(rank uint32) comm.Descriptor {
 	return comm.Descriptor{Profile: comm.ProfileSim, DomainID: 1, Generation: 2, Rank: rank, Ranks: 2,
-		MappingSize: 1 << 20, Handle: "simpler-1-gdom-1-2-r0"}
+		MappingSize: 1 << 20, Handle: "simpler-1-gdom-1-2-r0", Secret: comm.Secret{0: 1, 15: byte(rank + 1)}}
 }
 
 func FuzzDecodeDescs(f *testing.F) {

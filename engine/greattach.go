@@ -10,10 +10,15 @@ import (
 // REATTACH, the node side of a warm global domain: one command that does
 // what COMM_INIT, PREPARE, IMPORT_TABLE and COMMIT do, for a domain whose
 // windows are the pooled ones of an earlier domain over the same members
-// (hal/comm: GlobalRequest.Reuse). Its table names every rank's window;
-// this node takes its own ranks' back from its pool (zeroed, under the
-// domain's fresh id), maps its peers' (an importer's kept mappings make
-// that cheap), and commits. Anything missing or stale (a window taken by
+// (hal/comm: GlobalRequest.Reuse). Its table names every rank's window
+// with a fresh secret the broker drew for it; this node takes its own
+// ranks' back from its pool (zeroed, under the domain's fresh id, sealed
+// with the table's secret), checks and maps its peers' (an importer's kept
+// mappings make that cheap; it waits for a peer's owner to reseal only a
+// window it verified itself before), and commits. Only windows of this
+// node's own pool take a secret from the table, and a peer's window is
+// mapped only if its seal holds the table's secret, so a table that names
+// another parent's windows maps nothing. Anything missing or stale (a window taken by
 // another domain or dropped, a header gone, a chip that is a process of
 // its own and pools nothing) fails the command and leaves the node as it
 // was; the broker then aborts and runs the full transaction.
@@ -95,7 +100,7 @@ func (g *nodeGlobal) reattach(w *Worker, table []comm.Descriptor) error {
 		if p.Rank < 0 || p.Rank >= len(table) {
 			return Errorf(ValueError, "REATTACH: rank %d outside the table", p.Rank)
 		}
-		r, d, err := w.prepareRank(g.req, p, table[p.Rank].Handle)
+		r, d, err := w.prepareRank(g.req, p, &table[p.Rank])
 		if err != nil {
 			return err
 		}

@@ -131,12 +131,15 @@ func (c *gwarmCache) forget(e *gwarmEntry) {
 }
 
 // table is e's windows as the descriptor table of generation gen of
-// domain id with window size bytes: what REATTACH carries.
+// domain id with window size bytes: what REATTACH carries. Every rank gets
+// a fresh secret, drawn here: each node seals its own windows with the
+// table's, so no secret of an earlier domain opens them (hal/comm:
+// GlobalRequest.ReuseSecret).
 func (e *gwarmEntry) table(id, gen uint64, size int) []comm.Descriptor {
 	t := make([]comm.Descriptor, len(e.handles))
 	for r, h := range e.handles {
 		t[r] = comm.Descriptor{Profile: comm.ProfileSim, DomainID: id, Generation: gen, Rank: uint32(r),
-			Ranks: uint32(len(e.handles)), MappingSize: uint64(size), Handle: h}
+			Ranks: uint32(len(e.handles)), MappingSize: uint64(size), Handle: h, Secret: comm.NewSecret()}
 	}
 	return t
 }

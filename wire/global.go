@@ -63,7 +63,7 @@ func DecodePrepareExtra(b []byte) (PrepareExtra, error) {
 // DescriptorSize is the size of one global-domain descriptor, hal/comm's
 // fixed and versioned layout (the engine checks at compile time that
 // comm.DescriptorSize is this).
-const DescriptorSize = 176
+const DescriptorSize = 192
 
 // Descriptor is one rank's descriptor; hal/comm encodes and decodes its
 // fields.

@@ -188,5 +188,6 @@ func TestChildRefusesABadImportTable(t *testing.T) {
 
 func globalRankDescriptor(rank uint32) comm.Descriptor {
 	return comm.Descriptor{Profile: comm.ProfileSim, DomainID: 7, Generation: 1, Rank: rank, Ranks: 2,
-		MappingSize: 4096, Handle: "simpler-1-w2-gdom-7-1-0123456789abcdef0123456789abcdef-r" + string('0'+rune(rank))}
+		MappingSize: 4096, Handle: "simpler-1-w2-gdom-7-1-0123456789abcdef0123456789abcdef-r" + string('0'+rune(rank)),
+		Secret: comm.Secret{0: 7, 15: byte(rank + 1)}}
 }

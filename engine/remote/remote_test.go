@@ -69,9 +69,39 @@ type testNode struct {
 	*node
 	exportMu sync.Mutex
 	export   []byte
+
+	// tamper, if set, may rewrite a command before it is sent, as a
+	// misbehaving parent would, returning the command to send instead
+	// (nil: send c as it is); the node's answer to every rewritten
+	// command is appended to tampered.
+	tamperMu sync.Mutex
+	tamper   func(c *wire.Control) *wire.Control
+	tampered []error
+}
+
+// setTamper installs f as n's tamper (nil removes it) and returns the
+// answers to the commands the previous one rewrote.
+func (n *testNode) setTamper(f func(c *wire.Control) *wire.Control) []error {
+	n.tamperMu.Lock()
+	defer n.tamperMu.Unlock()
+	errs := n.tampered
+	n.tamper, n.tampered = f, nil
+	return errs
 }
 
 func (n *testNode) Control(c *wire.Control) (wire.ControlReply, error) {
+	n.tamperMu.Lock()
+	tamper := n.tamper
+	n.tamperMu.Unlock()
+	if tamper != nil {
+		if bad := tamper(c); bad != nil {
+			r, err := n.node.Control(bad)
+			n.tamperMu.Lock()
+			n.tampered = append(n.tampered, err)
+			n.tamperMu.Unlock()
+			return r, err
+		}
+	}
 	r, err := n.node.Control(c)
 	if err == nil && c.Cmd == wire.CmdExport {
 		n.exportMu.Lock()

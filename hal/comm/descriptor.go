@@ -17,12 +17,16 @@ package comm
 //	    48  128 backend handle, NUL-padded; for ProfileSim the name of the
 //	            shm object behind the rank's window, at most 127 bytes so
 //	            that the field always ends in a NUL
-//	   176      end (DescriptorSize)
+//	   176   16 secret: the window's capability, never zero (seal.go)
+//	   192      end (DescriptorSize)
 //
-// Version 2 widened the handle so a window's name can carry 128 random
-// bits: the name is what another node opens the window by, so it must not
-// be guessable by a client that was never given it.
-
+// Version 2 widened the handle to carry 128 random bits, when the name was
+// taken for the capability. A name in /dev/shm is listed to every local
+// user, so version 3 makes the handle a mere locator and adds the secret,
+// which is in no name: a node maps a peer's window only if the secret
+// stored in the window's object is the descriptor's. Older versions are
+// refused, naming the version, so a node that predates the secret is
+// never handed a window it could not check.
 import (
 	"bytes"
 	"encoding/binary"
@@ -49,9 +53,9 @@ func (p Profile) String() string {
 
 const (
 	// DescriptorSize is the encoded size of every descriptor.
-	DescriptorSize = 176
+	DescriptorSize = 192
 	// DescriptorVersion is the layout version written and accepted.
-	DescriptorVersion = 2
+	DescriptorVersion = 3
 	// DescriptorHandleMax is the longest backend handle, in bytes.
 	DescriptorHandleMax = descHandleLen - 1
 
@@ -65,6 +69,7 @@ const (
 	descOffMappingSize = 40
 	descOffHandle      = 48
 	descHandleLen      = 128
+	descOffSecret      = 176
 )
 
 var descMagic = binary.LittleEndian.Uint64([]byte("SMPLGDSC"))
@@ -79,9 +84,11 @@ type Descriptor struct {
 	Rank        uint32
 	Ranks       uint32 // the domain's rank count
 	MappingSize uint64 // bytes of the rank's window
-	Handle      string // ProfileSim: the shm object name of the window
+	Handle      string // ProfileSim: the shm object name of the window, a locator only
+	Secret      Secret // the capability: what the window's object stores (seal.go)
 }
 
+// String shows every field but the secret, which no message may carry.
 func (d Descriptor) String() string {
 	return fmt.Sprintf("{%v domain %d generation %d rank %d/%d, %d bytes, %q}",
 		d.Profile, d.DomainID, d.Generation, d.Rank, d.Ranks, d.MappingSize, d.Handle)
@@ -107,13 +114,14 @@ func EncodeDescriptor(d Descriptor) []byte {
 	le.PutUint32(b[descOffRanks:], d.Ranks)
 	le.PutUint64(b[descOffMappingSize:], d.MappingSize)
 	copy(b[descOffHandle:descOffHandle+descHandleLen], d.Handle)
+	copy(b[descOffSecret:], d.Secret[:])
 	return b
 }
 
 // DecodeDescriptor parses and checks an encoded descriptor: exactly
 // DescriptorSize bytes, the magic, DescriptorVersion, a known profile,
-// 1 <= rank count <= 4096, rank < rank count, a mapping size > 0, and a
-// non-empty handle followed only by NUL bytes. Whether the descriptor fits
+// 1 <= rank count <= 4096, rank < rank count, a mapping size > 0, a
+// non-empty handle followed only by NUL bytes, and a non-zero secret. Whether the descriptor fits
 // a particular domain is Import's to check.
 func DecodeDescriptor(b []byte) (Descriptor, error) {
 	bad := func(format string, args ...any) (Descriptor, error) {
@@ -127,6 +135,9 @@ func DecodeDescriptor(b []byte) (Descriptor, error) {
 		return bad("magic %#x, want %#x", m, descMagic)
 	}
 	if v := le.Uint32(b[descOffVersion:]); v != DescriptorVersion {
+		if v < DescriptorVersion {
+			return bad("version %d carries no secret, want version %d (update every node)", v, DescriptorVersion)
+		}
 		return bad("version %d, want %d", v, DescriptorVersion)
 	}
 	d := Descriptor{
@@ -163,5 +174,9 @@ func DecodeDescriptor(b []byte) (Descriptor, error) {
 		}
 	}
 	d.Handle = string(h[:n])
+	copy(d.Secret[:], b[descOffSecret:])
+	if d.Secret.IsZero() {
+		return bad("no secret (all zero)")
+	}
 	return d, nil
 }

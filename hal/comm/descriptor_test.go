@@ -3,6 +3,7 @@ package comm
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -14,24 +15,25 @@ func sampleDescriptor() Descriptor {
 		Profile: ProfileSim, DomainID: 0x0102030405060708, Generation: 0x1112131415161718,
 		Rank: 0x21222324, Ranks: 0x31323334, MappingSize: 0x4142434445464748,
 		Handle: "simpler-77-gdom-a-b-r3",
+		Secret: Secret{0x51, 0x52, 0x53, 0x54, 0x55, 0x56, 0x57, 0x58, 0x59, 0x5a, 0x5b, 0x5c, 0x5d, 0x5e, 0x5f, 0x60},
 	}
 }
 
 // A valid descriptor to mutate in the rejection tests.
 func validDescriptor() Descriptor {
 	return Descriptor{Profile: ProfileSim, DomainID: 9, Generation: 2, Rank: 3, Ranks: 4,
-		MappingSize: 8192, Handle: "simpler-77-gdom-9-2-r3"}
+		MappingSize: 8192, Handle: "simpler-77-gdom-9-2-r3", Secret: Secret{15: 1}}
 }
 
 // The layout is a wire contract: every offset and width is pinned here by
 // reading the encoding independently of the decoder.
 func TestDescriptorLayout(t *testing.T) {
-	if DescriptorSize != 176 || DescriptorHandleMax != 127 || DescriptorVersion != 2 || ProfileSim != 1 {
+	if DescriptorSize != 192 || DescriptorHandleMax != 127 || DescriptorVersion != 3 || ProfileSim != 1 {
 		t.Fatalf("size %d, handle max %d, version %d, sim %d", DescriptorSize, DescriptorHandleMax, DescriptorVersion, ProfileSim)
 	}
 	d := sampleDescriptor()
 	b := EncodeDescriptor(d)
-	if len(b) != 176 {
+	if len(b) != 192 {
 		t.Fatalf("encoded %d bytes", len(b))
 	}
 	le := binary.LittleEndian
@@ -40,7 +42,7 @@ func TestDescriptorLayout(t *testing.T) {
 		off, size int
 		want      uint64
 	}{
-		{"version", 8, 4, 2},
+		{"version", 8, 4, 3},
 		{"profile", 12, 4, 1},
 		{"domain id", 16, 8, d.DomainID},
 		{"generation", 24, 8, d.Generation},
@@ -74,10 +76,13 @@ func TestDescriptorLayout(t *testing.T) {
 	if !bytes.HasPrefix(handle, []byte(d.Handle)) || bytes.ContainsFunc(handle[len(d.Handle):], func(r rune) bool { return r != 0 }) {
 		t.Errorf("handle field %q", handle)
 	}
+	if !bytes.Equal(b[176:192], d.Secret[:]) {
+		t.Errorf("secret field %x, want %x", b[176:192], d.Secret[:])
+	}
 	// The unexported offsets agree with the pinned ones.
 	offs := []int{descOffMagic, descOffVersion, descOffProfile, descOffDomainID, descOffGeneration,
-		descOffRank, descOffRanks, descOffMappingSize, descOffHandle, descOffHandle + descHandleLen}
-	if !slices.Equal(offs, []int{0, 8, 12, 16, 24, 32, 36, 40, 48, 176}) {
+		descOffRank, descOffRanks, descOffMappingSize, descOffHandle, descOffHandle + descHandleLen, descOffSecret + len(Secret{})}
+	if !slices.Equal(offs, []int{0, 8, 12, 16, 24, 32, 36, 40, 48, 176, 192}) || descOffSecret != descOffHandle+descHandleLen {
 		t.Errorf("offsets %v", offs)
 	}
 }
@@ -86,9 +91,9 @@ func TestDescriptorRoundTrip(t *testing.T) {
 	long := "simpler-" + strings.Repeat("x", DescriptorHandleMax-8)
 	for _, d := range []Descriptor{
 		validDescriptor(),
-		{Profile: ProfileSim, DomainID: 0, Generation: 0, Rank: 0, Ranks: 1, MappingSize: 1, Handle: "h"},
+		{Profile: ProfileSim, DomainID: 0, Generation: 0, Rank: 0, Ranks: 1, MappingSize: 1, Handle: "h", Secret: Secret{0: 1}},
 		{Profile: ProfileSim, DomainID: ^uint64(0), Generation: ^uint64(0), Rank: 1023, Ranks: 1024,
-			MappingSize: ^uint64(0), Handle: long},
+			MappingSize: ^uint64(0), Handle: long, Secret: NewSecret()},
 	} {
 		got, err := DecodeDescriptor(EncodeDescriptor(d))
 		if err != nil || got != d {
@@ -104,19 +109,23 @@ func TestDescriptorRejects(t *testing.T) {
 		mut  func([]byte) []byte
 		want string
 	}{
-		{"empty", func(b []byte) []byte { return nil }, "0 bytes, want 176"},
-		{"short", func(b []byte) []byte { return b[:175] }, "175 bytes, want 176"},
-		{"long", func(b []byte) []byte { return append(b, 0) }, "177 bytes, want 176"},
+		{"empty", func(b []byte) []byte { return nil }, "0 bytes, want 192"},
+		{"short", func(b []byte) []byte { return b[:191] }, "191 bytes, want 192"},
+		{"long", func(b []byte) []byte { return append(b, 0) }, "193 bytes, want 192"},
+		{"version 2's size", func(b []byte) []byte { return b[:176] }, "176 bytes, want 192"},
 		{"magic", func(b []byte) []byte { b[3] ^= 1; return b }, "magic"},
-		{"version 0", func(b []byte) []byte { le.PutUint32(b[8:], 0); return b }, "version 0, want 2"},
-		{"version 1", func(b []byte) []byte { le.PutUint32(b[8:], 1); return b }, "version 1, want 2"},
+		{"version 0", func(b []byte) []byte { le.PutUint32(b[8:], 0); return b }, "version 0 carries no secret, want version 3"},
+		{"version 1", func(b []byte) []byte { le.PutUint32(b[8:], 1); return b }, "version 1 carries no secret, want version 3"},
+		{"version 2", func(b []byte) []byte { le.PutUint32(b[8:], 2); return b }, "version 2 carries no secret, want version 3 (update every node)"},
+		{"version 4", func(b []byte) []byte { le.PutUint32(b[8:], 4); return b }, "version 4, want 3"},
+		{"zero secret", func(b []byte) []byte { clear(b[176:]); return b }, "no secret (all zero)"},
 		{"no profile", func(b []byte) []byte { le.PutUint32(b[12:], 0); return b }, "unknown profile 0"},
 		{"fabric profile", func(b []byte) []byte { le.PutUint32(b[12:], 2); return b }, "unknown profile 2"},
 		{"no ranks", func(b []byte) []byte { le.PutUint32(b[36:], 0); return b }, "rank count 0"},
 		{"too many ranks", func(b []byte) []byte { le.PutUint32(b[36:], 4097); return b }, "rank count 4097"},
 		{"rank = count", func(b []byte) []byte { le.PutUint32(b[32:], 4); return b }, "rank 4 out of range for 4 ranks"},
 		{"no mapping", func(b []byte) []byte { le.PutUint64(b[40:], 0); return b }, "mapping size 0"},
-		{"empty handle", func(b []byte) []byte { clear(b[48:]); return b }, "empty handle"},
+		{"empty handle", func(b []byte) []byte { clear(b[48:176]); return b }, "empty handle"},
 		{"unterminated handle", func(b []byte) []byte {
 			copy(b[48:], bytes.Repeat([]byte{'x'}, 128))
 			return b
@@ -170,3 +179,23 @@ func FuzzDecodeDescriptor(f *testing.F) {
 // ---- helpers for global domains ----
 
 var globalSeq atomic.Uint64
+
+// No way of printing a descriptor shows its secret: not String, not any
+// verb of fmt on the descriptor or on the secret alone.
+func TestDescriptorNeverPrintsItsSecret(t *testing.T) {
+	d := sampleDescriptor()
+	hexed := fmt.Sprintf("%x", d.Secret[:]) // the bytes as a slice: what a leak would look like
+	for _, out := range []string{
+		d.String(), fmt.Sprint(d), fmt.Sprintf("%v %+v %#v %s %q %x %X", d, d, d, d, d, d, d),
+		fmt.Sprintf("%v %+v %#v %s %x %d", d.Secret, d.Secret, d.Secret, d.Secret, d.Secret, d.Secret),
+		fmt.Sprintf("%v", []Descriptor{d}),
+	} {
+		if strings.Contains(strings.ToLower(out), hexed[:8]) || strings.Contains(out, "81 82 83") || strings.Contains(out, "[81") {
+			t.Errorf("printed the secret: %s", out)
+		}
+	}
+	// A struct that holds a secret and has no String of its own.
+	if got := fmt.Sprintf("%+v", struct{ S Secret }{d.Secret}); got != "{S:secret(…)}" {
+		t.Errorf("%%+v of a struct holding a secret: %s, want {S:secret(…)}", got)
+	}
+}

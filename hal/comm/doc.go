@@ -47,16 +47,17 @@
 // The cut is a core that both wrap, not a local domain made of a
 // GlobalRank, because what the wrappers add differs for reasons: a local
 // domain's names derive from the Request and its objects are pooled (it
-// is released as a whole), while a global window's name is a random
-// capability and is never pooled (nodes release one by one, so a peer may
-// still map it); a local header is made by whichever rank comes first,
+// is released as a whole), while a global window is opened only with the
+// secret sealed in it (seal.go) and is never in that pool (nodes release
+// one by one, so a peer may still map it); a local header is made by whichever rank comes first,
 // since the barrier lives in it, a global one by rank 0; and the global
 // phase state (idempotent Import, broken, prepared claims) has no meaning
 // for phases that run once, in one call.
 //
 // The files: rank.go (the rank core), alloc.go (Allocate, Release),
 // join.go (the allocation barrier), global.go (PrepareGlobal ... Release),
-// global_names.go (global requests and capability names),
+// global_names.go (global requests and window names), seal.go (the
+// secret that makes a global window a capability),
 // global_orphan.go (a dead process's names), descriptor.go (the exported
 // window), view.go (the kernel side), layout.go (the CommContext and
 // header layouts), objects.go (the shm cache and pool).

@@ -5,9 +5,12 @@ package comm
 // brought up by a broker that runs a transaction node by node. This file
 // knows nothing of the broker. For each of its local ranks a node calls
 //
-//	PrepareGlobal  make the rank's window (zeroed) and map it into the
-//	               chip; export its Descriptor
+//	PrepareGlobal  make the rank's window (zeroed), seal it with a fresh
+//	               secret (seal.go) and map it into the chip; export its
+//	               Descriptor, which carries the secret
 //	Import         given the complete rank-ordered table of descriptors,
+//	               check every peer's window and the domain's header
+//	               against its descriptor's secret, then
 //	               map every peer's window and the domain's header into the
 //	               chip and write the CommContext (not yet live)
 //	Commit         make the CommContext live: kernels may Open it
@@ -52,9 +55,11 @@ type GlobalRank struct {
 
 // PrepareGlobal sets up rank's window of a global domain on chip: it
 // creates the window's shm object (fresh, so zeroed; exclusively, so a
-// reused name fails), maps it into chip, and for rank 0 also creates the
-// domain's header. It returns the rank and the descriptor to export. There
-// is no barrier: it waits for nobody. On failure nothing is left behind.
+// reused name fails), seals it with a secret drawn now (or
+// req.ReuseSecret), maps it into chip, and for rank 0 also creates the
+// domain's header, sealed with the same secret. It returns the rank and
+// the descriptor to export, which alone carries the secret. There is no
+// barrier: it waits for nobody. On failure nothing is left behind.
 func PrepareGlobal(req GlobalRequest, rank int, chip hal.Chip) (*GlobalRank, Descriptor, error) {
 	dom := req.domain()
 	if err := req.check("comm: preparing global domain "+dom, rank, chip); err != nil {
@@ -88,7 +93,7 @@ func (g *GlobalRank) prepare() error {
 	}
 	window := q.windowName(newGlobalKey(), c.rank)
 	if c.rank == 0 {
-		size := headerSize(q.Ranks)
+		size := sealed(headerSize(q.Ranks))
 		o, err := createObject(c.prefix, globalHeaderOf(window), size, size, false)
 		if err != nil {
 			return c.errorf(kind.RuntimeError, "creating the header: %v", err)
@@ -101,19 +106,42 @@ func (g *GlobalRank) prepare() error {
 	return g.export()
 }
 
-// export maps the rank's own window into the chip and makes its
-// descriptor.
+// export seals the rank's window (and rank 0's header) with the rank's
+// secret, maps the window into the chip and makes the descriptor. The
+// seal goes on before the descriptor exists: nobody can ask for the
+// window before it.
 func (g *GlobalRank) export() error {
 	q, c := &g.req, &g.core
+	secret := q.ReuseSecret
+	if q.Reuse == "" {
+		secret = NewSecret()
+	}
+	st := g.stamp(sealWindow, c.rank)
+	sealOwn(c.own, seal{st, secret})
+	if c.rank == 0 {
+		sealOwn(c.hdr, seal{g.stamp(sealHeader, 0), secret})
+	}
 	if err := c.mapWindow(c.rank); err != nil {
 		return err
 	}
 	g.desc = Descriptor{
 		Profile: ProfileSim, DomainID: q.DomainID, Generation: q.Generation,
 		Rank: uint32(c.rank), Ranks: uint32(q.Ranks), MappingSize: uint64(q.WindowSize),
-		Handle: c.own.seg.Name,
+		Handle: c.own.seg.Name, Secret: secret,
 	}
 	return nil
+}
+
+// stamp is what the seal of rank's window (what: sealWindow) or of the
+// header (sealHeader, rank 0) of this domain says.
+func (g *GlobalRank) stamp(what uint64, rank int) sealStamp {
+	q := &g.req
+	payload := q.WindowSize
+	if what == sealHeader {
+		payload = headerSize(q.Ranks)
+	}
+	return sealStamp{id: q.DomainID, gen: q.Generation, what: what,
+		rank: uint64(rank), ranks: uint64(q.Ranks), payload: uint64(payload)}
 }
 
 // Import brings the rank into the domain described by table, the
@@ -123,8 +151,12 @@ func (g *GlobalRank) export() error {
 // names of the domain, and this rank's own entry exactly as Prepare
 // returned it), opens every peer's window by name (they must exist: every
 // Prepare precedes every Import), opens the header (rank 0's, waiting up to
-// Timeout for it to exist), maps all of them into the chip and writes the
-// CommContext, not yet live: Commit makes it so.
+// Timeout for it to exist), checks every one's seal against its
+// descriptor (seal.go: an object whose seal is not of this domain, rank
+// and generation with the descriptor's secret is closed again and
+// refused, naming the rank, before anything is mapped), maps all of them
+// into the chip and writes the CommContext, not yet live: Commit makes it
+// so.
 //
 // Import is atomic: on failure everything it mapped is unmapped and
 // everything it opened is closed, and the rank is as Prepare left it, ready
@@ -170,6 +202,9 @@ func tableDiff(had, got []Descriptor) string {
 	}
 	for j := range had {
 		if had[j] != got[j] {
+			if had[j].Secret != got[j].Secret {
+				return fmt.Sprintf("descriptor %d carries another secret", j)
+			}
 			return fmt.Sprintf("descriptor %d is %v, had %v", j, got[j], had[j])
 		}
 	}
@@ -196,6 +231,8 @@ func (g *GlobalRank) checkTable(table []Descriptor) error {
 			return bad("%d ranks, want %d", d.Ranks, q.Ranks)
 		case d.MappingSize != uint64(q.WindowSize):
 			return bad("mapping size %d, want %d", d.MappingSize, q.WindowSize)
+		case d.Secret.IsZero():
+			return bad("it carries no secret")
 		}
 		// A pooled name first: the common case, and the cheaper check (every
 		// rank of a node checks every descriptor: 1M checks at 1024 ranks).
@@ -207,42 +244,99 @@ func (g *GlobalRank) checkTable(table []Descriptor) error {
 		}
 	}
 	if table[c.rank] != g.desc {
+		if table[c.rank].Secret != g.desc.Secret {
+			return c.errorf(kind.ValueError, "descriptor %d of the table carries another secret than this rank's", c.rank)
+		}
 		return c.errorf(kind.ValueError, "descriptor %d of the table is %v, but this rank prepared %v", c.rank, table[c.rank], g.desc)
 	}
 	return nil
 }
 
 // importTable does Import's work on a checked table: the header, if this
-// rank did not create it, then the core's attach to the table's windows.
+// rank did not create it, then every peer's window, each checked against
+// its descriptor's secret before the core's attach maps anything.
 func (g *GlobalRank) importTable(table []Descriptor) error {
 	c := &g.core
+	start := time.Now()
 	if c.hdr == nil {
-		if err := g.openHeader(globalHeaderOf(table[0].Handle)); err != nil {
+		if err := g.openHeader(globalHeaderOf(table[0].Handle), table[0].Secret, start); err != nil {
 			return err
 		}
 	}
 	names := make([]string, len(table))
 	for j, d := range table {
 		names[j] = d.Handle
+		if j != c.rank {
+			if err := g.openPeer(j, d, start); err != nil {
+				return err
+			}
+		}
 	}
 	return c.attach(names, g.peerError)
 }
 
+// sealDeadline is how long an import looks again at a peer window's seal
+// that is not whole (being rewritten): a reused window's (REATTACH, where
+// its owner reseals it at the same time) up to Timeout; otherwise every
+// Prepare has sealed its objects before the table exists, and one look
+// decides.
+func (g *GlobalRank) sealDeadline(start time.Time) time.Time {
+	if g.reattach() {
+		return start.Add(g.req.Timeout)
+	}
+	return start
+}
+
+// reattach says whether this rank's import is a REATTACH's (seal.go).
+func (g *GlobalRank) reattach() bool { return g.req.Reuse != "" }
+
+// openPeer opens peer j's window by the descriptor's name and checks its
+// seal; a refused window is closed again (discard) and never recorded.
+func (g *GlobalRank) openPeer(j int, d Descriptor, start time.Time) error {
+	c := &g.core
+	o, _, err := openObject(c.prefix, d.Handle, c.windowObject(), false)
+	if err != nil {
+		return g.peerError(j, d.Handle, err)
+	}
+	if err := awaitSeal(o, c.winSize, g.stamp(sealWindow, j), d.Secret, g.reattach(), g.sealDeadline(start)); err != nil {
+		what := fmt.Sprintf("the window of rank %d (%s)", j, d.Handle)
+		return errors.Join(g.sealError(what, err, g.reattach()), o.discard())
+	}
+	c.peers[j] = o
+	return nil
+}
+
+// sealError words a refused seal: never a secret, only whose object it is.
+// waited says whether the import looked again until Timeout.
+func (g *GlobalRank) sealError(what string, err error, waited bool) error {
+	if errors.Is(err, errSealTimeout) && waited {
+		return g.core.errorf(kind.TimeoutError, "%s was not sealed for this domain within %v", what, g.req.Timeout)
+	}
+	return g.core.errorf(kind.ValueError, "%s is not the one its descriptor names (another domain's, rank's or generation's, or another secret): refused", what)
+}
+
 // openHeader opens rank 0's header, waiting while it does not exist yet
 // (rank 0's node may still be preparing, or between creating and sizing
-// it), for up to this node's Timeout.
-func (g *GlobalRank) openHeader(name string) error {
+// it), for up to this node's Timeout, and checks its seal against rank 0's
+// secret.
+func (g *GlobalRank) openHeader(name string, secret Secret, start time.Time) error {
 	c := &g.core
-	deadline := time.Now().Add(g.req.Timeout)
+	deadline := start.Add(g.req.Timeout)
 	if g.req.Reuse != "" {
-		deadline = time.Now() // one try: a pooled header exists already or never again
+		deadline = start // one try: a pooled header exists already or never again
 	}
-	o, _, err := awaitObject(c.prefix, name, headerSize(c.size), false, deadline)
+	payload := headerSize(c.size)
+	o, _, err := awaitObject(c.prefix, name, sealed(payload), false, deadline)
 	if errors.Is(err, errNotReady) {
 		return c.errorf(kind.TimeoutError, "waited %v for rank 0's header %s to exist (has rank 0 prepared, and not released?)",
 			g.req.Timeout, name)
 	} else if err != nil {
 		return c.errorf(kind.RuntimeError, "the header: %v", err)
+	}
+	// A fresh header exists a moment before rank 0 seals it: look again
+	// until the same deadline (or, reused, until Timeout).
+	if err := awaitSeal(o, payload, g.stamp(sealHeader, 0), secret, g.reattach(), start.Add(g.req.Timeout)); err != nil {
+		return errors.Join(g.sealError("rank 0's header ("+name+")", err, true), o.discard())
 	}
 	c.hdr = o
 	return nil
@@ -253,7 +347,7 @@ func (g *GlobalRank) openHeader(name string) error {
 func (g *GlobalRank) peerError(j int, name string, err error) error {
 	if errors.Is(err, errNotReady) {
 		return g.core.errorf(kind.RuntimeError, "the window of rank %d (%s) does not exist or is smaller than %d bytes (was rank %d released?)",
-			j, name, roundPage(g.req.WindowSize), j)
+			j, name, g.core.windowObject(), j)
 	}
 	return g.core.errorf(kind.RuntimeError, "the window of rank %d: %v", j, err)
 }
@@ -345,6 +439,7 @@ func (g *GlobalRank) teardown() error {
 			c.hdr, c.hdrOwned = nil, false
 		}
 		c.own, g.spare = nil, nil
+		w.idle() // no descriptor opens it while it waits in the pool
 	}
 	err := g.core.teardown()
 	if w.win != nil {
@@ -410,28 +505,29 @@ func (g *GlobalRank) Committed() bool {
 // header) from the pool, cleared, or makes them under a pooled name.
 func (g *GlobalRank) preparePooled() error {
 	q, c := &g.req, &g.core
-	hdrSize := 0
+	hdrSize := 0 // the header's object, with its seal page; 0: no header
 	if c.rank == 0 {
-		hdrSize = headerSize(q.Ranks)
+		hdrSize = sealed(headerSize(q.Ranks))
 	}
 	if q.Reuse != "" {
 		return g.reusePooled(hdrSize)
 	}
-	w, ok := gpoolTake(c.prefix, roundPage(q.WindowSize), hdrSize)
+	w, ok := gpoolTake(c.prefix, sealed(q.WindowSize), hdrSize)
 	if !ok {
 		if err := c.makeWindow(pooledWindowName(c.prefix, newGlobalKey()), false); err != nil {
 			return c.errorf(kind.RuntimeError, "creating the window: %v", err)
 		}
 	} else {
-		// Zero before the descriptor names it to anyone (the contract).
-		clear(w.win.seg.Mem)
+		// Zero before the descriptor names it to anyone (the contract); the
+		// seal stays idle until export reseals it.
+		clearPayload(w.win)
 		c.own = w.win
 	}
 	switch {
 	case c.rank != 0:
 		g.spare = w.hdr // travels with its window, unused here
 	case w.hdr != nil:
-		clear(w.hdr.seg.Mem)
+		clearPayload(w.hdr)
 		c.hdr, c.hdrOwned = w.hdr, true
 	default:
 		o, err := createObject(c.prefix, globalHeaderOf(c.own.seg.Name), hdrSize, hdrSize, false)
@@ -447,16 +543,16 @@ func (g *GlobalRank) preparePooled() error {
 // its header for rank 0 (hdrSize > 0), which it must have at that size.
 func (g *GlobalRank) reusePooled(hdrSize int) error {
 	q, c := &g.req, &g.core
-	w, ok := gpoolTakeNamed(c.prefix, q.Reuse, roundPage(q.WindowSize), hdrSize)
+	w, ok := gpoolTakeNamed(c.prefix, q.Reuse, sealed(q.WindowSize), hdrSize)
 	if !ok {
 		return c.errorf(kind.KeyError, "the pooled window %s is not idle in this process at %d bytes%s (taken by another domain, or dropped)",
 			q.Reuse, roundPage(q.WindowSize), map[bool]string{true: " with a header", false: ""}[hdrSize > 0])
 	}
 	// Zero before the domain is usable anywhere (the contract).
-	clear(w.win.seg.Mem)
+	clearPayload(w.win)
 	c.own = w.win
 	if c.rank == 0 {
-		clear(w.hdr.seg.Mem)
+		clearPayload(w.hdr)
 		c.hdr, c.hdrOwned = w.hdr, true
 	} else {
 		g.spare = w.hdr

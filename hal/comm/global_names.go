@@ -8,13 +8,17 @@ package comm
 //
 // where <prefix> is the preparing node's (GlobalRequest.Prefix, by default
 // shm.Prefix() of its process: "simpler-<pid>-") and <key> is 128 random
-// bits (32 hex digits) the rank draws at Prepare. The name is the
-// descriptor's handle, so nodes need not share a prefix; and since another
-// node opens the window by that name, which a broker relays, the key makes
-// the name a capability: a client that was not given it cannot guess a
-// window of someone else's domain into its table. The header (the barrier
-// and wait-sequence words that View uses, same layout as a local domain's)
-// is created zeroed by rank 0's Prepare under
+// bits (32 hex digits) the rank draws at Prepare, so that names never
+// collide. The name is the descriptor's handle, so nodes need not share a
+// prefix, and it is only a locator: /dev/shm lists it to every local user,
+// and a client may put any name in a table. What lets a node map a window
+// is the secret in the descriptor, which is in no name: the rank draws it
+// at Prepare and seals it into the window's object, past the bytes any
+// chip maps, and an importer maps an object only if its seal holds the
+// descriptor's secret for this domain, generation and rank (seal.go). The
+// header (the barrier and wait-sequence words that View uses, same layout
+// as a local domain's, sealed with rank 0's secret) is created zeroed by
+// rank 0's Prepare under
 //
 //	<rank 0's window name without "-r0">-hdr
 //
@@ -72,6 +76,14 @@ type GlobalRequest struct {
 	// does not wait for rank 0's header: a reused domain's header is a
 	// pooled one that exists already, or was dropped and never comes back.
 	Reuse string
+	// ReuseSecret, with Reuse, is the secret the new domain's table gives
+	// this rank (non-zero): the rank seals its window (and rank 0 the
+	// header) with it instead of drawing one. A warm domain is brought up
+	// on every node at once (REATTACH), so no node could learn a peer's
+	// fresh secret in time; the broker draws them all and sends each in
+	// the table. A node takes back only windows of its own pool, so a
+	// secret chosen by a client seals only that client's own windows.
+	ReuseSecret Secret
 }
 
 func (q *GlobalRequest) prefix() string {
@@ -178,6 +190,8 @@ func (q *GlobalRequest) check(what string, rank int, chip hal.Chip) error {
 		return bad("window size must be in 1..%d, got %d", maxWindow, q.WindowSize)
 	case q.Reuse != "" && (!q.Pooled || !pooledName(q.Reuse)):
 		return bad("Reuse %q must name a pooled window, and the request be Pooled", q.Reuse)
+	case (q.Reuse != "") == q.ReuseSecret.IsZero():
+		return bad("Reuse and ReuseSecret go together: a reused window is sealed with the table's secret, and only a reused one")
 	case chip.Platform().Serves(ProfileSim.String()) != nil:
 		return bad("device %d is on platform %s, which has no %q comm profile", chip.DeviceID(), chip.Platform().Name(), ProfileSim.String())
 	}

@@ -5,7 +5,10 @@ package comm
 // A rank of a global domain prepared with GlobalRequest.Pooled takes its
 // window from this process's pool of idle global windows, and gives it
 // back at Release, under the same name: "<prefix>gwin-<key>", 128 random
-// bits as for any window, so the name stays a capability. A window that
+// bits as for any window, so no two names collide. The name says nothing
+// of the domain: the window's seal does (seal.go). Release zeroes the
+// seal's secret, so no descriptor opens an idle window, and each take
+// reseals it with a fresh secret for its new domain. A window that
 // served rank 0 keeps the domain header it was given, "<window>-hdr", for
 // life: rank 0 takes a window whose header has its domain's size (or that
 // never had one, and makes it), so a name never comes back at another size.
@@ -142,6 +145,15 @@ func gpoolTakeNamed(prefix, name string, size, hdrSize int) (gwin, bool) {
 		return w, true
 	}
 	return gwin{}, false
+}
+
+// idle zeroes the secret in the seals of an idle window and its header:
+// the descriptors of the domain that used it open it no more.
+func (w gwin) idle() {
+	idleOwn(w.win)
+	if w.hdr != nil {
+		idleOwn(w.hdr)
+	}
 }
 
 func (w gwin) bytes() int {

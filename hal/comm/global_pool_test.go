@@ -100,11 +100,12 @@ func TestPooledHeaderKeepsItsSize(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g.Release()
-	if slices.Contains(d.handles(), desc.Handle) && len(g.core.hdr.seg.Mem) != headerSize(1000) {
+	// The header's object is its words and the page of its seal.
+	if slices.Contains(d.handles(), desc.Handle) && len(g.core.hdr.seg.Mem) != sealed(headerSize(1000)) {
 		t.Fatalf("rank 0 of 1000 ranks took %s with a %d-byte header", desc.Handle, len(g.core.hdr.seg.Mem))
 	}
-	if len(g.core.hdr.seg.Mem) != headerSize(1000) {
-		t.Fatalf("header of %d bytes for 1000 ranks, want %d", len(g.core.hdr.seg.Mem), headerSize(1000))
+	if len(g.core.hdr.seg.Mem) != sealed(headerSize(1000)) {
+		t.Fatalf("header of %d bytes for 1000 ranks, want %d", len(g.core.hdr.seg.Mem), sealed(headerSize(1000)))
 	}
 }
 
@@ -169,7 +170,7 @@ func TestReusePooledWindow(t *testing.T) {
 	d.ranks = nil
 
 	reuse := func(r int, q GlobalRequest) (*GlobalRank, Descriptor, error) {
-		q.Pooled, q.Reuse = true, old[r].Handle
+		q.Pooled, q.Reuse, q.ReuseSecret = true, old[r].Handle, NewSecret()
 		return PrepareGlobal(q, r, chips[r])
 	}
 	req2 := newGlobalReq(2, 4096)
@@ -231,8 +232,8 @@ func TestReusePooledWindow(t *testing.T) {
 	}
 	defer g1.Release()
 	start := time.Now()
-	stale := []Descriptor{{Profile: ProfileSim, DomainID: q.DomainID, Generation: 1, Rank: 0, Ranks: 2, MappingSize: 4096, Handle: old[0].Handle}, d1}
-	g1.req.Reuse = old[1].Handle // as a reused rank would import
+	stale := []Descriptor{{Profile: ProfileSim, DomainID: q.DomainID, Generation: 1, Rank: 0, Ranks: 2, MappingSize: 4096, Handle: old[0].Handle, Secret: NewSecret()}, d1}
+	g1.req.Reuse, g1.req.ReuseSecret = old[1].Handle, d1.Secret // as a reused rank would import
 	if err := g1.Import(stale); err == nil || time.Since(start) > q.Timeout/2 {
 		t.Fatalf("importing a dropped header: %v after %v, want a prompt failure", err, time.Since(start))
 	}

@@ -295,9 +295,18 @@ func wantPrepared(t *testing.T, d *globalDomain) {
 	req, chips, size := d.req, d.chips, d.req.WindowSize
 	for r, g := range d.ranks {
 		want := Descriptor{Profile: ProfileSim, DomainID: req.DomainID, Generation: 1, Rank: uint32(r), Ranks: uint32(req.Ranks),
-			MappingSize: uint64(size), Handle: d.table[r].Handle}
+			MappingSize: uint64(size), Handle: d.table[r].Handle, Secret: d.table[r].Secret}
 		if d.table[r] != want || g.Descriptor() != want {
 			t.Errorf("rank %d exported %v, want %v", r, d.table[r], want)
+		}
+		// A secret of its own, and the window's seal holds it.
+		if s, ok := readSeal(ownSeal(g.core.own)); want.Secret.IsZero() || !ok || s.secret != want.Secret {
+			t.Errorf("rank %d: its window's seal does not hold the descriptor's secret", r)
+		}
+		for j := range r {
+			if d.table[j].Secret == want.Secret {
+				t.Errorf("ranks %d and %d share a secret", j, r)
+			}
 		}
 		// The name is this process's, of this domain and rank, with a key
 		// of 128 random bits that no other rank shares.

@@ -54,13 +54,15 @@ const (
 
 // object is one mapped shm object, shared by the ranks of this process.
 type object struct {
-	seg     *shm.Segment
-	key     string // the name it is cached under
-	refs    int    // guarded by cacheMu
-	recycle bool   // created here: the last release pools it
-	parked  bool   // already renamed to a pool name while in use
-	peer    bool   // opened here, not created: may be kept idle (global_pool.go)
-	prefix  string // the request's name prefix, reused for its pool name
+	seg      *shm.Segment
+	key      string      // the name it is cached under
+	refs     int         // guarded by cacheMu
+	recycle  bool        // created here: the last release pools it
+	parked   bool        // already renamed to a pool name while in use
+	peer     bool        // opened here, not created: may be kept idle (global_pool.go)
+	prefix   string      // the request's name prefix, reused for its pool name
+	verified atomic.Bool // a global window or header whose seal matched a descriptor here (seal.go)
+	sealCopy sealCopy    // created here: the seal its owner wrote (seal.go)
 }
 
 var (
@@ -228,6 +230,25 @@ func (o *object) release() error {
 	}
 	if recycle {
 		return poolPut(o.seg, o.prefix, parked)
+	}
+	return o.seg.Close()
+}
+
+// discard drops the reference an open took on an object that then failed
+// its check (a global window whose seal is not the descriptor's): like
+// release, but the last reference unmaps it rather than keeping it, and
+// takes it out of the cache, so nothing of the refused object stays. An
+// object created here is never discarded: its creator holds a reference.
+func (o *object) discard() error {
+	cacheMu.Lock()
+	o.refs--
+	last := o.refs == 0
+	if last && cache[o.key] == o {
+		delete(cache, o.key)
+	}
+	cacheMu.Unlock()
+	if !last {
+		return nil
 	}
 	return o.seg.Close()
 }

@@ -101,12 +101,22 @@ var lastLabels atomic.Pointer[windowLabels]
 // kernel, a pooled one (pooled: a local domain's) is cleared and then
 // renamed.
 func (c *rankCore) makeWindow(name string, pooled bool) error {
-	o, err := createObject(c.prefix, name, roundPage(c.winSize), c.winSize, pooled)
+	o, err := createObject(c.prefix, name, c.windowObject(), c.winSize, pooled)
 	if err != nil {
 		return err
 	}
 	c.own = o
 	return nil
+}
+
+// windowObject is the size of a window's shm object: the window rounded
+// up to pages and, for a global domain's, the page of its seal (seal.go),
+// which no chip maps.
+func (c *rankCore) windowObject() int {
+	if c.global {
+		return sealed(c.winSize)
+	}
+	return roundPage(c.winSize)
 }
 
 // mapWindow places window j, this rank's or a peer's (open by now), in
@@ -121,7 +131,9 @@ func (c *rankCore) mapWindow(j int) error {
 			}
 		}
 	}
-	base, err := c.chip.MapWindow(o.seg.Mem[:c.winSize], c.label(j))
+	// Capped, too: nothing past the window (a global window's seal) is
+	// reachable from the slice the chip is given.
+	base, err := c.chip.MapWindow(o.seg.Mem[:c.winSize:c.winSize], c.label(j))
 	if err != nil {
 		return c.chipError(err)
 	}
@@ -134,14 +146,16 @@ func (c *rankCore) mapWindow(j int) error {
 // peer's window, maps each window not mapped yet (in rank order, so a
 // domain's addresses depend only on its ranks) and the header into the
 // chip, and writes the CommContext, dead: setLive(1) makes it live. The
-// header must be open. peerErr words the failure to open a peer's window
-// (errNotReady: it does not exist, or not at that size).
+// header must be open. A peer's window already open (a global rank opens
+// and checks them all first) is taken as it is. peerErr words the failure
+// to open a peer's window (errNotReady: it does not exist, or not at that
+// size).
 func (c *rankCore) attach(names []string, peerErr func(j int, name string, err error) error) error {
 	for j, name := range names {
-		if j == c.rank {
+		if j == c.rank || c.peers[j] != nil {
 			continue
 		}
-		o, _, err := openObject(c.prefix, name, roundPage(c.winSize), false)
+		o, _, err := openObject(c.prefix, name, c.windowObject(), false)
 		if err != nil {
 			return peerErr(j, name, err)
 		}
@@ -155,7 +169,7 @@ func (c *rankCore) attach(names []string, peerErr func(j int, name string, err e
 		}
 	}
 	hdrSize := headerSize(c.size)
-	base, err := c.chip.MapWindow(c.hdr.seg.Mem[:hdrSize], c.name+" header")
+	base, err := c.chip.MapWindow(c.hdr.seg.Mem[:hdrSize:hdrSize], c.name+" header")
 	if err != nil {
 		return c.chipError(err)
 	}
