@@ -1,6 +1,7 @@
 package proc
 
 import (
+	"io"
 	"os"
 	"strings"
 	"sync"
@@ -482,6 +483,12 @@ func (c *child) shutdown() {
 	}
 	if c.node != nil {
 		c.node.Close()
+	}
+	// The resolver's session holds the host memory kernels made here
+	// (host_tensor() in a kernel), named under this process: nobody
+	// else would remove it. No kernel runs any more.
+	if r, ok := c.resolver.(io.Closer); ok {
+		r.Close()
 	}
 	c.attached.closeAll()
 }

@@ -182,3 +182,41 @@ func TestKeepSmallDropLargeProcess(t *testing.T) {
 		t.Fatal("lost a kept tensor")
 	}
 }
+
+// Point 8: host memory a kernel makes in a chip child (host_tensor() in a
+// Starlark kernel) is named under the child's pid, so nobody else would
+// remove it: the child releases its resolver, which holds it, when it
+// shuts down, and nothing of the child's is left in /dev/shm once the
+// worker is closed.
+func TestKernelHostMemoryGoesWithChild(t *testing.T) {
+	cfg := engine.Config{Level: 3, DeviceIDs: []int{0}, Spawn: &spawnLog{}}
+	log := cfg.Spawn.(*spawnLog)
+	processMode(&cfg)
+	w, err := engine.NewWorker(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Init(); err != nil {
+		w.Close()
+		t.Fatal(err)
+	}
+	register(t, w, procKernel{"hostalloc"})
+	mustRun(t, w, func(o *engine.Orchestrator) error {
+		_, err := o.SubmitNext(kernel(t, w, "hostalloc"), &engine.TaskArgs{}, nil, 0)
+		return err
+	})
+	prefix := log.pidPrefixes()[0]
+	if left, _ := shm.Leftovers(prefix + "hostchunk-"); len(left) != 1 {
+		w.Close()
+		t.Fatalf("the kernel's host memory in the child: %v, want one chunk", left)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := shm.Leftovers(prefix); len(left) > 0 {
+		t.Errorf("the closed chip child left %v in /dev/shm", left)
+		for _, name := range left {
+			os.Remove("/dev/shm/" + name)
+		}
+	}
+}
