@@ -117,3 +117,34 @@ func TestEmptyChunkDropped(t *testing.T) {
 		t.Error("a second free of the same address was accepted")
 	}
 }
+
+// Bytes never handed out are the kernel's zeroes: Alloc does not touch
+// them to zero them, so an allocation nobody writes costs no pages in
+// /dev/shm; bytes handed out before are zeroed when handed out again.
+func TestFreshBytesUntouched(t *testing.T) {
+	sp := newSpace(t)
+	a, _ := mustAlloc(t, sp, 512<<10)
+	seg, _, _ := Locate(a)
+	if n := shmBytes(t, seg.Name); n != 0 {
+		t.Errorf("an unwritten 512 KiB allocation holds %d bytes of /dev/shm", n)
+	}
+	if err := sp.Free(a); err != nil {
+		t.Fatal(err)
+	}
+	b, m := mustAlloc(t, sp, 512<<10)
+	if b != a {
+		t.Fatalf("the freed space was not reused: %#x, then %#x", a, b)
+	}
+	for i := range m {
+		m[i] = 0xff
+	}
+	if err := sp.Free(b); err != nil {
+		t.Fatal(err)
+	}
+	_, m = mustAlloc(t, sp, 512<<10)
+	for i, x := range m {
+		if x != 0 {
+			t.Fatalf("byte %d of a reused allocation is %#x", i, x)
+		}
+	}
+}

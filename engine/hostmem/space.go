@@ -26,7 +26,9 @@ const (
 // allocations are all freed is unmapped and unlinked, unless it is the
 // only chunk left: that one is kept for the next allocation, so a loop
 // that allocates and frees one tensor does not make and remove a segment
-// each time. Reused bytes are zeroed by Alloc.
+// each time. Reused bytes are zeroed by Alloc; bytes never handed out are
+// the kernel's zeroes, left untouched (a page first touched would be a
+// page more in /dev/shm).
 type Space struct {
 	mu     sync.Mutex
 	chunks []*chunk              // oldest first: the order first fit tries them in
@@ -37,9 +39,12 @@ type Space struct {
 }
 
 // chunk is a segment small allocations share, with its free space.
+// Bytes from fresh on have never been handed out: they are still the
+// kernel's zeroes, and their pages need not be touched to zero them.
 type chunk struct {
-	seg  *shm.Segment
-	free freeList
+	seg   *shm.Segment
+	free  freeList
+	fresh int
 }
 
 // allocation is one live allocation: n bytes at off in chunk c, or, when c
@@ -83,7 +88,10 @@ func (s *Space) Alloc(size int) (addr uint64, mem []byte, err error) {
 	addr = c.seg.Addr() + uint64(off)
 	s.live[addr] = allocation{c: c, off: off, n: need}
 	mem = c.seg.Mem[off : off+size : off+size]
-	clear(mem) // the bytes may be an earlier allocation's
+	if off < c.fresh { // bytes an earlier allocation had
+		clear(mem[:min(size, c.fresh-off)])
+	}
+	c.fresh = max(c.fresh, off+need)
 	return addr, mem, nil
 }
 
