@@ -107,6 +107,12 @@ func (r *resolver) Resolve(digest, module, name string) (engine.Callable, error)
 	return c, nil
 }
 
+// Close releases what the resolver's session holds: the host tensors
+// its callables made (a host_tensor() inside a kernel or SUB callable)
+// and any worker they made. The process that resolved with it (a child,
+// a remote session) calls it when it ends, once nothing runs its code.
+func (r *resolver) Close() error { return r.s.Close() }
+
 // learn adds to a child's bundle the modules a registration names that
 // the bundle lacks: modules the parent loaded after the Worker was made
 // (the bundle is made with it), which the child then loads with the same

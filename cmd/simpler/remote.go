@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -204,7 +205,26 @@ func cmdSession(args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "simpler session: started by remote-l3-worker, takes no arguments")
 		return 2
 	}
-	if err := remote.ServeSessionFD(sessionResolver); err != nil {
+	// The resolver's session holds the host memory kernels made here
+	// (host_tensor() in a kernel), named under this process: it is
+	// released once the session has closed its node.
+	var mu sync.Mutex
+	var made []io.Closer
+	err := remote.ServeSessionFD(func(b wire.Bundle, loadSteps uint64) (engine.Resolver, error) {
+		r, err := sessionResolver(b, loadSteps)
+		if c, ok := r.(io.Closer); ok {
+			mu.Lock()
+			made = append(made, c)
+			mu.Unlock()
+		}
+		return r, err
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for _, c := range made {
+		c.Close()
+	}
+	if err != nil {
 		fmt.Fprintf(stderr, "simpler session: %v\n", err)
 		return 1
 	}

@@ -217,7 +217,7 @@ func TestConcurrent(t *testing.T) {
 }
 
 // Freed allocations give their memory back: a large one's segment at
-// once, a chunk when all of it is free and another chunk took its place.
+// once, a chunk when all of it is free and it is not the only one.
 func TestSpaceFree(t *testing.T) {
 	sp := NewSpace()
 	defer sp.Close()

@@ -14,23 +14,50 @@ const (
 	bigSize   = 1 << 20 // from here on an allocation gets its own segment
 )
 
-// Space allocates host memory in shared segments: small allocations share
-// chunks (a segment per tensor would cost a file and a mapping each), a
-// large one gets a segment of its own. Free gives an allocation back: a
-// large one's segment goes at once, a chunk when every allocation in it
-// has been freed and it is no longer the one being filled. Memory is
-// never reused within a segment, so fresh shared memory (zero from the
-// kernel) is all the zeroing needed.
+// Space allocates host memory in shared segments. Small allocations share
+// chunks (a segment per tensor would cost a file and a mapping each); a
+// large one gets a segment of its own, which goes as soon as it is freed.
+//
+// Space within a chunk is reused: each chunk keeps a free list (freeList,
+// first fit with coalescing), and an allocation goes to the first chunk,
+// oldest first, with room for it. So a loop that keeps a small result and
+// drops a large temporary each iteration fills the holes the temporaries
+// leave instead of pinning a new chunk per few iterations. A chunk whose
+// allocations are all freed is unmapped and unlinked, unless it is the
+// only chunk left: that one is kept for the next allocation, so a loop
+// that allocates and frees one tensor does not make and remove a segment
+// each time. Reused bytes are zeroed by Alloc; bytes never handed out are
+// the kernel's zeroes, left untouched (a page first touched would be a
+// page more in /dev/shm).
 type Space struct {
 	mu     sync.Mutex
-	segs   map[*shm.Segment]int // every segment, with its live allocations
-	chunk  *shm.Segment         // current small-allocation chunk
-	off    int                  // bump offset into chunk
+	chunks []*chunk              // oldest first: the order first fit tries them in
+	live   map[uint64]allocation // by address
+	big    int                   // live large segments
+	bytes  int                   // shared memory mapped, chunks and large segments
 	closed bool
 }
 
+// chunk is a segment small allocations share, with its free space.
+// Bytes from fresh on have never been handed out: they are still the
+// kernel's zeroes, and their pages need not be touched to zero them.
+type chunk struct {
+	seg   *shm.Segment
+	free  freeList
+	fresh int
+}
+
+// allocation is one live allocation: n bytes at off in chunk c, or, when c
+// is nil, the whole of its own segment seg.
+type allocation struct {
+	c   *chunk
+	seg *shm.Segment
+	off int
+	n   int
+}
+
 // NewSpace returns an empty Space.
-func NewSpace() *Space { return &Space{segs: map[*shm.Segment]int{}} }
+func NewSpace() *Space { return &Space{live: map[uint64]allocation{}} }
 
 // Alloc returns size zeroed bytes, 64-byte aligned, at a registered
 // address. A size of 0 still gets a distinct address.
@@ -44,80 +71,113 @@ func (s *Space) Alloc(size int) (addr uint64, mem []byte, err error) {
 		return 0, nil, kind.New(kind.RuntimeError, "host memory space is closed")
 	}
 	if size >= bigSize {
-		seg, err := s.newSeg("host", size)
+		seg, err := newSeg("host", size)
 		if err != nil {
 			return 0, nil, err
 		}
-		s.segs[seg]++
+		s.big++
+		s.bytes += len(seg.Mem)
+		s.live[seg.Addr()] = allocation{seg: seg, n: size}
 		return seg.Addr(), seg.Mem[:size:size], nil
 	}
 	need := (max(size, 1) + align - 1) &^ (align - 1)
-	if s.chunk == nil || s.off+need > len(s.chunk.Mem) {
-		seg, err := s.newSeg("hostchunk", chunkSize)
-		if err != nil {
-			return 0, nil, err
-		}
-		s.retireChunk()
-		s.chunk, s.off = seg, 0
+	c, off, err := s.place(need)
+	if err != nil {
+		return 0, nil, err
 	}
-	off := s.off
-	s.off += need
-	s.segs[s.chunk]++
-	return s.chunk.Addr() + uint64(off), s.chunk.Mem[off : off+size : off+size], nil
+	addr = c.seg.Addr() + uint64(off)
+	s.live[addr] = allocation{c: c, off: off, n: need}
+	mem = c.seg.Mem[off : off+size : off+size]
+	if off < c.fresh { // bytes an earlier allocation had
+		clear(mem[:min(size, c.fresh-off)])
+	}
+	c.fresh = max(c.fresh, off+need)
+	return addr, mem, nil
 }
 
-// retireChunk lets the chunk being filled go if nothing in it is live,
-// since a new one replaces it. Caller holds s.mu.
-func (s *Space) retireChunk() {
-	if c := s.chunk; c != nil && s.segs[c] == 0 {
-		s.drop(c)
+// place takes need bytes from the first chunk with room, or from a new
+// chunk. Caller holds s.mu.
+func (s *Space) place(need int) (*chunk, int, error) {
+	for _, c := range s.chunks {
+		if off, ok := c.free.take(need); ok {
+			return c, off, nil
+		}
 	}
-	s.chunk = nil
+	seg, err := newSeg("hostchunk", chunkSize)
+	if err != nil {
+		return nil, 0, err
+	}
+	c := &chunk{seg: seg, free: newFreeList(chunkSize)}
+	s.chunks = append(s.chunks, c)
+	s.bytes += chunkSize
+	off, _ := c.free.take(need) // need < bigSize < chunkSize: it fits
+	return c, off, nil
 }
 
 // Free gives back the allocation at addr, which Alloc returned and which
 // must not be used afterwards. Freeing an address of no live allocation
 // is an error.
 func (s *Space) Free(addr uint64) error {
-	seg, _, ok := Locate(addr)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !ok || s.segs[seg] == 0 {
+	a, ok := s.live[addr]
+	if !ok {
 		return kind.Errorf(kind.ValueError, "host address %#x is not a live allocation of this space", addr)
 	}
-	s.segs[seg]--
-	if s.segs[seg] == 0 && seg != s.chunk {
-		return s.drop(seg)
+	delete(s.live, addr)
+	if a.c == nil {
+		s.big--
+		s.bytes -= len(a.seg.Mem)
+		return closeSeg(a.seg)
+	}
+	a.c.free.give(a.off, a.n)
+	if a.c.free.empty() && len(s.chunks) > 1 {
+		return s.dropChunk(a.c)
 	}
 	return nil
 }
 
-// drop unregisters and closes a segment. Caller holds s.mu.
-func (s *Space) drop(seg *shm.Segment) error {
-	delete(s.segs, seg)
-	Unregister(seg)
-	return seg.Close()
+// dropChunk unmaps and unlinks an empty chunk. Caller holds s.mu.
+func (s *Space) dropChunk(c *chunk) error {
+	for i, x := range s.chunks {
+		if x == c {
+			s.chunks = append(s.chunks[:i], s.chunks[i+1:]...)
+			break
+		}
+	}
+	s.bytes -= len(c.seg.Mem)
+	return closeSeg(c.seg)
 }
 
 // Bytes is the shared memory the space holds now, for tests and reports.
 func (s *Space) Bytes() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := 0
-	for seg := range s.segs {
-		n += len(seg.Mem)
-	}
-	return n
+	return s.bytes
 }
 
-func (s *Space) newSeg(tag string, size int) (*shm.Segment, error) {
+// Segments is the number of shared-memory objects the space holds now:
+// its chunks and large allocations.
+func (s *Space) Segments() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.chunks) + s.big
+}
+
+func newSeg(tag string, size int) (*shm.Segment, error) {
 	seg, err := shm.Create(tag, size)
 	if err != nil {
 		return nil, kind.Errorf(kind.RuntimeError, "host memory: %w", err)
 	}
 	Register(seg)
-	s.segs[seg] = 0
 	return seg, nil
+}
+
+// closeSeg unregisters a segment before unmapping it: its address range
+// may be the next mapping's.
+func closeSeg(seg *shm.Segment) error {
+	Unregister(seg)
+	return seg.Close()
 }
 
 // Close unregisters, unmaps and unlinks every segment. Slices returned by
@@ -130,10 +190,14 @@ func (s *Space) Close() error {
 	}
 	s.closed = true
 	var errs []error
-	for seg := range s.segs {
-		Unregister(seg)
-		errs = append(errs, seg.Close())
+	for _, c := range s.chunks {
+		errs = append(errs, closeSeg(c.seg))
 	}
-	s.segs, s.chunk = nil, nil
+	for _, a := range s.live {
+		if a.c == nil {
+			errs = append(errs, closeSeg(a.seg))
+		}
+	}
+	s.chunks, s.live, s.big, s.bytes = nil, nil, 0, 0
 	return errors.Join(errs...)
 }

@@ -31,15 +31,17 @@ const (
 // would let offsets reach past the mapping.
 func TestAttachRefusesASecondSize(t *testing.T) {
 	seg := &shm.Segment{Name: "simpler-1-host-9", Mem: make([]byte, 64)}
-	c := &child{attached: map[string]*shm.Segment{seg.Name: seg}}
-	if addr, err := c.attach(hostRef{Name: seg.Name, Size: 64}); err != nil || addr != seg.Addr() {
+	c := &child{attached: newMappings()}
+	c.attached.byName[seg.Name] = &mapping{seg: seg}
+	var held []*mapping
+	if addr, err := c.attach(hostRef{Name: seg.Name, Size: 64}, &held); err != nil || addr != seg.Addr() {
 		t.Fatalf("attach with its size: %#x, %v", addr, err)
 	}
-	_, err := c.attach(hostRef{Name: seg.Name, Size: 1 << 40, Off: 1<<40 - 1})
+	_, err := c.attach(hostRef{Name: seg.Name, Size: 1 << 40, Off: 1<<40 - 1}, &held)
 	wantErrText(t, "a second size", err, "is mapped here with 64 bytes, not 1099511627776")
-	_, err = c.hostBytes(hostRef{Name: seg.Name, Size: 64, Off: 60}, 8)
+	_, err = c.hostBytes(hostRef{Name: seg.Name, Size: 64, Off: 60}, 8, &held)
 	wantErrText(t, "hostBytes past the end", err, "8 bytes at offset 60 overrun the 64 bytes")
-	_, err = c.hostBytes(hostRef{Name: seg.Name, Size: 64, Off: 1}, math.MaxInt) // off+n overflows int
+	_, err = c.hostBytes(hostRef{Name: seg.Name, Size: 64, Off: 1}, math.MaxInt, &held) // off+n overflows int
 	wantErrText(t, "hostBytes of MaxInt", err, "overrun the 64 bytes")
 }
 

@@ -1,7 +1,7 @@
 package proc
 
 import (
-	"fmt"
+	"io"
 	"os"
 	"strings"
 	"sync"
@@ -49,8 +49,8 @@ type child struct {
 	ppid     int
 
 	mu        sync.Mutex
-	callables map[string]engine.Callable // by digest
-	attached  map[string]*shm.Segment
+	callables map[string]engine.Callable    // by digest
+	attached  *mappings                     // the parent's host objects mapped here (attach.go)
 	ranks     map[uint64]*comm.Rank         // by allocation id
 	granks    map[grankKey]*comm.GlobalRank // global-domain ranks on this chip (opGlobalRank)
 	local     any                           // the task lane's binding state
@@ -79,7 +79,7 @@ func RunChild(name string, newResolver func(bundle []byte) (engine.Resolver, err
 		return err
 	}
 	defer mb.seg.Close()
-	c := &child{mb: mb, ppid: os.Getppid(), callables: map[string]engine.Callable{}, attached: map[string]*shm.Segment{},
+	c := &child{mb: mb, ppid: os.Getppid(), callables: map[string]engine.Callable{}, attached: newMappings(),
 		ranks: map[uint64]*comm.Rank{}, granks: map[grankKey]*comm.GlobalRank{}, done: make(chan struct{})}
 	ctl := mb.lanes[laneControl]
 	req, live, err := ctl.next(c.parentGone)
@@ -222,7 +222,9 @@ func (c *child) task(req []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	args, err := taskArgs(&m, c.attach)
+	var held []*mapping // the task's host objects: not dropped while it runs
+	defer func() { c.release(held) }()
+	args, err := taskArgs(&m, func(ref hostRef) (uint64, error) { return c.attach(ref, &held) })
 	if err != nil {
 		return nil, err
 	}
@@ -328,7 +330,9 @@ func (c *child) chipControl(r *wire.MailboxControl) ([]byte, error) {
 		_, err := c.chip.Bytes(r.Ptr, r.Size)
 		return ok(nil), err
 	case opCopyIn, opCopyOut:
-		host, err := c.hostBytes(r.Host, r.Size)
+		var held []*mapping
+		defer func() { c.release(held) }()
+		host, err := c.hostBytes(r.Host, r.Size, &held)
 		if err != nil {
 			return nil, err
 		}
@@ -433,35 +437,34 @@ func (c *child) globalPrepare(key grankKey, g *wire.GlobalRankReq) ([]byte, erro
 	return ok(reply.Encode), nil
 }
 
-// attach maps a parent's shared-memory object (once) and returns its
-// address here. A later reference to the same object must give the same
-// size: an offset is checked against the size its reference gives, so a
-// reference claiming more than is mapped would reach past the mapping.
-func (c *child) attach(ref hostRef) (uint64, error) {
+// attach maps a parent's shared-memory object (once: mappings.acquire)
+// and returns its address here, adding the mapping to held, whose uses
+// the caller releases when it is done with the memory.
+func (c *child) attach(ref hostRef, held *[]*mapping) (uint64, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if seg := c.attached[ref.Name]; seg != nil {
-		if len(seg.Mem) != ref.Size {
-			return 0, engine.Errorf(engine.ValueError, "host memory %s is mapped here with %d bytes, not %d", ref.Name, len(seg.Mem), ref.Size)
-		}
-		return seg.Addr(), nil
-	}
-	seg, err := shm.Open(ref.Name, ref.Size)
+	m, err := c.attached.acquire(ref)
 	if err != nil {
-		return 0, engine.Wrap(err, fmt.Sprintf("mapping host memory %s", ref.Name))
+		return 0, err
 	}
-	hostmem.Register(seg)
-	c.attached[ref.Name] = seg
-	return seg.Addr(), nil
+	*held = append(*held, m)
+	return m.seg.Addr(), nil
+}
+
+// release gives back the uses attach counted.
+func (c *child) release(held []*mapping) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.attached.release(held)
 }
 
 // hostBytes is the host side of a copy: n bytes at ref, which the
 // request's decoder checked lie inside ref's object.
-func (c *child) hostBytes(ref hostRef, n int) ([]byte, error) {
+func (c *child) hostBytes(ref hostRef, n int, held *[]*mapping) ([]byte, error) {
 	if !bounds.FitsInt(ref.Off, n, ref.Size) {
 		return nil, engine.Errorf(engine.ValueError, "%d bytes at offset %d overrun the %d bytes of %s", n, ref.Off, ref.Size, ref.Name)
 	}
-	base, err := c.attach(ref)
+	base, err := c.attach(ref, held)
 	if err != nil {
 		return nil, err
 	}
@@ -487,9 +490,11 @@ func (c *child) shutdown() {
 	if c.node != nil {
 		c.node.Close()
 	}
-	for name, seg := range c.attached {
-		hostmem.Unregister(seg)
-		seg.Close()
-		delete(c.attached, name)
+	// The resolver's session holds the host memory kernels made here
+	// (host_tensor() in a kernel), named under this process: nobody
+	// else would remove it. No kernel runs any more.
+	if r, ok := c.resolver.(io.Closer); ok {
+		r.Close()
 	}
+	c.attached.closeAll()
 }

@@ -22,10 +22,15 @@
 //     decodes a request whole before acting on any of it. Bulk data never
 //     crosses the mailbox: host memory is shared memory, named by object
 //     and offset.
+//   - A child maps each host object once, and lets the mapping go when
+//     the parent has reclaimed (unlinked) the object and no task or copy
+//     uses it (attach.go). At shutdown it also closes its resolver, which
+//     holds the host memory its kernels made.
 //   - A task the engine stops is asked to stop on the control lane; a
 //     child that has not stopped it after engine.StopGrace is killed, and
 //     started again in place before its slot's next task, with the
-//     Worker's registrations (live.go). A child that stops answering
+//     Worker's registrations (live.go). Every kill waits (bounded) until
+//     the child is reaped, and a killed child gets no further request. A child that stops answering
 //     health probes while it runs a task is killed the same way.
 //   - A child whose parent dies stops its task and exits within
 //     orphan.Grace (internal/orphan).

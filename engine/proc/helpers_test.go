@@ -69,6 +69,26 @@ var procKernels = map[string]func(a *engine.TaskArgs, c *engine.ChipCtx, stop *e
 	"fail": func(a *engine.TaskArgs, c *engine.ChipCtx, stop *engine.Stopper) error {
 		return engine.Errorf(engine.IndexError, "child says no")
 	},
+	// hostalloc makes 64 bytes of host memory in the child and keeps
+	// them, as a Starlark kernel's host_tensor() does: from the space of
+	// the child's resolver (kernelSpace), which only that resolver's
+	// Close gives back.
+	"hostalloc": func(a *engine.TaskArgs, c *engine.ChipCtx, stop *engine.Stopper) error {
+		kernelSpace.Lock()
+		defer kernelSpace.Unlock()
+		if kernelSpace.sp == nil {
+			kernelSpace.sp = hostmem.NewSpace()
+		}
+		_, _, err := kernelSpace.sp.Alloc(64)
+		return err
+	},
+}
+
+// kernelSpace is the host memory kernels made in this child process:
+// a Starlark child's resolver session holds it the same way.
+var kernelSpace struct {
+	sync.Mutex
+	sp *hostmem.Space
 }
 
 // taskBytes is tensor i's memory in a chip kernel (device) or SUB (host).
@@ -89,6 +109,17 @@ func taskBytes(a *engine.TaskArgs, c *engine.ChipCtx, i int) []byte {
 }
 
 type testResolver struct{}
+
+// Close gives back the host memory the child's kernels made, as a
+// Starlark resolver's Close closes its session.
+func (testResolver) Close() error {
+	kernelSpace.Lock()
+	defer kernelSpace.Unlock()
+	if kernelSpace.sp == nil {
+		return nil
+	}
+	return kernelSpace.sp.Close()
+}
 
 func (testResolver) Resolve(digest, module, name string) (engine.Callable, error) {
 	k := procKernel{name}

@@ -46,6 +46,7 @@ type incarnation struct {
 	mb     *mailbox
 	exited chan struct{} // closed when the process has been reaped
 	exit   error         // why it exited; valid after exited
+	killed atomic.Bool   // the parent killed it: not to be used even before it is reaped
 }
 
 // start starts the child req asks for and sends it its role: init, with
@@ -132,8 +133,11 @@ func (in *incarnation) alive(name string) error {
 		}
 		return engine.Errorf(engine.RuntimeError, "%s: child process %d %s", name, in.cmd.Process.Pid, why)
 	default:
-		return nil
 	}
+	if in.killed.Load() {
+		return engine.Errorf(engine.RuntimeError, "%s: child process %d was killed", name, in.cmd.Process.Pid)
+	}
+	return nil
 }
 
 // call sends one request on a lane and decodes the reply's status. A zero
@@ -152,7 +156,7 @@ func (p *process) call(laneID int, req []byte, deadline time.Time) (*wire.Decode
 			// The request may still be answered, later, into a lane the next
 			// request uses: a child in that state is not used again.
 			err = engine.Errorf(engine.TimeoutError, "%s: child process %d did not answer in time; it was killed", p.name, in.cmd.Process.Pid)
-			in.cmd.Process.Kill()
+			in.kill()
 		}
 		return nil, err
 	}
@@ -199,8 +203,29 @@ func (p *process) abort() {
 	in.mb.seg.Close()
 }
 
-// Kill ends the child at once.
-func (p *process) Kill() { p.cur.Load().cmd.Process.Kill() }
+// Kill ends the child at once and waits (bounded) until it is reaped.
+func (p *process) Kill() { p.cur.Load().kill() }
+
+// reapWithin bounds the wait for a killed child to be reaped. SIGKILL
+// ends a stopped process too; only one stuck in the kernel takes longer.
+const reapWithin = 5 * time.Second
+
+// kill sends SIGKILL and waits until the process has been reaped, within
+// reapWithin: a kill that returned at once would leave the incarnation
+// looking alive for a moment, and the next task would be sent to it
+// instead of to a new one, failing with its late "exited: signal:
+// killed". Should the reap not come in time, alive reports the kill
+// anyway.
+func (in *incarnation) kill() {
+	in.killed.Store(true)
+	in.cmd.Process.Kill()
+	t := time.NewTimer(reapWithin)
+	defer t.Stop()
+	select {
+	case <-in.exited:
+	case <-t.C:
+	}
+}
 
 // Register ships a callable to the child by module and name.
 func (p *process) Register(c engine.Callable) error {
