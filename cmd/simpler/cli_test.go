@@ -59,12 +59,7 @@ func writeFiles(t *testing.T, dir string, files map[string]string) {
 // shared memory behind, or its prefix's lock: a clean exit leaves nothing.
 func checkNoShm(t *testing.T, env []string) {
 	t.Helper()
-	prefix := ""
-	for _, kv := range env {
-		if p, ok := strings.CutPrefix(kv, shm.PrefixEnv+"="); ok {
-			prefix = p
-		}
-	}
+	prefix := prefixOf(env)
 	if prefix == "" {
 		t.Fatal("checkNoShm: the process had no prefix of its own (cliEnv gives one)")
 	}
@@ -75,6 +70,17 @@ func checkNoShm(t *testing.T, env []string) {
 		t.Errorf("the process left its prefix's lock behind")
 	}
 	shm.SweepPrefix(prefix)
+}
+
+// prefixOf is the shm prefix env (cliEnv's) gives a process, or "".
+func prefixOf(env []string) string {
+	prefix := ""
+	for _, kv := range env {
+		if p, ok := strings.CutPrefix(kv, shm.PrefixEnv+"="); ok {
+			prefix = p
+		}
+	}
+	return prefix
 }
 
 // ptyChild is a child process whose stdin, stdout and stderr are the

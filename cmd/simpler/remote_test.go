@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,9 +16,19 @@ import (
 // port and returns it with its address, read from its own ready line.
 func startRemoteDaemon(t *testing.T, env ...string) (*exec.Cmd, string) {
 	t.Helper()
+	d, addr, _ := startRemoteDaemonLog(t, env...)
+	return d, addr
+}
+
+// startRemoteDaemonLog is startRemoteDaemon that also keeps what the
+// daemon writes to stderr (its log).
+func startRemoteDaemonLog(t *testing.T, env ...string) (*exec.Cmd, string, *lockedBuffer) {
+	t.Helper()
 	exe, _ := os.Executable()
 	d := exec.Command(exe, "remote-l3-worker", "--listen", "127.0.0.1:0")
 	d.Env = cliEnv(env...)
+	log := &lockedBuffer{}
+	d.Stderr = io.MultiWriter(os.Stderr, log)
 	out, err := d.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -34,7 +45,7 @@ func startRemoteDaemon(t *testing.T, env ...string) (*exec.Cmd, string) {
 	if err != nil || !ok {
 		t.Fatalf("daemon did not start: %q %v", line, err)
 	}
-	return d, addr
+	return d, addr, log
 }
 
 // A daemon killed while its node runs a task takes its session with it:

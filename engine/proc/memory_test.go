@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -144,7 +145,7 @@ func TestKeepSmallDropLargeProcess(t *testing.T) {
 	w, log := procWorker(t, 1, 0)
 	register(t, w, procKernel{"add1"})
 	pid := log.get(t, "chip_worker 0 (device 0)").pid()
-	prefixes := append(log.pidPrefixes(), shm.Prefix())
+	prefixes := []string{shm.Prefix()} // the chip child's objects are under its parent's prefix
 	const iterations, warm = 1000, 10
 	var kept []uint64
 	var base childMemory
@@ -184,13 +185,25 @@ func TestKeepSmallDropLargeProcess(t *testing.T) {
 }
 
 // Point 8: host memory a kernel makes in a chip child (host_tensor() in a
-// Starlark kernel) is named under the child's pid, so nobody else would
-// remove it: the child releases its resolver, which holds it, when it
-// shuts down, and nothing of the child's is left in /dev/shm once the
-// worker is closed.
+// Starlark kernel) is the child's own, under the prefix it shares with
+// its parent, so nobody else would remove it while the parent lives: the
+// child releases its resolver, which holds it, when it shuts down, and
+// nothing it made is left in /dev/shm once the worker is closed.
 func TestKernelHostMemoryGoesWithChild(t *testing.T) {
+	chunks := func() []string {
+		names, _ := shm.Leftovers(shm.Prefix() + "hostchunk-")
+		return names
+	}
+	before := chunks()
+	made := func() (n []string) {
+		for _, name := range chunks() {
+			if !slices.Contains(before, name) {
+				n = append(n, name)
+			}
+		}
+		return n
+	}
 	cfg := engine.Config{Level: 3, DeviceIDs: []int{0}, Spawn: &spawnLog{}}
-	log := cfg.Spawn.(*spawnLog)
 	processMode(&cfg)
 	w, err := engine.NewWorker(cfg)
 	if err != nil {
@@ -205,15 +218,14 @@ func TestKernelHostMemoryGoesWithChild(t *testing.T) {
 		_, err := o.SubmitNext(kernel(t, w, "hostalloc"), &engine.TaskArgs{}, nil, 0)
 		return err
 	})
-	prefix := log.pidPrefixes()[0]
-	if left, _ := shm.Leftovers(prefix + "hostchunk-"); len(left) != 1 {
+	if left := made(); len(left) != 1 {
 		w.Close()
 		t.Fatalf("the kernel's host memory in the child: %v, want one chunk", left)
 	}
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if left, _ := shm.Leftovers(prefix); len(left) > 0 {
+	if left := made(); len(left) > 0 {
 		t.Errorf("the closed chip child left %v in /dev/shm", left)
 		for _, name := range left {
 			os.Remove("/dev/shm/" + name)

@@ -9,6 +9,7 @@ import (
 
 	"simpler/engine"
 	"simpler/hal/comm"
+	"simpler/hal/shm"
 	"simpler/wire"
 )
 
@@ -99,6 +100,8 @@ func wantWindowRefused(t *testing.T, cmd wire.Command, name string, rank int, er
 	}
 	k, want := engine.ValueError, ""
 	switch {
+	case rank == 1 && cmd == wire.CmdImportTable && name == shm.LockName(strings.TrimSuffix(name, "live")):
+		want = "is not the name of rank 1's window" // a process's liveness lock: not a window's form
 	case rank == 0:
 		want = "rank 0's header (" + name + ") is not the one its descriptor names"
 	case rank == 1 && cmd == wire.CmdImportTable: // node 0's own: exactly as it prepared it
