@@ -44,6 +44,10 @@ type DaemonConfig struct {
 	// HelloTimeout bounds a connection's CHALLENGE/HELLO exchange
 	// (default HelloTimeout).
 	HelloTimeout time.Duration
+	// ReapGrace is how long a session may take to end once its parent has
+	// left or the daemon is closing, before it is killed (reap.go; default
+	// DefaultReapGrace).
+	ReapGrace time.Duration
 }
 
 // HelloTimeout bounds the handshake of a new connection.
@@ -111,12 +115,14 @@ type Daemon struct {
 
 // dsession is a session process as its daemon sees it.
 type dsession struct {
-	slot  uint64
-	id    uint64 // the session id its parent chose
-	cmd   *exec.Cmd
-	link  *link
-	out   *sessionOutput
-	ended chan struct{} // closed once the process has ended and is forgotten
+	slot   uint64
+	id     uint64 // the session id its parent chose
+	cmd    *exec.Cmd
+	link   *link
+	out    *sessionOutput
+	parent net.Conn      // the daemon's descriptor of the session's connection: is the parent still there?
+	reap   reapWatch     // used by the reaper alone
+	ended  chan struct{} // closed once the process has ended and is forgotten
 }
 
 // linkRoute is one LINK_RESOLVE in flight: which session was asked, and
@@ -151,6 +157,9 @@ func NewDaemon(ln net.Listener, cfg DaemonConfig) (*Daemon, error) {
 	if cfg.HelloTimeout <= 0 {
 		cfg.HelloTimeout = HelloTimeout
 	}
+	if cfg.ReapGrace <= 0 {
+		cfg.ReapGrace = DefaultReapGrace
+	}
 	if cfg.TotalBytes == 0 {
 		cfg.TotalBytes = DefaultTotalBytes()
 	}
@@ -178,11 +187,12 @@ func NewDaemon(ln net.Listener, cfg DaemonConfig) (*Daemon, error) {
 		return nil, engine.Wrap(err, "remote-l3-worker: the socket for peer daemons")
 	}
 	d.peer = p
-	d.wg.Add(1)
+	d.wg.Add(2)
 	go func() {
 		defer d.wg.Done()
 		p.serve(d)
 	}()
+	go d.reap()
 	return d, nil
 }
 
@@ -276,8 +286,10 @@ func (d *Daemon) admit(conn net.Conn) {
 	}
 	if err != nil {
 		d.logRefusal(conn.RemoteAddr(), err)
+		conn.Close()
 	}
-	conn.Close() // a session process has its own descriptor
+	// A session's record keeps conn: its process has its own descriptor,
+	// and the daemon's tells it when the parent has left (reap.go).
 }
 
 // logRefusal logs why a connection was refused, no faster than d.logs
@@ -387,7 +399,8 @@ func refuse(conn net.Conn, h wire.Header, why error) error {
 // startSession starts the session process for an authenticated
 // connection and hands it the connection and its end of a new link. Its
 // slot among MaxSessions is taken before the process starts and given
-// back when it fails to.
+// back when it fails to. On success the session owns conn (closed once
+// its process has ended); on failure the caller closes it.
 func (d *Daemon) startSession(conn net.Conn, start *wire.Link) (*dsession, error) {
 	s, err := d.reserve(start.Session)
 	if err != nil {
@@ -400,7 +413,8 @@ func (d *Daemon) startSession(conn net.Conn, start *wire.Link) (*dsession, error
 		return nil, refuse(conn, wire.Header{Version: wire.ProtocolVersion, Session: start.Session, Worker: start.Worker},
 			engine.Errorf(engine.RuntimeError, "the session process did not start: %v", err))
 	}
-	s.cmd, s.link, s.out = cmd, l, out
+	s.cmd, s.link, s.out, s.parent = cmd, l, out, conn
+	s.reap.grace = d.cfg.ReapGrace
 	if err := l.send(start, -1); err != nil {
 		cmd.Process.Kill()
 	}
@@ -519,7 +533,14 @@ func (d *Daemon) serveLink(s *dsession) {
 		}
 	}
 	s.link.close()
+	// Its objects go before it is reaped, while its pid names no other
+	// process: a session that was killed left them.
+	waitExited(s.cmd.Process.Pid)
+	if n := removeObjectsOf(s.cmd.Process.Pid); n > 0 {
+		fmt.Fprintf(d.cfg.Log, "simpler remote-l3-worker: session %016x (pid %d) ended leaving %d shared-memory objects; removed them\n", s.id, s.cmd.Process.Pid, n)
+	}
 	s.cmd.Wait()
+	s.parent.Close()
 	d.mem.settle(s.slot) // its bytes come back however it ended
 	s.out.finish(outputGrace)
 	d.dropSession(s)
