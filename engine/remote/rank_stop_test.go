@@ -3,6 +3,7 @@ package remote
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -12,17 +13,21 @@ import (
 	"simpler/engine"
 )
 
-// childPids are the children of pid, from /proc.
+// childPids are the children of pid, from /proc: those of each of its
+// threads (a child is listed under the thread that forked it).
 func childPids(t *testing.T, pid int) []int {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
-	if err != nil {
-		t.Fatal(err)
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	if err != nil || len(tasks) == 0 {
+		t.Fatalf("no threads of pid %d in /proc: %v", pid, err)
 	}
 	var pids []int
-	for _, f := range strings.Fields(string(b)) {
-		if n, err := strconv.Atoi(f); err == nil {
-			pids = append(pids, n)
+	for _, task := range tasks {
+		b, _ := os.ReadFile(task)
+		for _, f := range strings.Fields(string(b)) {
+			if n, err := strconv.Atoi(f); err == nil {
+				pids = append(pids, n)
+			}
 		}
 	}
 	return pids
@@ -38,6 +43,7 @@ func TestGroupRankStoppedSession(t *testing.T) {
 	gt := newGroupTest(t, engine.GroupSpec{Ranks: 1, Launcher: engine.LauncherNone}, engine.Config{SessionTimeout: timeout})
 	gt.start = func(addr, tokenFile string) { gt.startRank(addr, tokenFile, 0, nil) }
 	gt.init()
+	defer gt.w.Close() // before waitRanks, also when the test fails early
 	register(t, gt.w, nodeOrch{procKernel{"node_spin"}})
 	register(t, gt.w, procKernel{"spin"})
 	spin, _ := gt.w.Lookup(nodeOrch{procKernel{"node_spin"}}.Digest())
@@ -94,5 +100,4 @@ func TestGroupRankStoppedSession(t *testing.T) {
 	if !strings.Contains(rank.stderr.String(), "of its parent leaving; killing it") {
 		t.Errorf("the rank did not say it killed its session:\n%s", rank.stderr.String())
 	}
-	gt.w.Close()
 }
