@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -122,6 +123,7 @@ type dsession struct {
 	out    *sessionOutput
 	parent net.Conn      // the daemon's descriptor of the session's connection: is the parent still there?
 	reap   reapWatch     // used by the reaper alone
+	exited atomic.Bool   // the process has been reaped: nothing left to kill
 	ended  chan struct{} // closed once the process has ended and is forgotten
 }
 
@@ -540,6 +542,7 @@ func (d *Daemon) serveLink(s *dsession) {
 		fmt.Fprintf(d.cfg.Log, "simpler remote-l3-worker: session %016x (pid %d) ended leaving %d shared-memory objects; removed them\n", s.id, s.cmd.Process.Pid, n)
 	}
 	s.cmd.Wait()
+	s.exited.Store(true)
 	s.parent.Close()
 	d.mem.settle(s.slot) // its bytes come back however it ended
 	s.out.finish(outputGrace)

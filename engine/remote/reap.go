@@ -81,6 +81,9 @@ func (d *Daemon) reap() {
 		d.mu.Unlock()
 		now := time.Now()
 		for _, s := range sessions {
+			if s.exited.Load() {
+				continue // its output is still being drained
+			}
 			if s.reap.step(now, closed || parentGone(s.parent)) {
 				fmt.Fprintf(d.cfg.Log, "simpler remote-l3-worker: session %016x (pid %d) did not end within %v of its parent leaving; killing it\n",
 					s.id, s.cmd.Process.Pid, s.reap.grace)
