@@ -85,8 +85,10 @@ func DefaultTotalBytes() uint64 {
 // takes the daemon down; a slot of MaxSessions is taken before the process
 // starts, and a session id already live is refused. The process's output
 // reaches the daemon's through pipes, tagged and bounded (sessionOutput).
-// Sessions reach each other's exports through the daemon (the link),
-// never by naming shared memory.
+// The daemon keeps a descriptor of each session's connection to see its
+// parent leave, and kills a session that has not ended ReapGrace later
+// (reap.go). Sessions reach each other's exports through the daemon (the
+// link), never by naming shared memory.
 type Daemon struct {
 	ln   net.Listener
 	cfg  DaemonConfig
