@@ -507,7 +507,7 @@ func checkRemoteTensor(op string, i int, t Tensor, tag Tag, worker int, remote b
 	b := t.Remote.Buf
 	switch {
 	case b.Released():
-		return Errorf(ValueError, "%s: tensor %d's remote buffer was released", op, i)
+		return UsedAfterRelease(op, fmt.Sprintf("tensor %d's remote buffer", i))
 	case b.Worker != worker:
 		return Errorf(ValueError, "%s: tensor %d's buffer is usable on worker %d, not worker %d (remote_import it there)", op, i, b.Worker, worker)
 	case t.Remote.Offset < 0 || t.Remote.Offset+t.NBytes() > b.NBytes:

@@ -1,6 +1,11 @@
 package engine
 
-import "simpler/wire"
+import (
+	"strconv"
+
+	"simpler/internal/bounds"
+	"simpler/wire"
+)
 
 // Access is what a remote buffer handle may be used for: the same bits
 // the wire carries.
@@ -122,4 +127,52 @@ func settle(h *RemoteBuffer, acts []RemoteAction) []RemoteAction {
 	}
 	h.done = true
 	return append(acts, RemoteAction{Free: h})
+}
+
+// UsedAfterRelease is the error for a remote buffer handle (or an export
+// of one) used after remote_free or remote_release_import: a RuntimeError,
+// as a freed host tensor and a released domain are. The handle itself is
+// well formed; what it names is gone.
+func UsedAfterRelease(op, what string) error {
+	return Errorf(RuntimeError, "%s: %s was released (remote_free or remote_release_import); it cannot be used any more", op, what)
+}
+
+// RangeError says why n bytes at offset do not fit a size-byte buffer,
+// with the numbers as given: an offset at or past the end, an empty
+// range, or a range that runs past the end (by how much). It never forms
+// offset+n, so an offset near the top of the range cannot wrap round into
+// a message that hides it. Callers call it once a range has failed
+// bounds.Fits (or is empty where a byte is needed).
+func RangeError(op string, offset, n, size uint64) error {
+	switch {
+	case offset >= size:
+		return Errorf(ValueError, "%s: offset %d is not inside the %d-byte buffer (its last byte is at offset %d)", op, offset, size, max(size, 1)-1)
+	case n == 0:
+		return Errorf(ValueError, "%s: 0 bytes at offset %d: the range must hold at least one byte", op, offset)
+	}
+	return Errorf(ValueError, "%s: %d bytes at offset %d run %s past the end of the %d-byte buffer", op, n, offset, byteCount(n-(size-offset)), size)
+}
+
+// byteCount is "1 byte" or "n bytes".
+func byteCount(n uint64) string {
+	if n == 1 {
+		return "1 byte"
+	}
+	return strconv.FormatUint(n, 10) + " bytes"
+}
+
+// checkRange is RangeError for the signed values of a call: nil when n
+// bytes at offset lie inside size bytes and n > 0.
+func checkRange(op string, offset, n, size int) error {
+	switch {
+	case offset < 0:
+		return Errorf(ValueError, "%s: offset %d is negative", op, offset)
+	case n < 0 && offset < size:
+		return Errorf(ValueError, "%s: nbytes %d is negative", op, n)
+	case n > 0 && bounds.FitsInt(offset, n, size):
+		return nil
+	case n < 0:
+		n = 0 // the offset is past the end: that is what to say
+	}
+	return RangeError(op, uint64(offset), uint64(n), uint64(max(size, 0)))
 }

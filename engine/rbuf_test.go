@@ -1,6 +1,9 @@
 package engine
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // freeOf is the owner free among acts, or nil.
 func freeOf(acts []RemoteAction) *RemoteBuffer {
@@ -95,5 +98,33 @@ func TestRemoteRegistryDefersFrees(t *testing.T) {
 	}
 	if acts := release(owner); len(acts) != 0 {
 		t.Errorf("a second release after the free: %v", acts)
+	}
+}
+
+// RangeError names what is wrong with the numbers as given, near the top
+// of uint64 too, and checkRange passes exactly the ranges that fit.
+func TestRangeErrorNeverWraps(t *testing.T) {
+	const top = ^uint64(0)
+	for _, c := range []struct {
+		off, n, size uint64
+		want         string
+	}{
+		{top - 4, 8, 64, "op: offset 18446744073709551611 is not inside the 64-byte buffer (its last byte is at offset 63)"},
+		{60, top, 64, "op: 18446744073709551615 bytes at offset 60 run 18446744073709551611 bytes past the end of the 64-byte buffer"},
+		{0, 0, 64, "op: 0 bytes at offset 0: the range must hold at least one byte"},
+		{0, 1, 0, "op: offset 0 is not inside the 0-byte buffer"},
+	} {
+		err := RangeError("op", c.off, c.n, c.size)
+		if KindOf(err) != ValueError || err.Error() != "ValueError: "+c.want && !strings.HasPrefix(err.Error(), "ValueError: "+c.want) {
+			t.Errorf("RangeError(%d, %d, %d) = %v, want %q", c.off, c.n, c.size, err, c.want)
+		}
+	}
+	for off := -2; off < 6; off++ {
+		for n := -2; n < 6; n++ {
+			fits := off >= 0 && n > 0 && off+n <= 4
+			if err := checkRange("op", off, n, 4); (err == nil) != fits {
+				t.Errorf("checkRange(%d, %d, 4) = %v, want fits %v", off, n, err, fits)
+			}
+		}
 	}
 }

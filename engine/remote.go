@@ -262,13 +262,11 @@ func (w *Worker) remoteCmdReply(id int, c *wire.Control) (wire.ControlReply, err
 func ownerHandle(op string, h *RemoteBuffer, offset, n int) error {
 	switch {
 	case h.Released():
-		return Errorf(ValueError, "%s: the handle was released", op)
+		return UsedAfterRelease(op, "the handle")
 	case h.Imported():
 		return Errorf(ValueError, "%s: takes an owner handle, not an imported one", op)
-	case offset < 0 || n <= 0 || offset+n > h.NBytes:
-		return Errorf(ValueError, "%s: %d bytes at offset %d do not fit the %d-byte buffer", op, n, offset, h.NBytes)
 	}
-	return nil
+	return checkRange(op, offset, n, h.NBytes)
 }
 
 // RemoteCopyTo copies src into the owner buffer at offset.
@@ -362,7 +360,7 @@ func (w *Worker) RemoteExportRange(h *RemoteBuffer, offset, nbytes int, access A
 func (w *Worker) RemoteImport(e *RemoteExport, worker int, access Access) (*RemoteBuffer, error) {
 	const op = "remote_import"
 	if e.owner.Released() {
-		return nil, Errorf(ValueError, "%s: the exported buffer was freed", op)
+		return nil, UsedAfterRelease(op, "the exported buffer")
 	}
 	if access == 0 {
 		access = e.access

@@ -117,6 +117,11 @@ func cmdRemote(args []string, stdout, stderr io.Writer) int {
 		tok = t
 	}
 	shm.SweepDead()
+	if tok != nil {
+		// Token files of daemons killed before they could remove theirs
+		// (Generate sweeps them for a daemon that makes its own).
+		token.SweepStale()
+	}
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return fail(1, "%v", err)

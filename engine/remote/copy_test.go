@@ -61,7 +61,7 @@ func bulkFallbacks(t *testing.T, n *testNode, ref wire.BufferRef, size int, want
 	t.Helper()
 	_, release, err := n.ControlData(&wire.Control{Cmd: wire.CmdCopyTo, Buffer: ref, Offset: uint64(size - 1)}, make([]byte, 2<<20), nil)
 	release()
-	if engine.KindOf(err) != engine.ValueError || !strings.Contains(err.Error(), "overrun") {
+	if engine.KindOf(err) != engine.ValueError || !strings.Contains(err.Error(), "bytes past the end of the") {
 		t.Fatalf("a COPY_TO past the end: %v, want a ValueError naming the overrun", err)
 	}
 	r, release, err := n.ControlData(&wire.Control{Cmd: wire.CmdCopyFrom, Buffer: ref, Offset: uint64(off), NBytes: uint64(len(want))}, nil, nil)

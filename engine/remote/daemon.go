@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -44,6 +45,10 @@ type DaemonConfig struct {
 	// HelloTimeout bounds a connection's CHALLENGE/HELLO exchange
 	// (default HelloTimeout).
 	HelloTimeout time.Duration
+	// ReapGrace is how long a session may take to end once its parent has
+	// left or the daemon is closing, before it is killed (reap.go; default
+	// DefaultReapGrace).
+	ReapGrace time.Duration
 }
 
 // HelloTimeout bounds the handshake of a new connection.
@@ -80,8 +85,10 @@ func DefaultTotalBytes() uint64 {
 // takes the daemon down; a slot of MaxSessions is taken before the process
 // starts, and a session id already live is refused. The process's output
 // reaches the daemon's through pipes, tagged and bounded (sessionOutput).
-// Sessions reach each other's exports through the daemon (the link),
-// never by naming shared memory.
+// The daemon keeps a descriptor of each session's connection to see its
+// parent leave, and kills a session that has not ended ReapGrace later
+// (reap.go). Sessions reach each other's exports through the daemon (the
+// link), never by naming shared memory.
 type Daemon struct {
 	ln   net.Listener
 	cfg  DaemonConfig
@@ -117,6 +124,9 @@ type dsession struct {
 	link   *link
 	out    *sessionOutput
 	prefix string        // the shm prefix of its objects, its own
+	parent net.Conn      // the daemon's descriptor of the session's connection: is the parent still there?
+	reap   reapWatch     // used by the reaper alone
+	exited atomic.Bool   // the process has been reaped: nothing left to kill
 	ended  chan struct{} // closed once the process has ended and is forgotten
 }
 
@@ -152,6 +162,9 @@ func NewDaemon(ln net.Listener, cfg DaemonConfig) (*Daemon, error) {
 	if cfg.HelloTimeout <= 0 {
 		cfg.HelloTimeout = HelloTimeout
 	}
+	if cfg.ReapGrace <= 0 {
+		cfg.ReapGrace = DefaultReapGrace
+	}
 	if cfg.TotalBytes == 0 {
 		cfg.TotalBytes = DefaultTotalBytes()
 	}
@@ -179,11 +192,12 @@ func NewDaemon(ln net.Listener, cfg DaemonConfig) (*Daemon, error) {
 		return nil, engine.Wrap(err, "remote-l3-worker: the socket for peer daemons")
 	}
 	d.peer = p
-	d.wg.Add(1)
+	d.wg.Add(2)
 	go func() {
 		defer d.wg.Done()
 		p.serve(d)
 	}()
+	go d.reap()
 	return d, nil
 }
 
@@ -277,8 +291,10 @@ func (d *Daemon) admit(conn net.Conn) {
 	}
 	if err != nil {
 		d.logRefusal(conn.RemoteAddr(), err)
+		conn.Close()
 	}
-	conn.Close() // a session process has its own descriptor
+	// A session's record keeps conn: its process has its own descriptor,
+	// and the daemon's tells it when the parent has left (reap.go).
 }
 
 // logRefusal logs why a connection was refused, no faster than d.logs
@@ -388,7 +404,8 @@ func refuse(conn net.Conn, h wire.Header, why error) error {
 // startSession starts the session process for an authenticated
 // connection and hands it the connection and its end of a new link. Its
 // slot among MaxSessions is taken before the process starts and given
-// back when it fails to.
+// back when it fails to. On success the session owns conn (closed once
+// its process has ended); on failure the caller closes it.
 func (d *Daemon) startSession(conn net.Conn, start *wire.Link) (*dsession, error) {
 	s, err := d.reserve(start.Session)
 	if err != nil {
@@ -402,7 +419,8 @@ func (d *Daemon) startSession(conn net.Conn, start *wire.Link) (*dsession, error
 		return nil, refuse(conn, wire.Header{Version: wire.ProtocolVersion, Session: start.Session, Worker: start.Worker},
 			engine.Errorf(engine.RuntimeError, "the session process did not start: %v", err))
 	}
-	s.cmd, s.link, s.out = cmd, l, out
+	s.cmd, s.link, s.out, s.parent = cmd, l, out, conn
+	s.reap.grace = d.cfg.ReapGrace
 	if err := l.send(start, -1); err != nil {
 		cmd.Process.Kill()
 	}
@@ -522,10 +540,16 @@ func (d *Daemon) serveLink(s *dsession) {
 	}
 	s.link.close()
 	exit := s.cmd.Wait()
+	s.exited.Store(true)
+	s.parent.Close()
 	d.mem.settle(s.slot) // its bytes come back however it ended
 	s.out.finish(outputGrace)
-	if left := sweptObjects(s.prefix); len(left) > 0 && exit == nil {
-		fmt.Fprintf(d.cfg.Log, "simpler remote-l3-worker: session %d ended leaving shared memory %v; removed it\n", s.slot, left)
+	if left := sweptObjects(s.prefix); len(left) > 0 {
+		how := "exited"
+		if exit != nil {
+			how = exit.Error()
+		}
+		fmt.Fprintf(d.cfg.Log, "simpler remote-l3-worker: session %016x (%s) ended leaving %d shared-memory objects; removed them\n", s.id, how, len(left))
 	}
 	d.dropSession(s)
 	close(s.ended)

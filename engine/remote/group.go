@@ -145,7 +145,7 @@ type gatherer struct {
 
 	mu      sync.Mutex
 	conns   map[net.Conn]bool // being handled, until a node owns one
-	pending []net.Conn        // not yet proved, oldest first
+	pending pendingConns      // not yet sent their JOIN
 }
 
 // event is what a connection's handler tells the loop: a rank that
@@ -162,15 +162,22 @@ type event struct {
 	err    error
 }
 
-// maxPendingJoins bounds the connections that have not proved the token;
-// the oldest is dropped beyond it.
-const maxPendingJoins = 32
+// maxPendingJoins is the least bound on the connections that have not
+// yet sent their JOIN; a group of more ranks allows two per rank, so that
+// every rank of a group on one host (one address) may be joining at once.
+// Beyond the bound, pendingConns drops the oldest of the newcomer's own
+// address, or of the address with the most: a flood of bare connections
+// from one address drops its own, not ranks joining from another.
+const maxPendingJoins = 64
+
+// pendingJoinBound is the pending bound of a group of ranks ranks.
+func pendingJoinBound(ranks int) int { return max(maxPendingJoins, 2*ranks) }
 
 // gather accepts ranks on ln until every one is up, or the start-up
 // fails: then every node that came up is closed and every connection.
 func (gr *group) gather(ln net.Listener, tok []byte, req engine.GroupRequest) error {
 	g := &gatherer{req: req, token: tok, events: make(chan event), done: make(chan struct{}), conns: map[net.Conn]bool{},
-		z: newRendezvous(req.Name, req.Spec, time.Until(req.Deadline).Round(time.Second))}
+		pending: newPendingConns(pendingJoinBound(req.Spec.Ranks)), z: newRendezvous(req.Name, req.Spec, time.Until(req.Deadline).Round(time.Second))}
 	g.wg.Add(1)
 	go g.accept(ln)
 	nodes := make([]*node, req.Spec.Ranks)
@@ -245,11 +252,9 @@ func (g *gatherer) accept(ln net.Listener) {
 			return
 		default:
 		}
-		if len(g.pending) >= maxPendingJoins {
-			g.pending[0].Close() // its handshake fails at once
-			g.pending = g.pending[1:]
+		if drop := g.pending.add(conn, hostOf(conn.RemoteAddr())); drop != nil {
+			drop.Close() // its handshake fails at once
 		}
-		g.pending = append(g.pending, conn)
 		g.conns[conn] = true
 		g.wg.Add(1)
 		g.mu.Unlock()
@@ -273,11 +278,7 @@ func (g *gatherer) handle(conn net.Conn) {
 	defer g.wg.Done()
 	from := conn.RemoteAddr().String()
 	j, err := g.handshake(conn)
-	g.mu.Lock()
-	if i := slices.Index(g.pending, conn); i >= 0 {
-		g.pending = slices.Delete(g.pending, i, i+1)
-	}
-	g.mu.Unlock()
+	g.unpend(conn) // when the handshake failed before its JOIN was read
 	if err != nil {
 		g.send(event{who: from, refuse: err.Error()})
 		g.drop(conn)
@@ -305,6 +306,15 @@ func (g *gatherer) handle(conn net.Conn) {
 	if !g.send(event{rank: j.Rank, pid: int(j.PID), node: n, err: err}) && n != nil {
 		n.Close()
 	}
+}
+
+// unpend stops counting conn as pending: its JOIN has been read (a
+// connection whose refusal the gate holds is bounded there, and dropping
+// it would answer its guess early), or its handshake ended.
+func (g *gatherer) unpend(conn net.Conn) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.pending.remove(conn)
 }
 
 // drop closes a connection this start-up will not use.
@@ -341,6 +351,7 @@ func (g *gatherer) handshake(conn net.Conn) (wire.Join, error) {
 	if err != nil {
 		return wire.Join{}, err
 	}
+	g.unpend(conn)
 	j, err := wire.DecodeJoin(payload)
 	if err != nil {
 		return wire.Join{}, fmt.Errorf("JOIN: %v", err)

@@ -15,6 +15,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"simpler/engine"
@@ -33,7 +34,9 @@ type node struct {
 	id      int
 	spec    engine.RemoteSpec
 	conn    net.Conn
-	in      io.Reader // conn, read spinning briefly before blocking
+	in      io.Reader    // conn, read spinning briefly before blocking
+	heard   *heardReader // in, noting when bytes last arrived (the health watch)
+	probing atomic.Bool  // a HEALTH is being written
 	session uint64
 	timeout time.Duration
 	host    hostid.ID // where the node runs, from its HELLO_REPLY
@@ -106,7 +109,8 @@ func attach(conn net.Conn, req engine.DialRequest, joinNonce *[32]byte) (*node, 
 		conn.Close()
 		return nil, engine.Wrap(err, where)
 	}
-	n.in = netspin.NewReader(conn, netspin.DefaultSpin)
+	n.heard = newHeardReader(netspin.NewReader(conn, netspin.DefaultSpin))
+	n.in = n.heard
 	n.reader.Add(2)
 	go n.read()
 	go n.monitor()
@@ -333,25 +337,59 @@ func (n *node) Lost() error {
 	return n.dead
 }
 
-// monitor probes the node's health while tasks are in flight: a long task
-// never looks dead, a dead node is noticed within the timeout.
+// monitor watches the node's health while tasks are in flight
+// (healthWatch): a long task never looks dead, and a node silent for the
+// timeout is failed then, not a probe interval later.
 func (n *node) monitor() {
 	defer n.reader.Done()
-	tick := time.NewTicker(n.timeout / 3)
-	defer tick.Stop()
+	w := newHealthWatch(n.timeout)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
 	for {
 		select {
 		case <-n.gone:
 			return
-		case <-tick.C:
+		case <-timer.C:
 		}
 		n.mu.Lock()
 		busy := len(n.tasks) > 0
 		n.mu.Unlock()
-		if busy {
-			n.health()
+		act, wait := w.step(n.heard.now(), n.heard.heard(), busy)
+		switch act {
+		case healthProbe:
+			n.probe()
+		case healthDead:
+			n.Fail(engine.Errorf(engine.TimeoutError, "%s: no answer within remote_session_timeout_s=%v while it ran tasks (health probes went unanswered)", n.name, n.timeout.Seconds()))
+			return
 		}
+		timer.Reset(wait)
 	}
+}
+
+// probe sends a HEALTH and does not wait for its reply: the reply, like
+// any bytes from the node, counts as hearing from it. One probe is
+// written at a time, on a goroutine of its own, so a write that blocks on
+// a node that does not read never holds up the watch; Fail closing the
+// connection ends it.
+func (n *node) probe() {
+	if !n.probing.CompareAndSwap(false, true) {
+		return
+	}
+	n.mu.Lock()
+	if n.dead != nil {
+		n.mu.Unlock()
+		n.probing.Store(false)
+		return
+	}
+	n.seq++
+	seq := n.seq
+	n.reader.Add(1)
+	n.mu.Unlock()
+	go func() {
+		defer n.reader.Done()
+		defer n.probing.Store(false)
+		n.send(wire.TypeHealth, seq, &wire.Health{Timestamp: time.Now().UnixNano()})
+	}()
 }
 
 // request sends a frame and waits at most the session timeout for the
@@ -391,21 +429,6 @@ func (n *node) requestBulk(t wire.Type, m wire.Message, bulk, sink []byte) (rrep
 		n.Fail(engine.Errorf(engine.TimeoutError, "%s: no reply to %s within remote_session_timeout_s=%v", n.name, t, n.timeout.Seconds()))
 		return rreply{}, n.dead
 	}
-}
-
-// health probes the node on its own lane: a long task never looks dead,
-// a dead node is noticed within the timeout.
-func (n *node) health() error {
-	r, err := n.request(wire.TypeHealth, &wire.Health{Timestamp: time.Now().UnixNano()})
-	if err != nil {
-		return err
-	}
-	r.done()
-	if r.h.Type != wire.TypeHealthReply {
-		n.Fail(engine.Errorf(engine.RuntimeError, "%s: a %s answered HEALTH", n.name, r.h.Type))
-		return n.dead
-	}
-	return nil
 }
 
 // Control runs one command on the ordered command lane; the reply's data

@@ -83,8 +83,8 @@ func ServeRank(cfg RankConfig, stop <-chan struct{}) error {
 		return fmt.Errorf("rank %d: %w", cfg.Rank, err)
 	}
 	s, err := d.startSession(conn, start)
-	conn.Close() // the session process has its own descriptor
 	if err != nil {
+		conn.Close()
 		return fmt.Errorf("rank %d: %w", cfg.Rank, err)
 	}
 	select {

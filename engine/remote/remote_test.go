@@ -240,7 +240,7 @@ func TestRemoteNodeRunsTasksOnRemoteBuffers(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "a remote OUTPUT needs a RemoteTensorRef") {
 		t.Errorf("null remote OUTPUT: %v", err)
 	}
-	if err := w.RemoteCopyTo(h, make([]byte, 16), 0); err == nil || !strings.Contains(err.Error(), "do not fit") {
+	if err := w.RemoteCopyTo(h, make([]byte, 16), 0); err == nil || !strings.Contains(err.Error(), "16 bytes at offset 0 run 8 bytes past the end of the 8-byte buffer") {
 		t.Errorf("overrun copy: %v", err)
 	}
 	if err := w.RemoteFree(h); err != nil {
@@ -491,10 +491,10 @@ func TestRemoteRegisterAndUnregisterCommands(t *testing.T) {
 		c    wire.Control
 		want string
 	}{
-		{wire.Control{Cmd: wire.CmdCopyTo, Buffer: ref, Offset: 8, Data: make([]byte, 16)}, "overrun the 16-byte buffer"},
-		{wire.Control{Cmd: wire.CmdCopyFrom, Buffer: ref, Offset: 0, NBytes: 17}, "overrun the 16-byte buffer"},
+		{wire.Control{Cmd: wire.CmdCopyTo, Buffer: ref, Offset: 8, Data: make([]byte, 16)}, "16 bytes at offset 8 run 8 bytes past the end of the 16-byte buffer"},
+		{wire.Control{Cmd: wire.CmdCopyFrom, Buffer: ref, Offset: 0, NBytes: 17}, "17 bytes at offset 0 run 1 byte past the end of the 16-byte buffer"},
 		{wire.Control{Cmd: wire.CmdCopyTo, Buffer: wire.BufferRef{ID: 77, Generation: 1}, Data: []byte{1}}, "not an owned buffer"},
-		{wire.Control{Cmd: wire.CmdExport, Buffer: ref, Offset: 8, NBytes: 16, Access: wire.AccessRead}, "do not fit the 16-byte buffer"},
+		{wire.Control{Cmd: wire.CmdExport, Buffer: ref, Offset: 8, NBytes: 16, Access: wire.AccessRead}, "16 bytes at offset 8 run 8 bytes past the end of the 16-byte buffer"},
 		{wire.Control{Cmd: wire.CmdReleaseImport, Buffer: ref}, "is not an imported buffer"},
 		{wire.Control{Cmd: wire.CmdCommInit, Domain: wire.Domain{ID: 1, Generation: 1, Size: 1, Ranks: []wire.DomainRank{{Rank: 0, Worker: 9}},
 			Table: wire.Payload(&wire.Topology{Cluster: 7, NodeRank: 0, Nodes: 1, Hash: "sha256:t", DeviceRanks: []uint32{9}})}}, "local worker 9 is not a chip of this node"},

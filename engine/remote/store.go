@@ -123,7 +123,7 @@ func (s *session) checkCopy(cmd wire.Command, off, n uint64, size int) error {
 		return engine.Errorf(engine.ValueError, "%s of %d bytes: this node copies at most %d bytes at a time (the daemon's --max-copy-bytes)", cmd, n, s.limits.CopyBytes)
 	}
 	if !bounds.Fits(off, n, uint64(size)) {
-		return engine.Errorf(engine.ValueError, "%s: %d bytes at offset %d overrun the %d-byte buffer", cmd, n, off, size)
+		return engine.RangeError(cmd.String(), off, n, uint64(size))
 	}
 	return nil
 }
@@ -145,7 +145,7 @@ func (s *session) export(c wire.Control, r *wire.ControlReply) error {
 		return engine.Errorf(engine.ValueError, "buffer %d (generation %d) is not an owned buffer of this node", c.Buffer.ID, c.Buffer.Generation)
 	}
 	if c.NBytes == 0 || !bounds.Fits(c.Offset, c.NBytes, uint64(b.len)) {
-		return engine.Errorf(engine.ValueError, "EXPORT: %d bytes at offset %d do not fit the %d-byte buffer", c.NBytes, c.Offset, b.len)
+		return engine.RangeError("EXPORT", c.Offset, c.NBytes, uint64(b.len))
 	}
 	if len(s.exports) >= maxExports {
 		return engine.Errorf(engine.RuntimeError, "EXPORT: this node holds %d exports, its bound", len(s.exports))

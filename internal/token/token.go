@@ -16,6 +16,13 @@
 //     from crypto/rand, hex-encoded, written with mode 0600 to
 //     PathFor(port) in RuntimeDir. It calls Remove on that path when it
 //     stops.
+//   - A process that wrote a token file holds an exclusive flock on it
+//     until Remove (or its death: the kernel drops the lock of a process
+//     killed with -9). Generate first sweeps RuntimeDir (SweepStale): a
+//     token file whose lock it can take has no living writer and is
+//     removed; one whose lock is held is left alone. Writers and sweepers
+//     take a lock on the directory while they work, so a sweep never sees
+//     a file between its creation and its lock.
 //   - A client on the same host finds that token with ForEndpoint. A daemon
 //     on another host has its token elsewhere: the client must be given it.
 //   - RuntimeDir is private to the user: a directory they own, mode 0700,
@@ -38,7 +45,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"simpler/internal/hostport"
 	"simpler/kind"
@@ -293,9 +303,18 @@ func GenerateGroup(port int) (path string, tok []byte, err error) {
 	return generateAt(path)
 }
 
-// generateAt makes a fresh token and writes it to path, replacing a stale
-// file of ours.
+// generateAt sweeps token files of dead writers, then makes a fresh token
+// and writes it to path, replacing a stale file of ours, and holds the
+// file's lock until Remove.
 func generateAt(path string) (string, []byte, error) {
+	if _, err := SweepStale(); err != nil {
+		return "", nil, err
+	}
+	unlock, err := lockDir(filepath.Dir(path))
+	if err != nil {
+		return "", nil, err
+	}
+	defer unlock()
 	if err := removeStale(path); err != nil {
 		return "", nil, err
 	}
@@ -306,6 +325,117 @@ func generateAt(path string) (string, []byte, error) {
 		return "", nil, err
 	}
 	return path, tok, nil
+}
+
+// held are the token files this process wrote and has not removed, open
+// and locked: the lock says the writer lives.
+var held = struct {
+	sync.Mutex
+	files map[string]*os.File
+}{files: map[string]*os.File{}}
+
+// hold keeps f, locked, as the file at path.
+func hold(path string, f *os.File) {
+	held.Lock()
+	defer held.Unlock()
+	if old := held.files[path]; old != nil {
+		old.Close() // its file was replaced (removeStale)
+	}
+	held.files[path] = f
+}
+
+// release closes the file held for path, dropping its lock.
+func release(path string) {
+	held.Lock()
+	defer held.Unlock()
+	if f := held.files[path]; f != nil {
+		f.Close()
+		delete(held.files, path)
+	}
+}
+
+// lockDir takes an exclusive lock on dir for the length of one write or
+// sweep, waiting for another's to finish (each is short).
+func lockDir(dir string) (unlock func(), err error) {
+	d, err := os.OpenFile(dir, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("runtime directory: %w", err)
+	}
+	for {
+		err = unix.Flock(int(d.Fd()), unix.LOCK_EX)
+		if !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	if err != nil {
+		d.Close()
+		return nil, fmt.Errorf("locking the runtime directory: %w", err)
+	}
+	return func() { d.Close() }, nil
+}
+
+// isTokenName reports whether name is one Generate or GenerateGroup
+// writes: remote-l3-worker-<port>.token or worker-group-<port>.token.
+func isTokenName(name string) bool {
+	rest, ok := strings.CutSuffix(name, ".token")
+	if !ok {
+		return false
+	}
+	for _, prefix := range []string{"remote-l3-worker-", "worker-group-"} {
+		if port, ok := strings.CutPrefix(rest, prefix); ok {
+			n, err := strconv.Atoi(port)
+			return err == nil && n >= 1 && n <= 65535 && strconv.Itoa(n) == port
+		}
+	}
+	return false
+}
+
+// SweepStale removes the token files in RuntimeDir whose writer is
+// provably dead: a regular file of ours, named as Generate or
+// GenerateGroup name them, whose lock it can take. A file whose lock is
+// held, or that it cannot open, check or lock, is left alone. It returns
+// the paths removed.
+func SweepStale() ([]string, error) {
+	dir, err := RuntimeDir()
+	if err != nil {
+		return nil, err
+	}
+	unlock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("runtime directory: %w", err)
+	}
+	var removed []string
+	for _, e := range entries {
+		path := filepath.Join(dir, e.Name())
+		if isTokenName(e.Name()) && writerDead(path) && os.Remove(path) == nil {
+			removed = append(removed, path)
+		}
+	}
+	return removed, nil
+}
+
+// writerDead reports whether the token file at path is a regular file of
+// ours whose lock nobody holds: its writer is gone. (The directory lock
+// is held, so the file cannot be replaced before the caller removes it.)
+func writerDead(path string) bool {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer f.Close() // drops the lock taken below
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		return false
+	}
+	if uid, ok := fileOwner(fi); !ok || uid != euid() {
+		return false
+	}
+	return unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil
 }
 
 // removeStale removes a token file left by a daemon that did not clean up.
@@ -334,28 +464,32 @@ func removeStale(path string) error {
 	return nil
 }
 
-// write creates the token file. O_EXCL|O_NOFOLLOW: it never writes through
-// a symlink or into a file someone else made.
+// write creates the token file, locked, and holds it. O_EXCL|O_NOFOLLOW:
+// it never writes through a symlink or into a file someone else made.
+// O_CLOEXEC: no child process inherits the lock.
 func write(path string, tok []byte) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
 	if err != nil {
 		return fmt.Errorf("token file: %w", err)
 	}
-	_, err = f.WriteString(string(tok) + "\n")
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) // a new file: nobody else has it
+	if err == nil {
+		_, err = f.WriteString(string(tok) + "\n")
 	}
 	if err != nil {
+		f.Close()
 		os.Remove(path) // a partial token is worse than none
 		return fmt.Errorf("writing token file %s: %w", path, err)
 	}
+	hold(path, f)
 	return nil
 }
 
-// Remove removes a token file that Generate wrote. One already gone is not
-// an error: there is nothing left to clean up.
+// Remove removes a token file that Generate wrote and drops its lock. One
+// already gone is not an error: there is nothing left to clean up.
 func Remove(path string) error {
 	err := os.Remove(path)
+	release(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}

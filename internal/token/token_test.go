@@ -18,7 +18,14 @@ import (
 	"simpler/internal/leakcheck"
 )
 
-func TestMain(m *testing.M) { leakcheck.Main(m) }
+// TestMain runs the tests under leakcheck; run with writerEnv set, the
+// test binary is a writer process for TestSweepStaleRemovesOnlyDeadWriters.
+func TestMain(m *testing.M) {
+	if port := os.Getenv(writerEnv); port != "" {
+		os.Exit(runWriter(port))
+	}
+	leakcheck.Main(m)
+}
 
 // good is a token of an acceptable length.
 const good = "0123456789abcdef0123"
