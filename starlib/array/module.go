@@ -8,6 +8,7 @@ import (
 	"go.starlark.net/starlarkstruct"
 
 	"simpler/hal/dtype"
+	"simpler/internal/halt"
 )
 
 // Module is the Starlark module "array".
@@ -186,17 +187,23 @@ func frombytes(_ *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwa
 }
 
 // matmul(a, b)
-func matmulBuiltin(_ *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+func matmulBuiltin(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 	var x, y *Array
 	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "a", &x, "b", &y); err != nil {
 		return nil, typeError(err)
 	}
-	return matmul(x, y)
+	return matmul(x, y, halt.Of(th))
 }
 
+// stopWork is how many multiply-adds matmul does between two checks of
+// the stop signal: about a millisecond of work, against one atomic load.
+const stopWork = 1 << 20
+
 // matmul multiplies 2-D arrays of one dtype, accumulating in float64 (float
-// kinds) or int64 and storing each result element once.
-func matmul(x, y *Array) (*Array, error) {
+// kinds) or int64 and storing each result element once. Between rows, once
+// stopWork multiply-adds have passed, it checks stop, and returns its
+// error once it fired (a kernel past its deadline, say).
+func matmul(x, y *Array, stop *halt.Signal) (*Array, error) {
 	if x.ndim() != 2 || y.ndim() != 2 {
 		return nil, fmt.Errorf("ValueError: matmul needs 2-D arrays, got shapes %s and %s", shapeString(x.shape), shapeString(y.shape))
 	}
@@ -209,9 +216,20 @@ func matmul(x, y *Array) (*Array, error) {
 			shapeString(x.shape), shapeString(y.shape), k, y.shape[0])
 	}
 	z := alloc(x.dt, []int{m, n})
+	work := 0
+	stopped := func() bool { // between rows
+		if work += k * n; work < stopWork {
+			return false
+		}
+		work = 0
+		return stop.Stopped()
+	}
 	if z.f != nil {
 		acc := make([]float64, n)
 		for i := range m {
+			if stopped() {
+				return nil, stop.Err("matmul")
+			}
 			clear(acc)
 			for p := range k {
 				xv := float64(x.f[i*k+p])
@@ -227,6 +245,9 @@ func matmul(x, y *Array) (*Array, error) {
 		return z, nil
 	}
 	for i := range m {
+		if stopped() {
+			return nil, stop.Err("matmul")
+		}
 		row := z.n[i*n : (i+1)*n]
 		for p := range k {
 			xv := x.n[i*k+p]

@@ -159,7 +159,7 @@ func TestMatmulFloat32(t *testing.T) {
 	for i := range y.Size() {
 		y.SetFloat(i, r.Float64())
 	}
-	z, err := matmul(x, y)
+	z, err := matmul(x, y, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,90 @@
+package starlib
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// stopScript blocks one kernel, argv[0] names which, in a way argv[1]
+// names its stop: its task's deadline, the run's cancel(), or close().
+// Each kernel would run for 120 s (or, the matmul, tens of seconds) if
+// the stop did not reach the builtin it is in.
+const stopScript = `
+def blocked_wait(chip, args):
+    comm = chip.comm(args.scalar(0))
+    word = comm.window(comm.rank).view(shape = [1], dtype = INT64)
+    comm.wait(word, 1, timeout_s = 120)
+
+def blocked_barrier(chip, args):
+    chip.comm(args.scalar(0)).barrier(timeout_s = 120)
+
+def long_matmul(chip, args):
+    a = array.zeros([4096, 4096])
+    array.matmul(a, a)
+
+KERNELS = {"wait": blocked_wait, "barrier": blocked_barrier, "matmul": long_matmul}
+
+def main(ctx):
+    kernel, how = ctx.argv[0], ctx.argv[1]
+    w = Worker(level = 3, device_ids = [0, 1], close_timeout_s = 0.5)
+    w.register(KERNELS[kernel])
+    w.init()
+    config = CallConfig(timeout_s = 1) if how == "deadline" else CallConfig()
+    def orch(o, a, c):
+        d = o.allocate_domain(name = "d", workers = [0, 1], window_size = 64)
+        o.submit_next_level(KERNELS[kernel], TaskArgs(scalars = [d[0].device_ctx]), config = config, worker = 0)
+    r = w.submit(orch)
+    if how == "deadline":
+        print("outcome:", catch(r.wait))
+    else:
+        # The kernel is still in its builtin half a second on.
+        print("running:", catch(r.wait, 0.5))
+        if how == "cancel":
+            r.cancel()
+            print("outcome:", catch(r.wait))
+        else:
+            print("close:", catch(w.close))
+            print("outcome:", catch(r.wait))
+    w.close()
+`
+
+// TestStopReachesBlockedBuiltins: in thread mode a kernel blocked in
+// comm.wait or comm.barrier (each with a 120 s timeout of its own) or in
+// a long matmul is ended by its task's 1 s deadline, by cancel() and by
+// close(), within a bound of the stop; the run's outcome is the deadline's
+// TimeoutError or the cancel's RuntimeError.
+func TestStopReachesBlockedBuiltins(t *testing.T) {
+	for _, kernel := range []string{"wait", "barrier", "matmul"} {
+		for _, how := range []string{"deadline", "cancel", "close"} {
+			t.Run(kernel+"/"+how, func(t *testing.T) {
+				start := time.Now()
+				out, err := runScript(t, map[string]string{"main.star": stopScript}, kernel, how)
+				took := time.Since(start)
+				if err != nil {
+					t.Fatalf("script: %v\n%s", err, out)
+				}
+				// The stop comes at 1 s (deadline) or 0.5 s (cancel, close).
+				if took > 3*time.Second {
+					t.Errorf("took %v; want the kernel stopped within a second of its stop\n%s", took, out)
+				}
+				var want []string
+				switch how {
+				case "deadline":
+					want = []string{"outcome: TimeoutError: chip_worker 0 (device 0): task 1 running", "past its deadline of 1s"}
+				case "cancel":
+					want = []string{"running: TimeoutError: run 1 not done after 500ms", "outcome: RuntimeError: run 1 cancelled"}
+				case "close":
+					want = []string{"running: TimeoutError: run 1 not done after 500ms",
+						"close: RuntimeError: close: run 1 still running after close_timeout_s=500ms: cancelled\n",
+						"outcome: RuntimeError: run 1 cancelled"}
+				}
+				for _, w := range want {
+					if !strings.Contains(out, w) {
+						t.Errorf("output lacks %q:\n%s", w, out)
+					}
+				}
+			})
+		}
+	}
+}
