@@ -42,6 +42,7 @@ func (c *callable) state(local any, name string) *endpointState {
 	}
 	st := &endpointState{th: c.s.newThread(name), halt: new(halt.Signal)}
 	halt.Bind(st.th, st.halt)
+	st.th.SetLocal(taskKey, taskRoles[name])
 	// A stop ends the interpreter at its next step and, through the
 	// signal, a builtin that blocks or runs long.
 	st.stop = func(reason string) {
@@ -90,9 +91,35 @@ func (c *callable) RunSub(ctx *engine.SubCtx, args *engine.TaskArgs) error {
 
 func (c *callable) RunOrch(o *engine.Orchestrator, args *engine.TaskArgs, cfg *engine.CallConfig) error {
 	th := c.s.newThread("orch")
+	th.SetLocal(taskKey, taskRoles["orch"])
 	o.OnStop(th.Cancel)
 	_, err := starlark.Call(th, c.fn, starlark.Tuple{&Orchestrator{s: c.s, o: o}, &TaskArgs{a: args}, &CallConfig{c: *cfg}}, nil)
 	return kernelError(err)
+}
+
+// taskKey is the thread-local that marks a thread running a task, with
+// what the task is; builtins that only a host program may call
+// (Worker()) refuse on such a thread (refuseInTask).
+const taskKey = "simpler.task"
+
+var taskRoles = map[string]string{
+	"chip": "a chip kernel",
+	"sub":  "a SUB callable",
+	"orch": "a child worker's orchestration function",
+}
+
+// refuseInTask refuses what on a thread that runs a task, in every mode
+// alike: a task runs on a worker and does not make one. A Worker made
+// there would outlive the task (its chip and SUB processes, its
+// sessions), one per task, and a child process has no launcher to start
+// processes with anyway.
+func refuseInTask(th *starlark.Thread, what string) error {
+	role, _ := th.Local(taskKey).(string)
+	if role == "" {
+		return nil
+	}
+	return errorf(engine.RuntimeError, "%s inside %s: a task runs on a Worker and may not make one "+
+		"(its processes and sessions would outlive the task); make Workers in main() and submit work to them", what, role)
 }
 
 // stoppable makes the engine's stop of a running kernel reach it: its

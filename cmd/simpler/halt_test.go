@@ -1,0 +1,111 @@
+package main
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// modesScript checks, in whatever mode it runs in, what must read the
+// same in every mode: Worker() refused inside a kernel and a SUB
+// callable, window_size past a chip's memory refused before any backend
+// work, and a kernel blocked in comm.wait (its own timeout 120 s) ended by
+// its task's deadline and by cancel().
+const modesScript = `
+def make_worker(chip, args):
+    Worker(level = 3, device_ids = [0])
+
+def sub_make_worker(args):
+    Worker(level = 3, device_ids = [0])
+
+def blocked_wait(chip, args):
+    comm = chip.comm(args.scalar(0))
+    word = comm.window(comm.rank).view(shape = [1], dtype = INT64)
+    args.tensor(0).fill(1)
+    comm.wait(word, 1, timeout_s = 120)
+
+def main(ctx):
+    w = Worker(level = 3, device_ids = [0, 1], num_sub_workers = 1, mode = ctx.mode)
+    for f in [make_worker, sub_make_worker, blocked_wait]:
+        w.register(f)
+    w.init()
+    print("kernel:", catch(w.run, lambda o, a, c: o.submit_next_level(make_worker, TaskArgs(), worker = 0)))
+    print("sub:", catch(w.run, lambda o, a, c: o.submit_sub(sub_make_worker, TaskArgs())))
+    print("window:", catch(w.run, lambda o, a, c: o.allocate_domain(name = "big", workers = [0, 1], window_size = 1 << 50)))
+    print("live:", w.live_domains)
+
+    flag = host_tensor(shape = [1])
+    def blocked(config):
+        def orch(o, a, c):
+            d = o.allocate_domain(name = "d", workers = [0, 1], window_size = 64)
+            o.submit_next_level(blocked_wait, TaskArgs(tensors = [(flag, OUTPUT_EXISTING)], scalars = [d[0].device_ctx]),
+                                config = config, worker = 0)
+        return orch
+    print("deadline:", catch(w.run, blocked(CallConfig(timeout_s = 1))))
+    flag.fill(0)
+    r = w.submit(blocked(CallConfig()))
+    for i in range(10000000):
+        if flag.read()[0] == 1.0:
+            break
+    r.cancel()
+    print("cancel:", catch(r.wait))
+    w.close()
+`
+
+// TestSameRefusalsAndStopsInEveryMode: Worker() inside a kernel or a SUB
+// callable is refused with the same reason in thread and process mode
+// (in thread mode it used to make a Worker, leaking its processes; in
+// process mode it failed for want of a launcher); window_size = 1 << 50
+// is the same ValueError, naming the bound, in both; and a kernel
+// blocked in comm.wait ends within a bound of its deadline or cancel in
+// both, a chip process's as a thread's.
+func TestSameRefusalsAndStopsInEveryMode(t *testing.T) {
+	t.Setenv(asCLI, "1") // children started through os.Executable() are this binary
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"modes.star": modesScript})
+	outs := map[string]string{}
+	for _, mode := range []string{"thread", "process"} {
+		start := time.Now()
+		code, out, errs := runCLI(t, "run", "--devices", "0,1", "--mode", mode, filepath.Join(dir, "modes.star"))
+		took := time.Since(start)
+		if code != 0 {
+			t.Fatalf("%s mode: exit %d\nstdout:\n%s\nstderr:\n%s", mode, code, out, errs)
+		}
+		// 1 s of deadline, and start-up; the wait's own timeout is 120 s.
+		if took > 8*time.Second {
+			t.Errorf("%s mode: took %v", mode, took)
+		}
+		for _, want := range []string{
+			"kernel: RuntimeError: chip_worker 0 (device 0): task 1 running \"make_worker\" failed: Worker() inside a chip kernel: a task runs on a Worker and may not make one",
+			"sub: RuntimeError: sub_worker 0: task 1 running \"sub_make_worker\" failed: Worker() inside a SUB callable: a task runs on a Worker and may not make one",
+			"window: ValueError: allocate_domain: window_size=1125899906842624 exceeds the 68719476736 bytes of device memory of a a2a3sim chip\n",
+			"live: {}\n",
+			"deadline: TimeoutError: chip_worker 0 (device 0): task 1 running \"blocked_wait\" failed: past its deadline of 1s",
+			"cancel: RuntimeError: run 5 cancelled\n",
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("%s mode: output lacks %q:\n%s", mode, want, out)
+			}
+		}
+		outs[mode] = out
+	}
+	// Backtraces aside, the two modes print the same lines.
+	for _, prefix := range []string{"kernel:", "sub:", "window:"} {
+		if a, b := lineOf(outs["thread"], prefix), lineOf(outs["process"], prefix); a != b {
+			t.Errorf("the modes differ:\n  thread:  %s\n  process: %s", a, b)
+		}
+	}
+}
+
+// lineOf is the first line of out that starts with prefix, up to its
+// first " (at " (where a kernel's position follows).
+func lineOf(out, prefix string) string {
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			l, _, _ = strings.Cut(l, " (at ")
+			return l
+		}
+	}
+	return ""
+}
