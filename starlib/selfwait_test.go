@@ -82,3 +82,29 @@ func TestRunInsideOrchestrationRefused(t *testing.T) {
 		}
 	}
 }
+
+const childOrchWorkerScript = `
+def node_orch(o, args, config):
+    Worker(level = 3, device_ids = [0])
+
+def main(ctx):
+    top = Worker(level = 4)
+    top.add_worker(Worker(level = 3, device_ids = [0]))
+    top.register(node_orch)
+    top.init()
+    print("node:", catch(top.run, lambda o, a, c: o.submit_next_level(node_orch, TaskArgs(), worker = 0)))
+    top.close()
+`
+
+// TestWorkerRefusedInAChildOrchestration: a child worker's orchestration
+// function is a task too, and may not make a Worker.
+func TestWorkerRefusedInAChildOrchestration(t *testing.T) {
+	out, err := runScript(t, map[string]string{"main.star": childOrchWorkerScript})
+	if err != nil {
+		t.Fatalf("script: %v\n%s", err, out)
+	}
+	want := "Worker() inside a child worker's orchestration function: a task runs on a Worker and may not make one"
+	if !strings.Contains(out, "node: RuntimeError: ") || !strings.Contains(out, want) {
+		t.Errorf("output lacks %q:\n%s", want, out)
+	}
+}
