@@ -109,3 +109,79 @@ func lineOf(out, prefix string) string {
 	}
 	return ""
 }
+
+// remoteScript is modesScript's checks on a remote level-3 node served by
+// a real remote-l3-worker daemon: the node's kernel blocked in comm.wait
+// is ended by its deadline and the node takes the next run (it was not
+// ended for a kernel that would not stop), and Worker() in its kernel and
+// an oversized window are refused as they are locally.
+const remoteScript = `# simpler-daemons: 1
+def blocked_wait(chip, args):
+    comm = chip.comm(args.scalar(0))
+    word = comm.window(comm.rank).view(shape = [1], dtype = INT64)
+    comm.wait(word, 1, timeout_s = 120)
+
+def make_worker(chip, args):
+    Worker(level = 3, device_ids = [0])
+
+def noop(chip, args):
+    pass
+
+def node_blocked(o, args, config):
+    d = o.allocate_domain(name = "d", workers = [0, 1], window_size = 64)
+    o.submit_next_level(blocked_wait, TaskArgs(scalars = [d[0].device_ctx]), config = CallConfig(timeout_s = 1), worker = 0)
+
+def node_make_worker(o, args, config):
+    o.submit_next_level(make_worker, TaskArgs(), worker = 0)
+
+def node_big_window(o, args, config):
+    o.allocate_domain(name = "big", workers = [0, 1], window_size = 1 << 50)
+
+def node_noop(o, args, config):
+    o.submit_next_level(noop, TaskArgs(), worker = 1)
+
+def main(ctx):
+    w = Worker(level = 4, platform = ctx.platform)
+    w.add_remote_worker(endpoint = ctx.argv[0], platform = ctx.platform, device_ids = [0, 1])
+    for f in [blocked_wait, make_worker, noop, node_blocked, node_make_worker, node_big_window, node_noop]:
+        w.register(f)
+    w.init()
+    on_node = lambda fn: lambda o, a, c: o.submit_next_level(fn, TaskArgs(), worker = 0)
+    print("deadline:", catch(w.run, on_node(node_blocked)))
+    print("next:", w.run(on_node(node_noop)))
+    print("kernel:", catch(w.run, on_node(node_make_worker)))
+    print("window:", catch(w.run, on_node(node_big_window)))
+    w.close()
+`
+
+// TestRemoteNodeStopsAndRefusals: on a node behind a real daemon, a
+// kernel blocked in comm.wait with its own 120 s timeout ends at its 1 s
+// deadline and the node goes on; Worker() in a kernel and window_size =
+// 1 << 50 are refused with the local reasons.
+func TestRemoteNodeStopsAndRefusals(t *testing.T) {
+	t.Setenv(asCLI, "1") // the daemon is this binary
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"remote.star": remoteScript})
+	start := time.Now()
+	code, out, errs := runCLI(t, "run", "--devices", "0,1", filepath.Join(dir, "remote.star"))
+	took := time.Since(start)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
+	}
+	if took > 10*time.Second {
+		t.Errorf("took %v", took)
+	}
+	for _, want := range []string{
+		"deadline: TimeoutError: ",
+		"running \"blocked_wait\" failed: past its deadline of 1s",
+		"next: None\n",
+		"kernel: RuntimeError: ",
+		"Worker() inside a chip kernel: a task runs on a Worker and may not make one",
+		"window: ValueError: ",
+		"allocate_domain: window_size=1125899906842624 exceeds the 68719476736 bytes of device memory of a a2a3sim chip",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
