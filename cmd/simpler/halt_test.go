@@ -35,6 +35,10 @@ def main(ctx):
     print("window:", catch(w.run, lambda o, a, c: o.allocate_domain(name = "big", workers = [0, 1], window_size = 1 << 50)))
     print("live:", w.live_domains)
 
+    # Device memory of chip 0 outlives the stops below only if its chip
+    # process was not killed for a kernel that would not stop.
+    kept = w.malloc(4, worker_id = 0)
+    w.copy_to(kept, host_tensor(data = [7.0]), 4)
     flag = host_tensor(shape = [1])
     def blocked(config):
         def orch(o, a, c):
@@ -50,6 +54,9 @@ def main(ctx):
             break
     r.cancel()
     print("cancel:", catch(r.wait))
+    back = host_tensor(shape = [1])
+    w.copy_from(back, kept, 4)
+    print("memory kept:", back.read().tolist())
     w.close()
 `
 
@@ -59,7 +66,8 @@ def main(ctx):
 // process mode it failed for want of a launcher); window_size = 1 << 50
 // is the same ValueError, naming the bound, in both; and a kernel
 // blocked in comm.wait ends within a bound of its deadline or cancel in
-// both, a chip process's as a thread's.
+// both, a chip process's as a thread's: the chip process is not killed
+// for it (its device memory is kept).
 func TestSameRefusalsAndStopsInEveryMode(t *testing.T) {
 	t.Setenv(asCLI, "1") // children started through os.Executable() are this binary
 	dir := t.TempDir()
@@ -83,6 +91,7 @@ func TestSameRefusalsAndStopsInEveryMode(t *testing.T) {
 			"live: {}\n",
 			"deadline: TimeoutError: chip_worker 0 (device 0): task 1 running \"blocked_wait\" failed: past its deadline of 1s",
 			"cancel: RuntimeError: run 5 cancelled\n",
+			"memory kept: [7.0]\n",
 		} {
 			if !strings.Contains(out, want) {
 				t.Errorf("%s mode: output lacks %q:\n%s", mode, want, out)
