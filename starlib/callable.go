@@ -92,7 +92,12 @@ func (c *callable) RunSub(ctx *engine.SubCtx, args *engine.TaskArgs) error {
 func (c *callable) RunOrch(o *engine.Orchestrator, args *engine.TaskArgs, cfg *engine.CallConfig) error {
 	th := c.s.newThread("orch")
 	th.SetLocal(taskKey, taskRoles["orch"])
-	o.OnStop(th.Cancel)
+	stop := new(halt.Signal)
+	halt.Bind(th, stop)
+	o.OnStop(func(reason string) {
+		th.Cancel(reason)
+		stop.Stop(reason)
+	})
 	_, err := starlark.Call(th, c.fn, starlark.Tuple{&Orchestrator{s: c.s, o: o}, &TaskArgs{a: args}, &CallConfig{c: *cfg}}, nil)
 	return kernelError(err)
 }

@@ -1,7 +1,10 @@
 package starlib
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -96,5 +99,61 @@ func TestStopReachesBlockedBuiltins(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// lineWatch is a script's stdout that closes seen once a line holding
+// want has been written.
+type lineWatch struct {
+	mu   sync.Mutex
+	buf  strings.Builder
+	want string
+	seen chan struct{}
+}
+
+func (l *lineWatch) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	had := strings.Contains(l.buf.String(), l.want)
+	l.buf.Write(p)
+	if !had && strings.Contains(l.buf.String(), l.want) {
+		close(l.seen)
+	}
+	return len(p), nil
+}
+
+// TestInterruptReachesMainInABuiltin: Interrupt (Ctrl-C) ends a main
+// that is inside a long matmul within a bound, not when it returns.
+func TestInterruptReachesMainInABuiltin(t *testing.T) {
+	dir := t.TempDir()
+	script := `
+def main(ctx):
+    a = array.zeros([4096, 4096])
+    print("started")
+    array.matmul(a, a)
+`
+	if err := os.WriteFile(filepath.Join(dir, "main.star"), []byte(script), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := &lineWatch{want: "started", seen: make(chan struct{})}
+	s := NewSession("a2a3sim", []int{0}, "thread", nil, out, out)
+	done := make(chan error, 1)
+	go func() { done <- s.RunFile(filepath.Join(dir, "main.star")) }()
+	select {
+	case <-out.seen:
+	case err := <-done:
+		t.Fatalf("main ended before it started the matmul: %v", err)
+	}
+	at := time.Now()
+	s.Interrupt("RuntimeError: interrupted")
+	err := <-done
+	if took := time.Since(at); took > time.Second {
+		t.Errorf("main returned %v after the interrupt", took)
+	}
+	if err == nil || !strings.Contains(err.Error(), "matmul: stopped: interrupted") {
+		t.Errorf("main ended with %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Error(err)
 	}
 }
