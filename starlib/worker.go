@@ -126,10 +126,10 @@ func deviceKwargHint(kw []starlark.Tuple) error {
 
 // newWorker implements Worker(...).
 func (s *Session) newWorker(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
-	if err := refuseInTask(th, "Worker()"); err != nil {
+	if err := s.refuseShipped("Worker()"); err != nil { // shipped code is a task too; its refusal says more
 		return nil, err
 	}
-	if err := s.refuseShipped("Worker()"); err != nil {
+	if err := refuseInTask(th, "Worker()"); err != nil {
 		return nil, err
 	}
 	if err := atRunTime(th, "Worker()"); err != nil {

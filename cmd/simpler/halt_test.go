@@ -10,8 +10,9 @@ import (
 // modesScript checks, in whatever mode it runs in, what must read the
 // same in every mode: Worker() refused inside a kernel and a SUB
 // callable, window_size past a chip's memory refused before any backend
-// work, and a kernel blocked in comm.wait (its own timeout 120 s) ended by
-// its task's deadline and by cancel().
+// work, and a kernel blocked in comm.wait or comm.barrier (its own
+// timeout 120 s) or in a long matmul ended by its task's deadline, and
+// one blocked in comm.wait by cancel().
 const modesScript = `
 def make_worker(chip, args):
     Worker(level = 3, device_ids = [0])
@@ -25,9 +26,16 @@ def blocked_wait(chip, args):
     args.tensor(0).fill(1)
     comm.wait(word, 1, timeout_s = 120)
 
+def blocked_barrier(chip, args):
+    chip.comm(args.scalar(0)).barrier(timeout_s = 120)
+
+def long_matmul(chip, args):
+    a = array.zeros([4096, 4096])
+    array.matmul(a, a)
+
 def main(ctx):
     w = Worker(level = 3, device_ids = [0, 1], num_sub_workers = 1, mode = ctx.mode)
-    for f in [make_worker, sub_make_worker, blocked_wait]:
+    for f in [make_worker, sub_make_worker, blocked_wait, blocked_barrier, long_matmul]:
         w.register(f)
     w.init()
     print("kernel:", catch(w.run, lambda o, a, c: o.submit_next_level(make_worker, TaskArgs(), worker = 0)))
@@ -40,13 +48,15 @@ def main(ctx):
     kept = w.malloc(4, worker_id = 0)
     w.copy_to(kept, host_tensor(data = [7.0]), 4)
     flag = host_tensor(shape = [1])
-    def blocked(config):
+    def blocked(config, kernel = blocked_wait):
         def orch(o, a, c):
             d = o.allocate_domain(name = "d", workers = [0, 1], window_size = 64)
-            o.submit_next_level(blocked_wait, TaskArgs(tensors = [(flag, OUTPUT_EXISTING)], scalars = [d[0].device_ctx]),
+            o.submit_next_level(kernel, TaskArgs(tensors = [(flag, OUTPUT_EXISTING)], scalars = [d[0].device_ctx]),
                                 config = config, worker = 0)
         return orch
     print("deadline:", catch(w.run, blocked(CallConfig(timeout_s = 1))))
+    print("barrier deadline:", catch(w.run, blocked(CallConfig(timeout_s = 0.5), blocked_barrier)))
+    print("matmul deadline:", catch(w.run, blocked(CallConfig(timeout_s = 0.5), long_matmul)))
     flag.fill(0)
     r = w.submit(blocked(CallConfig()))
     for i in range(10000000):
@@ -65,8 +75,8 @@ def main(ctx):
 // (in thread mode it used to make a Worker, leaking its processes; in
 // process mode it failed for want of a launcher); window_size = 1 << 50
 // is the same ValueError, naming the bound, in both; and a kernel
-// blocked in comm.wait ends within a bound of its deadline or cancel in
-// both, a chip process's as a thread's: the chip process is not killed
+// blocked in comm.wait, comm.barrier or a matmul ends within a bound of
+// its deadline (and in comm.wait, of a cancel) in both, a chip process's as a thread's: the chip process is not killed
 // for it (its device memory is kept).
 func TestSameRefusalsAndStopsInEveryMode(t *testing.T) {
 	t.Setenv(asCLI, "1") // children started through os.Executable() are this binary
@@ -80,7 +90,7 @@ func TestSameRefusalsAndStopsInEveryMode(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("%s mode: exit %d\nstdout:\n%s\nstderr:\n%s", mode, code, out, errs)
 		}
-		// 1 s of deadline, and start-up; the wait's own timeout is 120 s.
+		// 2 s of deadlines, and start-up; the waits' own timeouts are 120 s.
 		if took > 8*time.Second {
 			t.Errorf("%s mode: took %v", mode, took)
 		}
@@ -90,7 +100,9 @@ func TestSameRefusalsAndStopsInEveryMode(t *testing.T) {
 			"window: ValueError: allocate_domain: window_size=1125899906842624 exceeds the 68719476736 bytes of device memory of a a2a3sim chip\n",
 			"live: {}\n",
 			"deadline: TimeoutError: chip_worker 0 (device 0): task 1 running \"blocked_wait\" failed: past its deadline of 1s",
-			"cancel: RuntimeError: run 5 cancelled\n",
+			"barrier deadline: TimeoutError: chip_worker 0 (device 0): task 1 running \"blocked_barrier\" failed: past its deadline of 500ms",
+			"matmul deadline: TimeoutError: chip_worker 0 (device 0): task 1 running \"long_matmul\" failed: past its deadline of 500ms",
+			"cancel: RuntimeError: run 7 cancelled\n",
 			"memory kept: [7.0]\n",
 		} {
 			if !strings.Contains(out, want) {
@@ -122,8 +134,9 @@ func lineOf(out, prefix string) string {
 // remoteScript is modesScript's checks on a remote level-3 node served by
 // a real remote-l3-worker daemon: the node's kernel blocked in comm.wait
 // is ended by its deadline and the node takes the next run (it was not
-// ended for a kernel that would not stop), and Worker() in its kernel and
-// an oversized window are refused as they are locally.
+// ended for a kernel that would not stop), Worker() in its kernel is
+// refused as shipped code (a task there too), and an oversized window as
+// it is locally.
 const remoteScript = `# simpler-daemons: 1
 def blocked_wait(chip, args):
     comm = chip.comm(args.scalar(0))
@@ -165,8 +178,8 @@ def main(ctx):
 
 // TestRemoteNodeStopsAndRefusals: on a node behind a real daemon, a
 // kernel blocked in comm.wait with its own 120 s timeout ends at its 1 s
-// deadline and the node goes on; Worker() in a kernel and window_size =
-// 1 << 50 are refused with the local reasons.
+// deadline and the node goes on; Worker() in a kernel is refused, and
+// window_size = 1 << 50 with the local reason.
 func TestRemoteNodeStopsAndRefusals(t *testing.T) {
 	t.Setenv(asCLI, "1") // the daemon is this binary
 	dir := t.TempDir()
@@ -185,7 +198,7 @@ func TestRemoteNodeStopsAndRefusals(t *testing.T) {
 		"running \"blocked_wait\" failed: past its deadline of 1s",
 		"next: None\n",
 		"kernel: RuntimeError: ",
-		"Worker() inside a chip kernel: a task runs on a Worker and may not make one",
+		"Worker(): code shipped to a remote node runs as a task there, not as a host program",
 		"window: ValueError: ",
 		"allocate_domain: window_size=1125899906842624 exceeds the 68719476736 bytes of device memory of a a2a3sim chip",
 	} {
