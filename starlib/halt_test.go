@@ -1,8 +1,10 @@
 package starlib
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -144,6 +146,12 @@ def main(ctx):
 	case err := <-done:
 		t.Fatalf("main ended before it started the matmul: %v", err)
 	}
+	// Interrupt only once main is inside the builtin, where the
+	// interpreter's own cancel cannot reach it.
+	waitFor(t, "main to be inside matmul", func() bool {
+		buf := make([]byte, 1<<20)
+		return bytes.Contains(buf[:runtime.Stack(buf, true)], []byte("simpler/starlib/array.matmul("))
+	})
 	at := time.Now()
 	s.Interrupt("RuntimeError: interrupted")
 	err := <-done

@@ -195,14 +195,37 @@ func matmulBuiltin(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple
 	return matmul(x, y, halt.Of(th))
 }
 
-// stopWork is how many multiply-adds matmul does between two checks of
+// stopWork is how many multiply-adds matmul does between two polls of
 // the stop signal: about a millisecond of work, against one atomic load.
 const stopWork = 1 << 20
 
+// stopPoll polls a stop signal once every so many steps of work.
+type stopPoll struct {
+	stop        *halt.Signal
+	every, left int
+}
+
+// newStopPoll polls stop about once per stopWork units of work, in steps
+// of stepWork units each.
+func newStopPoll(stop *halt.Signal, stepWork int) stopPoll {
+	every := max(1, stopWork/max(1, stepWork))
+	return stopPoll{stop: stop, every: every, left: every}
+}
+
+// step counts one step and reports whether stop has fired, looking only
+// every so many steps.
+func (p *stopPoll) step() bool {
+	if p.left--; p.left > 0 {
+		return false
+	}
+	p.left = p.every
+	return p.stop.Stopped()
+}
+
 // matmul multiplies 2-D arrays of one dtype, accumulating in float64 (float
-// kinds) or int64 and storing each result element once. Between rows, once
-// stopWork multiply-adds have passed, it checks stop, and returns its
-// error once it fired (a kernel past its deadline, say).
+// kinds) or int64 and storing each result element once. It polls stop
+// between steps of n multiply-adds, about once per stopWork of them, and
+// returns its error once it fired (a kernel past its deadline, say).
 func matmul(x, y *Array, stop *halt.Signal) (*Array, error) {
 	if x.ndim() != 2 || y.ndim() != 2 {
 		return nil, fmt.Errorf("ValueError: matmul needs 2-D arrays, got shapes %s and %s", shapeString(x.shape), shapeString(y.shape))
@@ -216,22 +239,15 @@ func matmul(x, y *Array, stop *halt.Signal) (*Array, error) {
 			shapeString(x.shape), shapeString(y.shape), k, y.shape[0])
 	}
 	z := alloc(x.dt, []int{m, n})
-	work := 0
-	stopped := func() bool { // between rows
-		if work += k * n; work < stopWork {
-			return false
-		}
-		work = 0
-		return stop.Stopped()
-	}
+	poll := newStopPoll(stop, n)
 	if z.f != nil {
 		acc := make([]float64, n)
 		for i := range m {
-			if stopped() {
-				return nil, stop.Err("matmul")
-			}
 			clear(acc)
 			for p := range k {
+				if poll.step() {
+					return nil, stop.Err("matmul")
+				}
 				xv := float64(x.f[i*k+p])
 				for j, yv := range y.f[p*n : (p+1)*n] {
 					acc[j] += xv * float64(yv)
@@ -245,11 +261,11 @@ func matmul(x, y *Array, stop *halt.Signal) (*Array, error) {
 		return z, nil
 	}
 	for i := range m {
-		if stopped() {
-			return nil, stop.Err("matmul")
-		}
 		row := z.n[i*n : (i+1)*n]
 		for p := range k {
+			if poll.step() {
+				return nil, stop.Err("matmul")
+			}
 			xv := x.n[i*k+p]
 			for j, yv := range y.n[p*n : (p+1)*n] {
 				row[j] += xv * yv
