@@ -158,10 +158,27 @@ func (w *Worker) validateDomain(spec *DomainSpec) ([]int, error) {
 		}
 		seen[id] = true
 	}
-	if spec.WindowSize <= 0 {
-		return nil, Errorf(ValueError, "%s: window_size must be > 0, got %d", op, spec.WindowSize)
+	if err := w.checkWindowSize(op, spec.WindowSize); err != nil {
+		return nil, err
 	}
 	return bufferOffsets(op, spec.Buffers, spec.WindowSize)
+}
+
+// checkWindowSize bounds a domain's window_size by a chip's device memory,
+// before any backend work, so that a window no chip can hold is refused
+// with the same error in every mode (it used to fail late, in the comm
+// backend, with text that differed between modes).
+func (w *Worker) checkWindowSize(op string, size int) error {
+	if size <= 0 {
+		return Errorf(ValueError, "%s: window_size must be > 0, got %d", op, size)
+	}
+	if w.cfg.Platform == nil {
+		return nil
+	}
+	if limit := w.cfg.Platform.Arch().DeviceMemory; int64(size) > limit {
+		return Errorf(ValueError, "%s: window_size=%d exceeds the %d bytes of device memory of a %s chip", op, size, limit, w.cfg.Platform.Name())
+	}
+	return nil
 }
 
 // bufferOffsets checks named buffers against a window and returns where

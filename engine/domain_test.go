@@ -237,6 +237,7 @@ func TestDomainValidation(t *testing.T) {
 		{DomainSpec{Name: "x", Workers: []int{0, 0}, WindowSize: 64}, "worker 0 listed twice"},
 		{DomainSpec{Name: "x", Workers: []int{2}, WindowSize: 64}, "worker 2 is not one of this worker's chips"},
 		{DomainSpec{Name: "x", Workers: []int{0}, WindowSize: 0}, "window_size must be > 0"},
+		{DomainSpec{Name: "x", Workers: []int{0}, WindowSize: 1 << 50}, "window_size=1125899906842624 exceeds the 68719476736 bytes of device memory of a a2a3sim chip"},
 		{DomainSpec{Name: "x", Workers: []int{0}, WindowSize: 64, Buffers: []BufferSpec{{Name: "a", NBytes: 8}, {Name: "a", NBytes: 8}}}, `buffer name "a" used twice`},
 		{DomainSpec{Name: "x", Workers: []int{0}, WindowSize: 64, Buffers: []BufferSpec{{Name: "a", NBytes: 48}, {Name: "b", NBytes: 32}}}, "buffers sum to 80 bytes, exceeds window_size=64"},
 	}

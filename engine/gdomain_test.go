@@ -232,6 +232,7 @@ func TestGlobalDomainValidation(t *testing.T) {
 		{GlobalSpec{Name: "g", Members: [][2]int{{2, 0}}, WindowSize: 64}, "node 2 is not a level-3 node"},
 		{GlobalSpec{Name: "g", Members: [][2]int{{1, 2}}, WindowSize: 64}, "node 1 has no local worker 2"},
 		{GlobalSpec{Name: "g", Members: [][2]int{{0, 0}}, WindowSize: 0}, "window_size must be > 0"},
+		{GlobalSpec{Name: "g", Members: [][2]int{{0, 0}}, WindowSize: 1 << 50}, "window_size=1125899906842624 exceeds the 68719476736 bytes of device memory of a a2a3sim chip"},
 		{GlobalSpec{Name: "g", Members: [][2]int{{0, 0}}, WindowSize: 64, Buffers: []BufferSpec{{Name: "a", NBytes: 100}}}, "buffers sum to 100 bytes, exceeds window_size=64"},
 	}
 	mustRun(t, w, func(o *Orchestrator) error {

@@ -56,8 +56,8 @@ func (w *Worker) validateGlobal(spec *GlobalSpec) ([]int, error) {
 			return nil, err
 		}
 	}
-	if spec.WindowSize <= 0 {
-		return nil, Errorf(ValueError, "%s: window_size must be > 0, got %d", op, spec.WindowSize)
+	if err := w.checkWindowSize(op, spec.WindowSize); err != nil {
+		return nil, err
 	}
 	return bufferOffsets(op, spec.Buffers, spec.WindowSize)
 }

@@ -4,6 +4,7 @@ import (
 	"go.starlark.net/starlark"
 
 	"simpler/engine"
+	"simpler/internal/halt"
 )
 
 // callable is a top-level Starlark function that tasks can run: as a chip
@@ -22,11 +23,13 @@ func (c *callable) Name() string   { return c.fn.Name() }
 func (c *callable) Digest() string { return c.digest }
 
 // endpointState is what a thread-mode endpoint keeps between tasks: its
-// Starlark thread and the chip value kernels receive.
+// Starlark thread, the task's stop signal bound to it (halt), and the
+// chip value kernels receive.
 type endpointState struct {
-	th     *starlark.Thread
-	cancel func(reason string) // th.Cancel, made once: a method value per task is an allocation
-	chip   *Chip
+	th   *starlark.Thread
+	halt *halt.Signal
+	stop func(reason string) // made once: a method value per task is an allocation
+	chip *Chip
 }
 
 // state returns the endpoint's state, made on first use.
@@ -37,8 +40,15 @@ func (c *callable) state(local any, name string) *endpointState {
 			return st
 		}
 	}
-	st := &endpointState{th: c.s.newThread(name)}
-	st.cancel = st.th.Cancel
+	st := &endpointState{th: c.s.newThread(name), halt: new(halt.Signal)}
+	halt.Bind(st.th, st.halt)
+	st.th.SetLocal(taskKey, taskRoles[name])
+	// A stop ends the interpreter at its next step and, through the
+	// signal, a builtin that blocks or runs long.
+	st.stop = func(reason string) {
+		st.th.Cancel(reason)
+		st.halt.Stop(reason)
+	}
 	if slot != nil {
 		*slot = st
 	}
@@ -47,10 +57,11 @@ func (c *callable) state(local any, name string) *endpointState {
 
 // thread returns the endpoint's thread for one more task: a step bound
 // (--max-steps) counts per task, not over the endpoint's life, and one
-// task past it does not fail the next.
+// task past it, or stopped, does not fail the next.
 func (st *endpointState) thread() *starlark.Thread {
 	st.th.Steps = 0
 	st.th.Uncancel()
+	st.halt.Reset()
 	return st.th
 }
 
@@ -65,7 +76,7 @@ func (c *callable) RunChip(ctx *engine.ChipCtx, args *engine.TaskArgs) error {
 		st.chip = &Chip{ctx: &engine.ChipCtx{WorkerID: ctx.WorkerID, Chip: ctx.Chip}}
 	}
 	th := st.thread()
-	stoppable(ctx.Stop, st.cancel)
+	stoppable(ctx.Stop, st.stop)
 	_, err := starlark.Call(th, c.fn, starlark.Tuple{st.chip, &TaskArgs{a: args, chip: ctx.Chip}}, nil)
 	return kernelError(err)
 }
@@ -73,20 +84,52 @@ func (c *callable) RunChip(ctx *engine.ChipCtx, args *engine.TaskArgs) error {
 func (c *callable) RunSub(ctx *engine.SubCtx, args *engine.TaskArgs) error {
 	st := c.state(ctx.Local, "sub")
 	th := st.thread()
-	stoppable(ctx.Stop, st.cancel)
+	stoppable(ctx.Stop, st.stop)
 	_, err := starlark.Call(th, c.fn, starlark.Tuple{&TaskArgs{a: args}}, nil)
 	return kernelError(err)
 }
 
 func (c *callable) RunOrch(o *engine.Orchestrator, args *engine.TaskArgs, cfg *engine.CallConfig) error {
 	th := c.s.newThread("orch")
-	o.OnStop(th.Cancel)
+	th.SetLocal(taskKey, taskRoles["orch"])
+	stop := new(halt.Signal)
+	halt.Bind(th, stop)
+	o.OnStop(func(reason string) {
+		th.Cancel(reason)
+		stop.Stop(reason)
+	})
 	_, err := starlark.Call(th, c.fn, starlark.Tuple{&Orchestrator{s: c.s, o: o}, &TaskArgs{a: args}, &CallConfig{c: *cfg}}, nil)
 	return kernelError(err)
 }
 
-// stoppable makes the engine's stop of a running kernel cancel its
-// interpreter, which then fails at its next step.
+// taskKey is the thread-local that marks a thread running a task, with
+// what the task is; builtins that only a host program may call
+// (Worker()) refuse on such a thread (refuseInTask).
+const taskKey = "simpler.task"
+
+var taskRoles = map[string]string{
+	"chip": "a chip kernel",
+	"sub":  "a SUB callable",
+	"orch": "a child worker's orchestration function",
+}
+
+// refuseInTask refuses what on a thread that runs a task, in every mode
+// alike: a task runs on a worker and does not make one. A Worker made
+// there would outlive the task (its chip and SUB processes, its
+// sessions), one per task, and a child process has no launcher to start
+// processes with anyway.
+func refuseInTask(th *starlark.Thread, what string) error {
+	role, _ := th.Local(taskKey).(string)
+	if role == "" {
+		return nil
+	}
+	return errorf(engine.RuntimeError, "%s inside %s: a task runs on a Worker and may not make one "+
+		"(its processes and sessions would outlive the task); make Workers in main() and submit work to them", what, role)
+}
+
+// stoppable makes the engine's stop of a running kernel reach it: its
+// interpreter fails at its next step, and a builtin it is in returns
+// (endpointState.stop).
 func stoppable(s *engine.Stopper, cancel func(reason string)) {
 	if s != nil {
 		s.OnStop(cancel)
@@ -196,7 +239,7 @@ func (c *Chip) Attr(name string) (starlark.Value, error) {
 // chipReduceInto is comm.reduce_into without a domain: the collectives
 // that read every rank's tensors in place need none.
 var chipReduceInto = builtin("chip.reduce_into", func(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
-	return reduceInto("chip.reduce_into", args, kw)
+	return reduceInto(th, "chip.reduce_into", args, kw)
 })
 
 // checkArity refuses, at submit, a function that cannot take the n

@@ -8,6 +8,7 @@ import (
 	"simpler/engine"
 	"simpler/hal/comm"
 	"simpler/hal/dtype"
+	"simpler/internal/halt"
 )
 
 // Comm is what chip.comm(device_ctx) returns inside a kernel: this rank's
@@ -25,14 +26,14 @@ func (c *Comm) Freeze()               {}
 func (c *Comm) Truth() starlark.Bool  { return true }
 func (c *Comm) Hash() (uint32, error) { return 0, errorf(engine.TypeError, "unhashable type: Comm") }
 
-var commMethods = map[string]func(c *Comm, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error){
+var commMethods = map[string]func(c *Comm, th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error){
 	"window":  (*Comm).window,
 	"peer":    (*Comm).peer,
 	"notify":  (*Comm).notify,
 	"wait":    (*Comm).wait,
 	"barrier": (*Comm).barrier,
-	"reduce_into": func(c *Comm, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
-		return reduceInto("comm.reduce_into", args, kw)
+	"reduce_into": func(c *Comm, th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+		return reduceInto(th, "comm.reduce_into", args, kw)
 	},
 }
 
@@ -51,7 +52,7 @@ func (c *Comm) Attr(name string) (starlark.Value, error) {
 	}
 	if m, ok := commMethods[name]; ok {
 		return builtin("comm."+name, func(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
-			return m(c, args, kw)
+			return m(c, th, args, kw)
 		}), nil
 	}
 	return nil, nil
@@ -78,7 +79,7 @@ func (c *Comm) tensor(addr uint64, shape []int, dt dtype.DType, base uint64, siz
 	return &Tensor{t: engine.Tensor{Addr: addr, Shape: shape, DType: dt, ChildMemory: true}, base: base, size: size, chip: c.chip.ctx.Chip}
 }
 
-func (c *Comm) window(args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+func (c *Comm) window(_ *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
 	var rank int
 	if err := starlark.UnpackPositionalArgs("comm.window", args, kw, 1, &rank); err != nil {
 		return nil, err
@@ -110,7 +111,7 @@ func (c *Comm) offset(op string, t *Tensor) (uint64, error) {
 	return off, nil
 }
 
-func (c *Comm) peer(args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+func (c *Comm) peer(_ *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
 	var tv starlark.Value
 	var rank int
 	if err := starlark.UnpackPositionalArgs("comm.peer", args, kw, 2, &tv, &rank); err != nil {
@@ -142,7 +143,7 @@ func signalWidth(op string, t *Tensor) (int, error) {
 	return 0, errorf(engine.TypeError, "%s: a signal is an INT32 or INT64 word, got %s", op, t.t.DType.ConstName())
 }
 
-func (c *Comm) notify(args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+func (c *Comm) notify(_ *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
 	var rank int
 	var tv starlark.Value
 	var value int64
@@ -169,7 +170,7 @@ func (c *Comm) notify(args starlark.Tuple, kw []starlark.Tuple) (starlark.Value,
 	return starlark.None, c.v.Notify(rank, base+off, width, value, op)
 }
 
-func (c *Comm) wait(args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+func (c *Comm) wait(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
 	var tv starlark.Value
 	var value int64
 	cmp := ">="
@@ -192,14 +193,14 @@ func (c *Comm) wait(args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, e
 	if err != nil {
 		return nil, err
 	}
-	got, err := c.v.Wait(t.t.Addr, width, value, cmp, timeout)
+	got, err := c.v.WaitStop(t.t.Addr, width, value, cmp, timeout, halt.Of(th))
 	if err != nil {
 		return nil, err
 	}
 	return starlark.MakeInt64(got), nil
 }
 
-func (c *Comm) barrier(args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+func (c *Comm) barrier(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
 	var timeoutV starlark.Value = starlark.MakeInt(30)
 	if err := starlark.UnpackArgs("comm.barrier", args, kw, "timeout_s?", &timeoutV); err != nil {
 		return nil, err
@@ -208,5 +209,5 @@ func (c *Comm) barrier(args starlark.Tuple, kw []starlark.Tuple) (starlark.Value
 	if err != nil {
 		return nil, err
 	}
-	return starlark.None, c.v.Barrier(timeout)
+	return starlark.None, c.v.BarrierStop(timeout, halt.Of(th))
 }

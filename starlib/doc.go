@@ -123,7 +123,7 @@ func LookupDoc(name string) []Doc {
 var docTable = []Doc{
 	// Globals.
 	{"Worker", DocGlobal, "Worker(level=3, platform=ctx.platform, device_id=None, device_ids=None, num_sub_workers=0, mode=ctx.mode, enable_sdma=False, heap_ring_size=None, control_timeout_s=None, startup_timeout_s=None, remote_session_timeout_s=None, comm_profile=\"sim\", global_device_ranks=None, task_timeout_s=None, health_timeout_s=None, close_timeout_s=None) -> Worker",
-		"A node of the worker tree: level 2 is one chip, level 3 owns chips and SUB workers, level 4+ owns child Workers; call only at run time, and never in code shipped to a remote node (a RuntimeError there)."},
+		"A node of the worker tree: level 2 is one chip, level 3 owns chips and SUB workers, level 4+ owns child Workers; call only at run time from main() (a RuntimeError inside a kernel, a SUB callable or a child's orchestration function), and never in code shipped to a remote node (a RuntimeError there)."},
 	{"host_tensor", DocGlobal, "host_tensor(shape=None, dtype=FLOAT32, data=None) -> Tensor",
 		"A zero-filled (or data-filled) tensor in shared host memory, visible to every local child; the shape is inferred from data when omitted."},
 	{"make_tensor", DocGlobal, "make_tensor(data, shape, dtype, child_memory=False) -> Tensor",
@@ -179,9 +179,9 @@ var docTable = []Doc{
 	{"Worker.add_worker", DocMember, "w.add_worker(child) -> int", "Level 4+: adds a local Worker as a NEXT_LEVEL child before init(); returns its worker id."},
 	{"Worker.init", DocMember, "w.init()", "Brings the whole tree up (chips, SUB workers, children)."},
 	{"Worker.run", DocMember, "w.run(orch_fn, args=None, config=None) -> value",
-		"submit(...).wait(), returning orch_fn's result; at level 2, run(kernel, args) runs a kernel on the chip."},
+		"submit(...).wait(), returning orch_fn's result (a RuntimeError inside an orchestration function of the same Worker, whose runs finish in order); at level 2, run(kernel, args) runs a kernel on the chip."},
 	{"Worker.submit", DocMember, "w.submit(orch_fn, args=None, config=None) -> RunHandle",
-		"Calls orch_fn(orch, args, config) now to build a run's task graph and returns without waiting for the tasks."},
+		"Calls orch_fn(orch, args, config) now to build a run's task graph and returns without waiting for the tasks; config reaches orch_fn as it is, except that a CallConfig with timeout_s is a ValueError (a run has no deadline: give it to the tasks)."},
 	{"Worker.close", DocMember, "w.close()", "Drains runs, releases every domain and buffer, stops children."},
 	{"Worker.malloc", DocMember, "w.malloc(size, worker_id=0) -> int", "Allocates device memory on a chip; returns the device address."},
 	{"Worker.free", DocMember, "w.free(ptr, worker_id=0)", "Frees device memory from malloc."},
@@ -363,8 +363,8 @@ var docTable = []Doc{
 	{"Comm.window", DocMember, "comm.window(rank) -> Tensor", "A UINT8 tensor over rank's whole window."},
 	{"Comm.peer", DocMember, "comm.peer(t, rank) -> Tensor", "The tensor at t's window offset in rank's window (remote load/store)."},
 	{"Comm.notify", DocMember, "comm.notify(rank, t, value, op=\"set\")", "Stores (or adds) a signal into rank's window at t's offset; t is INT32 or INT64."},
-	{"Comm.wait", DocMember, "comm.wait(t, value, cmp=\">=\", timeout_s=30) -> int", "Waits until the local signal t compares true with value; returns the value seen."},
-	{"Comm.barrier", DocMember, "comm.barrier(timeout_s=30)", "Waits for every rank of the domain."},
+	{"Comm.wait", DocMember, "comm.wait(t, value, cmp=\">=\", timeout_s=30) -> int", "Waits until the local signal t compares true with value; returns the value seen. Ends early when the task is stopped (deadline, cancel, close)."},
+	{"Comm.barrier", DocMember, "comm.barrier(timeout_s=30)", "Waits for every rank of the domain; ends early when the task is stopped (deadline, cancel, close)."},
 	{"Comm.reduce_into", DocMember, "comm.reduce_into(dst, tensors, op=\"sum\")", "dst = tensors[0] op tensors[1] op ... in place, each source read once and dst written once; dst may be a list of tensors (each gets the result)."},
 
 	// array module.

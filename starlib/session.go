@@ -31,6 +31,7 @@ import (
 
 	"simpler/engine"
 	"simpler/engine/hostmem"
+	"simpler/internal/halt"
 )
 
 // Session is one script's world: its loader, its host memory and the
@@ -66,6 +67,7 @@ type Session struct {
 	callables map[*starlark.Function]*callable
 	workers   []*Worker
 	main      *starlark.Thread // the thread running main(ctx), for Interrupt
+	mainHalt  *halt.Signal     // main's stop signal (halt), for Interrupt
 	sinceGC   int              // bytes of host tensors allocated since the last collection (hostalloc.go)
 }
 
@@ -137,13 +139,14 @@ func (s *Session) track(w *Worker) {
 // failing with reason. Close still has to be called.
 func (s *Session) Interrupt(reason string) {
 	s.mu.Lock()
-	th, workers := s.main, append([]*Worker(nil), s.workers...)
+	th, stop, workers := s.main, s.mainHalt, append([]*Worker(nil), s.workers...)
 	s.mu.Unlock()
 	for _, w := range workers {
 		w.w.CancelRuns()
 	}
 	if th != nil {
 		th.Cancel(reason)
+		stop.Stop(reason) // a builtin main is in (a long matmul) returns too
 	}
 }
 
@@ -196,8 +199,10 @@ func (s *Session) RunFile(path string) error {
 		return fmt.Errorf("TypeError: %s: main is a %s, not a function", name, mainFn.Type())
 	}
 	th := s.newThread("main")
+	stop := new(halt.Signal)
+	halt.Bind(th, stop)
 	s.mu.Lock()
-	s.main = th
+	s.main, s.mainHalt = th, stop
 	s.mu.Unlock()
 	_, err = starlark.Call(th, fn, starlark.Tuple{s.ctx()}, nil)
 	return labelled(err)

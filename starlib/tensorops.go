@@ -4,6 +4,7 @@ import (
 	"go.starlark.net/starlark"
 
 	"simpler/engine"
+	"simpler/internal/halt"
 	"simpler/starlib/inplace"
 )
 
@@ -13,7 +14,7 @@ import (
 
 // copyTensor copies src's bytes into dst (same dtype and element count).
 func copyTensor(op string, dst, src *Tensor) error {
-	return applyTensor(op, inplace.Sum, dst, src, true)
+	return applyTensor(nil, op, inplace.Sum, dst, src, true)
 }
 
 // sameKind refuses a pair of tensors that differ in dtype or element
@@ -25,8 +26,9 @@ func sameKind(op string, dst, src *Tensor) error {
 	return nil
 }
 
-// applyTensor is dst = dst op src, or dst = src (copy), over the bytes.
-func applyTensor(op string, o inplace.Op, dst, src *Tensor, copyOnly bool) error {
+// applyTensor is dst = dst op src, or dst = src (copy), over the bytes; a
+// reduction ends early once stop fires.
+func applyTensor(stop *halt.Signal, op string, o inplace.Op, dst, src *Tensor, copyOnly bool) error {
 	if err := sameKind(op, dst, src); err != nil {
 		return err
 	}
@@ -42,7 +44,7 @@ func applyTensor(op string, o inplace.Op, dst, src *Tensor, copyOnly bool) error
 		copy(db, sb)
 		return nil
 	}
-	return engine.Wrap(inplace.Reduce(dst.t.DType, o, [][]byte{db}, [][]byte{db, sb}), op)
+	return engine.Wrap(inplace.ReduceStop(dst.t.DType, o, [][]byte{db}, [][]byte{db, sb}, stop), op)
 }
 
 // inPlace makes the builtin t.<name>(u): t = t op u (or t = u for copy_),
@@ -57,7 +59,7 @@ func inPlace(name string, o inplace.Op, copyOnly bool) *starlark.Builtin {
 		if !ok {
 			return nil, errorf(engine.TypeError, "%s: want a Tensor, got %s", name, srcV.Type())
 		}
-		return starlark.None, applyTensor(name, o, b.Receiver().(*Tensor), src, copyOnly)
+		return starlark.None, applyTensor(halt.Of(th), name, o, b.Receiver().(*Tensor), src, copyOnly)
 	})
 }
 
@@ -77,14 +79,14 @@ func tensorAccumulate(th *starlark.Thread, b *starlark.Builtin, args starlark.Tu
 	if !ok {
 		return nil, errorf(engine.ValueError, "accumulate: op must be \"sum\", \"max\" or \"min\", got %q", opName)
 	}
-	return starlark.None, applyTensor("accumulate", o, b.Receiver().(*Tensor), src, false)
+	return starlark.None, applyTensor(halt.Of(th), "accumulate", o, b.Receiver().(*Tensor), src, false)
 }
 
 // reduceInto implements reduce_into(dst, tensors, op="sum") of a kernel's
 // comm (and chip): dst = tensors[0] op tensors[1] op ..., elementwise,
 // each source read once and dst written once. dst may be a list of
 // tensors: each gets the result, still from one read of the sources.
-func reduceInto(name string, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+func reduceInto(th *starlark.Thread, name string, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
 	var dstV, srcsV starlark.Value
 	opName := "sum"
 	if err := starlark.UnpackArgs(name, args, kw, "dst", &dstV, "tensors", &srcsV, "op?", &opName); err != nil {
@@ -114,7 +116,7 @@ func reduceInto(name string, args starlark.Tuple, kw []starlark.Tuple) (starlark
 	if err != nil {
 		return nil, err
 	}
-	return starlark.None, engine.Wrap(inplace.Reduce(first.t.DType, o, db, sb), name)
+	return starlark.None, engine.Wrap(inplace.ReduceStop(first.t.DType, o, db, sb, halt.Of(th)), name)
 }
 
 // tensorList accepts a list or tuple of Tensors (or, with one set, a

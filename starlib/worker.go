@@ -126,7 +126,10 @@ func deviceKwargHint(kw []starlark.Tuple) error {
 
 // newWorker implements Worker(...).
 func (s *Session) newWorker(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
-	if err := s.refuseShipped("Worker()"); err != nil {
+	if err := s.refuseShipped("Worker()"); err != nil { // shipped code is a task too; its refusal says more
+		return nil, err
+	}
+	if err := refuseInTask(th, "Worker()"); err != nil {
 		return nil, err
 	}
 	if err := atRunTime(th, "Worker()"); err != nil {
@@ -357,20 +360,84 @@ func (w *Worker) close(th *starlark.Thread, args starlark.Tuple, kw []starlark.T
 
 // submit calls orch_fn(orch, args, config) on this thread to build a run.
 func (w *Worker) submit(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	return w.submitAs("submit", th, args, kw)
+}
+
+// submitAs is submit, its errors named op (run calls it too).
+func (w *Worker) submitAs(op string, th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (*RunHandle, error) {
 	var fn starlark.Callable
 	var av, cv starlark.Value = starlark.None, starlark.None
-	if err := starlark.UnpackArgs("submit", args, kw, "orch_fn", &fn, "args?", &av, "config?", &cv); err != nil {
+	if err := starlark.UnpackArgs(op, args, kw, "orch_fn", &fn, "args?", &av, "config?", &cv); err != nil {
 		return nil, err
 	}
 	if w.w.Level() == 2 {
 		return nil, errorf(engine.ValueError, "submit: a level-2 worker is one chip; use run(kernel, args)")
+	}
+	if err := runConfig(op, cv); err != nil {
+		return nil, err
 	}
 	call := orchCall{w, th, fn, av, cv} // one allocation, not one per captured variable
 	r, err := w.w.Submit(call.build)
 	if err != nil {
 		return nil, err
 	}
-	return &RunHandle{r: r}, nil
+	return &RunHandle{r: r, w: w.w}, nil
+}
+
+// runConfig checks run's and submit's config, which orch_fn receives as it
+// is (any value: the function's own settings). A run has no deadline of
+// its own, so a CallConfig's timeout_s there would bound nothing; it is
+// refused rather than ignored.
+func runConfig(op string, cv starlark.Value) error {
+	c, ok := cv.(*CallConfig)
+	if !ok || c.c.Timeout == 0 {
+		return nil
+	}
+	return errorf(engine.ValueError, "%s: config has timeout_s=%v, but a run has no deadline: orch_fn receives config as it is. "+
+		"Give the deadline to its tasks (o.submit_next_level(..., config = CallConfig(timeout_s = ...)) or Worker(task_timeout_s = ...)), "+
+		"and bound the wait with submit(...).wait(timeout = ...)", op, c.c.Timeout.Seconds())
+}
+
+// buildingKey is the thread-local list of the runs whose orchestration
+// functions the thread is inside of, innermost last (orchCall.build).
+const buildingKey = "simpler.building"
+
+type buildingRuns []buildingRun
+
+// buildingRun is a run being built: its worker and number.
+type buildingRun struct {
+	w  *engine.Worker
+	id uint64
+}
+
+// building returns th's list, made on first use.
+func building(th *starlark.Thread) *buildingRuns {
+	b, _ := th.Local(buildingKey).(*buildingRuns)
+	if b == nil {
+		b = new(buildingRuns)
+		th.SetLocal(buildingKey, b)
+	}
+	return b
+}
+
+// refuseWaitInside refuses, on th, a wait for a run of worker w numbered
+// id or later (id 0: a run not yet submitted) from inside the
+// orchestration function of an earlier run of w. Runs of a Worker finish
+// in order, so that run waits for the one being built, which cannot
+// finish before its function returns: the wait would never end.
+func refuseWaitInside(th *starlark.Thread, op string, w *engine.Worker, id uint64) error {
+	b, _ := th.Local(buildingKey).(*buildingRuns)
+	if b == nil {
+		return nil
+	}
+	for _, r := range *b {
+		if r.w == w && (id == 0 || r.id < id) {
+			return errorf(engine.RuntimeError, "%s: called from inside the orchestration function of run %d of this Worker; "+
+				"its runs finish in order, so this would wait for run %d, which cannot finish before that function returns: "+
+				"it would never return. Submit the work to the orchestrator instead (o.submit_next_level, o.submit_sub)", op, r.id, r.id)
+		}
+	}
+	return nil
 }
 
 // orchCall is one submit's call of its orchestration function.
@@ -385,6 +452,9 @@ type orchCall struct {
 // the caller of submit (and run) with its kind, and with its backtrace
 // through the function.
 func (c orchCall) build(o *engine.Orchestrator) (any, error) {
+	b := building(c.th)
+	*b = append(*b, buildingRun{o.Worker(), o.Run().ID()})
+	defer func() { *b = (*b)[:len(*b)-1] }()
 	v, err := starlark.Call(c.th, c.fn, starlark.Tuple{&Orchestrator{s: c.w.s, o: o, worker: c.w}, c.av, c.cv}, nil)
 	return v, labelled(err)
 }
@@ -395,6 +465,9 @@ func (w *Worker) run(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tup
 		var av starlark.Value = starlark.None
 		var cv starlark.Value = starlark.None
 		if err := starlark.UnpackArgs("run", args, kw, "kernel", &hv, "args?", &av, "config?", &cv); err != nil {
+			return nil, err
+		}
+		if err := kernelConfig(cv); err != nil {
 			return nil, err
 		}
 		h, err := w.s.handleFor("run", hv, w.w)
@@ -410,16 +483,35 @@ func (w *Worker) run(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tup
 		}
 		return starlark.None, w.w.RunKernel(h, ta)
 	}
-	rv, err := w.submit(th, args, kw)
+	if err := refuseWaitInside(th, "run", w.w, 0); err != nil {
+		return nil, err
+	}
+	rh, err := w.submitAs("run", th, args, kw)
 	if err != nil {
 		return nil, err
 	}
-	r := rv.(*RunHandle).r
+	r := rh.r
 	if err := r.Wait(-1); err != nil {
 		return nil, err
 	}
 	res, _ := r.Result()
 	return res.(starlark.Value), nil
+}
+
+// kernelConfig checks a level-2 run's config: None or a CallConfig, and
+// no timeout_s, since a kernel run there has no deadline to honour it.
+func kernelConfig(cv starlark.Value) error {
+	switch c := cv.(type) {
+	case starlark.NoneType:
+		return nil
+	case *CallConfig:
+		if c.c.Timeout == 0 {
+			return nil
+		}
+		return errorf(engine.ValueError, "run: config has timeout_s=%v, but a level-2 run(kernel, args) has no deadline; "+
+			"run the kernel as a task of a level-3 Worker to give it one", c.c.Timeout.Seconds())
+	}
+	return errorf(engine.TypeError, "run: config must be a CallConfig, got %s", cv.Type())
 }
 
 // taskArgs accepts None or a TaskArgs value.
@@ -517,8 +609,11 @@ func deviceAndHost(op string, devV, hostV starlark.Value, size int) (uint64, []b
 	return dev, host, nil
 }
 
-// RunHandle is the Starlark value of a submitted run.
-type RunHandle struct{ r *engine.Run }
+// RunHandle is the Starlark value of a submitted run of w.
+type RunHandle struct {
+	r *engine.Run
+	w *engine.Worker
+}
 
 func (h *RunHandle) String() string       { return fmt.Sprintf("RunHandle(run %d)", h.r.ID()) }
 func (h *RunHandle) Type() string         { return "RunHandle" }
@@ -547,6 +642,9 @@ func (h *RunHandle) Attr(name string) (starlark.Value, error) {
 			if err := starlark.UnpackArgs("wait", args, kw, "timeout?", &tv); err != nil {
 				return nil, err
 			}
+			if err := refuseWaitInside(th, "wait", h.w, h.r.ID()); err != nil {
+				return nil, err
+			}
 			d := time.Duration(-1)
 			if tv != starlark.None {
 				s, err := seconds("wait", "timeout", tv)
@@ -560,6 +658,9 @@ func (h *RunHandle) Attr(name string) (starlark.Value, error) {
 	case "result":
 		return builtin("result", func(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
 			if err := noArgs("result", args, kw); err != nil {
+				return nil, err
+			}
+			if err := refuseWaitInside(th, "result", h.w, h.r.ID()); err != nil {
 				return nil, err
 			}
 			res, err := h.r.Result()

@@ -13,6 +13,7 @@ import (
 	"simpler/hal"
 	"simpler/internal/bounds"
 	"simpler/internal/futex"
+	"simpler/internal/halt"
 	"simpler/kind"
 )
 
@@ -267,6 +268,14 @@ var compares = map[string]func(a, b int64) bool{
 // Stores made by Notify wake it at once; other stores are noticed within
 // a few milliseconds.
 func (v *View) Wait(addr uint64, width int, value int64, cmp string, timeout time.Duration) (int64, error) {
+	return v.WaitStop(addr, width, value, cmp, timeout, nil)
+}
+
+// WaitStop is Wait that also ends, with stop's error, once the task's
+// stop signal fires (halt): at once where the ranks are goroutines of this
+// process, within a futex sleep (futex.MaxSleep) otherwise. A nil stop
+// never fires.
+func (v *View) WaitStop(addr uint64, width int, value int64, cmp string, timeout time.Duration, stop *halt.Signal) (int64, error) {
 	const name = "comm.wait"
 	if err := v.alive(name); err != nil {
 		return 0, err
@@ -287,20 +296,27 @@ func (v *View) Wait(addr uint64, width int, value int64, cmp string, timeout tim
 		load = func() int64 { return int64(atomic.LoadInt32((*int32)(p))) }
 	}
 	var seen int64
+	var met bool
+	// ready is also true once stop fired, so that both ways of waiting
+	// end on it; met tells the two apart.
 	ready := func() bool {
 		seen = load()
-		return holds(seen, value)
+		met = holds(seen, value)
+		return met || stop.Stopped()
 	}
+	var ended bool
 	if v.wk.local() { // every rank is a goroutine of this process: park in Go
-		if v.wk.parkUntil(v.rank, timeout, ready) {
-			return seen, nil
-		}
-		return seen, v.waitTimeout(timeout, cmp, value, seen)
+		ended = v.wk.parkUntil(v.rank, timeout, ready, stop)
+	} else {
+		seq := futex.Word32(v.hdr, rankWord(v.rank, rankSeq))
+		sleepers := futex.Word32(v.hdr, rankWord(v.rank, rankSleepers))
+		ended = futex.SpinUntil(seq, sleepers, time.Now().Add(timeout), spinFor, ready)
 	}
-	seq := futex.Word32(v.hdr, rankWord(v.rank, rankSeq))
-	sleepers := futex.Word32(v.hdr, rankWord(v.rank, rankSleepers))
-	if futex.SpinUntil(seq, sleepers, time.Now().Add(timeout), spinFor, ready) {
+	switch {
+	case met:
 		return seen, nil
+	case ended:
+		return seen, stop.Err(fmt.Sprintf("%s on domain %s rank %d", name, v.domain(), v.rank))
 	}
 	return seen, v.waitTimeout(timeout, cmp, value, seen)
 }
@@ -316,6 +332,14 @@ func (v *View) waitTimeout(timeout time.Duration, cmp string, value, seen int64)
 // that times out withdraws its arrival, so the round can still complete
 // when it calls again.
 func (v *View) Barrier(timeout time.Duration) error {
+	return v.BarrierStop(timeout, nil)
+}
+
+// BarrierStop is Barrier that also ends, with stop's error, within a
+// futex sleep (futex.MaxSleep) of the task's stop signal firing (halt). A
+// stopped rank withdraws its arrival as one that timed out does. A nil
+// stop never fires.
+func (v *View) BarrierStop(timeout time.Duration, stop *halt.Signal) error {
 	const name = "comm.barrier"
 	if err := v.alive(name); err != nil {
 		return err
@@ -344,20 +368,33 @@ func (v *View) Barrier(timeout time.Duration) error {
 			break
 		}
 	}
-	if futex.SpinUntil(w, nil, deadline, spinFor, func() bool { return atomic.LoadUint32(w)>>16 != gen }) {
+	passed := func() bool { return atomic.LoadUint32(w)>>16 != gen }
+	if futex.SpinUntil(w, nil, deadline, spinFor, func() bool { return passed() || stop.Stopped() }) && passed() {
 		return nil
 	}
-	for {
-		x := atomic.LoadUint32(w)
-		if x>>16 != gen {
-			return nil // the round completed as we gave up
-		}
-		if atomic.CompareAndSwapUint32(w, x, x-1) {
-			break
-		}
+	if !withdraw(w, gen) {
+		return nil // the round completed as we gave up
 	}
 	arrived, miss := missingRanks(v.hdr, v.size, rankBarrier, gen+1)
 	atomic.StoreUint32(slot, (gen+1)|gaveUp)
+	if err := stop.Err(fmt.Sprintf("%s on domain %s rank %d", name, v.domain(), v.rank)); err != nil {
+		return err
+	}
 	return kind.Errorf(kind.TimeoutError, "%s on domain %s rank %d: waited %v; %d of %d ranks arrived%s",
 		name, v.domain(), v.rank, timeout, arrived, v.size, miss)
+}
+
+// withdraw takes back an arrival at round gen of the barrier word w; it
+// reports false if the round completed first, when there is nothing to
+// take back.
+func withdraw(w *uint32, gen uint32) bool {
+	for {
+		x := atomic.LoadUint32(w)
+		if x>>16 != gen {
+			return false
+		}
+		if atomic.CompareAndSwapUint32(w, x, x-1) {
+			return true
+		}
+	}
 }

@@ -33,6 +33,7 @@ import (
 	"unsafe"
 
 	"simpler/internal/futex"
+	"simpler/internal/halt"
 )
 
 // wakeSpin is how many times a parked-capable waiter re-checks, yielding
@@ -135,10 +136,12 @@ func (h *wakeHeader) wake(rank int) {
 
 // parkUntil returns true once ready() holds, false once timeout has
 // passed: it spins a few scheduler rounds, then parks on rank's word,
-// woken by wake, each park at most futex.MaxSleep. The clock is read only
-// once the spin is over (most hand-offs end in it), so timeout counts
-// from there: a few scheduler rounds late.
-func (h *wakeHeader) parkUntil(rank int, timeout time.Duration, ready func() bool) bool {
+// woken by wake or by stop firing, each park at most futex.MaxSleep. The
+// clock is read only once the spin is over (most hand-offs end in it), so
+// timeout counts from there: a few scheduler rounds late. ready must hold
+// once stop has fired (WaitStop's does), for a park that stop ends to
+// return.
+func (h *wakeHeader) parkUntil(rank int, timeout time.Duration, ready func() bool, stop *halt.Signal) bool {
 	for i := 0; i < wakeSpin; i++ {
 		if ready() {
 			return true
@@ -169,6 +172,7 @@ func (h *wakeHeader) parkUntil(rank int, timeout time.Duration, ready func() boo
 		}
 		waiterPool.Put(w)
 	}()
+	stopped := stop.Done() // nil, never ready, for no signal
 	for {
 		if ready() {
 			return true
@@ -181,6 +185,7 @@ func (h *wakeHeader) parkUntil(rank int, timeout time.Duration, ready func() boo
 		select {
 		case <-w.ch:
 		case <-w.t.C:
+		case <-stopped:
 		}
 		w.t.Stop()
 	}

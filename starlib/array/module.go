@@ -8,6 +8,7 @@ import (
 	"go.starlark.net/starlarkstruct"
 
 	"simpler/hal/dtype"
+	"simpler/internal/halt"
 )
 
 // Module is the Starlark module "array".
@@ -186,17 +187,46 @@ func frombytes(_ *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwa
 }
 
 // matmul(a, b)
-func matmulBuiltin(_ *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+func matmulBuiltin(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 	var x, y *Array
 	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "a", &x, "b", &y); err != nil {
 		return nil, typeError(err)
 	}
-	return matmul(x, y)
+	return matmul(x, y, halt.Of(th))
+}
+
+// stopWork is how many multiply-adds matmul does between two polls of
+// the stop signal: about a millisecond of work, against one atomic load.
+const stopWork = 1 << 20
+
+// stopPoll polls a stop signal once every so many steps of work.
+type stopPoll struct {
+	stop        *halt.Signal
+	every, left int
+}
+
+// newStopPoll polls stop about once per stopWork units of work, in steps
+// of stepWork units each.
+func newStopPoll(stop *halt.Signal, stepWork int) stopPoll {
+	every := max(1, stopWork/max(1, stepWork))
+	return stopPoll{stop: stop, every: every, left: every}
+}
+
+// step counts one step and reports whether stop has fired, looking only
+// every so many steps.
+func (p *stopPoll) step() bool {
+	if p.left--; p.left > 0 {
+		return false
+	}
+	p.left = p.every
+	return p.stop.Stopped()
 }
 
 // matmul multiplies 2-D arrays of one dtype, accumulating in float64 (float
-// kinds) or int64 and storing each result element once.
-func matmul(x, y *Array) (*Array, error) {
+// kinds) or int64 and storing each result element once. It polls stop
+// between steps of n multiply-adds, about once per stopWork of them, and
+// returns its error once it fired (a kernel past its deadline, say).
+func matmul(x, y *Array, stop *halt.Signal) (*Array, error) {
 	if x.ndim() != 2 || y.ndim() != 2 {
 		return nil, fmt.Errorf("ValueError: matmul needs 2-D arrays, got shapes %s and %s", shapeString(x.shape), shapeString(y.shape))
 	}
@@ -209,11 +239,15 @@ func matmul(x, y *Array) (*Array, error) {
 			shapeString(x.shape), shapeString(y.shape), k, y.shape[0])
 	}
 	z := alloc(x.dt, []int{m, n})
+	poll := newStopPoll(stop, n)
 	if z.f != nil {
 		acc := make([]float64, n)
 		for i := range m {
 			clear(acc)
 			for p := range k {
+				if poll.step() {
+					return nil, stop.Err("matmul")
+				}
 				xv := float64(x.f[i*k+p])
 				for j, yv := range y.f[p*n : (p+1)*n] {
 					acc[j] += xv * float64(yv)
@@ -229,6 +263,9 @@ func matmul(x, y *Array) (*Array, error) {
 	for i := range m {
 		row := z.n[i*n : (i+1)*n]
 		for p := range k {
+			if poll.step() {
+				return nil, stop.Err("matmul")
+			}
 			xv := x.n[i*k+p]
 			for j, yv := range y.n[p*n : (p+1)*n] {
 				row[j] += xv * yv

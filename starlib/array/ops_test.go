@@ -9,6 +9,8 @@ import (
 	"go.starlark.net/syntax"
 
 	"simpler/hal/dtype"
+	"simpler/internal/halt"
+	"simpler/kind"
 )
 
 // apply runs x op y through Starlark's Binary, so both the array-array path
@@ -159,7 +161,7 @@ func TestMatmulFloat32(t *testing.T) {
 	for i := range y.Size() {
 		y.SetFloat(i, r.Float64())
 	}
-	z, err := matmul(x, y)
+	z, err := matmul(x, y, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,5 +205,42 @@ func TestUnaryAndIteration(t *testing.T) {
 	}
 	if count != 3 {
 		t.Errorf("a (3, 0) array yields %d rows, want 3", count)
+	}
+}
+
+// A matmul under a stopped signal returns the stop's error after at most
+// stopWork multiply-adds, not after the whole product; under a signal
+// that never fires it computes the product.
+func TestMatmulStops(t *testing.T) {
+	x := New(dtype.Float32, []int{1024, 1024})
+	var s halt.Signal
+	if _, err := matmul(New(dtype.Float32, []int{4, 4}), New(dtype.Float32, []int{4, 4}), &s); err != nil {
+		t.Fatal(err)
+	}
+	s.Stop("TimeoutError: past its deadline of 1s")
+	for _, dt := range []dtype.DType{dtype.Float32, dtype.Int32} {
+		x = New(dt, []int{1024, 1024})
+		z, err := matmul(x, x, &s)
+		if z != nil || kind.Of(err) != kind.TimeoutError || err.Error() != "TimeoutError: matmul: stopped: past its deadline of 1s" {
+			t.Errorf("%s: a stopped matmul gave %v, %v", dt, z, err)
+		}
+	}
+}
+
+// BenchmarkMatmul is a 256 x 256 float32 product with no stop signal and
+// with one that is checked and never fires: the two should not differ.
+func BenchmarkMatmul(b *testing.B) {
+	x := New(dtype.Float32, []int{256, 256})
+	for _, c := range []struct {
+		name string
+		stop *halt.Signal
+	}{{"nostop", nil}, {"stop", new(halt.Signal)}} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				if _, err := matmul(x, x, c.stop); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
