@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -76,7 +77,7 @@ func (e *loopEndpoint) loop() {
 		if !ok {
 			return
 		}
-		var err error
+		err := ErrNotStarted // stopped before it started: nothing of it ran
 		if e.stop.begin(memberKey{a.Task, a.Member}) {
 			e.w.started(a)
 			err = e.runSafely(a)
@@ -252,6 +253,9 @@ func (w *Worker) completed(a Assignment, err error, scratch *[]Assignment) (afte
 	w.mu.Unlock()
 	if scratch != nil {
 		*scratch = eff.Assign
+	}
+	for _, s := range eff.Stop { // the other members of a failed group
+		w.endpoint(s).Cancel(s, fmt.Sprintf("member %d of its group failed", a.Member))
 	}
 	w.route(eff.Assign)
 	r := eff.Fenced
