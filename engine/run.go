@@ -21,24 +21,25 @@ type Run struct {
 	// function was stopped (cancel.go).
 	notStarted, stopped []int
 	cutBuild            bool
-	building            bool // the orchestration function has not returned
-	fenced              bool
-	firstErr            *Task // the root failure with the lowest task id
-	buildErr            error
-	result              any
-	root                *scope
-	rootScope           scope           // root's storage: one allocation less per run
-	cleanups            []Cleanup       // run after the fence, last registered first
-	domains             []*Domain       // allocated by this run, in allocation order
-	captured            []*RemoteBuffer // slot refs taken by this run's tasks
-	globals             []*GlobalDomain // brokered by this run
-	retired             bool            // past the fence: a release frees at once
-	held                []*Task         // ready tasks waiting for the runs before this one
-	failSeen            bool            // the orchestrator has seen a failure (drain): later submits are refused
-	observed            bool            // the Worker has an observer: tasks keep their producers' ids
-	stop                Stopper         // stops the orchestration function while it runs (Cancel)
-	done                chan struct{}
-	waitErr             error // set before done is closed
+
+	building  bool // the orchestration function has not returned
+	fenced    bool
+	firstErr  *Task // the root failure with the lowest task id
+	buildErr  error
+	result    any
+	root      *scope
+	rootScope scope           // root's storage: one allocation less per run
+	cleanups  []Cleanup       // run after the fence, last registered first
+	domains   []*Domain       // allocated by this run, in allocation order
+	captured  []*RemoteBuffer // slot refs taken by this run's tasks
+	globals   []*GlobalDomain // brokered by this run
+	retired   bool            // past the fence: a release frees at once
+	held      []*Task         // ready tasks waiting for the runs before this one
+	failSeen  bool            // the orchestrator has seen a failure (drain): later submits are refused
+	observed  bool            // the Worker has an observer: tasks keep their producers' ids
+	stop      Stopper         // stops the orchestration function while it runs (Cancel)
+	done      chan struct{}
+	waitErr   error // set before done is closed
 }
 
 // Cleanup is work that must happen after a run's fence (freeing a domain,
