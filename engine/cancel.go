@@ -43,10 +43,11 @@ func (r *Run) noteCancelled(t *Task) {
 	t.err, t.root = r.cancelled, false
 }
 
-// cut reports whether a cancel cut r short: a task, or the orchestration
-// function, did not run to its end.
+// cut reports whether a cancel cut r short: a task did not run to its
+// end. (An orchestration function that a cancel stopped fails, and Submit
+// returns its error; one that returned all the same has run to its end.)
 func (r *Run) cut() bool {
-	return r.cancelled != nil && (r.cutBuild || len(r.notStarted) > 0 || len(r.stopped) > 0)
+	return r.cancelled != nil && (len(r.notStarted) > 0 || len(r.stopped) > 0)
 }
 
 // CancelReport says what a cancel cut short of a run, by task id; the
@@ -57,7 +58,6 @@ type CancelReport struct {
 	Tasks      int   // how many the run submitted
 	NotStarted []int // never started: retrying them applies them once
 	Stopped    []int // stopped while they ran: what they wrote may be partial
-	Build      bool  // the orchestration function was stopped before it returned
 }
 
 func (c *CancelReport) Error() string {
@@ -68,9 +68,6 @@ func (c *CancelReport) Error() string {
 	if len(c.Stopped) > 0 {
 		parts = append(parts, taskList(c.Stopped)+" stopped while running")
 	}
-	if c.Build {
-		parts = append(parts, "its orchestration function was stopped")
-	}
 	if ran := c.Tasks - len(c.NotStarted) - len(c.Stopped); ran > 0 {
 		parts = append(parts, fmt.Sprintf("%s ran to the end", plural(ran, "other task")))
 	}
@@ -79,7 +76,7 @@ func (c *CancelReport) Error() string {
 
 // cancelError is Wait's error for a run a cancel cut short.
 func (r *Run) cancelError() error {
-	rep := &CancelReport{Run: r.id, Tasks: r.tasks, NotStarted: sortedIDs(r.notStarted), Stopped: sortedIDs(r.stopped), Build: r.cutBuild}
+	rep := &CancelReport{Run: r.id, Tasks: r.tasks, NotStarted: sortedIDs(r.notStarted), Stopped: sortedIDs(r.stopped)}
 	return &Error{Kind: RuntimeError, Msg: rep.Error(), Cause: rep}
 }
 

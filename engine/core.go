@@ -267,7 +267,6 @@ func (c *core) cancel(r *Run, why error, eff *Effects) {
 		return
 	}
 	r.cancelled = why
-	r.cutBuild = r.building
 	for _, t := range r.held {
 		c.retireUnstarted(t, eff)
 	}

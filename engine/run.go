@@ -17,10 +17,8 @@ type Run struct {
 	// cancelled is why the run was cancelled (nil: it was not).
 	cancelled error
 	// What the cancel cut short, as the tasks retire: tasks that did not
-	// start, tasks stopped while they ran, and whether the orchestration
-	// function was stopped (cancel.go).
+	// start and tasks stopped while they ran (cancel.go).
 	notStarted, stopped []int
-	cutBuild            bool
 
 	building  bool // the orchestration function has not returned
 	fenced    bool
