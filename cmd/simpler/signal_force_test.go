@@ -1,0 +1,159 @@
+package main
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The decision of what each signal does, stepped directly.
+func TestSignalState(t *testing.T) {
+	for _, c := range []struct {
+		sigs []os.Signal
+		want []signalAction
+	}{
+		{[]os.Signal{syscall.SIGINT, syscall.SIGINT}, []signalAction{cancelRuns, forceEnd}},
+		{[]os.Signal{syscall.SIGTERM}, []signalAction{cancelRunsBounded}},
+		{[]os.Signal{syscall.SIGHUP, syscall.SIGINT}, []signalAction{cancelRunsBounded, forceEnd}},
+		{[]os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGINT}, []signalAction{cancelRuns, forceEnd, forceEnd}},
+	} {
+		var st signalState
+		for i, sig := range c.sigs {
+			if got := st.next(sig); got != c.want[i] {
+				t.Errorf("%v: signal %d (%v) does %d, want %d", c.sigs, i, sig, got, c.want[i])
+			}
+		}
+		if st.first != c.sigs[0] {
+			t.Errorf("%v: the first signal is %v", c.sigs, st.first)
+		}
+	}
+}
+
+// alive reports whether pid runs (a zombie does not).
+func alive(pid int) bool {
+	stat, err := os.ReadFile("/proc/" + itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(stat)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	return len(f) > 0 && f[0] != "Z"
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+// stuckScript blocks both ranks of a group in comm.wait, which nothing
+// signals: a cancel does not reach a thread-mode kernel there (it waits
+// for its timeout), so a graceful close takes close_timeout_s and more; a
+// process-mode kernel that does not stop is killed after a second.
+const stuckScript = `
+def stuck(chip, args):
+    comm = chip.comm(args.scalar(0))
+    args.tensor(1).fill(1)
+    comm.wait(args.tensor(0), 1, cmp = ">=", timeout_s = 60)
+
+def orch(o, args, cfg):
+    d = o.allocate_domain(name = "pair", workers = [0, 1], window_size = 4096, buffers = [
+        CommBufferSpec(name = "ready", dtype = INT32, count = 1),
+    ])
+    o.submit_next_level_group(stuck, [TaskArgs(tensors = [(d[c].buffer("ready"), NO_DEP), (args.tensor(0), OUTPUT_EXISTING)],
+        scalars = [d[c].device_ctx]) for c in d.workers], workers = d.workers)
+    d.release()
+
+def main(ctx):
+    w = Worker(level = 3, platform = ctx.platform, device_ids = [0, 1], mode = ctx.mode)
+    w.register(stuck)
+    w.init()
+    x = host_tensor(shape = [1])
+    r = w.submit(orch, TaskArgs(tensors = [(x, OUTPUT_EXISTING)]))
+    for i in range(10000000):
+        if x.read()[0] == 1.0:
+            break
+    print("started")
+    r.wait()
+`
+
+// A second SIGINT ends simpler run at once, and SIGTERM within the close
+// bound, in thread and process mode, with a script blocked in a task that
+// a cancel does not stop: the exit status is 128+signal, the child
+// processes it started are gone, and neither it nor they left shared
+// memory behind. (Signals of one kind sent together may arrive as one, so
+// the second SIGINT is sent again until the process ends.)
+func TestRunEndsOnSecondSignalOrTerm(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"stuck.star": stuckScript})
+	exe, _ := os.Executable()
+	for _, c := range []struct {
+		sig   syscall.Signal
+		again bool // send it again until the process ends
+		mode  string
+		code  int
+		bound time.Duration
+	}{
+		{syscall.SIGINT, true, "thread", 130, killBound + 3*time.Second},
+		{syscall.SIGINT, true, "process", 130, killBound + 3*time.Second},
+		{syscall.SIGTERM, false, "process", 143, forceAfter + killBound + 2*time.Second},
+	} {
+		name := c.mode + "/" + c.sig.String()
+		run := exec.Command(exe, "run", "--mode", c.mode, filepath.Join(dir, "stuck.star"))
+		run.Env = cliEnv()
+		out, _ := run.StdoutPipe()
+		var stderr strings.Builder
+		run.Stderr = &stderr
+		if err := run.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if line, _ := bufio.NewReader(out).ReadString('\n'); strings.TrimSpace(line) != "started" {
+			run.Process.Kill()
+			run.Wait()
+			t.Fatalf("%s: the script said %q (%s)", name, line, stderr.String())
+		}
+		kids := childPids(run.Process.Pid)
+		if c.mode == "process" && len(kids) == 0 {
+			t.Errorf("%s: no child processes to end", name)
+		}
+		start := time.Now()
+		exited := make(chan error, 1)
+		go func() { exited <- run.Wait() }()
+		run.Process.Signal(c.sig)
+		var err error
+		for waiting := true; waiting; {
+			select {
+			case err = <-exited:
+				waiting = false
+			case <-time.After(100 * time.Millisecond):
+				if c.again {
+					run.Process.Signal(c.sig)
+				}
+			}
+		}
+		took := time.Since(start)
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		}
+		if code != c.code || took > c.bound {
+			t.Errorf("%s: exit %d after %v (%v), stderr %q; want %d within %v", name, code, took, err, stderr.String(), c.code, c.bound)
+		}
+		t.Logf("%s: exit %d after %v: %q", name, code, took, stderr.String())
+		// A killed child is gone at once; poll briefly for the kernel to
+		// reap it.
+		for _, k := range kids {
+			for deadline := time.Now().Add(3 * time.Second); alive(k) && time.Now().Before(deadline); {
+				time.Sleep(10 * time.Millisecond)
+			}
+			if alive(k) {
+				t.Errorf("%s: child %d still runs", name, k)
+				syscall.Kill(k, syscall.SIGKILL)
+			}
+			checkNoShm(t, k)
+		}
+		checkNoShm(t, run.Process.Pid)
+	}
+}
