@@ -7,15 +7,15 @@ package engine
 // a caller that retries what was cancelled never applies work twice.
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
 )
 
 // ErrNotStarted is what an endpoint reports for a member it was asked to
-// stop before the member started: nothing of it ran.
-var ErrNotStarted = errors.New("cancelled before it started")
+// stop before the member started: nothing of it ran. Endpoints report it,
+// or an error that wraps it (errors.Is).
+var ErrNotStarted error = &Error{Kind: RuntimeError, Msg: "cancelled before it started"}
 
 // memberEnd is how a task's members ended, as bits: a task's members may
 // end differently (one of a group ran, another was stopped).
