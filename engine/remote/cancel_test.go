@@ -4,6 +4,7 @@ import (
 	"errors"
 	"runtime"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -19,6 +20,14 @@ func init() {
 		b := taskBytes(a, c, 0)
 		put64(b, get64(b)+1)
 		return nil
+	}
+	// failOrSpin: the member whose scalar 0 is 0 fails at once; the
+	// others spin until they are asked to stop.
+	procKernels["failOrSpin"] = func(a *engine.TaskArgs, c *engine.ChipCtx, stop *engine.Stopper) error {
+		if a.Scalars[0] == 0 {
+			return engine.Errorf(engine.ValueError, "rank 0 gives up")
+		}
+		return procKernels["spin"](a, c, stop)
 	}
 }
 
@@ -170,5 +179,36 @@ func TestCloseWhileSessionStopped(t *testing.T) {
 	}
 	if err := r.Wait(0); err == nil {
 		t.Errorf("the stopped session's task: no error")
+	}
+}
+
+// A member of a group over two remote nodes that fails at once stops its
+// sibling on the other node: the run fails with its error at once, and
+// both nodes stay usable (the sibling stopped when asked; it was not
+// ended with its session).
+func TestRemoteGroupMemberFailureStopsSiblings(t *testing.T) {
+	_, addr := startDaemon(t)
+	w := remoteWorker(t, addr, addr)
+	register(t, w, nodeOrch{procKernel{"node_failOrSpin"}})
+	register(t, w, procKernel{"failOrSpin"})
+	register(t, w, procKernel{"spin"})
+	h := kernelNode(t, w, "node_failOrSpin")
+	a, b := must(w.RemoteMalloc(0, 8)), must(w.RemoteMalloc(1, 8))
+	start := time.Now()
+	err := runDone(t, w, func(o *engine.Orchestrator) error {
+		members := []*engine.TaskArgs{mkArgs(remoteRef(a), engine.OutputExisting, uint64(0)), mkArgs(remoteRef(b), engine.OutputExisting, uint64(1))}
+		_, err := o.SubmitNextGroup(h, members, nil, []int{0, 1})
+		return err
+	})
+	if engine.KindOf(err) != engine.ValueError || !strings.Contains(err.Error(), "rank 0 gives up") || !strings.Contains(err.Error(), "remote_worker 0") {
+		t.Errorf("the group's error: %v", err)
+	}
+	if el := time.Since(start); el > 3*time.Second {
+		t.Errorf("the run ended %v after it started", el)
+	}
+	for id := range 2 {
+		if lost := nodeOf(w, id).Lost(); lost != nil {
+			t.Errorf("node %d after the group: %v", id, lost)
+		}
 	}
 }
