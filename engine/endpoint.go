@@ -17,9 +17,11 @@ import (
 // reports every assignment it was given exactly once, to Worker.completed.
 type Endpoint interface {
 	Start(a Assignment)
-	// Cancel asks the endpoint to stop a, if a runs there now (its task
-	// was cancelled or passed its deadline); the endpoint still reports a
-	// when it has stopped. It does not wait.
+	// Cancel asks the endpoint to stop a (its run was cancelled, it passed
+	// its deadline, or a member of its group failed); the endpoint still
+	// reports a, truthfully: ErrNotStarted if a never started, nil if it
+	// ran to its end all the same, its error if it was stopped. It does
+	// not wait.
 	Cancel(a Assignment, reason string)
 	// Stop ends the endpoint once nothing is in flight on it.
 	Stop()
