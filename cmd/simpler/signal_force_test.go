@@ -167,3 +167,101 @@ func TestRunEndsOnSecondSignalOrTerm(t *testing.T) {
 		checkNoShm(t, run.Process.Pid)
 	}
 }
+
+// remoteStuckScript runs a kernel that never ends on a remote node of a
+// daemon simpler run starts itself (# simpler-daemons).
+const remoteStuckScript = `# simpler-daemons: 1
+def spin(chip, args):
+    args.tensor(0).fill(1)
+    while True:
+        pass
+
+def node_spin(o, args, cfg):
+    o.submit_next_level(spin, TaskArgs(tensors = [(args.tensor(0), OUTPUT_EXISTING)]), worker = 0)
+
+def main(ctx):
+    w = Worker(level = 4, platform = ctx.platform)
+    w.add_remote_worker(endpoint = ctx.argv[0], platform = ctx.platform, device_ids = [0])
+    w.register(spin)
+    w.register(node_spin)
+    w.init()
+    buf = w.remote_malloc(worker = 0, nbytes = 4)
+    r = w.submit(lambda o, a, c: o.submit_next_level(node_spin, TaskArgs(tensors = [(RemoteTensorRef(buf, shape = [1]), OUTPUT_EXISTING)]), worker = 0))
+    seen = host_tensor(shape = [1])
+    for i in range(10000000):
+        w.remote_copy_from(buf, seen, 4)
+        if seen.read()[0] == 1.0:
+            break
+    print("started")
+    r.wait()
+`
+
+// descendants are pid's children, their children, and so on.
+func descendants(pid int) []int {
+	var all []int
+	for _, k := range childPids(pid) {
+		all = append(all, k)
+		all = append(all, descendants(k)...)
+	}
+	return all
+}
+
+// SIGINT, sent again until it ends, to simpler run whose script runs a
+// task on a remote node of a daemon it started ends it within the kill
+// bound (gracefully, or by the second signal): the daemon and its session
+// process are gone, and none of them left shared memory behind.
+func TestRunInterruptedRemote(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"remote.star": remoteStuckScript})
+	exe, _ := os.Executable()
+	run := exec.Command(exe, "run", filepath.Join(dir, "remote.star"))
+	run.Env = cliEnv()
+	out, _ := run.StdoutPipe()
+	var stderr strings.Builder
+	run.Stderr = &stderr
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if line, _ := bufio.NewReader(out).ReadString('\n'); strings.TrimSpace(line) != "started" {
+		run.Process.Kill()
+		run.Wait()
+		t.Fatalf("the script said %q (%s)", line, stderr.String())
+	}
+	started := descendants(run.Process.Pid)
+	if len(started) < 2 {
+		t.Errorf("processes started: %v, want the daemon and its session", started)
+	}
+	start := time.Now()
+	exited := make(chan error, 1)
+	go func() { exited <- run.Wait() }()
+	run.Process.Signal(syscall.SIGINT)
+	var err error
+	for waiting := true; waiting; {
+		select {
+		case err = <-exited:
+			waiting = false
+		case <-time.After(100 * time.Millisecond):
+			run.Process.Signal(syscall.SIGINT)
+		}
+	}
+	took := time.Since(start)
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	}
+	if code != 130 || took > killBound+3*time.Second {
+		t.Errorf("exit %d after %v (%v), stderr %q; want 130 within %v", code, took, err, stderr.String(), killBound+3*time.Second)
+	}
+	t.Logf("processes %v; exit %d after %v: %q", started, code, took, stderr.String())
+	for _, k := range started {
+		for deadline := time.Now().Add(5 * time.Second); alive(k) && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if alive(k) {
+			t.Errorf("process %d it started still runs", k)
+			syscall.Kill(k, syscall.SIGKILL)
+		}
+		checkNoShm(t, k)
+	}
+	checkNoShm(t, run.Process.Pid)
+}
