@@ -12,32 +12,47 @@ import (
 	"simpler/hal/comm"
 )
 
+// teardown closes the worker's tree in order: child processes, chips,
+// remote sessions, the launchers of its groups, child workers. It holds
+// w.mu only to read the tree and to forget it, never across the closing:
+// a remote node's Close waits for its reader, whose failure goroutine
+// reports the tasks in flight through completed, which takes w.mu; and a
+// Kill (a second interrupt) must reach what is being closed.
 func (w *Worker) teardown() error {
-	first := w.closeProcs()
-	for _, c := range w.chips {
-		if err := c.Close(); err != nil && first == nil {
+	w.mu.Lock()
+	procs, chips, remotes, groups, children := w.procs(), w.chips, w.remotes, w.liveGroups(), w.children
+	w.mu.Unlock()
+	var first error
+	keep := func(err error) {
+		if err != nil && first == nil {
 			first = err
 		}
 	}
-	w.chips = nil
+	for _, p := range procs {
+		keep(p.Close())
+	}
+	for _, c := range chips {
+		keep(c.Close())
+	}
 	w.remoteFailed.Wait()
-	for _, n := range w.remotes {
+	for _, n := range remotes {
 		if n != nil {
 			n.Close()
 		}
 	}
-	w.remotes = nil
-	if err := w.closeGroups(); err != nil && first == nil { // their ranks ended with their sessions
-		first = err
+	for _, g := range groups { // their ranks ended with their sessions
+		keep(g.Close(w.cfg.CloseTimeout))
 	}
-	for _, child := range w.children {
-		if child == nil {
-			continue
-		}
-		if err := child.closeTree(); err != nil && first == nil {
-			first = err
+	for _, child := range children {
+		if child != nil {
+			keep(child.closeTree())
 		}
 	}
+	w.mu.Lock()
+	w.chipProcs, w.subProcs, w.nodeProcs = nil, nil, nil
+	w.chips, w.remotes = nil, nil
+	w.forgetGroups()
+	w.mu.Unlock()
 	return first
 }
 
@@ -89,18 +104,29 @@ func (w *Worker) drainRuns(runs []*Run) error {
 }
 
 // killChildren ends every child process and remote session at once, so
-// that whatever waits on them returns.
+// that whatever waits on them returns. It may run while a teardown closes
+// them (a second interrupt): it reads the tree under w.mu, which a
+// teardown never holds while it closes.
 func (w *Worker) killChildren() {
-	for _, p := range w.procs() {
+	w.mu.Lock()
+	procs, remotes, groups, children := w.procs(), w.remotes, w.liveGroups(), w.children
+	names := make([]string, len(remotes))
+	for id := range remotes {
+		names[id] = w.workerName(NextLevel, id)
+	}
+	w.mu.Unlock()
+	for _, p := range procs {
 		p.Kill()
 	}
-	for id, n := range w.remotes {
+	for id, n := range remotes {
 		if n != nil {
-			n.Fail(Errorf(RuntimeError, "%s: ended by close", w.workerName(NextLevel, id)))
+			n.Fail(Errorf(RuntimeError, "%s: ended by close", names[id]))
 		}
 	}
-	w.killGroups()
-	for _, c := range w.children {
+	for _, g := range groups {
+		g.Kill()
+	}
+	for _, c := range children {
 		if c != nil {
 			c.killChildren()
 		}
@@ -133,8 +159,6 @@ func (w *Worker) closeTree() error {
 		forced = Errorf(RuntimeError, "close: a kernel of this worker did not stop; its goroutine is abandoned")
 	}
 	werr := w.dropWarm() // before the chips close: parked ranks are mapped in them
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	err := w.teardown()
 	if err == nil {
 		err = gerr
@@ -145,6 +169,8 @@ func (w *Worker) closeTree() error {
 	if forced != nil {
 		err = forced // what had to be forced comes first: it says why the rest may be missing
 	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	if e := w.closeHostBuffers(); e != nil && err == nil {
 		err = e
 	}

@@ -1,5 +1,7 @@
 package engine
 
+import "errors"
+
 // core is the decision logic of a Worker's runs, as a value: the order of
 // the runs, each run's DAG (pending producers, poisoning, the first root
 // failure, the fence), the task window and the scheduler. It has no
@@ -28,14 +30,17 @@ type core struct {
 }
 
 // member is a task member running on an endpoint. settled records that
-// its outcome is decided already (its task was cancelled, or it passed its
-// deadline): what its endpoint reports later does not count. Only a
-// running member can be settled early, so the flag lives here and not on
-// every Task.
+// its outcome is decided already (it passed its deadline): what its
+// endpoint reports later does not count. stopAsked records that its
+// endpoint was asked to stop it (its run was cancelled, or a member of its
+// group failed): what the endpoint reports then says what really happened
+// (stopOutcome). Only a running member has either, so the flags live here
+// and not on every Task.
 type member struct {
-	task    *Task
-	index   int
-	settled bool
+	task      *Task
+	index     int
+	settled   bool
+	stopAsked bool
 }
 
 // memberKey names one member of one task.
@@ -47,7 +52,7 @@ type memberKey struct {
 // Effects is what one or more core steps ask of the Worker.
 type Effects struct {
 	Assign []Assignment // start these, in order
-	Stop   []Assignment // ask these running ones to stop (cancelled, past their deadline)
+	Stop   []Assignment // ask these running ones to stop (cancelled, past their deadline, a group member failed)
 	Wake   bool         // tasks retired or the first run changed: wake waiters
 	Fenced *Run         // this run reached its fence: finish it
 }
@@ -130,22 +135,27 @@ func (c *core) add(t *Task, eff *Effects) {
 }
 
 // complete records that an endpoint has reported a member back: its
-// endpoint is free again, and unless the member was settled already (its
-// task cancelled or past its deadline), its outcome counts; the last
-// member retires the task.
+// endpoint is free again, and unless the member was settled already (past
+// its deadline), its outcome counts: as it ran, or, for a member asked to
+// stop, as what the report says happened (stopOutcome). The last member
+// retires the task.
 func (c *core) complete(a Assignment, err error, eff *Effects) {
 	if invariants {
 		defer c.checkInvariants()
 	}
 	t := a.Task
 	c.sched.Finish(a.Pool, a.Target)
-	early := false
+	early, asked := false, false
 	if m := c.find(a); m != nil {
-		early = m.settled
+		early, asked = m.settled, m.stopAsked
 		c.drop(a, m)
 	}
 	t.run.running--
-	if !early {
+	switch {
+	case early:
+	case asked:
+		c.recordStopped(a, err, eff)
+	default:
 		c.record(a, err, eff)
 	}
 	c.dispatch(eff)
@@ -162,16 +172,68 @@ func (c *core) settle(a Assignment, m *member, err error, eff *Effects) {
 	c.record(a, err, eff)
 }
 
-// record counts a member's outcome on its task; the last one retires it.
+// record counts the outcome of a member that ran to its end on its task;
+// the last member retires it. The first failure is the task's error, and
+// asks the members of its group still running to stop: they cannot finish
+// a group whose member is gone (a sibling waiting on its signal would wait
+// for its own deadline).
 func (c *core) record(a Assignment, err error, eff *Effects) {
 	t := a.Task
+	t.ended |= memberRan
 	if err != nil && t.err == nil {
 		t.err = taskError(t.ID, c.name(a.Pool, a.Target), t.handle.Name(), err)
 		t.root = true
+		c.stopSiblings(a, eff)
 	}
+	c.countMember(t, eff)
+}
+
+// recordStopped counts a member whose endpoint was asked to stop it, by
+// what its endpoint reported: it ran to its end all the same (nil), did
+// not start (ErrNotStarted), or was stopped while it ran (any other
+// error). Its error is not the task's: the task's is its first member's
+// failure, or its run's cancel.
+func (c *core) recordStopped(a Assignment, err error, eff *Effects) {
+	a.Task.ended |= stopOutcome(err)
+	c.countMember(a.Task, eff)
+}
+
+// stopOutcome is what a report of a member asked to stop says happened.
+func stopOutcome(err error) memberEnd {
+	switch {
+	case err == nil:
+		return memberRan
+	case errors.Is(err, ErrNotStarted):
+		return memberNotStarted
+	}
+	return memberStopped
+}
+
+// countMember counts one more member of t reported; the last retires t.
+func (c *core) countMember(t *Task, eff *Effects) {
 	t.remaining--
 	if t.remaining == 0 {
 		c.retire(t, eff)
+	}
+}
+
+// stopSiblings asks the endpoints of a's task's other running members to
+// stop them (a has been reported, or settled, and failed).
+func (c *core) stopSiblings(a Assignment, eff *Effects) {
+	if a.Task.remaining <= 1 {
+		return // a single task, or a's report is the last one due
+	}
+	for p := range c.active {
+		for e := range c.active[p] {
+			for i := range c.active[p][e] {
+				m := &c.active[p][e][i]
+				if m.task != a.Task || m.index == a.Member || m.settled || m.stopAsked {
+					continue
+				}
+				m.stopAsked = true
+				eff.Stop = append(eff.Stop, Assignment{Task: m.task, Member: m.index, Pool: Pool(p), Target: e})
+			}
+		}
 	}
 }
 
@@ -192,9 +254,11 @@ func (c *core) expire(a Assignment, err error, eff *Effects) {
 }
 
 // cancel ends r: its held and queued tasks retire without running, its
-// pending ones retire when they become ready, its running ones are
-// settled with the cancel error and asked to stop. r fences once every
-// endpoint has reported its members back. Cancelling again does nothing.
+// pending ones retire when they become ready, its running ones are asked
+// to stop and retire by what their endpoints report (recordStopped): a
+// member that ran to its end all the same counts as it ran. r fences once
+// every endpoint has reported its members back. Cancelling again does
+// nothing.
 func (c *core) cancel(r *Run, why error, eff *Effects) {
 	if invariants {
 		defer c.checkInvariants()
@@ -204,29 +268,32 @@ func (c *core) cancel(r *Run, why error, eff *Effects) {
 	}
 	r.cancelled = why
 	for _, t := range r.held {
-		t.err = why
-		c.retire(t, eff)
+		c.retireUnstarted(t, eff)
 	}
 	r.held = nil
 	for _, t := range c.sched.Remove(func(t *Task) bool { return t.run == r }) {
-		t.err = why
-		c.retire(t, eff)
+		c.retireUnstarted(t, eff)
 	}
-	// Settling may retire tasks and so dispatch, which appends to these
-	// lists: each entry is looked up afresh.
 	for p := range c.active {
 		for e := range c.active[p] {
-			for i := 0; i < len(c.active[p][e]); i++ {
-				if m := &c.active[p][e][i]; m.task.run == r {
-					a := Assignment{Task: m.task, Member: m.index, Pool: Pool(p), Target: e}
-					eff.Stop = append(eff.Stop, a)
-					c.settle(a, m, why, eff)
+			for i := range c.active[p][e] {
+				m := &c.active[p][e][i]
+				if m.task.run != r || m.settled || m.stopAsked {
+					continue
 				}
+				m.stopAsked = true
+				eff.Stop = append(eff.Stop, Assignment{Task: m.task, Member: m.index, Pool: Pool(p), Target: e})
 			}
 		}
 	}
 	c.dispatch(eff)
 	c.checkFence(r, eff)
+}
+
+// retireUnstarted retires t, of a cancelled run, without running it.
+func (c *core) retireUnstarted(t *Task, eff *Effects) {
+	t.ended = memberNotStarted
+	c.retire(t, eff)
 }
 
 // built records that r's orchestration function has returned.
@@ -281,11 +348,12 @@ func (c *core) done(r *Run, eff *Effects) {
 // one, or one of a cancelled run, retires at once without running; one of
 // a run behind another is held until that run is done.
 func (c *core) publish(t *Task, eff *Effects) {
-	if t.poison != nil || t.run.cancelled != nil {
+	if t.run.cancelled != nil {
+		c.retireUnstarted(t, eff)
+		return
+	}
+	if t.poison != nil {
 		t.err = t.poison
-		if t.run.cancelled != nil {
-			t.err = t.run.cancelled
-		}
 		c.retire(t, eff)
 		return
 	}
@@ -302,6 +370,9 @@ func (c *core) publish(t *Task, eff *Effects) {
 func (c *core) retire(t *Task, eff *Effects) {
 	t.done = true
 	r := t.run
+	if r.cancelled != nil {
+		r.noteCancelled(t)
+	}
 	if t.root && (r.firstErr == nil || t.ID < r.firstErr.ID) {
 		r.firstErr = t
 	}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -201,5 +202,132 @@ func TestCoreInvariantsCatchDrift(t *testing.T) {
 			ct.c.checkInvariants()
 		}()
 		*ct.c.sched, ct.c.inflight, r.held = saved, savedInflight, savedHeld
+	}
+}
+
+// group adds a NEXT_LEVEL group task of r, member i on worker ws[i].
+func (ct *coreT) group(r *Run, ws ...int) (*Task, Effects) {
+	r.tasks++
+	t := &Task{ID: r.tasks, run: r, handle: &Handle{Callable: newFn(fmt.Sprintf("g%d", r.tasks))}, job: schedJob{pool: NextLevel, worker: -1, group: ws}, remaining: len(ws)}
+	var eff Effects
+	ct.c.add(t, &eff)
+	return t, eff
+}
+
+// report completes member m of t, which runs on NEXT_LEVEL worker w.
+func (ct *coreT) report(t *Task, m, w int, err error) Effects {
+	var eff Effects
+	ct.c.complete(Assignment{Task: t, Member: m, Pool: NextLevel, Target: w}, err, &eff)
+	return eff
+}
+
+func stopped(eff Effects) []string {
+	var s []string
+	for _, a := range eff.Stop {
+		s = append(s, fmt.Sprintf("%d.%d@%d", a.Task.ID, a.Member, a.Target))
+	}
+	return s
+}
+
+// A cancel settles nothing itself: it asks the running members to stop,
+// retires the queued and pending tasks as not started, and each running
+// task ends as its endpoint reports. One that ran to its end all the same
+// keeps its outcome; one stopped, or reported not started, is the
+// cancel's. Wait's error names each.
+func TestCoreCancelSettlesByReport(t *testing.T) {
+	ct := newCoreT(t, 16)
+	r := ct.run()
+	t1, _ := ct.task(r, 0)
+	t2, _ := ct.task(r, 1)
+	t3, _ := ct.task(r, 0)     // queued behind task 1
+	t4, _ := ct.task(r, 1, t2) // pending on task 2
+	why := Errorf(RuntimeError, "run 1 cancelled")
+	var built, eff Effects
+	ct.c.built(r, &built)
+	ct.c.cancel(r, why, &eff)
+	if got := stopped(eff); !slices.Equal(got, []string{"1.0@0", "2.0@1"}) || eff.Fenced != nil {
+		t.Fatalf("cancel: asked to stop %v, fenced %v", got, eff.Fenced)
+	}
+	if !t3.done || t1.done || t2.done {
+		t.Fatalf("after the cancel: done %v %v %v; only the queued task 3 retires", t1.done, t2.done, t3.done)
+	}
+	ct.finish(t1, nil)                                   // it ran to its end before the stop reached it
+	eff = ct.finish(t2, Errorf(RuntimeError, "stopped")) // stopped while it ran
+	if !t4.done || t1.err != nil || t2.err != why || t3.err != why || t4.err != why {
+		t.Fatalf("errors: %v, %v, %v, %v", t1.err, t2.err, t3.err, t4.err)
+	}
+	if eff.Fenced != r || !r.cut() {
+		t.Fatalf("the last report: fenced %v, cut %v", eff.Fenced, r.cut())
+	}
+	err := r.cancelError()
+	var rep *CancelReport
+	if !errors.As(err, &rep) || !slices.Equal(rep.NotStarted, []int{3, 4}) || !slices.Equal(rep.Stopped, []int{2}) || KindOf(err) != RuntimeError {
+		t.Fatalf("the report: %v (%+v)", err, rep)
+	}
+	if want := "RuntimeError: run 1 cancelled: tasks 3-4 did not start; task 2 stopped while running; 1 other task ran to the end"; err.Error() != want {
+		t.Errorf("the error:\n got %s\nwant %s", err, want)
+	}
+}
+
+// A run whose every running task ran to its end while the cancel was on
+// its way was not cut short: its outcome is its tasks', a failure
+// included; a member reported not started counts as such.
+func TestCoreCancelOfWorkThatRan(t *testing.T) {
+	ct := newCoreT(t, 16)
+	r := ct.run()
+	t1, _ := ct.task(r, 0)
+	var built, eff Effects
+	ct.c.built(r, &built)
+	ct.c.cancel(r, Errorf(RuntimeError, "run 1 cancelled"), &eff)
+	eff = ct.finish(t1, nil)
+	if eff.Fenced != r || r.cut() || t1.err != nil {
+		t.Fatalf("a task that ran to its end: fenced %v, cut %v, error %v", eff.Fenced, r.cut(), t1.err)
+	}
+	ct.c.done(r, &eff)
+
+	r2 := ct.run()
+	t2, _ := ct.task(r2, 1)
+	ct.c.built(r2, &built)
+	ct.c.cancel(r2, Errorf(RuntimeError, "run 2 cancelled"), &eff)
+	if got := stopped(eff); !slices.Equal(got, []string{"1.0@1"}) {
+		t.Fatalf("run 2's cancel: asked to stop %v", got)
+	}
+	ct.finish(t2, ErrNotStarted)
+	if !slices.Equal(r2.notStarted, []int{1}) || len(r2.stopped) != 0 {
+		t.Errorf("reported not started: not started %v, stopped %v", r2.notStarted, r2.stopped)
+	}
+}
+
+// A failed member of a group asks its running siblings to stop; they
+// retire the task when they report, with the first member's error,
+// whatever they report.
+func TestCoreGroupMemberFailureStopsSiblings(t *testing.T) {
+	ct := newCoreT(t, 16)
+	r := ct.run()
+	g, eff := ct.group(r, 0, 1)
+	if len(eff.Assign) != 2 {
+		t.Fatalf("the group: assigned %v", assigned(eff))
+	}
+	eff = ct.report(g, 0, 0, Errorf(ValueError, "rank 0 failed"))
+	if got := stopped(eff); !slices.Equal(got, []string{"1.1@1"}) || g.done {
+		t.Fatalf("member 0 failed: asked to stop %v, task done %v", got, g.done)
+	}
+	ct.report(g, 1, 1, Errorf(RuntimeError, "stopped: member 0 of its group failed"))
+	var built Effects
+	ct.c.built(r, &built)
+	if !g.done || built.Fenced != r || r.firstErr != g || !strings.Contains(g.err.Error(), "rank 0 failed") {
+		t.Fatalf("the group: done %v, fenced %v, error %v", g.done, built.Fenced, g.err)
+	}
+}
+
+// A member past its deadline stops its siblings too.
+func TestCoreGroupMemberDeadlineStopsSiblings(t *testing.T) {
+	ct := newCoreT(t, 16)
+	r := ct.run()
+	g, _ := ct.group(r, 0, 1)
+	var eff Effects
+	ct.c.expire(Assignment{Task: g, Member: 1, Pool: NextLevel, Target: 1}, Errorf(TimeoutError, "past its deadline"), &eff)
+	if got := stopped(eff); !slices.Equal(got, []string{"1.0@0", "1.1@1"}) {
+		t.Fatalf("member 1 past its deadline: asked to stop %v", got)
 	}
 }

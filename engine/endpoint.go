@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -16,9 +17,11 @@ import (
 // reports every assignment it was given exactly once, to Worker.completed.
 type Endpoint interface {
 	Start(a Assignment)
-	// Cancel asks the endpoint to stop a, if a runs there now (its task
-	// was cancelled or passed its deadline); the endpoint still reports a
-	// when it has stopped. It does not wait.
+	// Cancel asks the endpoint to stop a (its run was cancelled, it passed
+	// its deadline, or a member of its group failed); the endpoint still
+	// reports a, truthfully: ErrNotStarted if a never started, nil if it
+	// ran to its end all the same, its error if it was stopped. It does
+	// not wait.
 	Cancel(a Assignment, reason string)
 	// Stop ends the endpoint once nothing is in flight on it.
 	Stop()
@@ -76,7 +79,7 @@ func (e *loopEndpoint) loop() {
 		if !ok {
 			return
 		}
-		var err error
+		err := ErrNotStarted // stopped before it started: nothing of it ran
 		if e.stop.begin(memberKey{a.Task, a.Member}) {
 			e.w.started(a)
 			err = e.runSafely(a)
@@ -252,6 +255,9 @@ func (w *Worker) completed(a Assignment, err error, scratch *[]Assignment) (afte
 	w.mu.Unlock()
 	if scratch != nil {
 		*scratch = eff.Assign
+	}
+	for _, s := range eff.Stop { // the other members of a failed group
+		w.endpoint(s).Cancel(s, fmt.Sprintf("member %d of its group failed", a.Member))
 	}
 	w.route(eff.Assign)
 	r := eff.Fenced

@@ -250,28 +250,22 @@ func (w *Worker) startGroups(parent uint64, deadline time.Time, errs []error, wg
 	}
 }
 
-// closeGroups ends the launchers of the groups, after their nodes were
-// closed. Caller holds w.mu (teardown).
-func (w *Worker) closeGroups() error {
-	var first error
-	for _, g := range w.groups {
-		if g.live == nil {
-			continue
-		}
-		if err := g.live.Close(w.cfg.CloseTimeout); err != nil && first == nil {
-			first = err
-		}
-		g.live = nil
-	}
-	return first
-}
-
-// killGroups ends the launchers at once.
-func (w *Worker) killGroups() {
+// liveGroups are the started groups' launchers. Caller holds w.mu.
+func (w *Worker) liveGroups() []RemoteGroup {
+	var live []RemoteGroup
 	for _, g := range w.groups {
 		if g.live != nil {
-			g.live.Kill()
+			live = append(live, g.live)
 		}
+	}
+	return live
+}
+
+// forgetGroups drops the launchers once teardown has closed them. Caller
+// holds w.mu.
+func (w *Worker) forgetGroups() {
+	for _, g := range w.groups {
+		g.live = nil
 	}
 }
 

@@ -16,6 +16,10 @@ type Run struct {
 	running  int                    // members started on an endpoint and not yet reported back
 	// cancelled is why the run was cancelled (nil: it was not).
 	cancelled error
+	// What the cancel cut short, as the tasks retire: tasks that did not
+	// start and tasks stopped while they ran (cancel.go).
+	notStarted, stopped []int
+
 	building  bool // the orchestration function has not returned
 	fenced    bool
 	firstErr  *Task // the root failure with the lowest task id
@@ -135,9 +139,13 @@ func (w *Worker) Run(build func(o *Orchestrator) (any, error)) (any, error) {
 
 // Cancel ends the run: tasks not started retire without running, running
 // ones are asked to stop (a Starlark kernel at its next step; a child
-// process that does not stop is killed), the orchestration function, if it
-// still runs, is stopped, and Wait returns "RuntimeError: run N
-// cancelled". It does not wait; cancelling again, or a run that is done,
+// process that does not stop is killed), and the orchestration function,
+// if it still runs, is stopped. Each task then ends as its endpoint
+// reports: not started, stopped while it ran, or run to its end. If the
+// cancel cut anything short, Wait returns "RuntimeError: run N cancelled:
+// ..." naming which tasks (a *CancelReport inside says the same as
+// values); if every task ran to its end all the same, Wait returns what
+// they did. It does not wait; cancelling again, or a run that is done,
 // does nothing.
 func (r *Run) Cancel() {
 	w := r.w
@@ -222,8 +230,8 @@ func (w *Worker) finish(r *Run) {
 	if r.firstErr != nil {
 		r.waitErr = r.firstErr.err
 	}
-	if r.cancelled != nil {
-		r.waitErr = r.cancelled
+	if r.cut() {
+		r.waitErr = r.cancelError()
 	}
 	w.mu.Unlock()
 	if err := w.dropCaptured(r); err != nil && r.waitErr == nil {

@@ -257,16 +257,3 @@ func (w *Worker) procs() []Process {
 	}
 	return ps
 }
-
-// closeProcs shuts every child process down and forgets them; it returns
-// the first error.
-func (w *Worker) closeProcs() error {
-	var first error
-	for _, p := range w.procs() {
-		if err := p.Close(); err != nil && first == nil {
-			first = err
-		}
-	}
-	w.chipProcs, w.subProcs, w.nodeProcs = nil, nil, nil
-	return first
-}

@@ -23,8 +23,9 @@ type Task struct {
 	deps      []int         // producers' ids, kept only while observed
 	// The flags sit together: a Task is allocated per submit, and 8 bytes
 	// of padding between them put it in the next size class.
-	done bool
-	root bool // err came from running this task
+	done  bool
+	root  bool      // err came from running this task
+	ended memberEnd // how its members ended: what a cancel reports of it
 }
 
 // TaskError is a task's failure as the caller sees it: where it failed

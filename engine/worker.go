@@ -241,14 +241,15 @@ func (w *Worker) start() error {
 	}
 	w.state = stateStarting
 	w.mu.Unlock()
-	err := w.open()
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if err != nil {
-		w.teardown()
+	if err := w.open(); err != nil {
+		w.teardown() // not under w.mu: see teardown
+		w.mu.Lock()
 		w.state = stateNew
+		w.mu.Unlock()
 		return err
 	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	w.sched = NewSched(w.nextCount(), w.cfg.NumSubWorkers)
 	for id := range w.remotes {
 		if w.IsRemote(id) {

@@ -162,11 +162,17 @@ func (s *Session) Kill() {
 }
 
 // Close closes every worker the script left open, then frees host memory.
+// The workers stay listed until they are closed, so that a Kill (a second
+// interrupt) reaches the ones being closed.
 func (s *Session) Close() error {
 	s.mu.Lock()
-	workers := s.workers
-	s.workers = nil
+	workers := append([]*Worker(nil), s.workers...)
 	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.workers = nil
+		s.mu.Unlock()
+	}()
 	var first error
 	for i := len(workers) - 1; i >= 0; i-- {
 		if workers[i].w.Attached() {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -63,13 +64,26 @@ func checkNoShm(t *testing.T, env []string) {
 	if prefix == "" {
 		t.Fatal("checkNoShm: the process had no prefix of its own (cliEnv gives one)")
 	}
+	checkNoShmPrefix(t, prefix)
+}
+
+// checkNoShmPrefix fails if objects under prefix, or its lock, are left.
+func checkNoShmPrefix(t *testing.T, prefix string) {
+	t.Helper()
 	if left, _ := shm.Leftovers(prefix); len(left) > 0 {
-		t.Errorf("the process left shared-memory objects behind: %v", left)
+		t.Errorf("the processes of %s left shared-memory objects behind: %v", prefix, left)
 	}
 	if _, err := os.Lstat("/dev/shm/" + shm.LockName(prefix)); err == nil {
-		t.Errorf("the process left its prefix's lock behind")
+		t.Errorf("the processes of %s left their prefix's lock behind", prefix)
 	}
 	shm.SweepPrefix(prefix)
+}
+
+// pidPrefix is the shm prefix process pid runs under, from its
+// environment ("" if it has none or is gone).
+func pidPrefix(pid int) string {
+	env, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	return prefixOf(strings.Split(string(env), "\x00"))
 }
 
 // prefixOf is the shm prefix env (cliEnv's) gives a process, or "".

@@ -10,7 +10,9 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
+	"simpler/engine"
 	"simpler/hal"
 	"simpler/hal/shm"
 	"simpler/starlib"
@@ -139,7 +141,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	obs.attach(s)
-	intr := watchInterrupts(s, stopDaemons)
+	intr := watchInterrupts(s, stopDaemons, stderr)
 	err = s.RunFile(rc.script)
 	if cerr := s.Close(); err == nil && cerr != nil {
 		err = cerr
@@ -163,56 +165,125 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// interrupts watches SIGINT, SIGTERM and SIGHUP while a script runs: the
-// first cancels its runs and stops its main thread (close then runs within
-// its bound, the trace so far is written, the progress line cleared); a
-// second ends the child processes and sessions at once, removes this
-// process's shared memory and exits.
+// interrupts watches SIGINT, SIGTERM and SIGHUP while a script runs. The
+// first signal cancels its runs and stops its main thread: close then runs
+// within its bound, the trace so far is written, the progress line
+// cleared. After a SIGTERM or SIGHUP the process ends within forceAfter
+// whatever close is doing; a second signal of any kind ends it at once.
+// Ending it (force) kills the child processes and remote sessions this
+// process started, stops its daemons, removes its shared memory and exits.
 type interrupts struct {
-	ch   chan os.Signal
-	done chan struct{}
-	mu   sync.Mutex
-	got  os.Signal
+	s           *starlib.Session
+	stopDaemons func()
+	stderr      io.Writer
+	ch          chan os.Signal
+	done        chan struct{}
+	mu          sync.Mutex
+	state       signalState
 }
 
-func watchInterrupts(s *starlib.Session, stopDaemons func()) *interrupts {
-	in := &interrupts{ch: make(chan os.Signal, 2), done: make(chan struct{})}
+// forceAfter bounds how long a SIGTERM or SIGHUP waits for the graceful
+// close: the default close_timeout_s, and the grace after it in which the
+// runs' kernels must stop (engine's drainRuns).
+const forceAfter = engine.DefaultCloseTimeout + 3*engine.StopGrace
+
+// killBound bounds how long force waits for the kill of what this process
+// started before it exits all the same (its daemons get SIGTERM when it
+// exits, its child processes notice they are orphans).
+const killBound = 2 * time.Second
+
+// signalAction is what a signal asks for.
+type signalAction uint8
+
+const (
+	cancelRuns        signalAction = iota // end the script gracefully
+	cancelRunsBounded                     // the same, and force after forceAfter
+	forceEnd                              // end the process now
+)
+
+// signalState is the decision of what each signal does, stepped directly
+// by its test: the first SIGINT is graceful, the first SIGTERM or SIGHUP
+// graceful within a bound, any second signal forces the end.
+type signalState struct {
+	first os.Signal
+}
+
+func (st *signalState) next(sig os.Signal) signalAction {
+	if st.first != nil {
+		return forceEnd
+	}
+	st.first = sig
+	if sig == syscall.SIGINT {
+		return cancelRuns
+	}
+	return cancelRunsBounded
+}
+
+func watchInterrupts(s *starlib.Session, stopDaemons func(), stderr io.Writer) *interrupts {
+	in := &interrupts{s: s, stopDaemons: stopDaemons, stderr: stderr, ch: make(chan os.Signal, 2), done: make(chan struct{})}
 	signal.Notify(in.ch, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	go func() {
-		for {
-			select {
-			case <-in.done:
-				return
-			case sig := <-in.ch:
-				in.mu.Lock()
-				first := in.got == nil
-				if first {
-					in.got = sig
-				}
-				in.mu.Unlock()
-				if first {
-					s.Interrupt(fmt.Sprintf("interrupted by %v", sig))
-					continue
-				}
-				s.Kill()
-				if stopDaemons != nil {
-					stopDaemons()
-				}
-				shm.RemoveOwn()
-				os.Exit(exitCode(sig))
+	go in.watch()
+	return in
+}
+
+func (in *interrupts) watch() {
+	var deadline <-chan time.Time
+	for {
+		select {
+		case <-in.done:
+			return
+		case <-deadline:
+			in.force(in.first(), fmt.Sprintf("not closed within %v of the signal", forceAfter))
+		case sig := <-in.ch:
+			in.mu.Lock()
+			action := in.state.next(sig)
+			in.mu.Unlock()
+			switch action {
+			case cancelRuns:
+				in.s.Interrupt(fmt.Sprintf("interrupted by %v", sig))
+			case cancelRunsBounded:
+				deadline = time.After(forceAfter)
+				in.s.Interrupt(fmt.Sprintf("interrupted by %v", sig))
+			case forceEnd:
+				in.force(sig, "a second signal")
 			}
 		}
+	}
+}
+
+// first is the first signal that came.
+func (in *interrupts) first() os.Signal {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.state.first
+}
+
+// force ends the process: it kills what this process started (waiting at
+// most killBound for that), removes its shared memory and exits with sig's
+// status. It does not return.
+func (in *interrupts) force(sig os.Signal, why string) {
+	fmt.Fprintf(in.stderr, "simpler run: %s: ending now; the child processes and sessions it started are killed\n", why)
+	killed := make(chan struct{})
+	go func() {
+		in.s.Kill()
+		if in.stopDaemons != nil {
+			in.stopDaemons()
+		}
+		close(killed)
 	}()
-	return in
+	select {
+	case <-killed:
+	case <-time.After(killBound):
+	}
+	shm.RemoveOwn()
+	os.Exit(exitCode(sig))
 }
 
 // stop ends the watch and returns the first signal, if one came.
 func (in *interrupts) stop() os.Signal {
 	signal.Stop(in.ch)
 	close(in.done)
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	return in.got
+	return in.first()
 }
 
 // exitCode is the conventional status of a process ended by sig: 128

@@ -96,6 +96,7 @@ func (c *chip) commAlloc(req comm.Request, rank int) (engine.DomainRank, error) 
 	// ranks never arrived) is the error, not a bare "no answer".
 	cr := wire.MailboxControl{Op: opCommAlloc, Comm: wire.CommAlloc{Namespace: req.Namespace, AllocationID: req.AllocationID,
 		Name: req.Name, Ranks: req.Ranks, WindowSize: req.WindowSize, Timeout: req.Timeout, Rank: rank, Key: req.Key}}
+	in := c.p.cur.Load() // the process the rank lives in
 	d, err := c.p.controlWithin(req.Timeout+5*time.Second, cr.Encode)
 	if err != nil {
 		return engine.DomainRank{}, err
@@ -106,9 +107,17 @@ func (c *chip) commAlloc(req comm.Request, rank int) (engine.DomainRank, error) 
 	}
 	r := engine.DomainRank{DeviceCtx: reply.DeviceCtx, WindowBase: reply.WindowBase, WindowSize: reply.WindowSize}
 	release := wire.MailboxControl{Op: opCommRelease, Ptr: req.AllocationID}
+	prefix := c.p.init.Prefix
 	r.Release = func() error {
-		_, err := c.p.control(release.Encode)
-		return err
+		if !in.gone() {
+			_, err := c.p.control(release.Encode)
+			if err == nil || !in.gone() {
+				return err
+			}
+		}
+		// Killed (a kernel that would not stop): its mapping went with
+		// it, its window's name is left for this process to remove.
+		return removeDomainRank(prefix, req, rank)
 	}
 	return r, nil
 }

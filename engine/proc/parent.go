@@ -90,6 +90,7 @@ func (p *process) spawn(deadline time.Time) error {
 	in := &incarnation{cmd: cmd, mb: mb, exited: make(chan struct{})}
 	go func() {
 		in.exit = cmd.Wait()
+		removePool(p.init.Prefix, cmd.Process.Pid) // a killed child could not (orphans.go)
 		close(in.exited)
 	}()
 	p.cur.Store(in)
