@@ -102,7 +102,7 @@ func TestSameRefusalsAndStopsInEveryMode(t *testing.T) {
 			"deadline: TimeoutError: chip_worker 0 (device 0): task 1 running \"blocked_wait\" failed: past its deadline of 1s",
 			"barrier deadline: TimeoutError: chip_worker 0 (device 0): task 1 running \"blocked_barrier\" failed: past its deadline of 500ms",
 			"matmul deadline: TimeoutError: chip_worker 0 (device 0): task 1 running \"long_matmul\" failed: past its deadline of 500ms",
-			"cancel: RuntimeError: run 7 cancelled\n",
+			"cancel: RuntimeError: run 7 cancelled: task 1 stopped while running\n",
 			"memory kept: [7.0]\n",
 		} {
 			if !strings.Contains(out, want) {
