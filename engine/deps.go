@@ -5,21 +5,38 @@ import (
 	"sort"
 )
 
-// Dependencies are inferred over byte ranges, not start addresses: a task
-// that reads bytes an earlier task of its run writes waits for it, a task
-// that writes bytes waits for every earlier reader and writer of them, and
-// disjoint views of one buffer stay independent, whatever start addresses
-// the views have. (Upstream keys on the exact start address; two views of
-// one array at different offsets then race, or deadlock a rendezvous.)
+// Dependencies are inferred over bytes, not start addresses, by the
+// rules of upstream's tag table:
+//
+//   - a task that reads bytes (INPUT, INOUT) waits for every earlier task
+//     of its run that wrote any of them (read-after-write);
+//   - a task that only writes them (OUTPUT, OUTPUT_EXISTING) is
+//     insert-only: it waits for no earlier reader (write-after-read) and
+//     no earlier writer (write-after-write), and an INOUT waits for no
+//     earlier reader;
+//   - NO_DEP orders nothing.
+//
+// Worker(order_hazards=True) also orders write-after-read and
+// write-after-write, which is stricter than upstream. Which pairs become
+// edges is decided in one place, Run.order, so a tool that reports the
+// pairs left unordered has one place to look.
+//
+// Disjoint views of one buffer stay independent, whatever start addresses
+// they have, and a read of any overlapping bytes waits for every writer
+// of them: upstream does the same for its local tensors (its remote
+// tensors key on the exact start address).
 //
 // A run keeps one rangeMap per address space: host memory, each NEXT_LEVEL
 // worker's device memory, and each remote allocation (owner, buffer,
 // generation, ranges in the owner's allocation, so owner and imported views
 // of a range are one). A rangeMap is a sorted slice of disjoint segments,
-// each with the last task that wrote it and the tasks that read it since:
+// each with its writers and the tasks that read it since the last write:
 // finding the segments of a range is a binary search, and the common
 // accesses (the same range again, or ranges in increasing order) change
-// the slice in place or at its end.
+// the slice in place or at its end. Strided views (view.go) are kept
+// beside the segments, each with its layout: one is compared with a
+// segment by whether its rows meet the segment's bytes, and with another
+// strided view by bounding range first, then per dimension.
 
 // spaceKey names one address space of a run.
 type spaceKey struct {
@@ -30,50 +47,148 @@ type spaceKey struct {
 
 const remoteSpace = -2
 
-// segment is [lo, hi) of one space: its last writer and the readers since.
+// hazard is how a later access of some bytes relates to an earlier one.
+type hazard uint8
+
+const (
+	readAfterWrite  hazard = iota // a read of bytes an earlier task wrote
+	writeAfterRead                // a write of bytes an earlier task read
+	writeAfterWrite               // a write of bytes an earlier task wrote
+)
+
+// order decides whether t, which touches bytes an earlier task p touched,
+// waits for p: a read after a write always does; a write after a read or
+// a write only under Worker(order_hazards=True). Every edge of dependency
+// inference is made, or deliberately not made, here.
+func (r *Run) order(t, p *Task, h hazard) {
+	if p == t {
+		return
+	}
+	if h != readAfterWrite && !r.w.cfg.OrderHazards {
+		return // upstream's insert-only writers: the pair runs unordered
+	}
+	t.dependOn(p)
+}
+
+// segment is [lo, hi) of one space: the tasks that wrote it and have not
+// been waited for by a later writer (one, once every write is ordered),
+// and the tasks that read it since the last write.
 type segment struct {
 	lo, hi  uint64
-	writer  *Task
+	writers []*Task
 	readers []*Task
 }
 
-// rangeMap is one space's segments, sorted by lo and disjoint.
-type rangeMap struct {
-	segs []segment
+// stridedAccess is one strided view's access: its task, layout and
+// bounding range, and how it used them.
+type stridedAccess struct {
+	t             *Task
+	l             layout
+	lo, hi        uint64
+	reads, writes bool
 }
 
-// access records that t reads and/or writes [lo, hi): t depends on every
-// overlapping writer, and a writer also on every overlapping reader; then
-// t becomes the writer of the range (if it writes) or one of its readers.
-func (m *rangeMap) access(t *Task, lo, hi uint64, reads, writes bool) {
+// rangeMap is one space's segments, sorted by lo and disjoint, and its
+// strided accesses in submit order.
+type rangeMap struct {
+	segs    []segment
+	strided []stridedAccess
+}
+
+// orderOn orders t, which reads and/or writes some bytes of s, after the
+// tasks that touched them before.
+func (r *Run) orderOn(t *Task, writers, readers []*Task, reads, writes bool) {
+	h := writeAfterWrite
+	if reads {
+		h = readAfterWrite
+	}
+	for _, p := range writers {
+		r.order(t, p, h)
+	}
+	if writes {
+		for _, p := range readers {
+			r.order(t, p, writeAfterRead)
+		}
+	}
+}
+
+// orderStrided orders t, which touches bytes of l, after every earlier
+// strided access of m that conflicts with it.
+func (r *Run) orderStrided(m *rangeMap, t *Task, lo, hi uint64, meets func(e *stridedAccess) bool, reads, writes bool) {
+	for k := range m.strided {
+		e := &m.strided[k]
+		if e.t == t || e.lo >= hi || lo >= e.hi || !(writes || e.writes) || !meets(e) {
+			continue
+		}
+		switch {
+		case reads && e.writes:
+			r.order(t, e.t, readAfterWrite)
+		case writes && e.writes:
+			r.order(t, e.t, writeAfterWrite)
+		case writes:
+			r.order(t, e.t, writeAfterRead)
+		}
+	}
+}
+
+// access records that t reads and/or writes the contiguous [lo, hi): t is
+// ordered after what touched it before (Run.order), then becomes one of
+// its writers or readers.
+func (r *Run) access(m *rangeMap, t *Task, lo, hi uint64, reads, writes bool) {
+	if len(m.strided) > 0 {
+		r.orderStrided(m, t, lo, hi, func(e *stridedAccess) bool { return e.l.touches(lo, hi) }, reads, writes)
+		if writes && (reads || r.w.cfg.OrderHazards) {
+			m.supersede(t, lo, hi)
+		}
+	}
+	// One writer that waited for every earlier one (INOUT, or any write
+	// under order_hazards) is then the only writer to wait for.
+	sole := writes && (reads || r.w.cfg.OrderHazards)
+	i, j := m.cover(lo, hi)
+	for k := i; k < j; k++ {
+		s := &m.segs[k]
+		r.orderOn(t, s.writers, s.readers, reads, writes)
+		switch {
+		case !writes:
+			s.readers = appendLive(s.readers, t)
+		case sole:
+			s.writers, s.readers = append(s.writers[:0], t), s.readers[:0]
+		default:
+			s.writers, s.readers = appendLive(s.writers, t), s.readers[:0]
+		}
+	}
+	if sole {
+		m.merge(i, j)
+	}
+}
+
+// accessStrided records that t reads and/or writes the bytes of the
+// strided layout l, bounded by [lo, hi): t is ordered after the segments
+// whose bytes its rows meet and the strided accesses that overlap it,
+// then kept as a strided access (segments are not split for it: its
+// bytes are not one range).
+func (r *Run) accessStrided(m *rangeMap, t *Task, l layout, reads, writes bool) {
+	lo, hi := l.bound()
 	i, j := m.overlap(lo, hi)
 	for k := i; k < j; k++ {
 		s := &m.segs[k]
-		if s.writer != nil && s.writer != t {
-			t.dependOn(s.writer)
-		}
-		if writes {
-			for _, rd := range s.readers {
-				if rd != t {
-					t.dependOn(rd)
-				}
-			}
+		if l.touches(s.lo, s.hi) {
+			r.orderOn(t, s.writers, s.readers, reads, writes)
 		}
 	}
-	switch {
-	case i == j && (reads || writes): // untouched bytes: one new segment, the common case
-		s := segment{lo: lo, hi: hi}
-		if writes {
-			s.writer = t
-		} else {
-			s.readers = []*Task{t}
-		}
-		m.segs = slices.Insert(m.segs, i, s)
-	case writes:
-		m.setWriter(i, j, lo, hi, t)
-	case reads:
-		m.addReader(i, j, lo, hi, t)
+	r.orderStrided(m, t, lo, hi, func(e *stridedAccess) bool { return overlaps(l, e.l) }, reads, writes)
+	if len(m.strided) >= 8 {
+		m.strided = slices.DeleteFunc(m.strided, func(e stridedAccess) bool { return retiredClean(e.t) })
 	}
+	m.strided = append(m.strided, stridedAccess{t: t, l: l, lo: lo, hi: hi, reads: reads, writes: writes})
+}
+
+// supersede drops the strided accesses inside [lo, hi) that t, a writer
+// of all of it, waited for: later accesses of those bytes order through t.
+func (m *rangeMap) supersede(t *Task, lo, hi uint64) {
+	m.strided = slices.DeleteFunc(m.strided, func(e stridedAccess) bool {
+		return e.t != t && e.lo >= lo && e.hi <= hi
+	})
 }
 
 // overlap returns the segments [i, j) that overlap [lo, hi).
@@ -86,79 +201,70 @@ func (m *rangeMap) overlap(lo, hi uint64) (int, int) {
 	return i, j
 }
 
-// setWriter makes t the only owner of [lo, hi): what segments i..j-1 held
-// outside it stays as it was.
-func (m *rangeMap) setWriter(i, j int, lo, hi uint64, t *Task) {
-	if j == i+1 && m.segs[i].lo == lo && m.segs[i].hi == hi { // the same range again
-		s := &m.segs[i]
-		s.writer, s.readers = t, s.readers[:0]
-		return
+// cover makes segments [i, j) cover exactly [lo, hi): a segment across
+// either end is split there, and the gaps between segments get new,
+// untouched ones.
+func (m *rangeMap) cover(lo, hi uint64) (int, int) {
+	i := sort.Search(len(m.segs), func(k int) bool { return m.segs[k].hi > lo })
+	if i < len(m.segs) && m.segs[i].lo < lo {
+		m.split(i, lo)
+		i++
 	}
-	var repl []segment
-	if i < j && m.segs[i].lo < lo {
-		left := m.segs[i]
-		left.hi, left.readers = lo, slices.Clone(left.readers)
-		repl = append(repl, left)
-	}
-	repl = append(repl, segment{lo: lo, hi: hi, writer: t})
-	if i < j && m.segs[j-1].hi > hi {
-		right := m.segs[j-1]
-		right.lo = hi
-		repl = append(repl, right)
-	}
-	m.segs = slices.Replace(m.segs, i, j, repl...)
-}
-
-// addReader adds t to the readers of every byte of [lo, hi), splitting
-// segments at its ends and filling the gaps between them.
-func (m *rangeMap) addReader(i, j int, lo, hi uint64, t *Task) {
-	if j == i+1 && m.segs[i].lo == lo && m.segs[i].hi == hi { // the same range again
-		s := &m.segs[i]
-		s.readers = appendReader(s.readers, t)
-		return
-	}
-	var repl []segment
-	at := lo
-	for k := i; k < j; k++ {
-		s := m.segs[k]
-		if s.lo < at { // the part before lo keeps its readers
-			left := s
-			left.hi, left.readers = at, slices.Clone(s.readers)
-			repl = append(repl, left)
-			s.lo = at
-		} else if s.lo > at { // a gap nobody touched yet
-			repl = append(repl, segment{lo: at, hi: s.lo, readers: []*Task{t}})
-		}
-		if s.hi > hi { // the part after hi keeps its readers
-			right := s
-			right.lo, right.readers = hi, slices.Clone(s.readers)
-			s.hi = hi
-			s.readers = appendReader(s.readers, t)
-			repl = append(repl, s, right)
-			at = hi
+	k, at := i, lo
+	for at < hi {
+		if k == len(m.segs) || m.segs[k].lo >= hi {
+			m.segs = slices.Insert(m.segs, k, segment{lo: at, hi: hi})
+			k++
 			break
 		}
-		s.readers = appendReader(s.readers, t)
-		repl = append(repl, s)
-		at = s.hi
+		if s := m.segs[k]; s.lo > at {
+			m.segs = slices.Insert(m.segs, k, segment{lo: at, hi: s.lo})
+			k, at = k+1, s.lo
+			continue
+		}
+		if m.segs[k].hi > hi {
+			m.split(k, hi)
+		}
+		at = m.segs[k].hi
+		k++
 	}
-	if at < hi {
-		repl = append(repl, segment{lo: at, hi: hi, readers: []*Task{t}})
-	}
-	m.segs = slices.Replace(m.segs, i, j, repl...)
+	return i, k
 }
 
-// appendReader adds t once, dropping readers that have retired when the
-// list grows (a retired reader orders nothing).
-func appendReader(rs []*Task, t *Task) []*Task {
-	if n := len(rs); n > 0 && rs[n-1] == t {
-		return rs
-	}
-	if len(rs) >= 8 {
-		rs = slices.DeleteFunc(rs, func(r *Task) bool { return r.done })
-	}
-	return append(rs, t)
+// split cuts segment k at `at` (inside it) into two with the same
+// writers and readers, each its own copy.
+func (m *rangeMap) split(k int, at uint64) {
+	right := m.segs[k]
+	right.lo = at
+	right.writers, right.readers = slices.Clone(right.writers), slices.Clone(right.readers)
+	m.segs[k].hi = at
+	m.segs = slices.Insert(m.segs, k+1, right)
 }
+
+// merge joins segments [i, j), which one sole writer has just covered,
+// back into one.
+func (m *rangeMap) merge(i, j int) {
+	if j-i < 2 {
+		return
+	}
+	m.segs[i].hi = m.segs[j-1].hi
+	m.segs = slices.Delete(m.segs, i+1, j)
+}
+
+// appendLive adds t once, dropping tasks that retired without failing
+// when the list grows: waiting for one is no wait, while a failed one
+// still poisons whoever would have waited.
+func appendLive(ts []*Task, t *Task) []*Task {
+	if n := len(ts); n > 0 && ts[n-1] == t {
+		return ts
+	}
+	if len(ts) >= 8 {
+		ts = slices.DeleteFunc(ts, retiredClean)
+	}
+	return append(ts, t)
+}
+
+func retiredClean(t *Task) bool { return t.done && t.err == nil }
 
 // wire records t's producers and makes t the writer or a reader of the
 // bytes it touches. It runs under the Worker's mutex, in submit order.
@@ -186,11 +292,15 @@ func (r *Run) wire(t *Task) {
 			case ten.ChildMemory:
 				k.space = space
 			}
+			m := r.space(k)
+			if ten.Strides != nil && ten.Elems() > 0 {
+				r.accessStrided(m, t, layoutOf(ten, lo), tag.Reads(), tag.Writes())
+				continue
+			}
 			// A tensor of no bytes orders like one byte at its address, so
 			// an empty tensor still serves as a dependency token.
-			n, _ := tensorBytes(ten)
-			hi := lo + uint64(max(n, 1))
-			r.space(k).access(t, lo, hi, tag.Reads(), tag.Writes())
+			hi := lo + uint64(max(ten.spanBytes(), 1))
+			r.access(m, t, lo, hi, tag.Reads(), tag.Writes())
 		}
 	}
 }

@@ -31,8 +31,11 @@ var Tags = []Tag{Input, Output, InOut, OutputExisting, NoDep}
 // Tensor names memory: a host address in shared memory, or a device
 // address of the chip a task runs on (ChildMemory).
 type Tensor struct {
-	Addr        uint64
-	Shape       []int
+	Addr  uint64
+	Shape []int
+	// Strides, in elements, lays a strided view out (view.go); nil is
+	// row-major, contiguous.
+	Strides     []int
 	DType       dtype.DType
 	ChildMemory bool
 	// Remote places the tensor in a remote buffer (a RemoteTensorRef) and
@@ -68,6 +71,13 @@ func (t Tensor) String() string {
 	dims := make([]string, len(t.Shape))
 	for i, d := range t.Shape {
 		dims[i] = fmt.Sprint(d)
+	}
+	if t.Strides != nil {
+		st := make([]string, len(t.Strides))
+		for i, s := range t.Strides {
+			st[i] = fmt.Sprint(s)
+		}
+		return fmt.Sprintf("Tensor(%s 0x%x, shape=(%s), strides=(%s), %s)", where, t.Addr, strings.Join(dims, ", "), strings.Join(st, ", "), t.DType)
 	}
 	return fmt.Sprintf("Tensor(%s 0x%x, shape=(%s), %s)", where, t.Addr, strings.Join(dims, ", "), t.DType)
 }
