@@ -170,7 +170,7 @@ func (o *Orchestrator) checkTensors(op string, job schedJob, m int, a *TaskArgs)
 		}
 	}
 	for i, t := range a.Tensors {
-		if err := o.checkStrided(op, i, t, a.Tags[i], remote); err != nil {
+		if err := checkStrided(op, i, t, a.Tags[i], remote); err != nil {
 			return err
 		}
 		if t.Remote != nil || t.Inline != nil || remote {
@@ -212,18 +212,17 @@ func (o *Orchestrator) checkTensors(op string, job schedJob, m int, a *TaskArgs)
 }
 
 // checkStrided refuses a strided view that cannot be laid out
-// (checkLayout), and one bound for another process: the task messages
-// carry a shape, not strides, so a child process or a remote node would
-// read other bytes than the view names.
-func (o *Orchestrator) checkStrided(op string, i int, t Tensor, tag Tag, remote bool) error {
+// (checkLayout), and one bound for a remote node: a TASK carries a shape,
+// not strides (a local child's mailbox carries both).
+func checkStrided(op string, i int, t Tensor, tag Tag, remote bool) error {
 	if t.Strides == nil {
 		return nil
 	}
 	if err := checkLayout(op, i, t, tag); err != nil {
 		return err
 	}
-	if remote || o.w.cfg.Mode == "process" {
-		return Errorf(ValueError, "%s: tensor %d is a strided view; strided views reach tasks of thread-mode workers only (a task crossing a process carries a shape, not strides)", op, i)
+	if remote || t.Remote != nil || t.Inline != nil {
+		return Errorf(ValueError, "%s: tensor %d is a strided view; a remote node takes contiguous tensors only", op, i)
 	}
 	return nil
 }

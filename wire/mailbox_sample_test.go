@@ -79,6 +79,7 @@ func sampleMailboxTask() *MailboxTask {
 			{Tag: TagInput, DType: dtype.Float32, Shape: []int{4, 8}, Host: sampleHostRef()},
 			{Tag: TagOutputExisting, DType: dtype.Int64, Shape: []int{16}, Device: true, Addr: 0x1000_0000_0200},
 			{Tag: TagNoDep, DType: dtype.Float16, Shape: []int{0, 1 << 40}, Host: HostRef{Name: "simpler-1-host-2", Size: 64, Off: 63}},
+			{Tag: TagOutput, DType: dtype.Int32, Shape: []int{4, 2}, Strides: []int{8, 1}, Host: sampleHostRef()},
 			{Tag: TagInOut, DType: dtype.UInt8, Host: HostRef{Name: "simpler-1-host-2", Size: 64, Off: 63}},
 		},
 		Scalars: []uint64{7, 1 << 63},

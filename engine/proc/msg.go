@@ -127,7 +127,7 @@ func mailboxTask(op uint8, digest string, a *engine.TaskArgs, cfg engine.CallCon
 	}
 	for i, t := range a.Tensors {
 		x := &m.Tensors[i]
-		x.Tag, x.DType, x.Shape = a.Tags[i], t.DType, t.Shape
+		x.Tag, x.DType, x.Shape, x.Strides = a.Tags[i], t.DType, t.Shape, t.Strides
 		if t.ChildMemory {
 			x.Device, x.Addr = true, t.Addr
 			continue
@@ -149,7 +149,7 @@ func taskArgs(m *wire.MailboxTask, attach func(hostRef) (uint64, error)) (*engin
 		a.Tensors, a.Tags = make([]engine.Tensor, 0, n), make([]engine.Tag, 0, n)
 	}
 	for _, x := range m.Tensors {
-		t := engine.Tensor{Addr: x.Addr, Shape: x.Shape, DType: x.DType, ChildMemory: x.Device}
+		t := engine.Tensor{Addr: x.Addr, Shape: x.Shape, Strides: x.Strides, DType: x.DType, ChildMemory: x.Device}
 		if !x.Device {
 			base, err := attach(x.Host)
 			if err != nil {
