@@ -70,13 +70,14 @@ func (r *Run) order(t, p *Task, h hazard) {
 	t.dependOn(p)
 }
 
-// segment is [lo, hi) of one space: the tasks that wrote it and have not
-// been waited for by a later writer (one, once every write is ordered),
-// and the tasks that read it since the last write.
+// segment is [lo, hi) of one space: its last writer, the earlier writers
+// that one did not wait for (upstream's insert-only writes; none under
+// order_hazards), and the tasks that read it since the last write.
 type segment struct {
-	lo, hi  uint64
-	writers []*Task
-	readers []*Task
+	lo, hi    uint64
+	writer    *Task
+	unordered []*Task
+	readers   []*Task
 }
 
 // stridedAccess is one strided view's access: its task, layout and
@@ -95,18 +96,21 @@ type rangeMap struct {
 	strided []stridedAccess
 }
 
-// orderOn orders t, which reads and/or writes some bytes of s, after the
+// orderOn orders t, which reads and/or writes bytes of s, after the
 // tasks that touched them before.
-func (r *Run) orderOn(t *Task, writers, readers []*Task, reads, writes bool) {
+func (r *Run) orderOn(t *Task, s *segment, reads, writes bool) {
 	h := writeAfterWrite
 	if reads {
 		h = readAfterWrite
 	}
-	for _, p := range writers {
+	if s.writer != nil {
+		r.order(t, s.writer, h)
+	}
+	for _, p := range s.unordered {
 		r.order(t, p, h)
 	}
 	if writes {
-		for _, p := range readers {
+		for _, p := range s.readers {
 			r.order(t, p, writeAfterRead)
 		}
 	}
@@ -147,15 +151,17 @@ func (r *Run) access(m *rangeMap, t *Task, lo, hi uint64, reads, writes bool) {
 	i, j := m.cover(lo, hi)
 	for k := i; k < j; k++ {
 		s := &m.segs[k]
-		r.orderOn(t, s.writers, s.readers, reads, writes)
+		r.orderOn(t, s, reads, writes)
 		switch {
 		case !writes:
 			s.readers = appendLive(s.readers, t)
+			continue
 		case sole:
-			s.writers, s.readers = append(s.writers[:0], t), s.readers[:0]
-		default:
-			s.writers, s.readers = appendLive(s.writers, t), s.readers[:0]
+			s.unordered = s.unordered[:0]
+		case s.writer != nil && s.writer != t && !retiredClean(s.writer):
+			s.unordered = appendLive(s.unordered, s.writer)
 		}
+		s.writer, s.readers = t, s.readers[:0]
 	}
 	if sole {
 		m.merge(i, j)
@@ -173,7 +179,7 @@ func (r *Run) accessStrided(m *rangeMap, t *Task, l layout, reads, writes bool) 
 	for k := i; k < j; k++ {
 		s := &m.segs[k]
 		if l.touches(s.lo, s.hi) {
-			r.orderOn(t, s.writers, s.readers, reads, writes)
+			r.orderOn(t, s, reads, writes)
 		}
 	}
 	r.orderStrided(m, t, lo, hi, func(e *stridedAccess) bool { return overlaps(l, e.l) }, reads, writes)
@@ -236,7 +242,7 @@ func (m *rangeMap) cover(lo, hi uint64) (int, int) {
 func (m *rangeMap) split(k int, at uint64) {
 	right := m.segs[k]
 	right.lo = at
-	right.writers, right.readers = slices.Clone(right.writers), slices.Clone(right.readers)
+	right.unordered, right.readers = slices.Clone(right.unordered), slices.Clone(right.readers)
 	m.segs[k].hi = at
 	m.segs = slices.Insert(m.segs, k+1, right)
 }
