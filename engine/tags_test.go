@@ -58,7 +58,9 @@ func TestColumnBlocksRunIndependently(t *testing.T) {
 		a := must(o.SubmitNext(hold, mkArgs(col(0, 4), Output), nil, 0))
 		b := must(o.SubmitNext(hold, mkArgs(col(4, 4), Output), nil, 1))
 		r := must(o.SubmitNext(h, mkArgs(m, Input), nil, 0))
-		if !locked(w, func() bool { return slices.Contains(a.consumers, r) && slices.Contains(b.consumers, r) && r.pending == 2 }) {
+		if !locked(w, func() bool {
+			return slices.Contains(a.consumers, r) && slices.Contains(b.consumers, r) && r.pending == 2
+		}) {
 			t.Error("the whole-matrix reader does not wait for both block writers")
 		}
 		close(gate)

@@ -51,11 +51,11 @@ const (
 
 // Bounds of the mailbox messages, beside the protocol's.
 const (
-	MaxLauncherArgs  = 64                // arguments a child passes on to its own children
-	MaxWorkerID      = 1 << 20           // a child's worker id
-	MaxLevel         = 6                 // a node's level
-	MaxTaskWindow    = 1 << 30           // a node's task window
-	MaxCommRanks     = 1 << 16           // ranks of a communication domain
+	MaxLauncherArgs  = 64                    // arguments a child passes on to its own children
+	MaxWorkerID      = 1 << 20               // a child's worker id
+	MaxLevel         = 6                     // a node's level
+	MaxTaskWindow    = 1 << 30               // a node's task window
+	MaxCommRanks     = 1 << 16               // ranks of a communication domain
 	minMailboxTensor = minTensorSize + 4 + 8 // a device tensor of no dimensions or strides
 )
 
@@ -96,10 +96,10 @@ type MailboxTensor struct {
 	Tag     Tag
 	DType   dtype.DType
 	Shape   []int
-	Strides []int // in elements, one per dimension; nil is row-major
-	Device bool    // the bytes are at Addr in the child's chip, else at Host
-	Addr   uint64  // Device
-	Host   HostRef // not Device
+	Strides []int   // in elements, one per dimension; nil is row-major
+	Device  bool    // the bytes are at Addr in the child's chip, else at Host
+	Addr    uint64  // Device
+	Host    HostRef // not Device
 }
 
 // MailboxTask runs one member of a task in a child. After the op (which
