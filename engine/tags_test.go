@@ -103,3 +103,15 @@ func TestOverlappingWritesAndBadStridesAreRefused(t *testing.T) {
 		}
 	}
 }
+
+// A remote node's TASK carries a shape, not strides: a strided view bound
+// for one is refused; a local one is let through.
+func TestStridedViewsStayLocal(t *testing.T) {
+	col := Tensor{Addr: 0x10000, Shape: []int{4, 2}, Strides: []int{8, 1}, DType: dtype.Int32}
+	if err := checkStrided("submit_next_level", 0, col, Input, true); KindOf(err) != ValueError || !strings.Contains(err.Error(), "remote node") {
+		t.Errorf("a strided view for a remote node: %v", err)
+	}
+	if err := checkStrided("submit_next_level", 0, col, Input, false); err != nil {
+		t.Errorf("a strided view for a local worker: %v", err)
+	}
+}
