@@ -40,7 +40,7 @@ import (
 
 // spaceKey names one address space of a run.
 type spaceKey struct {
-	space    int // -1 host, a NEXT_LEVEL worker id, or remoteSpace
+	space    int // -1 host, a NEXT_LEVEL worker id, remoteSpace, or memberDevice
 	owner    int
 	buf, gen uint64
 }
@@ -289,15 +289,7 @@ func (r *Run) wire(t *Task) {
 			if ten.Inline != nil || !tag.Reads() && !tag.Writes() {
 				continue // carried in the frame, or NO_DEP: no memory to order on
 			}
-			k, lo := spaceKey{space: -1}, ten.Addr
-			switch {
-			case ten.Remote != nil:
-				b := ten.Remote.Buf
-				k = spaceKey{space: remoteSpace, owner: b.Owner, buf: b.BufferID, gen: b.Gen}
-				lo = uint64(b.Offset + ten.Remote.Offset)
-			case ten.ChildMemory:
-				k.space = space
-			}
+			k, lo := addrOf(ten, space)
 			m := r.space(k)
 			if ten.Strides != nil && ten.Elems() > 0 {
 				r.accessStrided(m, t, layoutOf(ten, lo), tag.Reads(), tag.Writes())

@@ -223,3 +223,47 @@ func reaches(d *depRun, t, p *Task) bool {
 	}
 	return false
 }
+
+// overlaps against the byte sets of pairs of views: exact for views laid
+// out alike and for a contiguous range against any view; views laid out
+// differently are taken to overlap when their bounding ranges meet.
+func TestLayoutOverlap(t *testing.T) {
+	i32 := func(off int, shape, strides []int) Tensor {
+		return Tensor{Addr: 0x10000 + uint64(off), Shape: shape, Strides: strides, DType: dtype.Int32}
+	}
+	cases := []struct {
+		name string
+		a, b Tensor
+		want bool
+	}{
+		{"column blocks", block(8, 0, 0, 8, 4), block(8, 0, 4, 8, 4), false},
+		{"column blocks sharing a column", block(8, 0, 0, 8, 4), block(8, 0, 3, 8, 4), true},
+		{"a tile inside a block", block(8, 0, 0, 8, 4), block(8, 2, 1, 2, 2), true},
+		{"tiles on other rows", block(8, 0, 0, 2, 8), block(8, 2, 0, 2, 8), false},
+		{"even and odd elements", i32(0, []int{8}, []int{2}), i32(4, []int{8}, []int{2}), false},
+		{"even elements twice", i32(0, []int{8}, []int{2}), i32(8, []int{4}, []int{2}), true},
+		{"halves of a row, misaligned", i32(0, []int{4, 2}, []int{8, 1}), i32(2, []int{4, 2}, []int{8, 1}), true},
+		{"a range between a block's rows", block(8, 0, 4, 8, 4), view(0, 4), false},
+		{"a range meeting a block's row", block(8, 0, 4, 8, 4), view(4*4, 1), true},
+		// No shared byte, but laid out differently: an edge too many.
+		{"other strides, bounds meet", i32(0, []int{4}, []int{4}), i32(8, []int{2}, []int{3}), true},
+		{"bounds apart", block(8, 0, 0, 2, 2), block(8, 4, 4, 2, 2), false},
+	}
+	for _, c := range cases {
+		_, la, _ := placeOf(c.a)
+		_, lb, _ := placeOf(c.b)
+		if got := overlaps(la, lb); got != c.want {
+			t.Errorf("%s: overlaps = %v, want %v", c.name, got, c.want)
+		}
+		if got := overlaps(lb, la); got != c.want {
+			t.Errorf("%s, swapped: overlaps = %v, want %v", c.name, got, c.want)
+		}
+		shared := false
+		for x := range byteSet(c.a) {
+			shared = shared || byteSet(c.b)[x]
+		}
+		if conservative := c.name == "other strides, bounds meet"; c.want != shared && !conservative || conservative && shared {
+			t.Errorf("%s: the byte sets say %v", c.name, shared)
+		}
+	}
+}

@@ -197,12 +197,14 @@ func touchRows(base uint64, dims []dim, elem, lo, hi uint64) bool {
 
 // overlaps reports whether two layouts share a byte: bounding ranges
 // first, then per dimension when both are laid out alike (the same
-// element size and dimension strides, each nested inside the one
-// outside it, the start difference whole elements): then every element
-// has one coordinate per dimension and the two share a byte only if
-// their index ranges meet in every dimension. Layouts unlike each other
-// are taken to overlap when their bounding ranges do (an edge too many,
-// never one too few).
+// element size and dimension strides): each start then splits into one
+// index per dimension and a remainder inside the innermost step, and
+// when every element of both stays inside its own step of each dimension
+// (coords), two elements share a byte only at the same indices with
+// remainders less than an element apart. So the two views share a byte
+// only if their index ranges meet in every dimension. Layouts unlike each
+// other are taken to overlap when their bounding ranges do (an edge too
+// many, never one too few); a contiguous range is compared row by row.
 func overlaps(a, b layout) bool {
 	alo, ahi := a.bound()
 	blo, bhi := b.bound()
@@ -214,7 +216,7 @@ func overlaps(a, b layout) bool {
 		return b.touches(alo, ahi)
 	case len(b.dims) == 0:
 		return a.touches(blo, bhi)
-	case a.elem != b.elem || len(a.dims) != len(b.dims):
+	case a.elem != b.elem || len(a.dims) != len(b.dims) || len(a.dims) > maxDims:
 		return true
 	}
 	for k := range a.dims {
@@ -223,15 +225,18 @@ func overlaps(a, b layout) bool {
 		}
 	}
 	base := min(a.addr, b.addr)
-	ca, ok := coords(a, base)
+	ca, ra, ok := coords(a, base)
 	if !ok {
 		return true
 	}
-	cb, ok := coords(b, base)
+	cb, rb, ok := coords(b, base)
 	if !ok {
 		return true
 	}
-	for k := range ca {
+	if max(ra, rb)-min(ra, rb) >= a.elem {
+		return false // the same slot of every step, elements apart
+	}
+	for k := range a.dims {
 		if ca[k] >= cb[k]+b.dims[k].n || cb[k] >= ca[k]+a.dims[k].n {
 			return false
 		}
@@ -240,36 +245,31 @@ func overlaps(a, b layout) bool {
 }
 
 // coords splits l's start, counted from base, into one index per
-// dimension, and false unless that is the only way to: the start is whole
-// elements from base and each dimension's rows, from its index on, stay
-// inside one step of the dimension outside it.
-func coords(l layout, base uint64) ([]uint64, bool) {
+// dimension (outermost first) and a remainder below the innermost
+// stride, and false unless every element of l stays inside one step of
+// each dimension: from its index on, a dimension's rows (with the
+// remainder) reach no further than the stride of the dimension outside
+// it, and an element no further than the innermost stride. Then no two
+// different indices name overlapping bytes.
+func coords(l layout, base uint64) ([maxDims]uint64, uint64, bool) {
+	var c [maxDims]uint64
 	off := l.addr - base
-	if off%l.elem != 0 {
-		return nil, false
-	}
-	c := make([]uint64, len(l.dims))
 	for k, d := range l.dims {
-		if d.stride%l.elem != 0 {
-			return nil, false
-		}
 		c[k] = off / d.stride
 		off -= c[k] * d.stride
 	}
-	if off != 0 {
-		return nil, false
+	n := len(l.dims)
+	if off+l.elem > l.dims[n-1].stride {
+		return c, 0, false
 	}
-	for k := 1; k < len(l.dims); k++ {
-		reach := extent(l.dims[k:], l.elem)
-		var start uint64
-		for j := k; j < len(l.dims); j++ {
-			start += c[j] * l.dims[j].stride
-		}
-		if start+reach > l.dims[k-1].stride {
-			return nil, false
+	start := off // bytes from the start of dimension k-1's current step
+	for k := n - 1; k >= 1; k-- {
+		start += c[k] * l.dims[k].stride
+		if start+extent(l.dims[k:], l.elem) > l.dims[k-1].stride {
+			return c, 0, false
 		}
 	}
-	return c, true
+	return c, off, true
 }
 
 // checkWriteOverlap refuses a task member two of whose tensors write
@@ -307,23 +307,14 @@ func writesOverlap(x, y Tensor) bool {
 }
 
 // placeOf is where a tensor's bytes are, as dependency inference keys
-// them: its space (host, the member's device, or a remote buffer's
-// allocation) and its layout there; false for a tensor with no bytes of
-// its own yet (address 0, inline) or none at all.
+// them (addrOf; device tensors on the member's own chip, since members are
+// never compared), and its layout there; false for a tensor with no bytes
+// of its own yet (address 0, inline) or none at all.
 func placeOf(t Tensor) (spaceKey, layout, bool) {
-	k, addr := spaceKey{space: -1}, t.Addr
-	switch {
-	case t.Inline != nil:
-		return k, layout{}, false
-	case t.Remote != nil:
-		b := t.Remote.Buf
-		k = spaceKey{space: remoteSpace, owner: b.Owner, buf: b.BufferID, gen: b.Gen}
-		addr = uint64(b.Offset + t.Remote.Offset)
-	case t.Addr == 0:
-		return k, layout{}, false
-	case t.ChildMemory:
-		k.space = -3 // the member's own device; members are never compared
+	if t.Inline != nil || t.Remote == nil && t.Addr == 0 {
+		return spaceKey{}, layout{}, false
 	}
+	k, addr := addrOf(t, memberDevice)
 	n := t.spanBytes()
 	if n == 0 || t.Elems() == 0 {
 		return k, layout{}, false
@@ -332,4 +323,24 @@ func placeOf(t Tensor) (spaceKey, layout, bool) {
 		return k, layout{addr: addr, elem: uint64(n)}, true
 	}
 	return k, layoutOf(t, addr), true
+}
+
+// memberDevice is the space of a task member's own device memory, when
+// only tensors of one member are compared.
+const memberDevice = -3
+
+// addrOf is the space of a tensor's bytes and the address of its first
+// byte there: host memory, the device memory of NEXT_LEVEL worker device
+// (for a ChildMemory tensor), or a remote allocation (owner, buffer,
+// generation; addresses in the owner's allocation, so an owner's and an
+// importer's views of a range are one range).
+func addrOf(t Tensor, device int) (spaceKey, uint64) {
+	switch {
+	case t.Remote != nil:
+		b := t.Remote.Buf
+		return spaceKey{space: remoteSpace, owner: b.Owner, buf: b.BufferID, gen: b.Gen}, uint64(b.Offset + t.Remote.Offset)
+	case t.ChildMemory:
+		return spaceKey{space: device}, t.Addr
+	}
+	return spaceKey{space: -1}, t.Addr
 }
