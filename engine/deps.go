@@ -139,15 +139,15 @@ func (r *Run) orderStrided(m *rangeMap, t *Task, lo, hi uint64, meets func(e *st
 // ordered after what touched it before (Run.order), then becomes one of
 // its writers or readers.
 func (r *Run) access(m *rangeMap, t *Task, lo, hi uint64, reads, writes bool) {
-	if len(m.strided) > 0 {
-		r.orderStrided(m, t, lo, hi, func(e *stridedAccess) bool { return e.l.touches(lo, hi) }, reads, writes)
-		if writes && (reads || r.w.cfg.OrderHazards) {
-			m.supersede(t, lo, hi)
-		}
-	}
 	// One writer that waited for every earlier one (INOUT, or any write
 	// under order_hazards) is then the only writer to wait for.
 	sole := writes && (reads || r.w.cfg.OrderHazards)
+	if len(m.strided) > 0 {
+		r.orderStrided(m, t, lo, hi, func(e *stridedAccess) bool { return e.l.touches(lo, hi) }, reads, writes)
+		if sole {
+			r.supersede(m, t, lo, hi)
+		}
+	}
 	i, j := m.cover(lo, hi)
 	for k := i; k < j; k++ {
 		s := &m.segs[k]
@@ -189,11 +189,12 @@ func (r *Run) accessStrided(m *rangeMap, t *Task, l layout, reads, writes bool) 
 	m.strided = append(m.strided, stridedAccess{t: t, l: l, lo: lo, hi: hi, reads: reads, writes: writes})
 }
 
-// supersede drops the strided accesses inside [lo, hi) that t, a writer
-// of all of it, waited for: later accesses of those bytes order through t.
-func (m *rangeMap) supersede(t *Task, lo, hi uint64) {
+// supersede drops the strided accesses inside [lo, hi) that t, a sole
+// writer of all of it, waited for — every writer, and under order_hazards
+// every reader too: later accesses of those bytes order through t.
+func (r *Run) supersede(m *rangeMap, t *Task, lo, hi uint64) {
 	m.strided = slices.DeleteFunc(m.strided, func(e stridedAccess) bool {
-		return e.t != t && e.lo >= lo && e.hi <= hi
+		return e.t != t && e.lo >= lo && e.hi <= hi && (e.writes || r.w.cfg.OrderHazards)
 	})
 }
 
