@@ -301,6 +301,8 @@ type NodeConfig struct {
 	GlobalDeviceRanks []int
 	// The node's own bounds, as the parent's Worker was given them.
 	ControlTimeout, TaskTimeout, HealthTimeout, CloseTimeout time.Duration
+	// OrderHazards is the node's Worker(order_hazards=) setting.
+	OrderHazards bool
 }
 
 func (c *NodeConfig) encode(e *Encoder) {
@@ -318,6 +320,7 @@ func (c *NodeConfig) encode(e *Encoder) {
 	for _, t := range []time.Duration{c.ControlTimeout, c.TaskTimeout, c.HealthTimeout, c.CloseTimeout} {
 		e.I64(int64(t))
 	}
+	e.Bool(c.OrderHazards)
 }
 
 func decodeNodeConfig(d *Decoder) NodeConfig {
@@ -336,6 +339,7 @@ func decodeNodeConfig(d *Decoder) NodeConfig {
 	for _, t := range []*time.Duration{&c.ControlTimeout, &c.TaskTimeout, &c.HealthTimeout, &c.CloseTimeout} {
 		*t = time.Duration(d.I64())
 	}
+	c.OrderHazards = d.Bool()
 	return c
 }
 

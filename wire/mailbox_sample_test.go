@@ -67,7 +67,7 @@ func sampleHostRef() HostRef { return HostRef{Name: "simpler-1-host-1", Size: 40
 func sampleNodeConfig() NodeConfig {
 	return NodeConfig{Level: 3, Platform: "a2a3sim", DeviceIDs: []int{0, 1, 2, 3}, NumSubWorkers: 2, Mode: "process",
 		EnableSDMA: true, HeapRingSize: 64 << 20, TaskWindow: 128, StartupTimeout: 30 * time.Second, CommProfile: "sim",
-		GlobalDeviceRanks: []int{4, 5, 6, 7}}
+		GlobalDeviceRanks: []int{4, 5, 6, 7}, OrderHazards: true}
 }
 
 func sampleMailboxTask() *MailboxTask {

@@ -169,7 +169,8 @@ func nodeConfig(c engine.Config) wire.NodeConfig {
 	return wire.NodeConfig{Level: c.Level, Platform: c.Platform.Name(), DeviceIDs: c.DeviceIDs, NumSubWorkers: c.NumSubWorkers,
 		Mode: c.Mode, EnableSDMA: c.EnableSDMA, HeapRingSize: c.HeapRingSize, TaskWindow: c.TaskWindow,
 		StartupTimeout: c.StartupTimeout, CommProfile: c.CommProfile, GlobalDeviceRanks: c.GlobalDeviceRanks,
-		ControlTimeout: c.ControlTimeout, TaskTimeout: c.TaskTimeout, HealthTimeout: c.HealthTimeout, CloseTimeout: c.CloseTimeout}
+		ControlTimeout: c.ControlTimeout, TaskTimeout: c.TaskTimeout, HealthTimeout: c.HealthTimeout, CloseTimeout: c.CloseTimeout,
+		OrderHazards: c.OrderHazards}
 }
 
 // configOf is the Config a node process builds its worker from. The
@@ -187,5 +188,6 @@ func configOf(n wire.NodeConfig) (engine.Config, error) {
 	return engine.Config{Level: n.Level, Platform: p, DeviceIDs: n.DeviceIDs, NumSubWorkers: n.NumSubWorkers,
 		Mode: n.Mode, EnableSDMA: n.EnableSDMA, HeapRingSize: n.HeapRingSize, TaskWindow: n.TaskWindow,
 		StartupTimeout: n.StartupTimeout, CommProfile: n.CommProfile, GlobalDeviceRanks: n.GlobalDeviceRanks,
-		ControlTimeout: n.ControlTimeout, TaskTimeout: n.TaskTimeout, HealthTimeout: n.HealthTimeout, CloseTimeout: n.CloseTimeout}, nil
+		ControlTimeout: n.ControlTimeout, TaskTimeout: n.TaskTimeout, HealthTimeout: n.HealthTimeout, CloseTimeout: n.CloseTimeout,
+		OrderHazards: n.OrderHazards}, nil
 }
