@@ -66,8 +66,9 @@ type Config struct {
 	// between the tasks of a run: an OUTPUT or OUTPUT_EXISTING waits for
 	// every earlier reader and writer of its bytes, an INOUT for every
 	// earlier reader too. Off (upstream's rules), only reads wait: INPUT
-	// and INOUT for every earlier writer of the bytes they read. It is
-	// this Worker's own rule; children (local or remote) have their own.
+	// and INOUT for every earlier writer of the bytes they read. It orders
+	// the tasks this Worker submits; a child Worker has its own (a node
+	// process gets it in its NodeConfig; a remote node keeps upstream's).
 	OrderHazards bool
 }
 

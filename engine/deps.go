@@ -291,15 +291,15 @@ func (r *Run) wire(t *Task) {
 				continue // carried in the frame, or NO_DEP: no memory to order on
 			}
 			k, lo := addrOf(ten, space)
-			m := r.space(k)
+			bytes := r.space(k)
 			if ten.Strides != nil && ten.Elems() > 0 {
-				r.accessStrided(m, t, layoutOf(ten, lo), tag.Reads(), tag.Writes())
+				r.accessStrided(bytes, t, layoutOf(ten, lo), tag.Reads(), tag.Writes())
 				continue
 			}
 			// A tensor of no bytes orders like one byte at its address, so
 			// an empty tensor still serves as a dependency token.
 			hi := lo + uint64(max(ten.spanBytes(), 1))
-			r.access(m, t, lo, hi, tag.Reads(), tag.Writes())
+			r.access(bytes, t, lo, hi, tag.Reads(), tag.Writes())
 		}
 	}
 }
