@@ -80,20 +80,20 @@ type segment struct {
 	readers   []*Task
 }
 
-// stridedAccess is one strided view's access: its task, layout and
-// bounding range, and how it used them.
-type stridedAccess struct {
-	t             *Task
-	l             layout
-	lo, hi        uint64
-	reads, writes bool
+// stridedView is the accesses of one strided layout, kept like a
+// segment's (lo and hi are its bounding range): views of the same layout
+// share one, so a run that touches the same blocks again and again
+// compares each access with every block once, not with every access.
+type stridedView struct {
+	segment
+	l layout
 }
 
 // rangeMap is one space's segments, sorted by lo and disjoint, and its
-// strided accesses in submit order.
+// strided views in the order they were first touched.
 type rangeMap struct {
 	segs    []segment
-	strided []stridedAccess
+	strided []stridedView
 }
 
 // orderOn orders t, which reads and/or writes bytes of s, after the
@@ -116,86 +116,105 @@ func (r *Run) orderOn(t *Task, s *segment, reads, writes bool) {
 	}
 }
 
-// orderStrided orders t, which touches bytes of l, after every earlier
-// strided access of m that conflicts with it.
-func (r *Run) orderStrided(m *rangeMap, t *Task, lo, hi uint64, meets func(e *stridedAccess) bool, reads, writes bool) {
-	for k := range m.strided {
-		e := &m.strided[k]
-		if e.t == t || e.lo >= hi || lo >= e.hi || !(writes || e.writes) || !meets(e) {
-			continue
-		}
-		switch {
-		case reads && e.writes:
-			r.order(t, e.t, readAfterWrite)
-		case writes && e.writes:
-			r.order(t, e.t, writeAfterWrite)
-		case writes:
-			r.order(t, e.t, writeAfterRead)
-		}
+// record makes t a reader of s, or its writer: a sole writer (one that
+// waited for every earlier writer) replaces them, another keeps the last
+// one among the writers it did not wait for. A write ends the readers.
+func (s *segment) record(t *Task, writes, sole bool) {
+	switch {
+	case !writes:
+		s.readers = appendLive(s.readers, t)
+		return
+	case sole:
+		s.unordered = s.unordered[:0]
+	case s.writer != nil && s.writer != t && !retiredClean(s.writer):
+		s.unordered = appendLive(s.unordered, s.writer)
 	}
+	s.writer, s.readers = t, s.readers[:0]
+}
+
+// idle reports whether every task of s retired without failing: it
+// orders nothing any more.
+func (s *segment) idle() bool {
+	return (s.writer == nil || retiredClean(s.writer)) &&
+		!slices.ContainsFunc(s.unordered, func(t *Task) bool { return !retiredClean(t) }) &&
+		!slices.ContainsFunc(s.readers, func(t *Task) bool { return !retiredClean(t) })
+}
+
+// sole reports whether a write of t waits for every earlier writer of its
+// bytes: an INOUT always does (it reads them), any write under
+// order_hazards.
+func (r *Run) sole(reads, writes bool) bool {
+	return writes && (reads || r.w.cfg.OrderHazards)
 }
 
 // access records that t reads and/or writes the contiguous [lo, hi): t is
 // ordered after what touched it before (Run.order), then becomes one of
 // its writers or readers.
 func (r *Run) access(m *rangeMap, t *Task, lo, hi uint64, reads, writes bool) {
-	// One writer that waited for every earlier one (INOUT, or any write
-	// under order_hazards) is then the only writer to wait for.
-	sole := writes && (reads || r.w.cfg.OrderHazards)
-	if len(m.strided) > 0 {
-		r.orderStrided(m, t, lo, hi, func(e *stridedAccess) bool { return e.l.touches(lo, hi) }, reads, writes)
-		if sole {
-			r.supersede(m, t, lo, hi)
+	sole := r.sole(reads, writes)
+	for k := range m.strided {
+		v := &m.strided[k]
+		if v.lo < hi && lo < v.hi && v.l.touches(lo, hi) {
+			r.orderOn(t, &v.segment, reads, writes)
+			if sole && lo <= v.lo && v.hi <= hi {
+				v.supersede(r.w.cfg.OrderHazards)
+			}
 		}
 	}
 	i, j := m.cover(lo, hi)
 	for k := i; k < j; k++ {
 		s := &m.segs[k]
 		r.orderOn(t, s, reads, writes)
-		switch {
-		case !writes:
-			s.readers = appendLive(s.readers, t)
-			continue
-		case sole:
-			s.unordered = s.unordered[:0]
-		case s.writer != nil && s.writer != t && !retiredClean(s.writer):
-			s.unordered = appendLive(s.unordered, s.writer)
-		}
-		s.writer, s.readers = t, s.readers[:0]
+		s.record(t, writes, sole)
 	}
 	if sole {
 		m.merge(i, j)
 	}
 }
 
+// supersede forgets what a sole writer of all of v's bytes waited for:
+// its writers, and under order_hazards its readers too. Later accesses of
+// those bytes order through that writer.
+func (v *stridedView) supersede(ordered bool) {
+	v.writer, v.unordered = nil, v.unordered[:0]
+	if ordered {
+		v.readers = v.readers[:0]
+	}
+}
+
 // accessStrided records that t reads and/or writes the bytes of the
-// strided layout l, bounded by [lo, hi): t is ordered after the segments
-// whose bytes its rows meet and the strided accesses that overlap it,
-// then kept as a strided access (segments are not split for it: its
-// bytes are not one range).
+// strided layout l: t is ordered after the segments whose bytes its rows
+// meet and the strided views that overlap it, then recorded in the view
+// of its layout (segments are not split for it: its bytes are not one
+// range).
 func (r *Run) accessStrided(m *rangeMap, t *Task, l layout, reads, writes bool) {
 	lo, hi := l.bound()
 	i, j := m.overlap(lo, hi)
 	for k := i; k < j; k++ {
-		s := &m.segs[k]
-		if l.touches(s.lo, s.hi) {
+		if s := &m.segs[k]; l.touches(s.lo, s.hi) {
 			r.orderOn(t, s, reads, writes)
 		}
 	}
-	r.orderStrided(m, t, lo, hi, func(e *stridedAccess) bool { return overlaps(l, e.l) }, reads, writes)
-	if len(m.strided) >= 8 {
-		m.strided = slices.DeleteFunc(m.strided, func(e stridedAccess) bool { return retiredClean(e.t) })
+	mine := -1
+	for k := range m.strided {
+		v := &m.strided[k]
+		switch {
+		case v.lo >= hi || lo >= v.hi:
+		case v.l.same(l):
+			mine = k
+			r.orderOn(t, &v.segment, reads, writes)
+		case overlaps(l, v.l):
+			r.orderOn(t, &v.segment, reads, writes)
+		}
 	}
-	m.strided = append(m.strided, stridedAccess{t: t, l: l, lo: lo, hi: hi, reads: reads, writes: writes})
-}
-
-// supersede drops the strided accesses inside [lo, hi) that t, a sole
-// writer of all of it, waited for — every writer, and under order_hazards
-// every reader too: later accesses of those bytes order through t.
-func (r *Run) supersede(m *rangeMap, t *Task, lo, hi uint64) {
-	m.strided = slices.DeleteFunc(m.strided, func(e stridedAccess) bool {
-		return e.t != t && e.lo >= lo && e.hi <= hi && (e.writes || r.w.cfg.OrderHazards)
-	})
+	if mine < 0 {
+		if len(m.strided) >= 8 {
+			m.strided = slices.DeleteFunc(m.strided, func(v stridedView) bool { return v.idle() })
+		}
+		m.strided = append(m.strided, stridedView{segment: segment{lo: lo, hi: hi}, l: l})
+		mine = len(m.strided) - 1
+	}
+	m.strided[mine].record(t, writes, r.sole(reads, writes))
 }
 
 // overlap returns the segments [i, j) that overlap [lo, hi).

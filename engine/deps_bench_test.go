@@ -91,3 +91,25 @@ func benchDispatch(b *testing.B, cfg Config) {
 }
 
 func BenchmarkDispatch(b *testing.B) { benchDispatch(b, Config{}) }
+
+// BenchmarkWireStrided wires tasks that each write one of 8 column blocks
+// of a 64x64 int64 matrix and read the block before it: the strided path,
+// with per-dimension comparisons between blocks.
+func BenchmarkWireStrided(b *testing.B) {
+	blocks := make([]Tensor, 8)
+	for i := range blocks {
+		blocks[i] = Tensor{Addr: 0x10000 + uint64(8*8*i), Shape: []int{64, 8}, Strides: []int{64, 1}, DType: dtype.Int64}
+	}
+	w := &Worker{}
+	var r *Run
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if i%1024 == 0 {
+			r = &Run{w: w, spaces: map[spaceKey]*rangeMap{}}
+		}
+		t := &Task{ID: i%1024 + 1, run: r, job: schedJob{pool: NextLevel, worker: 0}}
+		t.args = t.one[:]
+		t.args[0] = TaskArgs{Tensors: []Tensor{blocks[i%8], blocks[(i+1)%8]}, Tags: []Tag{Input, Output}}
+		r.wire(t)
+	}
+}

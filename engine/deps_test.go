@@ -270,3 +270,24 @@ func TestLayoutOverlap(t *testing.T) {
 		}
 	}
 }
+
+// Strided views whose tasks all retired cleanly are dropped once a space
+// holds several; one whose writer failed stays, and poisons a later
+// reader.
+func TestIdleStridedViewsAreDropped(t *testing.T) {
+	d := newDepRun(false)
+	failed := d.add(block(16, 0, 0, 4, 2), Output)
+	failed.done, failed.err = true, Errorf(RuntimeError, "kernel failed")
+	for c := 2; c < 16; c += 2 {
+		tk := d.add(block(16, 0, c, 4, 2), Output)
+		tk.done = true
+	}
+	d.add(block(16, 4, 0, 4, 16), Input) // another layout: the prune runs
+	m := d.r.spaces[spaceKey{space: -1}]
+	if n := len(m.strided); n != 2 {
+		t.Errorf("%d strided views kept, want the failed writer's and the reader's", n)
+	}
+	if r := d.add(block(16, 0, 0, 4, 16), Input); r.poison == nil || r.pending != 0 {
+		t.Errorf("a reader after a failed writer: poison %v, pending %d", r.poison, r.pending)
+	}
+}

@@ -157,6 +157,11 @@ func extent(dims []dim, elem uint64) uint64 {
 	return n
 }
 
+// same reports whether l and o are the same bytes laid out the same way.
+func (l layout) same(o layout) bool {
+	return l.addr == o.addr && l.elem == o.elem && slices.Equal(l.dims, o.dims)
+}
+
 // bound is l's bounding byte range [lo, hi).
 func (l layout) bound() (uint64, uint64) { return l.addr, l.addr + extent(l.dims, l.elem) }
 
