@@ -8,9 +8,10 @@ import (
 // A tensor's layout. Shape says how many elements each dimension has;
 // Strides, when set, says how many elements apart consecutive indices of
 // each dimension are (upstream counts strides in elements, not bytes).
-// Nil Strides is the row-major layout, and a view whose strides are
-// row-major is stored with nil Strides, so "strided" always means "not
-// one contiguous run of bytes".
+// Nil Strides is the row-major layout; Tensor.view stores row-major
+// strides as nil (NormalStrides), so a strided view from a script is
+// never one contiguous run of bytes, and the contiguous fast paths apply
+// to every other tensor.
 //
 // Span is how far the tensor reaches from Addr: the bytes from its first
 // element to one past its last. That is what must lie inside the memory
