@@ -34,7 +34,7 @@ func RunChipKernel(ctx *ChipCtx, k ChipKernel, args *TaskArgs) error {
 		if t.ChildMemory {
 			continue
 		}
-		nbytes, ok := tensorBytes(t)
+		nbytes, ok := t.Span() // a strided view maps every byte it reaches
 		if !ok {
 			return Errorf(ValueError, "tensor %d: shape %v of %s exceeds %d bytes", i, t.Shape, t.DType, maxBytes)
 		}

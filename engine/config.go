@@ -62,6 +62,14 @@ type Config struct {
 	// all devices of a global domain (one per device id, unique).
 	CommProfile       string
 	GlobalDeviceRanks []int
+	// OrderHazards also orders write-after-read and write-after-write
+	// between the tasks of a run: an OUTPUT or OUTPUT_EXISTING waits for
+	// every earlier reader and writer of its bytes, an INOUT for every
+	// earlier reader too. Off (upstream's rules), only reads wait: INPUT
+	// and INOUT for every earlier writer of the bytes they read. It orders
+	// the tasks this Worker submits; a child Worker has its own (a node
+	// process gets it in its NodeConfig; a remote node keeps upstream's).
+	OrderHazards bool
 }
 
 // checkGlobalRanks checks explicit global device ranks: none, or one per

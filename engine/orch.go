@@ -170,6 +170,9 @@ func (o *Orchestrator) checkTensors(op string, job schedJob, m int, a *TaskArgs)
 		}
 	}
 	for i, t := range a.Tensors {
+		if err := checkStrided(op, i, t, a.Tags[i], remote); err != nil {
+			return err
+		}
 		if t.Remote != nil || t.Inline != nil || remote {
 			if err := checkRemoteTensor(op, i, t, a.Tags[i], worker, remote); err != nil {
 				return err
@@ -179,7 +182,8 @@ func (o *Orchestrator) checkTensors(op string, job schedJob, m int, a *TaskArgs)
 		if t.DType.Size() == 0 {
 			return Errorf(ValueError, "%s: tensor %d has no dtype", op, i)
 		}
-		if _, ok := tensorBytes(t); !ok {
+		span, ok := t.Span()
+		if !ok {
 			return Errorf(ValueError, "%s: tensor %d: shape %v of %s is more than %d bytes", op, i, t.Shape, t.DType, maxBytes)
 		}
 		if t.Addr == 0 {
@@ -189,7 +193,7 @@ func (o *Orchestrator) checkTensors(op string, job schedJob, m int, a *TaskArgs)
 			continue
 		}
 		if !t.ChildMemory {
-			if _, err := hostmem.Resolve(t.Addr, t.NBytes()); err != nil {
+			if _, err := hostmem.Resolve(t.Addr, span); err != nil {
 				return Wrap(err, fmt.Sprintf("%s: tensor %d", op, i))
 			}
 			continue
@@ -200,9 +204,25 @@ func (o *Orchestrator) checkTensors(op string, job schedJob, m int, a *TaskArgs)
 		if o.w.cfg.Level >= 4 {
 			return Errorf(ValueError, "%s: tensor %d is device memory; a level-%d task takes host tensors", op, i, o.w.cfg.Level)
 		}
-		if _, err := o.w.chips[worker].Bytes(t.Addr, t.NBytes()); err != nil {
+		if _, err := o.w.chips[worker].Bytes(t.Addr, span); err != nil {
 			return Wrap(err, fmt.Sprintf("%s: tensor %d (child_memory on worker %d)", op, i, worker))
 		}
+	}
+	return checkWriteOverlap(op, a)
+}
+
+// checkStrided refuses a strided view that cannot be laid out
+// (checkLayout), and one bound for a remote node: a TASK carries a shape,
+// not strides (a local child's mailbox carries both).
+func checkStrided(op string, i int, t Tensor, tag Tag, remote bool) error {
+	if t.Strides == nil {
+		return nil
+	}
+	if err := checkLayout(op, i, t, tag); err != nil {
+		return err
+	}
+	if remote || t.Remote != nil || t.Inline != nil {
+		return Errorf(ValueError, "%s: tensor %d is a strided view; a remote node takes contiguous tensors only", op, i)
 	}
 	return nil
 }
@@ -305,7 +325,7 @@ func (o *Orchestrator) allocOutputs(op string, argsList []*TaskArgs) error {
 			if t.Addr != 0 || t.ChildMemory || t.Remote != nil || t.Inline != nil {
 				continue
 			}
-			b, err := o.heapAlloc(op, t.NBytes())
+			b, err := o.heapAlloc(op, t.spanBytes())
 			if err != nil {
 				return err
 			}
@@ -342,7 +362,7 @@ func (o *Orchestrator) refHeap(t *Task) {
 			if ten.ChildMemory {
 				continue
 			}
-			if b := o.w.heap.find(ten.Addr, ten.NBytes()); b != nil {
+			if b := o.w.heap.find(ten.Addr, ten.spanBytes()); b != nil {
 				b.refs++
 				t.heap = append(t.heap, b)
 			}

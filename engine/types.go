@@ -31,8 +31,11 @@ var Tags = []Tag{Input, Output, InOut, OutputExisting, NoDep}
 // Tensor names memory: a host address in shared memory, or a device
 // address of the chip a task runs on (ChildMemory).
 type Tensor struct {
-	Addr        uint64
-	Shape       []int
+	Addr  uint64
+	Shape []int
+	// Strides, in elements, lays a strided view out (view.go); nil is
+	// row-major, contiguous.
+	Strides     []int
 	DType       dtype.DType
 	ChildMemory bool
 	// Remote places the tensor in a remote buffer (a RemoteTensorRef) and
@@ -61,15 +64,27 @@ func (t Tensor) Elems() int {
 func (t Tensor) NBytes() int { return t.Elems() * t.DType.Size() }
 
 func (t Tensor) String() string {
-	where := "host"
-	if t.ChildMemory {
-		where = "device"
+	where := fmt.Sprintf("host 0x%x", t.Addr)
+	switch {
+	case t.Remote != nil:
+		where = fmt.Sprintf("remote buffer %d of worker %d at %d", t.Remote.Buf.BufferID, t.Remote.Buf.Owner, t.Remote.Buf.Offset+t.Remote.Offset)
+	case t.Inline != nil:
+		where = "inline"
+	case t.ChildMemory:
+		where = fmt.Sprintf("device 0x%x", t.Addr)
 	}
 	dims := make([]string, len(t.Shape))
 	for i, d := range t.Shape {
 		dims[i] = fmt.Sprint(d)
 	}
-	return fmt.Sprintf("Tensor(%s 0x%x, shape=(%s), %s)", where, t.Addr, strings.Join(dims, ", "), t.DType)
+	if t.Strides != nil {
+		st := make([]string, len(t.Strides))
+		for i, s := range t.Strides {
+			st[i] = fmt.Sprint(s)
+		}
+		return fmt.Sprintf("Tensor(%s, shape=(%s), strides=(%s), %s)", where, strings.Join(dims, ", "), strings.Join(st, ", "), t.DType)
+	}
+	return fmt.Sprintf("Tensor(%s, shape=(%s), %s)", where, strings.Join(dims, ", "), t.DType)
 }
 
 // TaskArgs are a task's tensors (each with a tag) followed by its scalars.

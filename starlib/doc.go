@@ -122,8 +122,8 @@ func LookupDoc(name string) []Doc {
 // docTable is the reference itself. Keep one line per summary.
 var docTable = []Doc{
 	// Globals.
-	{"Worker", DocGlobal, "Worker(level=3, platform=ctx.platform, device_id=None, device_ids=None, num_sub_workers=0, mode=ctx.mode, enable_sdma=False, heap_ring_size=None, control_timeout_s=None, startup_timeout_s=None, remote_session_timeout_s=None, comm_profile=\"sim\", global_device_ranks=None, task_timeout_s=None, health_timeout_s=None, close_timeout_s=None) -> Worker",
-		"A node of the worker tree: level 2 is one chip, level 3 owns chips and SUB workers, level 4+ owns child Workers; call only at run time from main() (a RuntimeError inside a kernel, a SUB callable or a child's orchestration function), and never in code shipped to a remote node (a RuntimeError there)."},
+	{"Worker", DocGlobal, "Worker(level=3, platform=ctx.platform, device_id=None, device_ids=None, num_sub_workers=0, mode=ctx.mode, enable_sdma=False, heap_ring_size=None, control_timeout_s=None, startup_timeout_s=None, remote_session_timeout_s=None, comm_profile=\"sim\", global_device_ranks=None, task_timeout_s=None, health_timeout_s=None, close_timeout_s=None, order_hazards=False) -> Worker",
+		"A node of the worker tree: level 2 is one chip, level 3 owns chips and SUB workers, level 4+ owns child Workers; call only at run time from main() (a RuntimeError inside a kernel, a SUB callable or a child's orchestration function), and never in code shipped to a remote node (a RuntimeError there). order_hazards=True also orders write-after-read and write-after-write between tasks (stricter than upstream, whose OUTPUT and OUTPUT_EXISTING wait for nothing)."},
 	{"host_tensor", DocGlobal, "host_tensor(shape=None, dtype=FLOAT32, data=None) -> Tensor",
 		"A zero-filled (or data-filled) tensor in shared host memory, visible to every local child; the shape is inferred from data when omitted."},
 	{"make_tensor", DocGlobal, "make_tensor(data, shape, dtype, child_memory=False) -> Tensor",
@@ -290,7 +290,8 @@ var docTable = []Doc{
 	{"Tensor.write", DocMember, "t.write(x)", "Writes an Array, list or number into the tensor."},
 	{"Tensor.fill", DocMember, "t.fill(v)", "Sets every element to v."},
 	{"Tensor.tolist", DocMember, "t.tolist() -> list", "The contents as (nested) lists."},
-	{"Tensor.view", DocMember, "t.view(shape=None, dtype=None, offset=0) -> Tensor", "Another view of the same memory at a byte offset; must stay inside the backing."},
+	{"Tensor.strides", DocMember, "t.strides -> tuple of int", "Elements between consecutive indices of each dimension (row-major unless a view set them)."},
+	{"Tensor.view", DocMember, "t.view(shape=None, strides=None, offset=0, dtype=None) -> Tensor", "Another view of the same memory at a byte offset, strides in elements (none negative); every byte it reaches must lie inside the backing. Dependencies intersect strided views per dimension; a written dimension of several elements needs a stride. In-place ops (copy_, add_, ...) take contiguous tensors; read and write take strided ones."},
 	{"Tensor.free", DocMember, "t.free()", "Gives a host_tensor's memory back now; later use of it, or of a view of it, is a RuntimeError. Refused while a run in flight uses it. An unreferenced host tensor is reclaimed without it."},
 	{"Tensor.accumulate", DocMember, "t.accumulate(src, op=\"sum\")", "Elementwise t = op(t, src) for a tensor src of the same dtype and size (op: sum, max, min); t.add_, t.max_, t.min_ by name."},
 	{"Tensor.copy_", DocMember, "t.copy_(u)", "Copies u's bytes into t in place (same dtype and element count, else ValueError)."},

@@ -46,7 +46,8 @@ var (
 )
 
 func newTensor(t engine.Tensor, chip hal.Chip) *Tensor {
-	return &Tensor{t: t, base: t.Addr, size: t.NBytes(), chip: chip}
+	n, _ := t.Span() // a strided view's backing is every byte it reaches
+	return &Tensor{t: t, base: t.Addr, size: n, chip: chip}
 }
 
 func (t *Tensor) String() string        { return t.t.String() }
@@ -85,6 +86,11 @@ func (t *Tensor) Attr(name string) (starlark.Value, error) {
 		return starlark.MakeInt(t.t.NBytes()), nil
 	case "ndims":
 		return starlark.MakeInt(len(t.t.Shape)), nil
+	case "strides":
+		if t.t.Strides == nil {
+			return intTuple(engine.RowMajor(t.t.Shape)), nil
+		}
+		return intTuple(t.t.Strides), nil
 	case "child_memory":
 		return starlark.Bool(t.t.ChildMemory), nil
 	}
@@ -108,19 +114,33 @@ func tensorFree(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 }
 
 func (t *Tensor) AttrNames() []string {
-	names := []string{"data", "shape", "dtype", "nbytes", "ndims", "child_memory"}
+	names := []string{"data", "shape", "dtype", "nbytes", "ndims", "child_memory", "strides"}
 	for n := range tensorMethods {
 		names = append(names, n)
 	}
 	return names
 }
 
-// bytes returns the tensor's memory for reading and writing in place.
+// bytes returns the memory of a contiguous tensor for reading and writing
+// in place; a strided view is refused (read and write gather and scatter
+// one, through span).
 func (t *Tensor) bytes(op string) ([]byte, error) {
+	if t.t.Strides != nil {
+		return nil, errorf(engine.ValueError, "%s: the tensor is a strided view (strides %v); this operation needs contiguous memory (read() and write() take strided views)", op, t.t.Strides)
+	}
+	return t.span(op)
+}
+
+// span returns the memory from the tensor's first element to one past
+// its last.
+func (t *Tensor) span(op string) ([]byte, error) {
 	if err := t.live(op); err != nil {
 		return nil, err
 	}
-	n := t.t.NBytes()
+	n, ok := t.t.Span()
+	if !ok {
+		return nil, errorf(engine.ValueError, "%s: shape %v with strides %v reaches too many bytes", op, t.t.Shape, t.t.Strides)
+	}
 	if t.t.Addr == 0 {
 		return nil, errorf(engine.ValueError, "%s: tensor has no memory yet (address 0)", op)
 	}
@@ -137,11 +157,62 @@ func (t *Tensor) bytes(op string) ([]byte, error) {
 
 // ReadArray copies the tensor's contents into an Array.
 func (t *Tensor) ReadArray() (*array.Array, error) {
-	b, err := t.bytes("read")
+	b, err := t.span("read")
 	if err != nil {
 		return nil, err
 	}
+	if t.t.Strides != nil {
+		b = gather(b, t.t)
+	}
 	return array.FromBytes(t.t.DType, t.t.Shape, b)
+}
+
+// gather copies a strided view's elements out of mem (its span), in
+// row-major order.
+func gather(mem []byte, t engine.Tensor) []byte {
+	es := t.DType.Size()
+	out := make([]byte, 0, t.NBytes())
+	eachElem(t.Shape, t.Strides, func(at int) {
+		out = append(out, mem[at*es:at*es+es]...)
+	})
+	return out
+}
+
+// scatter copies row-major elements into a strided view's span.
+func scatter(mem, src []byte, t engine.Tensor) {
+	es, k := t.DType.Size(), 0
+	eachElem(t.Shape, t.Strides, func(at int) {
+		copy(mem[at*es:at*es+es], src[k:k+es])
+		k += es
+	})
+}
+
+// eachElem calls fn with the element offset of every index of shape in
+// row-major order, under strides.
+func eachElem(shape, strides []int, fn func(at int)) {
+	for _, n := range shape {
+		if n == 0 {
+			return
+		}
+	}
+	idx := make([]int, len(shape))
+	at := 0
+	for {
+		fn(at)
+		d := len(shape) - 1
+		for ; d >= 0; d-- {
+			idx[d]++
+			at += strides[d]
+			if idx[d] < shape[d] {
+				break
+			}
+			at -= idx[d] * strides[d]
+			idx[d] = 0
+		}
+		if d < 0 {
+			return
+		}
+	}
 }
 
 func tensorRead(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
@@ -196,7 +267,10 @@ func tensorFill(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 // store writes a Tensor (a memory copy), an Array, a list or a number
 // (filling) into the tensor.
 func (t *Tensor) store(op string, x starlark.Value) error {
-	if src, ok := x.(*Tensor); ok && src.t.DType == t.t.DType {
+	if t.t.Strides != nil {
+		return t.storeStrided(op, x)
+	}
+	if src, ok := x.(*Tensor); ok && src.t.DType == t.t.DType && src.t.Strides == nil {
 		return copyTensor(op, t, src)
 	}
 	mem, err := t.bytes(op)
@@ -214,11 +288,46 @@ func (t *Tensor) store(op string, x starlark.Value) error {
 	return nil
 }
 
+// storeStrided writes x into a strided view, element by element. A
+// dimension of several elements with stride 0 is refused: its elements
+// are the same bytes, and which value lands would be arbitrary.
+func (t *Tensor) storeStrided(op string, x starlark.Value) error {
+	for d, st := range t.t.Strides {
+		if st == 0 && t.t.Shape[d] > 1 {
+			return errorf(engine.ValueError, "%s: dimension %d (%d elements) of the view has stride 0; a written dimension needs a stride", op, d, t.t.Shape[d])
+		}
+	}
+	if src, ok := x.(*Tensor); ok {
+		a, err := src.ReadArray()
+		if err != nil {
+			return err
+		}
+		x = a
+	}
+	a, err := array.FromValue(x, t.t.DType, t.t.Shape)
+	if err != nil {
+		return engine.Wrap(err, op)
+	}
+	if a.Size() != t.t.Elems() {
+		return errorf(engine.ValueError, "%s: %d elements into a tensor of %d", op, a.Size(), t.t.Elems())
+	}
+	mem, err := t.span(op)
+	if err != nil {
+		return err
+	}
+	scatter(mem, a.Bytes(), t.t)
+	return nil
+}
+
+// tensorView implements t.view(shape=None, strides=None, offset=0,
+// dtype=None): the tensor's memory from byte offset `offset`, with its own
+// shape, strides (in elements, as upstream counts them) and dtype. Every
+// byte the view reaches must lie inside the memory behind the tensor.
 func tensorView(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
 	t := b.Receiver().(*Tensor)
-	var shapeV, dtV starlark.Value = starlark.None, starlark.None
+	var shapeV, stridesV, dtV starlark.Value = starlark.None, starlark.None, starlark.None
 	offset := 0
-	if err := starlark.UnpackArgs("view", args, kw, "shape?", &shapeV, "dtype?", &dtV, "offset?", &offset); err != nil {
+	if err := starlark.UnpackArgs("view", args, kw, "shape?", &shapeV, "strides?", &stridesV, "offset?", &offset, "dtype?", &dtV); err != nil {
 		return nil, err
 	}
 	dt := t.t.DType
@@ -235,6 +344,9 @@ func tensorView(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 	}
 	var shape []int
 	if shapeV == starlark.None {
+		if stridesV != starlark.None {
+			return nil, errorf(engine.ValueError, "view: strides need a shape")
+		}
 		shape = []int{(t.size - int(start)) / dt.Size()}
 	} else {
 		s, err := toShape("view", shapeV)
@@ -243,14 +355,54 @@ func tensorView(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 		}
 		shape = s
 	}
-	v := &Tensor{t: engine.Tensor{Addr: t.t.Addr + uint64(offset), Shape: shape, DType: dt, ChildMemory: t.t.ChildMemory}, base: t.base, size: t.size, chip: t.chip, buf: t.buf, host: t.host}
+	et := engine.Tensor{Addr: t.t.Addr + uint64(offset), Shape: shape, DType: dt, ChildMemory: t.t.ChildMemory}
+	if stridesV != starlark.None {
+		st, err := viewStrides(shape, stridesV)
+		if err != nil {
+			return nil, err
+		}
+		et.Strides = engine.NormalStrides(shape, st)
+	}
+	n, ok := et.Span()
+	if !ok || int(start)+n > t.size {
+		if et.Strides != nil {
+			return nil, errorf(engine.ValueError, "view: shape %v with strides %v reaches %d bytes from offset %d, leaving the tensor's %d-byte backing", shape, et.Strides, n, offset, t.size)
+		}
+		return nil, errorf(engine.ValueError, "view: %d bytes at offset %d overrun the tensor's %d-byte backing", et.NBytes(), offset, t.size)
+	}
+	v := &Tensor{t: et, base: t.base, size: t.size, chip: t.chip, buf: t.buf, host: t.host}
 	if t.host != nil {
 		t.host.hold(v)
 	}
-	if end := int(start) + v.t.NBytes(); end > t.size {
-		return nil, errorf(engine.ValueError, "view: %d bytes at offset %d overrun the tensor's %d-byte backing", v.t.NBytes(), offset, t.size)
-	}
 	return v, nil
+}
+
+// viewStrides reads view's strides: one int per dimension of shape, none
+// negative (upstream's views walk memory forwards only).
+func viewStrides(shape []int, v starlark.Value) ([]int, error) {
+	it, ok := v.(starlark.Indexable)
+	if _, isString := v.(starlark.String); !ok || isString {
+		return nil, errorf(engine.TypeError, "view: strides must be a list of ints, got %s", v.Type())
+	}
+	if it.Len() != len(shape) {
+		return nil, errorf(engine.ValueError, "view: %d strides for the %d dimensions of shape %v", it.Len(), len(shape), shape)
+	}
+	st := make([]int, it.Len())
+	for i := range st {
+		x, ok := it.Index(i).(starlark.Int)
+		if !ok {
+			return nil, errorf(engine.TypeError, "view: stride %d must be an int, got %s", i, it.Index(i).Type())
+		}
+		n, ok := x.Int64()
+		switch {
+		case ok && n < 0:
+			return nil, errorf(engine.ValueError, "view: stride %d is %d; strides must be >= 0", i, n)
+		case !ok || n > maxDim:
+			return nil, errorf(engine.ValueError, "view: stride %d = %s is too large (at most %d)", i, x, maxDim)
+		}
+		st[i] = int(n)
+	}
+	return st, nil
 }
 
 // toShape accepts an int or a list/tuple of ints, each in 0..maxDim.

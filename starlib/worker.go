@@ -141,7 +141,7 @@ func (s *Session) newWorker(th *starlark.Thread, b *starlark.Builtin, args starl
 	var deviceID starlark.Value = starlark.None
 	var deviceIDs starlark.Value = starlark.None
 	numSub, heapRing := 0, 0
-	enableSDMA := false
+	enableSDMA, orderHazards := false, false
 	var controlT, startupT, sessionT, taskT, healthT, closeT starlark.Value = starlark.None, starlark.None, starlark.None, starlark.None, starlark.None, starlark.None
 	commProfile := "sim"
 	var globalRanks starlark.Value = starlark.None
@@ -154,7 +154,7 @@ func (s *Session) newWorker(th *starlark.Thread, b *starlark.Builtin, args starl
 		"heap_ring_size?", &heapRing, "control_timeout_s?", &controlT, "startup_timeout_s?", &startupT,
 		"remote_session_timeout_s?", &sessionT, "comm_profile?", &commProfile,
 		"global_device_ranks?", &globalRanks, "task_timeout_s?", &taskT, "health_timeout_s?", &healthT,
-		"close_timeout_s?", &closeT); err != nil {
+		"close_timeout_s?", &closeT, "order_hazards?", &orderHazards); err != nil {
 		return nil, err
 	}
 	timeouts := map[string]starlark.Value{"control_timeout_s": controlT, "startup_timeout_s": startupT, "remote_session_timeout_s": sessionT,
@@ -179,6 +179,7 @@ func (s *Session) newWorker(th *starlark.Thread, b *starlark.Builtin, args starl
 	cfg := engine.Config{
 		Level: level, Platform: p, DeviceIDs: devices, NumSubWorkers: numSub,
 		Mode: mode, EnableSDMA: enableSDMA, HeapRingSize: heapRing, CommProfile: commProfile,
+		OrderHazards: orderHazards,
 	}
 	if globalRanks != starlark.None {
 		if cfg.GlobalDeviceRanks, err = intList("Worker", "global_device_ranks", globalRanks); err != nil {

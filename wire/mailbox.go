@@ -51,12 +51,12 @@ const (
 
 // Bounds of the mailbox messages, beside the protocol's.
 const (
-	MaxLauncherArgs  = 64                // arguments a child passes on to its own children
-	MaxWorkerID      = 1 << 20           // a child's worker id
-	MaxLevel         = 6                 // a node's level
-	MaxTaskWindow    = 1 << 30           // a node's task window
-	MaxCommRanks     = 1 << 16           // ranks of a communication domain
-	minMailboxTensor = minTensorSize + 8 // a device tensor of no dimensions
+	MaxLauncherArgs  = 64                    // arguments a child passes on to its own children
+	MaxWorkerID      = 1 << 20               // a child's worker id
+	MaxLevel         = 6                     // a node's level
+	MaxTaskWindow    = 1 << 30               // a node's task window
+	MaxCommRanks     = 1 << 16               // ranks of a communication domain
+	minMailboxTensor = minTensorSize + 4 + 8 // a device tensor of no dimensions or strides
 )
 
 // HostRef names host memory by the shared-memory object it lies in, so
@@ -86,18 +86,20 @@ func decodeHostRef(d *Decoder) HostRef {
 // of a decoded ref are at most MaxBufferBytes, so nothing here wraps.
 func (r HostRef) holds(n int64) bool { return n >= 0 && n <= int64(r.Size)-int64(r.Off) }
 
-// MailboxTensor is one tensor of a MailboxTask: TASK's tensor layout
-// (tag, dtype, shape, location), at one of the two places a child can
-// reach: an address in its own chip's memory (location 3), or host
-// shared memory by object and offset (location 4), whose object must
-// hold all of the tensor's bytes.
+// MailboxTensor is one tensor of a MailboxTask: TASK's tensor head (tag,
+// dtype, shape), then its strides (a list, empty for row-major), then its
+// location, one of the two places a child can reach: an address in its
+// own chip's memory (location 3), or host shared memory by object and
+// offset (location 4), whose object must hold every byte the tensor
+// reaches.
 type MailboxTensor struct {
-	Tag    Tag
-	DType  dtype.DType
-	Shape  []int
-	Device bool    // the bytes are at Addr in the child's chip, else at Host
-	Addr   uint64  // Device
-	Host   HostRef // not Device
+	Tag     Tag
+	DType   dtype.DType
+	Shape   []int
+	Strides []int   // in elements, one per dimension; nil is row-major
+	Device  bool    // the bytes are at Addr in the child's chip, else at Host
+	Addr    uint64  // Device
+	Host    HostRef // not Device
 }
 
 // MailboxTask runs one member of a task in a child. After the op (which
@@ -121,6 +123,10 @@ func (t *MailboxTask) Encode(e *Encoder) {
 	for i := range t.Tensors {
 		x := &t.Tensors[i]
 		encodeTensorHead(e, x.Tag, x.DType, x.Shape)
+		e.U32(uint32(len(x.Strides)))
+		for _, st := range x.Strides {
+			e.Int(st)
+		}
 		if x.Device {
 			e.U8(whereDevice)
 			e.U64(x.Addr)
@@ -161,6 +167,23 @@ func decodeMailboxTensor(d *Decoder, i int) MailboxTensor {
 	x.Tag, x.DType, x.Shape, nbytes = decodeTensorHead(d, i)
 	if d.err != nil {
 		return x
+	}
+	if ns := d.Count(MaxDims, 8); ns > 0 {
+		if ns != len(x.Shape) {
+			d.FailBounds("tensor %d: %d strides for %d dimensions", i, ns, len(x.Shape))
+			return x
+		}
+		x.Strides = make([]int, ns)
+		for j := range x.Strides {
+			x.Strides[j] = d.Int(MaxDim)
+		}
+		if d.err != nil {
+			return x
+		}
+		if nbytes = stridedBytes(x.Shape, x.Strides, x.DType); nbytes < 0 {
+			d.FailBounds("tensor %d: shape %v with strides %v of %s reaches more than %d bytes", i, x.Shape, x.Strides, x.DType, int64(MaxBufferBytes))
+			return x
+		}
 	}
 	switch where := d.U8(); where {
 	case whereDevice:
@@ -278,6 +301,8 @@ type NodeConfig struct {
 	GlobalDeviceRanks []int
 	// The node's own bounds, as the parent's Worker was given them.
 	ControlTimeout, TaskTimeout, HealthTimeout, CloseTimeout time.Duration
+	// OrderHazards is the node's Worker(order_hazards=) setting.
+	OrderHazards bool
 }
 
 func (c *NodeConfig) encode(e *Encoder) {
@@ -295,6 +320,7 @@ func (c *NodeConfig) encode(e *Encoder) {
 	for _, t := range []time.Duration{c.ControlTimeout, c.TaskTimeout, c.HealthTimeout, c.CloseTimeout} {
 		e.I64(int64(t))
 	}
+	e.Bool(c.OrderHazards)
 }
 
 func decodeNodeConfig(d *Decoder) NodeConfig {
@@ -313,5 +339,33 @@ func decodeNodeConfig(d *Decoder) NodeConfig {
 	for _, t := range []*time.Duration{&c.ControlTimeout, &c.TaskTimeout, &c.HealthTimeout, &c.CloseTimeout} {
 		*t = time.Duration(d.I64())
 	}
+	c.OrderHazards = d.Bool()
 	return c
+}
+
+// stridedBytes is how many bytes a strided tensor reaches, from its first
+// element to one past its last: 0 with a dimension of 0, -1 past
+// MaxBufferBytes. Shape and strides are each at most MaxDim (2^40), so a
+// product of one dimension fits an int64; the sum is checked as it grows.
+func stridedBytes(shape, strides []int, dt dtype.DType) int64 {
+	for _, n := range shape {
+		if n == 0 {
+			return 0
+		}
+	}
+	last := int64(0)
+	for j, n := range shape {
+		if strides[j] != 0 && int64(n-1) > MaxBufferBytes/int64(strides[j]) {
+			return -1
+		}
+		last += int64(n-1) * int64(strides[j])
+		if last > MaxBufferBytes {
+			return -1
+		}
+	}
+	n := (last + 1) * int64(dt.Size())
+	if n > MaxBufferBytes {
+		return -1
+	}
+	return n
 }

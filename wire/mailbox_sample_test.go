@@ -67,7 +67,7 @@ func sampleHostRef() HostRef { return HostRef{Name: "simpler-1-host-1", Size: 40
 func sampleNodeConfig() NodeConfig {
 	return NodeConfig{Level: 3, Platform: "a2a3sim", DeviceIDs: []int{0, 1, 2, 3}, NumSubWorkers: 2, Mode: "process",
 		EnableSDMA: true, HeapRingSize: 64 << 20, TaskWindow: 128, StartupTimeout: 30 * time.Second, CommProfile: "sim",
-		GlobalDeviceRanks: []int{4, 5, 6, 7}}
+		GlobalDeviceRanks: []int{4, 5, 6, 7}, OrderHazards: true}
 }
 
 func sampleMailboxTask() *MailboxTask {
@@ -79,6 +79,7 @@ func sampleMailboxTask() *MailboxTask {
 			{Tag: TagInput, DType: dtype.Float32, Shape: []int{4, 8}, Host: sampleHostRef()},
 			{Tag: TagOutputExisting, DType: dtype.Int64, Shape: []int{16}, Device: true, Addr: 0x1000_0000_0200},
 			{Tag: TagNoDep, DType: dtype.Float16, Shape: []int{0, 1 << 40}, Host: HostRef{Name: "simpler-1-host-2", Size: 64, Off: 63}},
+			{Tag: TagOutput, DType: dtype.Int32, Shape: []int{4, 2}, Strides: []int{8, 1}, Host: sampleHostRef()},
 			{Tag: TagInOut, DType: dtype.UInt8, Host: HostRef{Name: "simpler-1-host-2", Size: 64, Off: 63}},
 		},
 		Scalars: []uint64{7, 1 << 63},

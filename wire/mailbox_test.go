@@ -225,6 +225,7 @@ func taskBytes(shape []uint64, size, off uint64) []byte {
 	for _, d := range shape {
 		e.U64(d)
 	}
+	e.U32(0) // row-major: no strides
 	e.U8(whereHost)
 	hostRefBytes(&e, size, off)
 	e.U32(0)
@@ -247,6 +248,10 @@ func TestMailboxTaskBounds(t *testing.T) {
 		{"dim", func(x *MailboxTask) { x.Tensors[1].Shape = []int{MaxDim + 1} }, "exceeds its bound"},
 		{"tensor bytes", func(x *MailboxTask) { x.Tensors[1].Shape = []int{MaxDim, 2} }, "exceeds"},
 		{"overrun", func(x *MailboxTask) { x.Tensors[0].Shape = []int{4, 1009} }, "overrun the 4096 bytes"},
+		{"strides for other dims", func(x *MailboxTask) { x.Tensors[3].Strides = []int{1} }, "1 strides for 2 dimensions"},
+		{"stride", func(x *MailboxTask) { x.Tensors[3].Strides = []int{MaxDim + 1, 1} }, "exceeds its bound"},
+		{"strided reach", func(x *MailboxTask) { x.Tensors[3].Strides = []int{MaxDim, 1} }, "reaches more than"},
+		{"strided overrun", func(x *MailboxTask) { x.Tensors[3].Strides = []int{400, 1} }, "overrun the 4096 bytes"},
 		{"tensors", func(x *MailboxTask) { x.Tensors = make([]MailboxTensor, MaxTensors+1) }, "count"},
 		{"scalars", func(x *MailboxTask) { x.Scalars = make([]uint64, MaxScalars+1) }, "count"},
 	}

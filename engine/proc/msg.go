@@ -127,7 +127,7 @@ func mailboxTask(op uint8, digest string, a *engine.TaskArgs, cfg engine.CallCon
 	}
 	for i, t := range a.Tensors {
 		x := &m.Tensors[i]
-		x.Tag, x.DType, x.Shape = a.Tags[i], t.DType, t.Shape
+		x.Tag, x.DType, x.Shape, x.Strides = a.Tags[i], t.DType, t.Shape, t.Strides
 		if t.ChildMemory {
 			x.Device, x.Addr = true, t.Addr
 			continue
@@ -149,7 +149,7 @@ func taskArgs(m *wire.MailboxTask, attach func(hostRef) (uint64, error)) (*engin
 		a.Tensors, a.Tags = make([]engine.Tensor, 0, n), make([]engine.Tag, 0, n)
 	}
 	for _, x := range m.Tensors {
-		t := engine.Tensor{Addr: x.Addr, Shape: x.Shape, DType: x.DType, ChildMemory: x.Device}
+		t := engine.Tensor{Addr: x.Addr, Shape: x.Shape, Strides: x.Strides, DType: x.DType, ChildMemory: x.Device}
 		if !x.Device {
 			base, err := attach(x.Host)
 			if err != nil {
@@ -169,7 +169,8 @@ func nodeConfig(c engine.Config) wire.NodeConfig {
 	return wire.NodeConfig{Level: c.Level, Platform: c.Platform.Name(), DeviceIDs: c.DeviceIDs, NumSubWorkers: c.NumSubWorkers,
 		Mode: c.Mode, EnableSDMA: c.EnableSDMA, HeapRingSize: c.HeapRingSize, TaskWindow: c.TaskWindow,
 		StartupTimeout: c.StartupTimeout, CommProfile: c.CommProfile, GlobalDeviceRanks: c.GlobalDeviceRanks,
-		ControlTimeout: c.ControlTimeout, TaskTimeout: c.TaskTimeout, HealthTimeout: c.HealthTimeout, CloseTimeout: c.CloseTimeout}
+		ControlTimeout: c.ControlTimeout, TaskTimeout: c.TaskTimeout, HealthTimeout: c.HealthTimeout, CloseTimeout: c.CloseTimeout,
+		OrderHazards: c.OrderHazards}
 }
 
 // configOf is the Config a node process builds its worker from. The
@@ -187,5 +188,6 @@ func configOf(n wire.NodeConfig) (engine.Config, error) {
 	return engine.Config{Level: n.Level, Platform: p, DeviceIDs: n.DeviceIDs, NumSubWorkers: n.NumSubWorkers,
 		Mode: n.Mode, EnableSDMA: n.EnableSDMA, HeapRingSize: n.HeapRingSize, TaskWindow: n.TaskWindow,
 		StartupTimeout: n.StartupTimeout, CommProfile: n.CommProfile, GlobalDeviceRanks: n.GlobalDeviceRanks,
-		ControlTimeout: n.ControlTimeout, TaskTimeout: n.TaskTimeout, HealthTimeout: n.HealthTimeout, CloseTimeout: n.CloseTimeout}, nil
+		ControlTimeout: n.ControlTimeout, TaskTimeout: n.TaskTimeout, HealthTimeout: n.HealthTimeout, CloseTimeout: n.CloseTimeout,
+		OrderHazards: n.OrderHazards}, nil
 }
