@@ -363,3 +363,45 @@ func TestGroupListenerBeforeTheProof(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A parent that dials a service that is not a simpler daemon is refused
+// with an error that names what is wrong and carries none of the bytes
+// the service sent (they could be anything of that service's); a real
+// daemon is served after.
+func TestParentNeverEchoesAnotherServicesBytes(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	const banner = "SSH-2.0-OpenSSH_9.6 private-banner-0123456789abcdef\r\n"
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		c.Write([]byte(banner))
+		c.SetReadDeadline(time.Now().Add(deadline))
+		io.Copy(io.Discard, c) // until the parent hangs up
+	}()
+	w := must(newParent(engine.Config{Level: 4, Platform: sim(t), StartupTimeout: deadline}))
+	must(w.AddRemoteWorker(engine.RemoteSpec{Endpoint: ln.Addr().String(), Platform: "a2a3sim", DeviceIDs: []int{0}, Token: []byte("a-token-of-enough-bytes")}))
+	err = w.Init()
+	w.Close()
+	<-served
+	t.Logf("the parent's refusal: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "not a simpler frame") {
+		t.Errorf("a parent that dialled another service: %v, want a refusal naming a frame that is not simpler's", err)
+	}
+	if err != nil && (strings.Contains(err.Error(), "OpenSSH") || strings.Contains(err.Error(), "private-banner")) {
+		t.Errorf("the refusal echoes the service's bytes: %v", err)
+	}
+	_, addr := startDaemon(t)
+	w2 := remoteWorker(t, addr)
+	if _, err := w2.RemoteMalloc(0, 8); err != nil {
+		t.Fatal(err)
+	}
+}
