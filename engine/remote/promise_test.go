@@ -405,3 +405,82 @@ func TestParentNeverEchoesAnotherServicesBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// --max-copy-bytes and --max-queued-bytes against a real daemon: a copy
+// above the first is a ValueError naming the flag, in either direction,
+// and a task whose bytes would take the queue past the second fails at
+// once naming both queue flags, while the session goes on serving.
+func TestCopyAndQueuedBytesBounds(t *testing.T) {
+	_, addr := startDaemonConfig(t, DaemonConfig{Limits: wire.Limits{CopyBytes: 4096, QueuedBytes: 1024}})
+	c := dialRaw(t, addr)
+	buf := c.control(t, &wire.Control{Cmd: wire.CmdMalloc, NBytes: 64 << 10}).Buffer
+	refused := func(m *wire.Control) *wire.ErrorBody {
+		c.send(t, wire.TypeControl, m)
+		_, p := c.read(t)
+		r, err := wire.DecodeControlReply(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Err
+	}
+	for _, m := range []*wire.Control{
+		{Cmd: wire.CmdCopyTo, Buffer: buf, Data: make([]byte, 4097)},
+		{Cmd: wire.CmdCopyFrom, Buffer: buf, NBytes: 4097},
+	} {
+		if e := refused(m); e == nil || e.Kind != "ValueError" || !strings.Contains(e.Message, "--max-copy-bytes") {
+			t.Errorf("a %s of 4097 bytes: %+v, want a ValueError naming --max-copy-bytes", m.Cmd, e)
+		}
+	}
+	c.control(t, &wire.Control{Cmd: wire.CmdCopyTo, Buffer: buf, Data: make([]byte, 4096)})
+
+	c.control(t, &wire.Control{Cmd: wire.CmdBundle})
+	hang := nodeOrch{procKernel{"node_hang"}}
+	c.control(t, &wire.Control{Cmd: wire.CmdRegister, Digest: hang.Digest(), Module: "m", Name: hang.Name()})
+	c.control(t, &wire.Control{Cmd: wire.CmdRegister, Digest: procKernel{"hang"}.Digest(), Module: "m", Name: "hang"})
+	task := &wire.Task{Digest: hang.Digest(), Scalars: make([]uint64, 75), Tensors: []wire.TensorArg{{Tag: wire.TagOutputExisting, DType: 7, Shape: []int{1},
+		Remote: &wire.RemoteRef{Buffer: buf, Access: wire.AccessReadWrite}}}}
+	if n := len(wire.Payload(task)); n <= 512 || 2*n <= 1024 {
+		t.Fatalf("a task of %d bytes: one must fit the queue's 1024 bytes and two must not", n)
+	}
+	c.send(t, wire.TypeTask, task) // runs, and hangs
+	poll(t, "the hung kernel to start", func() bool {
+		r := c.control(t, &wire.Control{Cmd: wire.CmdCopyFrom, Buffer: buf, NBytes: 8})
+		return len(r.Data) == 8 && r.Data[0] == 1
+	})
+	first := c.seq + 1
+	c.send(t, wire.TypeTask, task) // queued: its bytes fit
+	c.send(t, wire.TypeTask, task) // refused: the queue would pass 1024 bytes
+	h, p := c.read(t)
+	cm, err := wire.DecodeCompletion(p)
+	if err != nil || h.Type != wire.TypeCompletion || h.Seq != first+1 || cm.Err == nil ||
+		!strings.Contains(cm.Err.Message, "--max-queued-bytes") {
+		t.Fatalf("the task past the queue's bytes: %s seq %d %+v %v, want task %d refused naming --max-queued-bytes", h.Type, h.Seq, cm.Err, err, first+1)
+	}
+	if r := c.control(t, &wire.Control{Cmd: wire.CmdCopyFrom, Buffer: buf, NBytes: 8}); len(r.Data) != 8 {
+		t.Errorf("the session after the refusals: %+v", r)
+	}
+	c.conn.Close() // the session ends its hung task within its grace
+}
+
+// A first frame other than a HELLO, well formed or not, closes the
+// connection with nothing read past its header's type and no process
+// started; the next parent is served.
+func TestFirstFrameMustBeAHello(t *testing.T) {
+	d, addr := startDaemon(t)
+	for _, typ := range []wire.Type{wire.TypeControl, wire.TypeTask, wire.TypeHealth} {
+		c, _ := challenged(t, addr)
+		if err := wire.WriteFrame(c, wire.Header{Version: wire.ProtocolVersion, Type: typ, Session: 5, Seq: 1}, wire.Payload(&wire.Control{Cmd: wire.CmdBundle})); err != nil {
+			t.Fatal(err)
+		}
+		if h, _, err := wire.ReadFrame(c, 0); !errors.Is(err, io.EOF) && !isReset(err) {
+			t.Errorf("a first frame of type %s: got %s (%v), want the connection closed", typ, h.Type, err)
+		}
+	}
+	if n := len(sessionProcs(d)); n != 0 {
+		t.Errorf("%d session processes without a HELLO", n)
+	}
+	w := remoteWorker(t, addr)
+	if _, err := w.RemoteMalloc(0, 8); err != nil {
+		t.Fatal(err)
+	}
+}
