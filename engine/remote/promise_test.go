@@ -484,3 +484,31 @@ func TestFirstFrameMustBeAHello(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A session takes its code once and first: a REGISTER before BUNDLE is a
+// RuntimeError, a second BUNDLE a ValueError, and the session serves on
+// after both.
+func TestBundleComesFirstAndOnce(t *testing.T) {
+	_, addr := startDaemon(t)
+	c := dialRaw(t, addr)
+	ask := func(m *wire.Control) *wire.ErrorBody {
+		c.send(t, wire.TypeControl, m)
+		_, p := c.read(t)
+		r, err := wire.DecodeControlReply(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Err
+	}
+	add1 := procKernel{"add1"}
+	register := &wire.Control{Cmd: wire.CmdRegister, Digest: add1.Digest(), Module: "m", Name: "add1"}
+	if e := ask(register); e == nil || e.Kind != "RuntimeError" || !strings.Contains(e.Message, "sends BUNDLE first") {
+		t.Errorf("a REGISTER before BUNDLE: %+v", e)
+	}
+	c.control(t, &wire.Control{Cmd: wire.CmdBundle})
+	if e := ask(&wire.Control{Cmd: wire.CmdBundle}); e == nil || e.Kind != "ValueError" || !strings.Contains(e.Message, "already has its code") {
+		t.Errorf("a second BUNDLE: %+v", e)
+	}
+	c.control(t, register)
+	c.control(t, &wire.Control{Cmd: wire.CmdMalloc, NBytes: 8})
+}
