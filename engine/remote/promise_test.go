@@ -512,3 +512,91 @@ func TestBundleComesFirstAndOnce(t *testing.T) {
 	c.control(t, register)
 	c.control(t, &wire.Control{Cmd: wire.CmdMalloc, NBytes: 8})
 }
+
+// peerImpostor listens, in Python so that another user can run it, on the
+// abstract name argv[1] as a daemon's peer socket would, says
+// "listening", accepts one connection and says "accepted", then "sent N"
+// if the dialler sent N bytes or "nothing" if it hung up first.
+const peerImpostor = `import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+s.bind("\0" + sys.argv[1])
+s.listen(1)
+s.settimeout(20)
+print("listening", flush=True)
+c, _ = s.accept()
+print("accepted", flush=True)
+c.settimeout(10)
+try:
+    data = c.recv(4096)
+except (ConnectionResetError, socket.timeout):
+    data = b""
+print("sent", len(data)) if data else print("nothing")
+`
+
+// The peer socket's check runs both ways: another user (uid 65534) who
+// listens on the name a forged export id points a daemon at is dialled
+// and sent nothing, not even the id, and the IMPORT is refused as an id
+// no daemon made; the session serves on.
+func TestPeerSocketImpostorGetsNothing(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("needs root, to act as another user (uid 65534)")
+	}
+	const python = "/usr/bin/python3"
+	if _, err := os.Stat(python); err != nil {
+		t.Fatalf("%s is needed for a peer-socket impostor another user can run: %v", python, err)
+	}
+	_, addr := startDaemon(t)
+	c := dialRaw(t, addr)
+	forged := wire.ExportID{Daemon: randomID(), Slot: 1}
+	copy(forged.Secret[:], "sixteen bytes!!!")
+	imp := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", python, "-c", peerImpostor, strings.TrimPrefix(peerAddr(forged.Daemon).Name, "@"))
+	var errOut bytes.Buffer
+	imp.Stderr = &errOut
+	out, err := imp.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := imp.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer imp.Wait()
+	defer imp.Process.Kill() // a no-op once it has ended by itself
+	lines := make(chan string, 4)
+	go func() {
+		defer close(lines)
+		b := make([]byte, 256)
+		var got []byte
+		for {
+			n, err := out.Read(b)
+			got = append(got, b[:n]...)
+			for {
+				i := bytes.IndexByte(got, '\n')
+				if i < 0 {
+					break
+				}
+				lines <- string(got[:i])
+				got = got[i+1:]
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	if l := <-lines; l != "listening" {
+		t.Fatalf("the impostor said %q: %s", l, errOut.String())
+	}
+	c.send(t, wire.TypeControl, &wire.Control{Cmd: wire.CmdImport, Token: forged.Bytes(), Access: wire.AccessRead})
+	_, p := c.read(t)
+	r, err := wire.DecodeControlReply(p)
+	if err != nil || r.Err == nil || r.Err.Kind != "ValueError" || !strings.Contains(r.Err.Message, "no daemon on this host made this export") {
+		t.Errorf("an IMPORT of an id pointing at the impostor: %+v %v", r.Err, err)
+	}
+	var said []string
+	for l := range lines {
+		said = append(said, l)
+	}
+	if strings.Join(said, "; ") != "accepted; nothing" {
+		t.Errorf("the impostor saw %q (%s), want a connection that sent nothing", said, errOut.String())
+	}
+	c.control(t, &wire.Control{Cmd: wire.CmdMalloc, NBytes: 8})
+}
