@@ -99,7 +99,6 @@ func TestCreateOnAFullDevice(t *testing.T) {
 	}
 }
 
-
 // BenchmarkCreateClose is the cost of making, mapping and removing one
 // object, reservation (fallocate) included, for a small and a chunk-sized
 // object.
