@@ -167,7 +167,9 @@ func (s *Space) Segments() int {
 func newSeg(tag string, size int) (*shm.Segment, error) {
 	seg, err := shm.Create(tag, size)
 	if err != nil {
-		return nil, kind.Errorf(kind.RuntimeError, "host memory: %w", err)
+		// A RuntimeError either way (an error of shm without a kind is
+		// one); Wrap keeps a full device's message whole.
+		return nil, kind.Wrap(err, "host memory")
 	}
 	Register(seg)
 	return seg, nil

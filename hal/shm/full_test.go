@@ -17,7 +17,7 @@ import (
 // own, whose /dev/shm is a 4 MiB tmpfs (RunOnSmallShm).
 const fullEnv = "SIMPLER_SHM_SMALL_DEVICE"
 
-// RunOnSmallShm runs the test named test of the binary exe again, in a
+// runOnSmallShm runs the test named test of the binary exe again, in a
 // mount namespace of its own whose /dev/shm is a fresh tmpfs of size
 // (e.g. "4m"), with fullEnv set; it returns the run's output. The host's
 // /dev/shm is not touched: the mount is private to the namespace. It
