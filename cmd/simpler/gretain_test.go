@@ -15,7 +15,7 @@ import (
 )
 
 // retainedDeadPeer allocates a global domain over a chip of a local node
-// (mode ctx.argv[1]) and a chip of a remote one, retained after its run
+// (chip mode ctx.argv[1], as the level-4 worker's) and a chip of a remote one, retained after its run
 // (after a first domain over the same windows if ctx.argv[3] is "warm",
 // so that it comes up by REATTACH over pooled windows), and says so. Then
 // it runs work on the remote node until a run fails (the test kills the
@@ -83,7 +83,7 @@ func TestRetainedDomainDeadRemotePeer(t *testing.T) {
 			for _, ending := range []string{"both", "use", "none"} {
 				t.Run(mode+"/"+warm+"/"+ending, func(t *testing.T) {
 					d, addr, _ := startRemoteDaemonLog(t)
-					run := exec.Command(exe, "run", "--mode", "process", filepath.Join(dir, "main.star"), addr, mode, ending, warm)
+					run := exec.Command(exe, "run", "--mode", mode, filepath.Join(dir, "main.star"), addr, mode, ending, warm)
 					run.Env = cliEnv()
 					run.Stderr = os.Stderr
 					stdout, err := run.StdoutPipe()
