@@ -15,14 +15,15 @@ import (
 )
 
 // retainedDeadPeer allocates a global domain over a chip of a local node
-// (chip mode ctx.argv[1], as the level-4 worker's) and a chip of a remote one, retained after its run
-// (after a first domain over the same windows if ctx.argv[3] is "warm",
-// so that it comes up by REATTACH over pooled windows), and says so. Then
-// it runs work on the remote node until a run fails (the test kills the
-// session meanwhile): a no-op, or with ctx.argv[2] "use" a run that finds
-// the domain on both nodes. With "both" it then releases the domain and
-// closes the worker, printing what each said; with the others it ends
-// there, leaving both to the runtime's close at exit.
+// (its chips in mode ctx.argv[1], as the level-4 worker's) and a chip of
+// a remote one, retained after its run (after a first domain over the
+// same members if ctx.argv[3] is "warm", so that it comes up by REATTACH
+// over pooled windows), and says so. Then it runs work on the remote node
+// until a run fails (the test kills the session meanwhile): a no-op, or
+// with ctx.argv[2] "use" a run that finds the domain on both nodes. With
+// "both" it then releases the domain and closes the worker, printing what
+// each said; with the others it ends there, leaving both to the end of
+// the script.
 const retainedDeadPeer = `
 def noop(o, args, cfg):
     pass
