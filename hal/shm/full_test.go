@@ -64,7 +64,7 @@ func TestCreateOnAFullDevice(t *testing.T) {
 		if kind.Of(err) != kind.RuntimeError || !errors.Is(err, unix.ENOSPC) {
 			t.Errorf("Create of %d bytes: %v (kind %s), want a RuntimeError wrapping ENOSPC", size, err, kind.Of(err))
 		}
-		left := SpaceLeft()
+		left := spaceLeft()
 		for _, want := range []string{strconv.Itoa(size) + " bytes", "(" + strconv.FormatInt(left, 10) + " bytes left)"} {
 			if !strings.Contains(err.Error(), want) {
 				t.Errorf("Create of %d bytes: %q does not say %q", size, err, want)
@@ -86,9 +86,9 @@ func TestCreateOnAFullDevice(t *testing.T) {
 	for i := range small.Mem {
 		small.Mem[i] = byte(i)
 	}
-	rest, err := Create("rest", int(SpaceLeft()))
+	rest, err := Create("rest", int(spaceLeft()))
 	if err != nil {
-		t.Fatalf("the rest of the device (%d bytes): %v", SpaceLeft(), err)
+		t.Fatalf("the rest of the device (%d bytes): %v", spaceLeft(), err)
 	}
 	defer rest.Close()
 	clear(rest.Mem)

@@ -237,7 +237,7 @@ func reserve(fd, size int) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, unix.ENOSPC), errors.Is(err, unix.ENOMEM):
-		return kind.Errorf(kind.RuntimeError, "shm: %s has no room for %d bytes of shared memory (%d bytes left): %w", dir, size, SpaceLeft(), err)
+		return kind.Errorf(kind.RuntimeError, "shm: %s has no room for %d bytes of shared memory (%d bytes left): %w", dir, size, spaceLeft(), err)
 	case errors.Is(err, unix.EOPNOTSUPP):
 		// Not tmpfs: a file system without fallocate. Nothing to reserve
 		// with; the object is usable, only not reserved.
@@ -246,9 +246,9 @@ func reserve(fd, size int) error {
 	return kind.Errorf(kind.RuntimeError, "shm: reserve %d bytes of shared memory: %w", size, err)
 }
 
-// SpaceLeft is the bytes /dev/shm has free for this user now, or -1 if it
+// spaceLeft is the bytes /dev/shm has free now, or -1 if it
 // cannot be read.
-func SpaceLeft() int64 {
+func spaceLeft() int64 {
 	var st unix.Statfs_t
 	if err := unix.Statfs(dir, &st); err != nil {
 		return -1
