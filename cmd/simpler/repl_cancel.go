@@ -10,12 +10,16 @@ import (
 	"go.starlark.net/starlark"
 
 	"simpler/engine"
+	"simpler/internal/halt"
 	"simpler/starlib"
 )
 
 // Ctrl-C while a statement runs: the statement's thread is cancelled, and
 // so are the runs it started, which it may be waiting for (a Starlark
-// thread blocked in a run's Wait does not see its own cancellation).
+// thread blocked in a run's Wait does not see its own cancellation). The
+// thread's stop signal (internal/halt) fires too, as for a script's main
+// on SIGINT: a builtin the statement is in (a long matmul) sees no
+// interpreter step, and returns only when it polls that signal.
 //
 // The REPL knows the run it made for a statement that uses orch. Runs the
 // statement started itself (w.run, w.submit) it knows only by their events:
@@ -28,6 +32,7 @@ import (
 type statement struct {
 	seq  int
 	th   *starlark.Thread // nil for a meta-command
+	stop *halt.Signal     // th's stop signal, bound to it (nil with th)
 	open runKey           // the open run (:begin), which one Ctrl-C leaves alone
 
 	// Under repl.mu:
@@ -78,6 +83,10 @@ func (r *repl) trackRun(rw *replWorker, e engine.Event) {
 func (r *repl) begin(th *starlark.Thread) *statement {
 	r.seq++
 	st := &statement{seq: r.seq, th: th, cancelled: map[runKey]int{}}
+	if th != nil {
+		st.stop = new(halt.Signal)
+		halt.Bind(th, st.stop)
+	}
 	r.mu.Lock()
 	if r.open != nil {
 		for _, rw := range r.workers {
@@ -141,6 +150,7 @@ func (r *repl) interrupt() {
 
 	if st.th != nil {
 		st.th.Cancel("cancelled (Ctrl-C)")
+		st.stop.Stop("cancelled (Ctrl-C)") // a builtin the statement is in returns too
 	}
 	if run != nil {
 		run.Cancel()

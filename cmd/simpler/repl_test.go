@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"go.starlark.net/starlark"
 
@@ -121,6 +122,42 @@ func TestReplCtrlCCancelsTheStatement(t *testing.T) {
 	p.send("\x04")
 	if code := p.wait(); code != 0 {
 		t.Errorf("exit code %d; the REPL did not survive Ctrl-C; output:\n%s", code, p.output())
+	}
+	checkNoShm(t, p.cmd.Env)
+}
+
+// Ctrl-C reaches a statement inside a long builtin: matmul of two
+// 4096x4096 arrays (about 69G multiply-adds, minutes) sees no interpreter
+// step, and ends only because it polls the statement's stop signal, which
+// Ctrl-C fires with the thread's cancel. The statement is cancelled within
+// a second or two and the session goes on.
+func TestReplCtrlCStopsABuiltin(t *testing.T) {
+	env, _ := replEnv(t)
+	p := startPTY(t, env, "repl", "--devices", "0")
+	p.expect(">>> ")
+	p.send("a = array.zeros([4096, 4096])\r")
+	p.expect(">>> ")
+	p.send("def mm():\r")
+	p.expect("... ")
+	p.send("    print(\"multiplying\")\r")
+	p.send("    return array.matmul(a, a)\r")
+	p.send("\r")
+	p.expect(">>> ")
+	p.send("mm()\r")
+	p.expect("multiplying")
+	at := time.Now()
+	p.send("\x03") // Ctrl-C
+	p.expect("cancelled: the statement")
+	if took := time.Since(at); took > 3*time.Second {
+		t.Errorf("the statement ended %v after Ctrl-C", took)
+	}
+	p.expect(">>> ")
+	p.send("1 + 41\r")
+	p.expect("42")
+	p.expect(">>> ")
+	p.send("\x04")
+	if code := p.wait(); code != 0 {
+		t.Errorf("exit code %d; output:\n%s", code, p.output())
 	}
 	checkNoShm(t, p.cmd.Env)
 }

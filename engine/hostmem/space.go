@@ -27,8 +27,9 @@ const (
 // only chunk left: that one is kept for the next allocation, so a loop
 // that allocates and frees one tensor does not make and remove a segment
 // each time. Reused bytes are zeroed by Alloc; bytes never handed out are
-// the kernel's zeroes, left untouched (a page first touched would be a
-// page more in /dev/shm).
+// the kernel's zeroes, left untouched (no memset). A chunk's pages are
+// all reserved when it is made (hal/shm), so a full /dev/shm is an error
+// at the Alloc that needs a new chunk, never a fault at a later write.
 type Space struct {
 	mu     sync.Mutex
 	chunks []*chunk              // oldest first: the order first fit tries them in
@@ -40,7 +41,7 @@ type Space struct {
 
 // chunk is a segment small allocations share, with its free space.
 // Bytes from fresh on have never been handed out: they are still the
-// kernel's zeroes, and their pages need not be touched to zero them.
+// kernel's zeroes, and need no memset to zero them.
 type chunk struct {
 	seg   *shm.Segment
 	free  freeList
@@ -167,7 +168,9 @@ func (s *Space) Segments() int {
 func newSeg(tag string, size int) (*shm.Segment, error) {
 	seg, err := shm.Create(tag, size)
 	if err != nil {
-		return nil, kind.Errorf(kind.RuntimeError, "host memory: %w", err)
+		// A RuntimeError either way (an error of shm without a kind is
+		// one); Wrap keeps a full device's message whole.
+		return nil, kind.Wrap(err, "host memory")
 	}
 	Register(seg)
 	return seg, nil

@@ -106,29 +106,87 @@ func (p *process) restart() error {
 	return nil
 }
 
-// watchHealth probes p while it runs a task: a ping on the control lane
-// every third of timeout (skipped while another control request holds
-// the lane, which has a deadline of its own). A child that does not answer
-// one within timeout, such as a stopped process, is killed, and the task
-// fails naming why. It returns the function that ends the watch. A timer,
-// not a goroutine, waits between probes: most tasks end before the first.
+// A busy child's health: the parent pings it on the control lane
+// probesPerTimeout times per health timeout, and counts its silence from
+// its last answer, not from the probe: a probe waits only until the last
+// answer plus the timeout. So a child that stops answering (SIGSTOP) is
+// killed within the timeout of the last moment it was known alive, never
+// later. (Probing every third of the timeout with a full timeout for each
+// probe noticed it only after up to 4/3 of the bound.) engine/remote's
+// healthWatch does the same for a remote node from the bytes it reads.
+
+// probesPerTimeout is how many pings a busy child is sent per timeout; a
+// live child answers each at once, so it is heard from that often.
+const probesPerTimeout = 4
+
+// childWatch is the clock arithmetic of a busy child's watch: when the
+// next ping is sent and until when it may wait. Times are durations since
+// the watch began on one monotonic clock. It does no I/O, so tests step it
+// directly.
+type childWatch struct {
+	timeout time.Duration
+	heard   time.Duration // silence is counted from here: the last answer, or the watch's start
+}
+
+func newChildWatch(timeout time.Duration) *childWatch {
+	return &childWatch{timeout: timeout}
+}
+
+// every is how long the watch waits between pings.
+func (w *childWatch) every() time.Duration {
+	return max(w.timeout/probesPerTimeout, time.Millisecond)
+}
+
+// deadline is when a ping sent now must have been answered: the end of
+// the silence a child is allowed.
+func (w *childWatch) deadline() time.Duration { return w.heard + w.timeout }
+
+// answered records an answer at now and returns how long to wait before
+// the next ping.
+func (w *childWatch) answered(now time.Duration) time.Duration {
+	w.heard = now
+	return w.every()
+}
+
+// laneBusy records that at now another control request held the lane, so
+// no ping was sent. That request has a deadline of its own (a child that
+// does not answer it is killed), so the child's silence is counted anew
+// from now.
+func (w *childWatch) laneBusy(now time.Duration) time.Duration {
+	w.heard = now
+	return w.every()
+}
+
+// watchHealth watches p while it runs a task (childWatch). A child that
+// does not answer within timeout of its last answer is killed, and the
+// task fails naming why. It returns the function that ends the watch. A
+// timer, not a goroutine, waits between pings: most tasks end before the
+// first.
 func (p *process) watchHealth(timeout time.Duration) func() {
 	var mu sync.Mutex
 	stopped := false
 	var t *time.Timer
+	start := time.Now()
+	w := newChildWatch(timeout)
 	probe := func() {
-		if err := p.ping(timeout); err != nil && engine.KindOf(err) == engine.TimeoutError {
-			p.declareDead(engine.Errorf(engine.RuntimeError, "%s: child process %d stopped answering (no health reply within %v); it was killed", p.name, p.pid(), timeout))
+		busy, err := p.ping(start.Add(w.deadline()))
+		if err != nil && engine.KindOf(err) == engine.TimeoutError {
+			p.declareDead(engine.Errorf(engine.RuntimeError, "%s: child process %d stopped answering (silent for the health timeout, %v); it was killed", p.name, p.pid(), timeout))
 			return
+		}
+		now := time.Since(start)
+		next := w.answered(now)
+		if busy {
+			next = w.laneBusy(now)
 		}
 		mu.Lock()
 		if !stopped {
-			t.Reset(timeout / 3)
+			t.Reset(next)
 		}
 		mu.Unlock()
 	}
 	mu.Lock()
-	t = time.AfterFunc(timeout/3, probe)
+	t = time.AfterFunc(w.every(), probe)
 	mu.Unlock()
 	return func() {
 		mu.Lock()
@@ -138,19 +196,20 @@ func (p *process) watchHealth(timeout time.Duration) func() {
 	}
 }
 
-// ping sends a health probe unless the control lane is busy.
-func (p *process) ping(timeout time.Duration) error {
+// ping sends a health probe that must be answered by deadline, unless the
+// control lane is busy (busy is then true).
+func (p *process) ping(deadline time.Time) (busy bool, err error) {
 	if !p.lanes[laneControl].TryLock() {
-		return nil
+		return true, nil
 	}
 	defer p.lanes[laneControl].Unlock()
 	in := p.cur.Load()
 	alive := func() error { return in.alive(p.name) }
 	if err := alive(); err != nil {
-		return err
+		return false, err
 	}
-	_, err := in.mb.lanes[laneControl].call([]byte{wire.OpPing}, time.Now().Add(timeout), alive)
-	return err
+	_, err = in.mb.lanes[laneControl].call([]byte{wire.OpPing}, deadline, alive)
+	return false, err
 }
 
 // declareDead records why p is being killed and kills it.
