@@ -112,7 +112,7 @@ func (r *chipRank) Stage(c wire.Control, reply *wire.ControlReply, n int) error 
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.window == nil {
-		return engine.Errorf(engine.KeyError, "%s: rank %d of global domain %d was released on this node", c.Cmd, r.key.rank, r.key.id)
+		return engine.Errorf(engine.RuntimeError, "%s: rank %d of global domain %d was released on this node", c.Cmd, r.key.rank, r.key.id)
 	}
 	at := int(c.Offset)
 	if c.Cmd == wire.CmdStageTo {

@@ -52,7 +52,11 @@ func Open(chip hal.Chip, deviceCtx uint64) (*View, error) {
 		return bad(kind.Message(err))
 	}
 	size, nameLen, err := ctxHead(head)
-	if err != nil {
+	if errors.Is(err, errReleased) {
+		// Used after release: a RuntimeError, as for a freed tensor, a
+		// released domain or remote buffer.
+		return nil, kind.Errorf(kind.RuntimeError, "chip.comm: %#x on device %d: %v", deviceCtx, chip.DeviceID(), err)
+	} else if err != nil {
 		return bad(err.Error())
 	}
 	full, err := chip.Bytes(deviceCtx, ctxLen(size, nameLen))
@@ -87,6 +91,9 @@ func Open(chip hal.Chip, deviceCtx uint64) (*View, error) {
 // (see the layout in layout.go); encodeCtx leaves it zero.
 const offReserved = offNameLen + 4
 
+// errReleased is ctxHead's answer for a context whose domain was released.
+var errReleased = errors.New("the domain was released")
+
 // ctxHead checks the fixed part of a CommContext (its first offBases
 // bytes) and returns the rank count and name length that give the whole
 // context's length. Every field read here comes from device memory any
@@ -104,7 +111,7 @@ func ctxHead(b []byte) (size, nameLen int, err error) {
 	case le.Uint32(b[offVersion:]) != ctxVersion:
 		return 0, 0, fmt.Errorf("CommContext version %d, want %d", le.Uint32(b[offVersion:]), ctxVersion)
 	case atomic.LoadUint32(futex.Word32(b, offLive)) != 1:
-		return 0, 0, errors.New("the domain was released")
+		return 0, 0, errReleased
 	}
 	rank, n, name := le.Uint32(b[offRank:]), le.Uint32(b[offSize:]), le.Uint32(b[offNameLen:])
 	winSize, hdrSize := le.Uint64(b[offWindowSize:]), le.Uint64(b[offHeaderSize:])

@@ -368,5 +368,5 @@ func TestOpenDeadFlag(t *testing.T) {
 	b := mustBytes(t, chips[0], ranks[0].DeviceCtx+offLive, 4)
 	atomic.StoreUint32(futex.Word32(b, 0), 0)
 	_, err := Open(chips[0], ranks[0].DeviceCtx)
-	wantErr(t, err, fmt.Sprintf("ValueError: chip.comm: %#x is not a live communication domain on device 0: the domain was released", ranks[0].DeviceCtx))
+	wantErr(t, err, fmt.Sprintf("RuntimeError: chip.comm: %#x on device 0: the domain was released", ranks[0].DeviceCtx))
 }
