@@ -106,6 +106,9 @@ func TestDaemonReapsAStoppedSessionItsParentLeft(t *testing.T) {
 	if err := procs[0].Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+	// Stopped before its parent leaves, or it may see the parent go and
+	// clean up first.
+	waitStopped(t, pid)
 	left := time.Now()
 	nodeOf(w, 0).Fail(engine.Errorf(engine.RuntimeError, "the test's parent leaves"))
 	poll(t, "the stopped session to be reaped", func() bool {
@@ -165,6 +168,7 @@ func TestDaemonCloseEndsAStoppedSession(t *testing.T) {
 	}
 	prefix := onlySessionPrefix(t, d)
 	procs[0].Signal(syscall.SIGSTOP)
+	waitStopped(t, procs[0].Pid)
 	start := time.Now()
 	closed := make(chan struct{})
 	go func() {

@@ -542,12 +542,8 @@ func TestUncertainImportRetiresTheNode(t *testing.T) {
 			p.Signal(syscall.SIGCONT)
 		}
 	}()
-	for _, p := range stopped { // a stop takes effect asynchronously
-		poll(t, "the session to stop", func() bool {
-			stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.Pid))
-			_, after, _ := strings.Cut(string(stat), ") ")
-			return err == nil && strings.HasPrefix(after, "T")
-		})
+	for _, p := range stopped {
+		waitStopped(t, p.Pid)
 	}
 	if _, err := w.RemoteImport(exp, 1, 0); engine.KindOf(err) != engine.TimeoutError {
 		t.Fatalf("import on a node that stopped answering: %v", err)
@@ -619,4 +615,15 @@ func rawHello(t testing.TB, addr string, tok []byte, hello *wire.Hello) wire.Hel
 		t.Fatalf("reply %s %+v %v", h.Type, r, err)
 	}
 	return r
+}
+
+// waitStopped polls until pid, sent SIGSTOP, is stopped: a stop takes
+// effect asynchronously, and the process may run on meanwhile.
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	poll(t, "the process to stop", func() bool {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		_, after, _ := strings.Cut(string(stat), ") ")
+		return err == nil && strings.HasPrefix(after, "T")
+	})
 }
