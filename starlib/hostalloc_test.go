@@ -25,7 +25,9 @@ func runHostScript(t *testing.T, src string) (*Session, string, error) {
 }
 
 // 10 000 dropped 64 KiB host tensors leave shared memory flat: each is
-// reclaimed once unreachable (640 MiB without that).
+// reclaimed once unreachable (640 MiB without that). When the collector
+// runs decides how many wait to be reclaimed at the end (up to about
+// 160 MiB seen under load), so the bound is half the leak.
 func TestDroppedHostTensorsAreReclaimed(t *testing.T) {
 	s, _, err := runHostScript(t, `
 def main(ctx):
@@ -35,7 +37,7 @@ def main(ctx):
 	if err != nil {
 		t.Fatal(Backtrace(err))
 	}
-	if n := s.space.Bytes(); n > 160<<20 {
+	if n := s.space.Bytes(); n > 320<<20 {
 		t.Errorf("after 10000 dropped tensors the session holds %d MiB of shared memory", n>>20)
 	}
 }
