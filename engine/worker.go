@@ -98,7 +98,7 @@ type Worker struct {
 	sched        *Sched // the core's, kept for SetDepth and tests
 	core         *core  // runs, DAG, window, scheduler: the decision logic (core.go)
 	reg          registry
-	heap         *heapRing
+	heap         *runHeap
 	runs         map[*Run]struct{}
 	runSeq       uint64
 
@@ -256,7 +256,7 @@ func (w *Worker) start() error {
 			w.sched.SetDepth(id, RemoteDepth)
 		}
 	}
-	w.heap = newHeapRing(w.cfg.HeapRingSize)
+	w.heap = newRunHeap(w.cfg.HeapRingSize)
 	w.core = newCore(w.sched, w.heap, w.cfg.TaskWindow, w.workerName)
 	w.state = stateReady
 	if w.cfg.Level >= 3 {
