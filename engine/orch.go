@@ -124,7 +124,7 @@ func (o *Orchestrator) checkNext(op string, h *Handle, worker int) error {
 	}
 	n := o.w.nextCount()
 	if worker < 0 || worker >= n {
-		return Errorf(ValueError, "%s: worker %d out of range (NEXT_LEVEL workers are 0..%d)", op, worker, n-1)
+		return Errorf(ValueError, "%s: worker %d out of range (%s)", op, worker, idRange(n, "NEXT_LEVEL workers are", "this worker has no NEXT_LEVEL workers"))
 	}
 	if !h.allows(worker) {
 		return Errorf(ValueError, "%s: %q is registered for workers %v, not worker %d", op, h.Name(), h.Workers, worker)

@@ -155,12 +155,12 @@ func (w *Worker) Chip(id int) (hal.Chip, error) {
 }
 
 func (w *Worker) chip(op string, id int) (hal.Chip, error) {
-	if w.cfg.Level >= 4 {
-		return nil, Errorf(ValueError, "%s: a level-%d worker has no chips of its own; its children do", op, w.cfg.Level)
+	if w.cfg.Level >= 4 { // as at level 3 and upstream: an id outside the (empty) chip list
+		return nil, Errorf(IndexError, "%s: worker_id %d out of range (a level-%d worker has no chips of its own; its children do)", op, id, w.cfg.Level)
 	}
 	if id < 0 || id >= len(w.chips) {
 		// An index into the worker's chips: upstream raises IndexError.
-		return nil, Errorf(IndexError, "%s: worker_id %d out of range (this worker has chips 0..%d)", op, id, len(w.chips)-1)
+		return nil, Errorf(IndexError, "%s: worker_id %d out of range (%s)", op, id, idRange(len(w.chips), "this worker has chips", "this worker has no chips"))
 	}
 	return w.chips[id], nil
 }
@@ -274,9 +274,6 @@ func (w *Worker) canStart() error {
 		return Errorf(RuntimeError, "init: worker is already initialised")
 	case stateClosed:
 		return Errorf(RuntimeError, "init: worker is closed")
-	}
-	if w.cfg.Level >= 4 && len(w.children) == 0 {
-		return Errorf(ValueError, "init: a level-%d worker needs at least one child (add_worker)", w.cfg.Level)
 	}
 	return w.cfg.Platform.Check()
 }
