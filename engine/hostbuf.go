@@ -43,7 +43,9 @@ func (w *Worker) CreateHostBuffer(nbytes int) (*HostBuffer, error) {
 
 // FreeHostBuffer frees a host buffer; freeing it again is a no-op. A
 // buffer that tasks in flight use is not freed: the free is refused.
-func (w *Worker) FreeHostBuffer(b *HostBuffer) error { return w.ReleaseHostBuffer("free_host_buffer", b) }
+func (w *Worker) FreeHostBuffer(b *HostBuffer) error {
+	return w.ReleaseHostBuffer("free_host_buffer", b)
+}
 
 // ReleaseHostBuffer is FreeHostBuffer with the name of the operation that
 // asks (release_buffer frees the same kind of buffer), for its errors.
