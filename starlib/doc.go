@@ -248,7 +248,7 @@ var docTable = []Doc{
 	{"Orchestrator.scope_begin", DocMember, "o.scope_begin()", "Opens a nested scope: intermediates allocated inside are freed at its end."},
 	{"Orchestrator.scope_end", DocMember, "o.scope_end()", "Closes the innermost scope."},
 	{"Orchestrator.scope", DocMember, "o.scope(fn, *args, **kwargs) -> value", "Calls fn inside scope_begin()/scope_end(), ending the scope even if fn fails."},
-	{"Orchestrator.alloc", DocMember, "o.alloc(shape, dtype=FLOAT32) -> Tensor", "A runtime-managed intermediate host tensor from the run heap."},
+	{"Orchestrator.alloc", DocMember, "o.alloc(shape, dtype=FLOAT32) -> Tensor", "A runtime-managed intermediate host tensor from the run heap: the ring of the current scope depth (4 rings of heap_ring_size bytes), 1024-byte aligned."},
 	{"Orchestrator.malloc", DocMember, "o.malloc(worker_id, size) -> int", "Direct control: device memory on a chip (before the run's first submit)."},
 	{"Orchestrator.free", DocMember, "o.free(worker_id, ptr) or o.free(buf)", "Direct control: frees device memory (an alloc_child_tensor Buffer frees once; again does nothing)."},
 	{"Orchestrator.alloc_child_tensor", DocMember, "o.alloc_child_tensor(worker, shape, dtype=FLOAT32) -> Buffer", "Direct control: device memory for shape x dtype on chip worker, as a Buffer (free with o.free(buf))."},
