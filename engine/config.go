@@ -4,6 +4,7 @@ package engine
 // before anything is allocated.
 
 import (
+	"fmt"
 	"time"
 
 	"simpler/hal"
@@ -14,7 +15,7 @@ import (
 type Config struct {
 	Level         int // 2, 3, 4, 5 or 6
 	Platform      hal.Platform
-	DeviceIDs     []int // chips (level 2: exactly one; level 3: one or more; level 4+: none)
+	DeviceIDs     []int // chips (level 2: exactly one; level 3: any number, none for a SUB-only node; level 4+: none)
 	NumSubWorkers int
 	Mode          string // "thread" or "process"
 	EnableSDMA    bool
@@ -203,8 +204,6 @@ func validate(cfg *Config) error {
 		return Errorf(ValueError, "Worker: level 2 is one chip: give device_id (got %d device ids)", len(cfg.DeviceIDs))
 	case cfg.Level == 2 && cfg.NumSubWorkers > 0:
 		return Errorf(ValueError, "Worker: level 2 has no SUB workers (num_sub_workers=%d)", cfg.NumSubWorkers)
-	case cfg.Level == 3 && len(cfg.DeviceIDs) == 0:
-		return Errorf(ValueError, "Worker: level 3 needs at least one device id")
 	case cfg.Level >= 4 && len(cfg.DeviceIDs) > 0:
 		return Errorf(ValueError, "Worker: level %d composes child workers; device_ids belong to its level-3 children", cfg.Level)
 	}
@@ -253,6 +252,16 @@ func validate(cfg *Config) error {
 		cfg.SessionTimeout = DefaultSessionTimeout
 	}
 	return nil
+}
+
+// idRange names the ids 0..n-1 after some, for an error, or says none
+// when there are none: a level-3 worker may have no chips, a level-4 one
+// no children.
+func idRange(n int, some, none string) string {
+	if n == 0 {
+		return none
+	}
+	return fmt.Sprintf("%s 0..%d", some, n-1)
 }
 
 // Config returns the worker's configuration (with defaults filled in).

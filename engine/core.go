@@ -16,10 +16,10 @@ import "errors"
 // order, when it is done (its cleanups included).
 type core struct {
 	sched    *Sched
-	heap     *heapRing // blocks a task holds, released when it retires (nil: none)
-	window   int       // tasks in flight before a submit waits
-	order    []*Run    // runs not yet done, in submit order
-	inflight int       // tasks added and not retired, over all runs
+	heap     *runHeap // blocks a task holds, released when it retires (nil: none)
+	window   int      // tasks in flight before a submit waits
+	order    []*Run   // runs not yet done, in submit order
+	inflight int      // tasks added and not retired, over all runs
 	// active is every assignment started on an endpoint and not yet
 	// reported back, by pool and endpoint, so a cancel knows what to
 	// stop. An endpoint holds at most its scheduler depth of them, so a
@@ -57,7 +57,7 @@ type Effects struct {
 	Fenced *Run         // this run reached its fence: finish it
 }
 
-func newCore(s *Sched, h *heapRing, window int, name func(Pool, int) string) *core {
+func newCore(s *Sched, h *runHeap, window int, name func(Pool, int) string) *core {
 	c := &core{sched: s, heap: h, window: window, name: name}
 	c.active[NextLevel] = make([][]member, len(s.next))
 	c.active[Sub] = make([][]member, len(s.subBusy))

@@ -202,7 +202,7 @@ func TestOutputWithoutAddressComesFromHeap(t *testing.T) {
 	if saw.Load() != 7 {
 		t.Fatalf("consumer saw %d, want 7", saw.Load())
 	}
-	if used := locked(w, func() int { return w.heap.used }); used != 0 {
+	if used := locked(w, func() int { return w.heap.used() }); used != 0 {
 		t.Fatalf("heap holds %d bytes after the run", used)
 	}
 }

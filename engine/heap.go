@@ -1,18 +1,94 @@
 package engine
 
 import (
+	"fmt"
+
 	"simpler/engine/hostmem"
 	"simpler/hal/shm"
 )
 
-// heapRing is the run heap: host shared memory from which OUTPUT tensors
-// with no address and orch.alloc intermediates are carved. Blocks are
-// handed out in ring order and reclaimed from the oldest end once freed, so
-// a block freed early is reused only when everything older is free too.
+// The run heap is host shared memory from which OUTPUT tensors with no
+// address and orch.alloc intermediates are carved. As upstream, it is
+// heapRings independent rings of heap_ring_size bytes each, and the scope
+// depth of an allocation picks its ring (ringForDepth): the run's own
+// scope allocates from ring 0, the first scope_begin() inside it from
+// ring 1, and so on, every depth from heapRings-1 down sharing the last
+// ring. Each ring reclaims from its own oldest end, so a long-lived block
+// of an outer scope never holds back the churn of the scopes inside it.
 //
-// A block is freed when its scope has ended and no unfinished task refers
-// to it. All fields are guarded by the Worker's mutex.
+// Every block is heapAlign-aligned and a multiple of heapAlign long, as
+// upstream's output packing is. A ring's segment is created at its first
+// allocation, so a script that never nests pays for one ring only.
+//
+// All fields are guarded by the Worker's mutex.
+type runHeap struct {
+	rings [heapRings]*heapRing
+}
+
+const (
+	heapRings = 4
+	heapAlign = 1024
+)
+
+// ringForDepth maps a scope depth (0 is the run's own scope) to its ring.
+func ringForDepth(depth int) int { return min(max(depth, 0), heapRings-1) }
+
+func newRunHeap(size int) *runHeap {
+	h := &runHeap{}
+	for i := range h.rings {
+		h.rings[i] = newHeapRing(size)
+		h.rings[i].index = i
+	}
+	return h
+}
+
+// alloc takes a zeroed block of n bytes from the ring of scope depth
+// depth; nil, nil when that ring has no room now.
+func (h *runHeap) alloc(depth, n int) (*heapBlock, error) {
+	return h.rings[ringForDepth(depth)].alloc(n)
+}
+
+// find returns the live block, in any ring, containing [addr, addr+n).
+func (h *runHeap) find(addr uint64, n int) *heapBlock {
+	for _, r := range h.rings {
+		if b := r.find(addr, n); b != nil {
+			return b
+		}
+	}
+	return nil
+}
+
+// unref drops one reference to b, in the ring it came from.
+func (h *runHeap) unref(b *heapBlock) { b.ring.unref(b) }
+
+// used is the bytes held by live blocks over all rings.
+func (h *runHeap) used() int {
+	n := 0
+	for _, r := range h.rings {
+		n += r.used
+	}
+	return n
+}
+
+// close removes every ring's segment; it reports the first failure but
+// tries them all.
+func (h *runHeap) close() error {
+	var first error
+	for _, r := range h.rings {
+		if err := r.close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// heapRing is one ring of the run heap. Blocks are handed out in ring
+// order and reclaimed from the oldest end once freed, so a block freed
+// early is reused only when everything older in the same ring is free
+// too. A block is freed when its scope has ended and no unfinished task
+// refers to it.
 type heapRing struct {
+	index  int // in the run heap: the scope depth it serves
 	size   int
 	seg    *shm.Segment
 	head   int          // next offset to hand out
@@ -22,14 +98,13 @@ type heapRing struct {
 }
 
 type heapBlock struct {
+	ring  *heapRing
 	addr  uint64
 	off   int
 	size  int
 	refs  int // the scope's hold plus one per unfinished task
 	freed bool
 }
-
-const heapAlign = 64
 
 func newHeapRing(size int) *heapRing {
 	return &heapRing{size: size, byAddr: map[uint64]*heapBlock{}}
@@ -40,10 +115,10 @@ func newHeapRing(size int) *heapRing {
 func (r *heapRing) alloc(n int) (*heapBlock, error) {
 	need := max(heapAlign, (n+heapAlign-1)&^(heapAlign-1))
 	if need > r.size { // compare the aligned size: it is what place must fit
-		return nil, Errorf(ValueError, "heap allocation of %d bytes (%d aligned) exceeds heap_ring_size=%d", n, need, r.size)
+		return nil, Errorf(ValueError, "heap allocation of %d bytes (%d aligned to %d) exceeds heap_ring_size=%d", n, need, heapAlign, r.size)
 	}
 	if r.seg == nil {
-		seg, err := shm.Create("heap", r.size)
+		seg, err := shm.Create(fmt.Sprintf("heap%d", r.index), r.size)
 		if err != nil {
 			return nil, Wrap(err, "heap ring")
 		}
@@ -55,7 +130,7 @@ func (r *heapRing) alloc(n int) (*heapBlock, error) {
 	if !ok {
 		return nil, nil
 	}
-	b := &heapBlock{addr: r.seg.Addr() + uint64(off), off: off, size: n, refs: 1}
+	b := &heapBlock{ring: r, addr: r.seg.Addr() + uint64(off), off: off, size: n, refs: 1}
 	clear(r.seg.Mem[off : off+n])
 	r.head = off + n
 	r.blocks = append(r.blocks, b)

@@ -44,13 +44,19 @@ func (w *Worker) CreateHostBuffer(nbytes int) (*HostBuffer, error) {
 // FreeHostBuffer frees a host buffer; freeing it again is a no-op. A
 // buffer that tasks in flight use is not freed: the free is refused.
 func (w *Worker) FreeHostBuffer(b *HostBuffer) error {
+	return w.ReleaseHostBuffer("free_host_buffer", b)
+}
+
+// ReleaseHostBuffer is FreeHostBuffer with the name of the operation that
+// asks (release_buffer frees the same kind of buffer), for its errors.
+func (w *Worker) ReleaseHostBuffer(op string, b *HostBuffer) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.hostBufs[b.Token] != b {
 		return nil
 	}
 	if b.refs > 0 {
-		return Errorf(RuntimeError, "free_host_buffer: host buffer %d is used by %d task(s) still in flight; wait for their run first", b.Token, b.refs)
+		return Errorf(RuntimeError, "%s: host buffer %d is used by %d task(s) still in flight; wait for their run first", op, b.Token, b.refs)
 	}
 	delete(w.hostBufs, b.Token)
 	delete(w.hostBufSegs, b.seg)

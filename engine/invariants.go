@@ -30,7 +30,9 @@ func (c *core) checkInvariants() {
 	}
 	c.sched.checkInvariants(fail)
 	if c.heap != nil {
-		c.heap.checkInvariants(fail)
+		for _, r := range c.heap.rings {
+			r.checkInvariants(fail)
+		}
 	}
 }
 
@@ -54,13 +56,15 @@ func (s *Sched) checkInvariants(fail func(string, ...any)) {
 func (h *heapRing) checkInvariants(fail func(string, ...any)) {
 	used := 0
 	for i, b := range h.blocks {
-		if b.refs < 0 {
-			fail("heap block at %d has %d references", b.off, b.refs)
+		if b.refs < 0 || b.ring != h {
+			fail("heap ring %d: block at %d has %d references (ring %p, want %p)", h.index, b.off, b.refs, b.ring, h)
 		}
 		if i > 0 && b.off < h.blocks[i-1].off && b.off+b.size > h.blocks[i-1].off {
 			fail("heap blocks at %d and %d overlap", h.blocks[i-1].off, b.off)
 		}
-		used += b.size
+		if !b.freed { // a freed block stays listed until everything older is freed
+			used += b.size
+		}
 	}
 	if used != h.used || h.used > h.size {
 		fail("the heap counts %d bytes used of %d; its blocks hold %d", h.used, h.size, used)

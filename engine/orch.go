@@ -124,7 +124,7 @@ func (o *Orchestrator) checkNext(op string, h *Handle, worker int) error {
 	}
 	n := o.w.nextCount()
 	if worker < 0 || worker >= n {
-		return Errorf(ValueError, "%s: worker %d out of range (NEXT_LEVEL workers are 0..%d)", op, worker, n-1)
+		return Errorf(ValueError, "%s: worker %d out of range (%s)", op, worker, idRange(n, "NEXT_LEVEL workers are", "this worker has no NEXT_LEVEL workers"))
 	}
 	if !h.allows(worker) {
 		return Errorf(ValueError, "%s: %q is registered for workers %v, not worker %d", op, h.Name(), h.Workers, worker)
@@ -335,12 +335,14 @@ func (o *Orchestrator) allocOutputs(op string, argsList []*TaskArgs) error {
 	return nil
 }
 
-// heapAlloc takes a block from the run heap for the current scope, waiting
-// for running tasks to free space when the ring is full. Caller holds w.mu.
+// heapAlloc takes a block for the current scope from the ring of its
+// depth, waiting for running tasks to free space when that ring is full.
+// Caller holds w.mu.
 func (o *Orchestrator) heapAlloc(op string, n int) (*heapBlock, error) {
 	w := o.w
+	depth := o.depth()
 	for {
-		b, err := w.heap.alloc(n)
+		b, err := w.heap.alloc(depth, n)
 		if err != nil {
 			return nil, Wrap(err, op)
 		}
@@ -349,7 +351,8 @@ func (o *Orchestrator) heapAlloc(op string, n int) (*heapBlock, error) {
 			return b, nil
 		}
 		if w.core.heapStuck(o.run) {
-			return nil, Errorf(RuntimeError, "%s: heap ring exhausted: %d bytes wanted, %d of heap_ring_size=%d held by live scopes", op, n, w.heap.used, w.heap.size)
+			r := w.heap.rings[ringForDepth(depth)]
+			return nil, Errorf(RuntimeError, "%s: heap ring exhausted: %d bytes wanted at scope depth %d, %d of ring %d's heap_ring_size=%d held by live scopes", op, n, depth, r.used, r.index, r.size)
 		}
 		w.wait()
 	}

@@ -12,7 +12,7 @@ import (
 
 // Orchestrator facilities: scopes and the heap, drain, direct control.
 
-func heapUsed(w *Worker) int { return locked(w, func() int { return w.heap.used }) }
+func heapUsed(w *Worker) int { return locked(w, func() int { return w.heap.used() }) }
 
 func TestScopeFreesAllocations(t *testing.T) {
 	w := newWorker(t, Config{})
@@ -28,7 +28,7 @@ func TestScopeFreesAllocations(t *testing.T) {
 	mustRun(t, w, buildErr(func(o *Orchestrator) {
 		must(0, o.ScopeBegin())
 		tmp := must(o.Alloc([]int{4}, dtype.Int64))
-		if tmp.Addr == 0 || heapUsed(w) != 64 {
+		if tmp.Addr == 0 || heapUsed(w) != heapAlign {
 			t.Errorf("alloc: addr %#x, heap used %d", tmp.Addr, heapUsed(w))
 		}
 		must(o.SubmitNext(hW, mkArgs(tmp, Output), nil, 0))
@@ -179,7 +179,7 @@ func TestBuildPanicReraisedAfterCleanup(t *testing.T) {
 // A small heap: allocations wait for tasks to free space, and fail only
 // when nothing in flight could free any.
 func TestHeapRingThroughOrchestrator(t *testing.T) {
-	w := newWorker(t, Config{HeapRingSize: 128})
+	w := newWorker(t, Config{HeapRingSize: heapAlign})
 	var sum atomic.Int64
 	h := register(t, w, chipK("fill", func(c *ChipCtx, a *TaskArgs) error {
 		put64(devBytes(c, a, 0), int64(a.Scalars[0]))
@@ -189,23 +189,23 @@ func TestHeapRingThroughOrchestrator(t *testing.T) {
 	mustRun(t, w, buildErr(func(o *Orchestrator) {
 		for i := range 10 { // each needs the whole ring: it waits for the last
 			must(0, o.ScopeBegin())
-			tmp := must(o.Alloc([]int{16}, dtype.Int64))
+			tmp := must(o.Alloc([]int{heapAlign / 8}, dtype.Int64))
 			must(o.SubmitNext(h, mkArgs(tmp, Output, uint64(i)), nil, i%2))
 			must(0, o.ScopeEnd())
 		}
 		must(0, o.Drain())
-		must(o.Alloc([]int{16}, dtype.Int64))
+		must(o.Alloc([]int{heapAlign / 8}, dtype.Int64))
 		_, err := o.Alloc([]int{1}, dtype.Int64)
 		wantKind(t, "alloc with the ring held by a live scope", err, RuntimeError)
-		_, err = o.Alloc([]int{17}, dtype.Int64)
+		_, err = o.Alloc([]int{heapAlign/8 + 1}, dtype.Int64)
 		wantKind(t, "alloc larger than the ring", err, ValueError)
 	}))
 	if sum.Load() != 45 || heapUsed(w) != 0 {
 		t.Fatalf("sum %d, heap used %d", sum.Load(), heapUsed(w))
 	}
-	odd := newWorker(t, Config{HeapRingSize: 100})
+	odd := newWorker(t, Config{HeapRingSize: heapAlign + heapAlign/2})
 	mustRun(t, odd, func(o *Orchestrator) error {
-		_, err := o.Alloc([]int{90}, dtype.UInt8) // 128 once aligned
+		_, err := o.Alloc([]int{heapAlign + 100}, dtype.UInt8) // two units once aligned
 		wantKind(t, "alloc that fits only unaligned", err, ValueError)
 		return nil
 	})

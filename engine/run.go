@@ -276,7 +276,7 @@ type scope struct {
 	ended  bool
 }
 
-func (s *scope) end(h *heapRing) {
+func (s *scope) end(h *runHeap) {
 	if s.ended {
 		return
 	}

@@ -98,7 +98,7 @@ type Worker struct {
 	sched        *Sched // the core's, kept for SetDepth and tests
 	core         *core  // runs, DAG, window, scheduler: the decision logic (core.go)
 	reg          registry
-	heap         *heapRing
+	heap         *runHeap
 	runs         map[*Run]struct{}
 	runSeq       uint64
 
@@ -155,12 +155,12 @@ func (w *Worker) Chip(id int) (hal.Chip, error) {
 }
 
 func (w *Worker) chip(op string, id int) (hal.Chip, error) {
-	if w.cfg.Level >= 4 {
-		return nil, Errorf(ValueError, "%s: a level-%d worker has no chips of its own; its children do", op, w.cfg.Level)
+	if w.cfg.Level >= 4 { // as at level 3 and upstream: an id outside the (empty) chip list
+		return nil, Errorf(IndexError, "%s: worker_id %d out of range (a level-%d worker has no chips of its own; its children do)", op, id, w.cfg.Level)
 	}
 	if id < 0 || id >= len(w.chips) {
 		// An index into the worker's chips: upstream raises IndexError.
-		return nil, Errorf(IndexError, "%s: worker_id %d out of range (this worker has chips 0..%d)", op, id, len(w.chips)-1)
+		return nil, Errorf(IndexError, "%s: worker_id %d out of range (%s)", op, id, idRange(len(w.chips), "this worker has chips", "this worker has no chips"))
 	}
 	return w.chips[id], nil
 }
@@ -256,7 +256,7 @@ func (w *Worker) start() error {
 			w.sched.SetDepth(id, RemoteDepth)
 		}
 	}
-	w.heap = newHeapRing(w.cfg.HeapRingSize)
+	w.heap = newRunHeap(w.cfg.HeapRingSize)
 	w.core = newCore(w.sched, w.heap, w.cfg.TaskWindow, w.workerName)
 	w.state = stateReady
 	if w.cfg.Level >= 3 {
@@ -274,9 +274,6 @@ func (w *Worker) canStart() error {
 		return Errorf(RuntimeError, "init: worker is already initialised")
 	case stateClosed:
 		return Errorf(RuntimeError, "init: worker is closed")
-	}
-	if w.cfg.Level >= 4 && len(w.children) == 0 {
-		return Errorf(ValueError, "init: a level-%d worker needs at least one child (add_worker)", w.cfg.Level)
 	}
 	return w.cfg.Platform.Check()
 }

@@ -204,7 +204,6 @@ func newL4(t *testing.T) (l4, l3 *Worker) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantKind(t, "init a level 4 without children", l4.Init(), ValueError)
 	if id, err := l4.AddWorker(l3); err != nil || id != 0 {
 		t.Fatalf("add_worker: %d, %v", id, err)
 	}

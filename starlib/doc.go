@@ -49,7 +49,7 @@ func (d Doc) Member() string {
 var DocSections = []string{
 	"", // globals
 	"ctx", "Worker", "CallableHandle", "RunHandle", "Orchestrator",
-	"TaskArgs", "CallConfig", "Tensor", "HostBuffer",
+	"TaskArgs", "CallConfig", "Tensor", "HostBuffer", "Buffer",
 	"CommBufferSpec", "CommDomainHandle", "ChipDomainContext",
 	"GlobalCommDomainHandle", "Chip", "Comm", "RemoteBufferHandle", "RemoteTensorRef",
 	"array", "Array", "DataType", "assert",
@@ -189,6 +189,8 @@ var docTable = []Doc{
 	{"Worker.copy_from", DocMember, "w.copy_from(dst, src, size, worker_id=0)", "Copies size bytes from a device address to a host tensor or address."},
 	{"Worker.create_host_buffer", DocMember, "w.create_host_buffer(nbytes) -> HostBuffer", "A shared host buffer mapped into every local child."},
 	{"Worker.free_host_buffer", DocMember, "w.free_host_buffer(buf)", "Frees a HostBuffer; idempotent."},
+	{"Worker.create_buffer", DocMember, "w.create_buffer(nbytes, access=\"readwrite\") -> Buffer", "Upstream's Buffer: shared host memory a task may write only if access is \"readwrite\" (\"read\" refuses a write tag at submit)."},
+	{"Worker.release_buffer", DocMember, "w.release_buffer(buf)", "Frees a create_buffer Buffer; a RuntimeError while a queued or running task uses it; idempotent."},
 	{"Worker.add_remote_worker", DocMember, "w.add_remote_worker(endpoint=\"127.0.0.1:7700\", platform=w.platform, device_ids=[0], num_sub_workers=0, comm_profile=\"sim\", global_device_ranks=None, token=None) -> int",
 		"Level 4+: adds a level-3 node served by a `simpler remote-l3-worker` daemon, before init(); returns its worker id."},
 	{"Worker.add_worker_group", DocMember, "w.add_worker_group(ranks=, launcher=\"mpirun\", platform=w.platform, device_ids=[0], num_sub_workers=0, hosts=None, launcher_args=[], global_device_ranks=None, listen=\"127.0.0.1:0\", token_file=None) -> list of int",
@@ -246,9 +248,10 @@ var docTable = []Doc{
 	{"Orchestrator.scope_begin", DocMember, "o.scope_begin()", "Opens a nested scope: intermediates allocated inside are freed at its end."},
 	{"Orchestrator.scope_end", DocMember, "o.scope_end()", "Closes the innermost scope."},
 	{"Orchestrator.scope", DocMember, "o.scope(fn, *args, **kwargs) -> value", "Calls fn inside scope_begin()/scope_end(), ending the scope even if fn fails."},
-	{"Orchestrator.alloc", DocMember, "o.alloc(shape, dtype=FLOAT32) -> Tensor", "A runtime-managed intermediate host tensor from the run heap."},
+	{"Orchestrator.alloc", DocMember, "o.alloc(shape, dtype=FLOAT32) -> Tensor", "A runtime-managed intermediate host tensor from the run heap: the ring of the current scope depth (4 rings of heap_ring_size bytes), 1024-byte aligned."},
 	{"Orchestrator.malloc", DocMember, "o.malloc(worker_id, size) -> int", "Direct control: device memory on a chip (before the run's first submit)."},
-	{"Orchestrator.free", DocMember, "o.free(worker_id, ptr)", "Direct control: frees device memory."},
+	{"Orchestrator.free", DocMember, "o.free(worker_id, ptr) or o.free(buf)", "Direct control: frees device memory (an alloc_child_tensor Buffer frees once; again does nothing)."},
+	{"Orchestrator.alloc_child_tensor", DocMember, "o.alloc_child_tensor(worker, shape, dtype=FLOAT32) -> Buffer", "Direct control: device memory for shape x dtype on chip worker, as a Buffer (free with o.free(buf))."},
 	{"Orchestrator.copy_to", DocMember, "o.copy_to(worker_id, dst=, src=, size=)", "Direct control: host to device copy."},
 	{"Orchestrator.copy_from", DocMember, "o.copy_from(worker_id, dst=, src=, size=)", "Direct control: device to host copy."},
 	{"Orchestrator.drain", DocMember, "o.drain()", "Waits for every task submitted so far in this run; raises the first failure."},
@@ -271,6 +274,8 @@ var docTable = []Doc{
 	{"TaskArgs.tag", DocMember, "a.tag(i) -> TensorArgType", "The tag of tensor i."},
 	{"TaskArgs.tensor_count", DocMember, "a.tensor_count() -> int", "The number of tensors."},
 	{"TaskArgs.scalar_count", DocMember, "a.scalar_count() -> int", "The number of scalars."},
+	{"TaskArgs.set_tag", DocMember, "a.set_tag(i, tag)", "Changes the tag of tensor i (IndexError out of range); a Buffer's access is judged at submit."},
+	{"TaskArgs.clear", DocMember, "a.clear()", "Removes every tensor and scalar; len(a) counts tensors plus scalars."},
 
 	// CallConfig.
 	{"CallConfig.block_dim", DocMember, "c.block_dim -> int", "Cores per task on the device."},
@@ -305,6 +310,15 @@ var docTable = []Doc{
 	{"HostBuffer.data_ptr", DocMember, "b.data_ptr -> int", "The host address of its first byte."},
 	{"HostBuffer.nbytes", DocMember, "b.nbytes -> int", "Its size."},
 	{"HostBuffer.tensor", DocMember, "b.tensor(shape, dtype=FLOAT32, offset=0) -> Tensor", "A view of the buffer; one that overruns it is a ValueError."},
+
+	// Buffer.
+	{"Buffer", DocType, "Buffer", "Upstream's buffer: host memory from w.create_buffer, or a chip's device memory from o.alloc_child_tensor."},
+	{"Buffer.nbytes", DocMember, "b.nbytes -> int", "Its size."},
+	{"Buffer.access", DocMember, "b.access -> str", "\"read\" or \"readwrite\": what a task may do with its views."},
+	{"Buffer.released", DocMember, "b.released -> bool", "True once released (host) or freed (device); its views are then refused."},
+	{"Buffer.child_memory", DocMember, "b.child_memory -> bool", "True for device memory from alloc_child_tensor."},
+	{"Buffer.worker_id", DocMember, "b.worker_id -> int or None", "The chip of device memory; None for host memory."},
+	{"Buffer.tensor", DocMember, "b.tensor(shape, dtype=FLOAT32, strides=None, byte_offset=0) -> Tensor", "A view (strides in elements; byte_offset a multiple of the dtype size); one that leaves the buffer is a ValueError."},
 
 	// CommBufferSpec.
 	{"CommBufferSpec.name", DocMember, "s.name -> string", "The buffer's name."},

@@ -43,6 +43,7 @@ func surface(t *testing.T) map[string][]string {
 		"CallConfig":             attrs(&CallConfig{}),
 		"Tensor":                 attrs(&Tensor{}),
 		"HostBuffer":             attrs(&HostBuffer{}),
+		"Buffer":                 attrs(&Buffer{}),
 		"CommBufferSpec":         attrs(&BufferSpec{}),
 		"CommDomainHandle":       attrs(&DomainHandle{}),
 		"ChipDomainContext":      attrs(&ChipDomain{}),

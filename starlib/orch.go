@@ -88,6 +88,7 @@ var orchMethods = map[string]orchMethod{
 	"alloc":                   (*Orchestrator).alloc,
 	"malloc":                  (*Orchestrator).malloc,
 	"free":                    (*Orchestrator).free,
+	"alloc_child_tensor":      (*Orchestrator).allocChildTensor,
 	"copy_to":                 (*Orchestrator).copyTo,
 	"copy_from":               (*Orchestrator).copyFrom,
 	"drain":                   (*Orchestrator).drain,
@@ -417,6 +418,11 @@ func (o *Orchestrator) malloc(th *starlark.Thread, args starlark.Tuple, kw []sta
 }
 
 func (o *Orchestrator) free(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	if len(args) == 1 && len(kw) == 0 {
+		if b, ok := args[0].(*Buffer); ok { // orch.free(buf): alloc_child_tensor's memory
+			return starlark.None, o.freeBuffer(b)
+		}
+	}
 	var worker int
 	var ptrV starlark.Value
 	if err := starlark.UnpackArgs("orch.free", args, kw, "worker_id", &worker, "ptr", &ptrV); err != nil {

@@ -17,13 +17,25 @@ type TaskArgs struct {
 	a    *engine.TaskArgs
 	chip hal.Chip
 	bufs []*Tensor // tensors whose memory can be freed (host buffers, host tensors): checked at submit
+	// owned[i] is the Buffer tensor i is a view of, nil if none: its
+	// access is checked against the tag at submit, since set_tag may
+	// change the tag after add_tensor.
+	owned []*Buffer
 }
 
-// live refuses args holding a tensor whose memory was freed.
+// live refuses args holding a tensor whose memory was freed, and a write
+// tag on a view of a read-only Buffer. It is what every submit checks.
 func (t *TaskArgs) live(op string) error {
 	for _, v := range t.bufs {
 		if err := v.live(op); err != nil {
 			return err
+		}
+	}
+	for i, b := range t.owned {
+		if b != nil {
+			if err := b.grants(op, i, t.a.Tags[i]); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -48,6 +60,24 @@ var taskArgsMethods = map[string]*starlark.Builtin{
 	"tag":          builtin("tag", argsTag),
 	"tensor_count": builtin("tensor_count", argsTensorCount),
 	"scalar_count": builtin("scalar_count", argsScalarCount),
+	"set_tag":      builtin("set_tag", argsSetTag),
+	"clear":        builtin("clear", argsClear),
+}
+
+// Len is len(args): its tensors plus its scalars, as upstream's.
+func (t *TaskArgs) Len() int { return len(t.a.Tensors) + len(t.a.Scalars) }
+
+// Iterate yields the arguments in order, tensors then scalars (Starlark's
+// len() takes only a sequence, and a sequence iterates).
+func (t *TaskArgs) Iterate() starlark.Iterator {
+	items := make([]starlark.Value, 0, t.Len())
+	for _, ten := range t.a.Tensors {
+		items = append(items, newTensor(ten, t.chip))
+	}
+	for _, v := range t.a.Scalars {
+		items = append(items, starlark.MakeUint64(v))
+	}
+	return starlark.NewList(items).Iterate()
 }
 
 func (t *TaskArgs) Attr(name string) (starlark.Value, error) {
@@ -106,14 +136,44 @@ func (t *TaskArgs) addTensor(tv, tagV starlark.Value) error {
 		if err := ten.live("add_tensor"); err != nil {
 			return err
 		}
-		if ten.buf != nil || ten.host != nil {
+		if ten.owner != nil {
+			if err := ten.owner.grants("add_tensor", len(t.a.Tensors), engine.Tag(tag)); err != nil {
+				return err
+			}
+		}
+		if err := t.a.AddTensor(ten.t, engine.Tag(tag)); err != nil {
+			return err
+		}
+		if ten.buf != nil || ten.host != nil || ten.owner != nil {
 			t.bufs = append(t.bufs, ten)
 		}
-		return t.a.AddTensor(ten.t, engine.Tag(tag))
+		t.own(ten.owner)
+		return nil
 	case *RemoteTensorRef:
 		return t.a.AddTensor(ten.t, engine.Tag(tag))
 	}
 	return errorf(engine.TypeError, "add_tensor: want a Tensor or RemoteTensorRef, got %s", tv.Type())
+}
+
+// own records the Buffer of the tensor just added (nil: none). Args a
+// kernel or an orchestration received have no owners until one is added,
+// so owned is padded to stay indexed like the tensors.
+func (t *TaskArgs) own(b *Buffer) {
+	if b == nil {
+		return
+	}
+	for len(t.owned) < len(t.a.Tensors)-1 {
+		t.owned = append(t.owned, nil)
+	}
+	t.owned = append(t.owned, b)
+}
+
+// ownerOf is the Buffer tensor i is a view of, or nil.
+func (t *TaskArgs) ownerOf(i int) *Buffer {
+	if i < len(t.owned) {
+		return t.owned[i]
+	}
+	return nil
 }
 
 func (t *TaskArgs) addScalar(v starlark.Value) error {
@@ -204,6 +264,42 @@ func argsScalarF32(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple
 		return nil, err
 	}
 	return starlark.Float(math.Float32frombits(uint32(t.a.Scalars[i]))), nil
+}
+
+// argsSetTag implements args.set_tag(i, tag): the tag of tensor i. As
+// upstream, it does not judge the tag against a Buffer's access; every
+// submit does (live).
+func argsSetTag(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	t := b.Receiver().(*TaskArgs)
+	var i int
+	var tagV starlark.Value
+	if err := starlark.UnpackPositionalArgs("set_tag", args, kw, 2, &i, &tagV); err != nil {
+		return nil, err
+	}
+	tag, ok := tagV.(TagValue)
+	if !ok {
+		return nil, errorf(engine.TypeError, "set_tag: tag must be one of INPUT, OUTPUT, INOUT, OUTPUT_EXISTING, NO_DEP, got %s", tagV.Type())
+	}
+	if i < 0 || i >= len(t.a.Tensors) {
+		return nil, errorf(engine.IndexError, "set_tag: index %d out of range (%d tensors present)", i, len(t.a.Tensors))
+	}
+	if !engine.Tag(tag).Valid() {
+		return nil, errorf(engine.ValueError, "set_tag: unknown tag %d", uint8(tag))
+	}
+	t.a.Tags[i] = engine.Tag(tag)
+	return starlark.None, nil
+}
+
+// argsClear implements args.clear(): no tensors, no scalars, ready to be
+// filled again.
+func argsClear(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	if err := starlark.UnpackPositionalArgs("clear", args, kw, 0); err != nil {
+		return nil, err
+	}
+	t := b.Receiver().(*TaskArgs)
+	*t.a = engine.TaskArgs{}
+	t.bufs, t.owned = nil, nil
+	return starlark.None, nil
 }
 
 func argsTensorCount(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {

@@ -24,6 +24,9 @@ type Tensor struct {
 	chip hal.Chip    // set for device tensors inside a kernel
 	buf  *HostBuffer // the host buffer it is a view of, if any
 	host *hostAlloc  // the host_tensor memory it is (a view of), if any
+	// owner is the Buffer it is a view of, if any: its access is checked
+	// against the tag wherever the tensor becomes an argument.
+	owner *Buffer
 }
 
 // live refuses a view of a host buffer that was freed: its memory may be
@@ -33,6 +36,9 @@ func (t *Tensor) live(op string) error {
 		if err := t.host.live(op); err != nil {
 			return err
 		}
+	}
+	if t.owner != nil && t.owner.isReleased() {
+		return errorf(engine.RuntimeError, "%s: the tensor is a view of %s, which was released", op, t.owner.name())
 	}
 	if t.buf != nil && t.buf.b.Freed(t.buf.w.w) {
 		return errorf(engine.RuntimeError, "%s: the tensor is a view of host buffer %d, which was freed", op, t.buf.b.Token)
@@ -370,7 +376,7 @@ func tensorView(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 		}
 		return nil, errorf(engine.ValueError, "view: %d bytes at offset %d overrun the tensor's %d-byte backing", et.NBytes(), offset, t.size)
 	}
-	v := &Tensor{t: et, base: t.base, size: t.size, chip: t.chip, buf: t.buf, host: t.host}
+	v := &Tensor{t: et, base: t.base, size: t.size, chip: t.chip, buf: t.buf, host: t.host, owner: t.owner}
 	if t.host != nil {
 		t.host.hold(v)
 	}

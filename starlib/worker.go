@@ -53,6 +53,8 @@ var workerMethods = map[string]workerMethod{
 
 	"create_host_buffer": (*Worker).createHostBuffer,
 	"free_host_buffer":   (*Worker).freeHostBuffer,
+	"create_buffer":      (*Worker).createBuffer,
+	"release_buffer":     (*Worker).releaseBuffer,
 
 	"add_remote_worker":     (*Worker).addRemoteWorker,
 	"add_worker_group":      (*Worker).addWorkerGroup,
