@@ -248,7 +248,7 @@ func (w *Worker) remoteMalloc(th *starlark.Thread, args starlark.Tuple, kw []sta
 	if err := starlark.UnpackArgs("remote_malloc", args, kw, "worker", &worker, "nbytes", &nbytes); err != nil {
 		return nil, err
 	}
-	h, err := w.w.RemoteMalloc(worker, nbytes)
+	h, err := directFor(th, w.w).RemoteMalloc(worker, nbytes)
 	if err != nil {
 		return nil, err
 	}
@@ -283,7 +283,7 @@ func (w *Worker) remoteReleaseImport(th *starlark.Thread, args starlark.Tuple, k
 
 // remoteCopy implements remote_copy_to / remote_copy_from: the host side
 // is a host Tensor or an address in shared memory.
-func (w *Worker) remoteCopy(op string, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+func (w *Worker) remoteCopy(th *starlark.Thread, op string, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
 	var hv, hostV starlark.Value
 	var nbytes, offset int
 	if err := starlark.UnpackArgs(op, args, kw, "h", &hv, "host", &hostV, "nbytes", &nbytes, "offset?", &offset); err != nil {
@@ -308,17 +308,17 @@ func (w *Worker) remoteCopy(op string, args starlark.Tuple, kw []starlark.Tuple)
 		return nil, engine.Wrap(err, op)
 	}
 	if op == "remote_copy_to" {
-		return starlark.None, w.w.RemoteCopyTo(h, host, offset)
+		return starlark.None, directFor(th, w.w).RemoteCopyTo(h, host, offset)
 	}
-	return starlark.None, w.w.RemoteCopyFrom(h, host, offset)
+	return starlark.None, directFor(th, w.w).RemoteCopyFrom(h, host, offset)
 }
 
 func (w *Worker) remoteCopyTo(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
-	return w.remoteCopy("remote_copy_to", args, kw)
+	return w.remoteCopy(th, "remote_copy_to", args, kw)
 }
 
 func (w *Worker) remoteCopyFrom(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
-	return w.remoteCopy("remote_copy_from", args, kw)
+	return w.remoteCopy(th, "remote_copy_from", args, kw)
 }
 
 func (w *Worker) remoteExport(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
@@ -343,7 +343,7 @@ func (w *Worker) remoteExport(th *starlark.Thread, args starlark.Tuple, kw []sta
 	if err != nil {
 		return nil, engine.Wrap(err, op)
 	}
-	e, err := w.w.RemoteExportRange(h, offset, nbytes, a)
+	e, err := directFor(th, w.w).RemoteExportRange(h, offset, nbytes, a)
 	if err != nil {
 		return nil, err
 	}
@@ -372,7 +372,7 @@ func (w *Worker) remoteImport(th *starlark.Thread, args starlark.Tuple, kw []sta
 			return nil, engine.Wrap(err, op)
 		}
 	}
-	h, err := w.w.RemoteImport(e.e, worker, a)
+	h, err := directFor(th, w.w).RemoteImport(e.e, worker, a)
 	if err != nil {
 		return nil, err
 	}

@@ -226,6 +226,27 @@ func seconds(op, name string, v starlark.Value) (time.Duration, error) {
 	return time.Duration(f * float64(time.Second)), nil
 }
 
+// waitTimeout reads RunHandle.wait's timeout, as upstream has it: None
+// waits without limit, 0 polls (a TimeoutError at once while the run is in
+// flight), and anything else must be a non-negative finite number of
+// seconds. A timeout too long for a time.Duration waits the longest one.
+func waitTimeout(v starlark.Value) (time.Duration, error) {
+	if v == starlark.None {
+		return -1, nil
+	}
+	f, ok := starlark.AsFloat(v)
+	if !ok {
+		return 0, errorf(engine.TypeError, "wait: timeout must be a number of seconds, got %s", v.Type())
+	}
+	if f < 0 || math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, errorf(engine.ValueError, "wait: timeout must be a non-negative finite number of seconds, got %v", f)
+	}
+	if f >= float64(math.MaxInt64)/float64(time.Second) {
+		return time.Duration(math.MaxInt64), nil
+	}
+	return time.Duration(f * float64(time.Second)), nil
+}
+
 func workerDevices(level int, deviceID, deviceIDs starlark.Value) ([]int, error) {
 	if deviceID != starlark.None && deviceIDs != starlark.None {
 		return nil, errorf(engine.ValueError, "Worker: give device_id or device_ids, not both")
@@ -407,8 +428,9 @@ type buildingRuns []buildingRun
 
 // buildingRun is a run being built: its worker and number.
 type buildingRun struct {
-	w  *engine.Worker
-	id uint64
+	w   *engine.Worker
+	id  uint64
+	run *engine.Run
 }
 
 // building returns th's list, made on first use.
@@ -419,6 +441,21 @@ func building(th *starlark.Thread) *buildingRuns {
 		th.SetLocal(buildingKey, b)
 	}
 	return b
+}
+
+// directFor is w's direct control as called on th: inside the innermost
+// orchestration function of a run of w that th is in, the call belongs to
+// that run (it waits for earlier runs, and follows no submit); elsewhere
+// it is outside any run (refused while runs are in flight).
+func directFor(th *starlark.Thread, w *engine.Worker) engine.DirectControl {
+	if b, _ := th.Local(buildingKey).(*buildingRuns); b != nil {
+		for i := len(*b) - 1; i >= 0; i-- {
+			if (*b)[i].w == w {
+				return w.DirectIn((*b)[i].run)
+			}
+		}
+	}
+	return w.DirectIn(nil)
 }
 
 // refuseWaitInside refuses, on th, a wait for a run of worker w numbered
@@ -454,7 +491,7 @@ type orchCall struct {
 // through the function.
 func (c orchCall) build(o *engine.Orchestrator) (any, error) {
 	b := building(c.th)
-	*b = append(*b, buildingRun{o.Worker(), o.Run().ID()})
+	*b = append(*b, buildingRun{o.Worker(), o.Run().ID(), o.Run()})
 	defer func() { *b = (*b)[:len(*b)-1] }()
 	v, err := starlark.Call(c.th, c.fn, starlark.Tuple{&Orchestrator{s: c.w.s, o: o, worker: c.w}, c.av, c.cv}, nil)
 	return v, labelled(err)
@@ -531,7 +568,7 @@ func (w *Worker) malloc(th *starlark.Thread, args starlark.Tuple, kw []starlark.
 	if err := starlark.UnpackArgs("malloc", args, kw, "size", &size, "worker_id?", &worker); err != nil {
 		return nil, err
 	}
-	p, err := w.w.Malloc(worker, size)
+	p, err := directFor(th, w.w).Malloc("malloc", worker, size)
 	if err != nil {
 		return nil, err
 	}
@@ -548,7 +585,7 @@ func (w *Worker) free(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tu
 	if err != nil {
 		return nil, err
 	}
-	return starlark.None, w.w.Free(worker, ptr)
+	return starlark.None, directFor(th, w.w).Free("free", worker, ptr)
 }
 
 func (w *Worker) copyTo(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
@@ -561,7 +598,7 @@ func (w *Worker) copyTo(th *starlark.Thread, args starlark.Tuple, kw []starlark.
 	if err != nil {
 		return nil, err
 	}
-	return starlark.None, w.w.CopyTo(worker, dst, src)
+	return starlark.None, directFor(th, w.w).CopyTo("copy_to", worker, dst, src)
 }
 
 func (w *Worker) copyFrom(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
@@ -574,7 +611,7 @@ func (w *Worker) copyFrom(th *starlark.Thread, args starlark.Tuple, kw []starlar
 	if err != nil {
 		return nil, err
 	}
-	return starlark.None, w.w.CopyFrom(worker, dst, src)
+	return starlark.None, directFor(th, w.w).CopyFrom("copy_from", worker, dst, src)
 }
 
 // deviceAndHost resolves a copy's device address and host bytes. The host
@@ -646,13 +683,9 @@ func (h *RunHandle) Attr(name string) (starlark.Value, error) {
 			if err := refuseWaitInside(th, "wait", h.w, h.r.ID()); err != nil {
 				return nil, err
 			}
-			d := time.Duration(-1)
-			if tv != starlark.None {
-				s, err := seconds("wait", "timeout", tv)
-				if err != nil {
-					return nil, err
-				}
-				d = s
+			d, err := waitTimeout(tv)
+			if err != nil {
+				return nil, err
 			}
 			return starlark.None, h.r.Wait(d)
 		}), nil
