@@ -321,6 +321,18 @@ func (w *Worker) remoteCopyFrom(op string, h *RemoteBuffer, dst []byte, offset i
 	return nil
 }
 
+// WatchRemote copies owner buffer h at offset into dst without ordering it
+// against runs. It is for Go tests and tools that watch a run from
+// outside, such as a kernel's mark that it has started; scripts have no
+// such call: theirs is remote_copy_from, ordered as direct.go says.
+func (w *Worker) WatchRemote(h *RemoteBuffer, dst []byte, offset int) error {
+	const op = "watch_remote"
+	if err := ownerHandle(op, h, offset, len(dst)); err != nil {
+		return err
+	}
+	return w.remoteCopyFrom(op, h, dst, offset)
+}
+
 // RemoteExport describes a range of an owner buffer for import on other
 // nodes. Its token is opaque: no transport key reaches a script.
 type RemoteExport struct {
