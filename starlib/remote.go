@@ -248,7 +248,11 @@ func (w *Worker) remoteMalloc(th *starlark.Thread, args starlark.Tuple, kw []sta
 	if err := starlark.UnpackArgs("remote_malloc", args, kw, "worker", &worker, "nbytes", &nbytes); err != nil {
 		return nil, err
 	}
-	h, err := directFor(th, w.w).RemoteMalloc(worker, nbytes)
+	d, err := directFor(th, "remote_malloc", w.w)
+	if err != nil {
+		return nil, err
+	}
+	h, err := d.RemoteMalloc(worker, nbytes)
 	if err != nil {
 		return nil, err
 	}
@@ -307,10 +311,14 @@ func (w *Worker) remoteCopy(th *starlark.Thread, op string, args starlark.Tuple,
 	if err != nil {
 		return nil, engine.Wrap(err, op)
 	}
-	if op == "remote_copy_to" {
-		return starlark.None, directFor(th, w.w).RemoteCopyTo(h, host, offset)
+	d, err := directFor(th, op, w.w)
+	if err != nil {
+		return nil, err
 	}
-	return starlark.None, directFor(th, w.w).RemoteCopyFrom(h, host, offset)
+	if op == "remote_copy_to" {
+		return starlark.None, d.RemoteCopyTo(h, host, offset)
+	}
+	return starlark.None, d.RemoteCopyFrom(h, host, offset)
 }
 
 func (w *Worker) remoteCopyTo(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
@@ -343,7 +351,11 @@ func (w *Worker) remoteExport(th *starlark.Thread, args starlark.Tuple, kw []sta
 	if err != nil {
 		return nil, engine.Wrap(err, op)
 	}
-	e, err := directFor(th, w.w).RemoteExportRange(h, offset, nbytes, a)
+	d, err := directFor(th, op, w.w)
+	if err != nil {
+		return nil, err
+	}
+	e, err := d.RemoteExportRange(h, offset, nbytes, a)
 	if err != nil {
 		return nil, err
 	}
@@ -372,7 +384,11 @@ func (w *Worker) remoteImport(th *starlark.Thread, args starlark.Tuple, kw []sta
 			return nil, engine.Wrap(err, op)
 		}
 	}
-	h, err := directFor(th, w.w).RemoteImport(e.e, worker, a)
+	d, err := directFor(th, op, w.w)
+	if err != nil {
+		return nil, err
+	}
+	h, err := d.RemoteImport(e.e, worker, a)
 	if err != nil {
 		return nil, err
 	}

@@ -443,19 +443,40 @@ func building(th *starlark.Thread) *buildingRuns {
 	return b
 }
 
-// directFor is w's direct control as called on th: inside the innermost
-// orchestration function of a run of w that th is in, the call belongs to
-// that run (it waits for earlier runs, and follows no submit); elsewhere
-// it is outside any run (refused while runs are in flight).
-func directFor(th *starlark.Thread, w *engine.Worker) engine.DirectControl {
-	if b, _ := th.Local(buildingKey).(*buildingRuns); b != nil {
-		for i := len(*b) - 1; i >= 0; i-- {
-			if (*b)[i].w == w {
-				return w.DirectIn((*b)[i].run)
-			}
+// directFor is w's direct control as called on th for op: inside the
+// innermost orchestration function of a run of w that th is in, the call
+// belongs to that run (it waits for earlier runs, and follows no submit);
+// elsewhere it is outside any run (refused while runs are in flight).
+func directFor(th *starlark.Thread, op string, w *engine.Worker) (engine.DirectControl, error) {
+	b, _ := th.Local(buildingKey).(*buildingRuns)
+	if b == nil {
+		return w.DirectIn(nil), nil
+	}
+	for i := len(*b) - 1; i >= 0; i-- {
+		if r := (*b)[i]; r.w == w {
+			return w.DirectIn(r.run), refuseDirectInside(th, op, w, r.id)
 		}
 	}
-	return w.DirectIn(nil)
+	return w.DirectIn(nil), nil
+}
+
+// refuseDirectInside refuses direct control in run id of w when th is
+// also inside the orchestration function of an earlier run of w (run id
+// was submitted from there): the call would wait for that run, which
+// cannot finish before the function returns, so it would never return.
+func refuseDirectInside(th *starlark.Thread, op string, w *engine.Worker, id uint64) error {
+	b, _ := th.Local(buildingKey).(*buildingRuns)
+	if b == nil {
+		return nil
+	}
+	for _, r := range *b {
+		if r.w == w && r.id < id {
+			return errorf(engine.RuntimeError, "%s: run %d was submitted from inside the orchestration function of run %d of this Worker; "+
+				"its direct control waits for run %d to finish, which cannot happen before that function returns: it would never return. "+
+				"Do it in run %d's own function before its first submit, or after run %d", op, id, r.id, r.id, r.id, r.id)
+		}
+	}
+	return nil
 }
 
 // refuseWaitInside refuses, on th, a wait for a run of worker w numbered
@@ -568,7 +589,11 @@ func (w *Worker) malloc(th *starlark.Thread, args starlark.Tuple, kw []starlark.
 	if err := starlark.UnpackArgs("malloc", args, kw, "size", &size, "worker_id?", &worker); err != nil {
 		return nil, err
 	}
-	p, err := directFor(th, w.w).Malloc("malloc", worker, size)
+	d, err := directFor(th, "malloc", w.w)
+	if err != nil {
+		return nil, err
+	}
+	p, err := d.Malloc("malloc", worker, size)
 	if err != nil {
 		return nil, err
 	}
@@ -585,7 +610,11 @@ func (w *Worker) free(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tu
 	if err != nil {
 		return nil, err
 	}
-	return starlark.None, directFor(th, w.w).Free("free", worker, ptr)
+	d, err := directFor(th, "free", w.w)
+	if err != nil {
+		return nil, err
+	}
+	return starlark.None, d.Free("free", worker, ptr)
 }
 
 func (w *Worker) copyTo(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
@@ -598,7 +627,11 @@ func (w *Worker) copyTo(th *starlark.Thread, args starlark.Tuple, kw []starlark.
 	if err != nil {
 		return nil, err
 	}
-	return starlark.None, directFor(th, w.w).CopyTo("copy_to", worker, dst, src)
+	d, err := directFor(th, "copy_to", w.w)
+	if err != nil {
+		return nil, err
+	}
+	return starlark.None, d.CopyTo("copy_to", worker, dst, src)
 }
 
 func (w *Worker) copyFrom(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
@@ -611,7 +644,11 @@ func (w *Worker) copyFrom(th *starlark.Thread, args starlark.Tuple, kw []starlar
 	if err != nil {
 		return nil, err
 	}
-	return starlark.None, directFor(th, w.w).CopyFrom("copy_from", worker, dst, src)
+	d, err := directFor(th, "copy_from", w.w)
+	if err != nil {
+		return nil, err
+	}
+	return starlark.None, d.CopyFrom("copy_from", worker, dst, src)
 }
 
 // deviceAndHost resolves a copy's device address and host bytes. The host
