@@ -8,25 +8,40 @@ import (
 	"time"
 )
 
-// awaitSpinning waits until one of the processes pids names has used half
-// a second of CPU since it was first seen: a kernel spinning on a remote
-// node. The script cannot look for itself: remote_copy_from is refused
-// while its run is in flight, as upstream refuses it.
+// awaitSpinning waits until one of the processes pids names is spinning:
+// it used at least 40% of a CPU in each of two 500 ms windows running, as a
+// kernel spinning on a remote node does, and as a process starting up or
+// waiting does not. The script cannot look for itself: remote_copy_from is
+// refused while its run is in flight, as upstream refuses it.
 func awaitSpinning(t *testing.T, what string, pids func() []int) {
 	t.Helper()
-	first := map[int]int{}
+	const window, least = 500 * time.Millisecond, 20 // ticks: 40% of a window at 100 Hz
+	type sample struct {
+		at    time.Time
+		ticks int
+	}
+	seen := map[int][]sample{}
+	// ticksAt is pid's ticks at the last sample no later than at.
+	ticksAt := func(h []sample, at time.Time) (int, bool) {
+		for i := len(h) - 1; i >= 0; i-- {
+			if !h[i].at.After(at) {
+				return h[i].ticks, true
+			}
+		}
+		return 0, false
+	}
 	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		now := time.Now()
 		for _, pid := range pids() {
 			c, ok := cpuTicks(pid)
 			if !ok {
 				continue
 			}
-			c0, seen := first[pid]
-			if !seen {
-				first[pid] = c
-				continue
-			}
-			if c-c0 >= 50 {
+			h := append(seen[pid], sample{now, c})
+			seen[pid] = h
+			mid, ok1 := ticksAt(h, now.Add(-window))
+			old, ok2 := ticksAt(h, now.Add(-2*window))
+			if ok1 && ok2 && c-mid >= least && mid-old >= least {
 				return
 			}
 		}
