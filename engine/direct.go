@@ -68,8 +68,9 @@ func (w *Worker) directRule(op string, r *Run) (directStep, error) {
 }
 
 // gate blocks until op may go ahead, or returns why it may not. The wait
-// for earlier runs ends when they finish, when r is cancelled (Run.Cancel
-// wakes it), or when the Worker becomes unusable.
+// for earlier runs is woken when a run finishes or r is cancelled
+// (Run.Cancel wakes it), and each time it also checks that the Worker is
+// still usable (not closed or poisoned).
 func (d DirectControl) gate(op string) error {
 	w := d.w
 	w.mu.Lock()
