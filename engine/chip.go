@@ -108,19 +108,25 @@ func (w *Worker) RunKernel(h *Handle, args *TaskArgs) error {
 }
 
 // Malloc reserves device memory on chip `worker`.
-func (w *Worker) Malloc(worker, size int) (uint64, error) { return w.malloc("malloc", worker, size) }
+// Outside any run, like Free, CopyTo and CopyFrom: refused while a run is
+// in flight (direct.go).
+func (w *Worker) Malloc(worker, size int) (uint64, error) {
+	return w.DirectIn(nil).Malloc("malloc", worker, size)
+}
 
 // Free releases device memory on chip `worker`.
-func (w *Worker) Free(worker int, ptr uint64) error { return w.free("free", worker, ptr) }
+func (w *Worker) Free(worker int, ptr uint64) error {
+	return w.DirectIn(nil).Free("free", worker, ptr)
+}
 
 // CopyTo copies host bytes into chip `worker`'s memory at dst.
 func (w *Worker) CopyTo(worker int, dst uint64, src []byte) error {
-	return w.copyTo("copy_to", worker, dst, src)
+	return w.DirectIn(nil).CopyTo("copy_to", worker, dst, src)
 }
 
 // CopyFrom copies chip `worker`'s memory at src into dst.
 func (w *Worker) CopyFrom(worker int, dst []byte, src uint64) error {
-	return w.copyFrom("copy_from", worker, dst, src)
+	return w.DirectIn(nil).CopyFrom("copy_from", worker, dst, src)
 }
 
 func (w *Worker) chipFor(op string, worker int) (hal.Chip, error) {

@@ -466,7 +466,7 @@ func (o *Orchestrator) direct(op string) error {
 		return err
 	}
 	if o.run.tasks > 0 {
-		return Errorf(RuntimeError, "%s: direct control is refused after this run's first submit; stage every rank (malloc, copy_to) before submitting tasks", op)
+		return afterSubmit(op, o.run)
 	}
 	return nil
 }
@@ -477,34 +477,22 @@ func (o *Orchestrator) Direct(op string) error { return o.direct(op) }
 
 // Malloc reserves device memory on chip `worker`.
 func (o *Orchestrator) Malloc(worker, size int) (uint64, error) {
-	if err := o.direct("orch.malloc"); err != nil {
-		return 0, err
-	}
-	return o.w.malloc("orch.malloc", worker, size)
+	return o.w.DirectIn(o.run).Malloc("orch.malloc", worker, size)
 }
 
 // Free releases device memory on chip `worker`.
 func (o *Orchestrator) Free(worker int, ptr uint64) error {
-	if err := o.direct("orch.free"); err != nil {
-		return err
-	}
-	return o.w.free("orch.free", worker, ptr)
+	return o.w.DirectIn(o.run).Free("orch.free", worker, ptr)
 }
 
 // CopyTo copies host bytes into device memory of chip `worker`.
 func (o *Orchestrator) CopyTo(worker int, dst uint64, src []byte) error {
-	if err := o.direct("orch.copy_to"); err != nil {
-		return err
-	}
-	return o.w.copyTo("orch.copy_to", worker, dst, src)
+	return o.w.DirectIn(o.run).CopyTo("orch.copy_to", worker, dst, src)
 }
 
 // CopyFrom copies device memory of chip `worker` into host bytes.
 func (o *Orchestrator) CopyFrom(worker int, dst []byte, src uint64) error {
-	if err := o.direct("orch.copy_from"); err != nil {
-		return err
-	}
-	return o.w.copyFrom("orch.copy_from", worker, dst, src)
+	return o.w.DirectIn(o.run).CopyFrom("orch.copy_from", worker, dst, src)
 }
 
 // checkRemoteTensor applies the remote rules: a remote node takes only

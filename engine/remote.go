@@ -159,13 +159,12 @@ func (w *Worker) node(op string, id int) (RemoteNode, error) {
 	return w.remotes[id], nil
 }
 
-// RemoteMalloc allocates nbytes on remote node worker and returns the
-// owner handle.
+// RemoteMalloc allocates nbytes on remote node worker, outside any run.
 func (w *Worker) RemoteMalloc(worker, nbytes int) (*RemoteBuffer, error) {
-	const op = "remote_malloc"
-	if nbytes <= 0 || nbytes > wire.MaxBufferBytes {
-		return nil, Errorf(ValueError, "%s: nbytes must be in 1..%d, got %d", op, wire.MaxBufferBytes, nbytes)
-	}
+	return w.DirectIn(nil).RemoteMalloc(worker, nbytes)
+}
+
+func (w *Worker) remoteMalloc(op string, worker, nbytes int) (*RemoteBuffer, error) {
 	n, err := w.node(op, worker)
 	if err != nil {
 		return nil, err
@@ -269,12 +268,13 @@ func ownerHandle(op string, h *RemoteBuffer, offset, n int) error {
 	return checkRange(op, offset, n, h.NBytes)
 }
 
-// RemoteCopyTo copies src into the owner buffer at offset.
+// RemoteCopyTo copies src into the owner buffer at offset, outside any
+// run.
 func (w *Worker) RemoteCopyTo(h *RemoteBuffer, src []byte, offset int) error {
-	const op = "remote_copy_to"
-	if err := ownerHandle(op, h, offset, len(src)); err != nil {
-		return err
-	}
+	return w.DirectIn(nil).RemoteCopyTo(h, src, offset)
+}
+
+func (w *Worker) remoteCopyTo(op string, h *RemoteBuffer, src []byte, offset int) error {
 	node, err := w.node(op, h.Owner)
 	if err != nil {
 		return err
@@ -291,12 +291,13 @@ func (w *Worker) RemoteCopyTo(h *RemoteBuffer, src []byte, offset int) error {
 	return nil
 }
 
-// RemoteCopyFrom copies the owner buffer at offset into dst.
+// RemoteCopyFrom copies the owner buffer at offset into dst, outside any
+// run.
 func (w *Worker) RemoteCopyFrom(h *RemoteBuffer, dst []byte, offset int) error {
-	const op = "remote_copy_from"
-	if err := ownerHandle(op, h, offset, len(dst)); err != nil {
-		return err
-	}
+	return w.DirectIn(nil).RemoteCopyFrom(h, dst, offset)
+}
+
+func (w *Worker) remoteCopyFrom(op string, h *RemoteBuffer, dst []byte, offset int) error {
 	n, err := w.node(op, h.Owner)
 	if err != nil {
 		return err
@@ -320,6 +321,18 @@ func (w *Worker) RemoteCopyFrom(h *RemoteBuffer, dst []byte, offset int) error {
 	return nil
 }
 
+// WatchRemote copies owner buffer h at offset into dst without ordering it
+// against runs. It is for Go tests and tools that watch a run from
+// outside, such as a kernel's mark that it has started; scripts have no
+// such call: theirs is remote_copy_from, ordered as direct.go says.
+func (w *Worker) WatchRemote(h *RemoteBuffer, dst []byte, offset int) error {
+	const op = "watch_remote"
+	if err := ownerHandle(op, h, offset, len(dst)); err != nil {
+		return err
+	}
+	return w.remoteCopyFrom(op, h, dst, offset)
+}
+
 // RemoteExport describes a range of an owner buffer for import on other
 // nodes. Its token is opaque: no transport key reaches a script.
 type RemoteExport struct {
@@ -335,15 +348,13 @@ func (e *RemoteExport) Owner() *RemoteBuffer { return e.owner }
 func (e *RemoteExport) Range() (int, int)    { return e.offset, e.nbytes }
 func (e *RemoteExport) Access() Access       { return e.access }
 
-// RemoteExportRange exports [offset, offset+nbytes) of owner handle h.
+// RemoteExportRange exports [offset, offset+nbytes) of owner handle h,
+// outside any run.
 func (w *Worker) RemoteExportRange(h *RemoteBuffer, offset, nbytes int, access Access) (*RemoteExport, error) {
-	const op = "remote_export"
-	if err := ownerHandle(op, h, offset, nbytes); err != nil {
-		return nil, err
-	}
-	if access&^h.Access != 0 {
-		return nil, Errorf(ValueError, "%s: %s access of a %s handle", op, access, h.Access)
-	}
+	return w.DirectIn(nil).RemoteExportRange(h, offset, nbytes, access)
+}
+
+func (w *Worker) remoteExport(op string, h *RemoteBuffer, offset, nbytes int, access Access) (*RemoteExport, error) {
 	n, err := w.node(op, h.Owner)
 	if err != nil {
 		return nil, err
@@ -355,19 +366,13 @@ func (w *Worker) RemoteExportRange(h *RemoteBuffer, offset, nbytes int, access A
 	return &RemoteExport{owner: h, offset: offset, nbytes: nbytes, access: access, token: r.Data}, nil
 }
 
-// RemoteImport makes an export usable on node worker; access 0 means as
-// exported.
+// RemoteImport makes an export usable on node worker, outside any run;
+// access 0 means as exported.
 func (w *Worker) RemoteImport(e *RemoteExport, worker int, access Access) (*RemoteBuffer, error) {
-	const op = "remote_import"
-	if e.owner.Released() {
-		return nil, UsedAfterRelease(op, "the exported buffer")
-	}
-	if access == 0 {
-		access = e.access
-	}
-	if access&^e.access != 0 {
-		return nil, Errorf(ValueError, "%s: %s access of a %s export", op, access, e.access)
-	}
+	return w.DirectIn(nil).RemoteImport(e, worker, access)
+}
+
+func (w *Worker) remoteImport(op string, e *RemoteExport, worker int, access Access) (*RemoteBuffer, error) {
 	n, err := w.node(op, worker)
 	if err != nil {
 		return nil, err

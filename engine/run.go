@@ -153,6 +153,7 @@ func (r *Run) Cancel() {
 	w.mu.Lock()
 	var eff Effects
 	w.core.cancel(r, why, &eff)
+	eff.Wake = true // r's orchestration may wait for earlier runs in direct control (direct.go)
 	w.wake(eff)
 	w.mu.Unlock()
 	r.stop.Stop(why.Error())
@@ -173,7 +174,8 @@ func (r *Run) Done() bool {
 }
 
 // Wait blocks until the run is done, or for at most timeout (negative
-// means no limit), and returns the first root task failure.
+// means no limit; zero polls: done or a TimeoutError at once), and returns
+// the first root task failure.
 func (r *Run) Wait(timeout time.Duration) error {
 	// A short run is done soon: poll first (spin.go), in thread mode only,
 	// where the run's kernels are this process's goroutines.
@@ -182,17 +184,25 @@ func (r *Run) Wait(timeout time.Duration) error {
 		<-r.done
 		return r.waitErr
 	}
+	if timeout == 0 {
+		return r.notDone(timeout)
+	}
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
 	case <-r.done:
 		return r.waitErr
 	case <-t.C:
-		r.w.mu.Lock()
-		left := r.inflight
-		r.w.mu.Unlock()
-		return Errorf(TimeoutError, "run %d not done after %v (%d of %d tasks still unfinished)", r.id, timeout, left, r.tasks)
+		return r.notDone(timeout)
 	}
+}
+
+// notDone is Wait's TimeoutError: how many tasks the run has left.
+func (r *Run) notDone(timeout time.Duration) error {
+	r.w.mu.Lock()
+	left := r.inflight
+	r.w.mu.Unlock()
+	return Errorf(TimeoutError, "run %d not done after %v (%d of %d tasks still unfinished)", r.id, timeout, left, r.tasks)
 }
 
 // Result is the orchestration function's return value once the run is

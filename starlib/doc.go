@@ -235,7 +235,7 @@ var docTable = []Doc{
 	// RunHandle.
 	{"RunHandle", DocType, "RunHandle", "A submitted run, returned by w.submit."},
 	{"RunHandle.done", DocMember, "r.done -> bool", "Whether the run has passed its fence and cleaned up."},
-	{"RunHandle.wait", DocMember, "r.wait(timeout=None)", "Waits for the run; raises the first task failure, or TimeoutError after timeout seconds."},
+	{"RunHandle.wait", DocMember, "r.wait(timeout=None)", "Waits for the run; raises the first task failure, or TimeoutError after timeout seconds (0 polls). A negative, inf or nan timeout is a ValueError."},
 	{"RunHandle.result", DocMember, "r.result() -> value", "Waits, then returns what the orchestration function returned."},
 	{"RunHandle.cancel", DocMember, "r.cancel()", "Ends the run: tasks not started retire without running, running kernels are stopped (a child process that does not stop is killed and started again), and wait() raises RuntimeError: run N cancelled. Idempotent; a finished run is left as it was."},
 

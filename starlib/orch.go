@@ -410,6 +410,9 @@ func (o *Orchestrator) malloc(th *starlark.Thread, args starlark.Tuple, kw []sta
 	if err := starlark.UnpackArgs("orch.malloc", args, kw, "worker_id", &worker, "size", &size); err != nil {
 		return nil, err
 	}
+	if err := refuseDirectInside(th, "orch.malloc", o.o.Worker(), o.o.Run().ID()); err != nil {
+		return nil, err
+	}
 	p, err := o.o.Malloc(worker, size)
 	if err != nil {
 		return nil, err
@@ -432,6 +435,9 @@ func (o *Orchestrator) free(th *starlark.Thread, args starlark.Tuple, kw []starl
 	if err != nil {
 		return nil, err
 	}
+	if err := refuseDirectInside(th, "orch.free", o.o.Worker(), o.o.Run().ID()); err != nil {
+		return nil, err
+	}
 	return starlark.None, o.o.Free(worker, ptr)
 }
 
@@ -445,6 +451,9 @@ func (o *Orchestrator) copyTo(th *starlark.Thread, args starlark.Tuple, kw []sta
 	if err != nil {
 		return nil, err
 	}
+	if err := refuseDirectInside(th, "orch.copy_to", o.o.Worker(), o.o.Run().ID()); err != nil {
+		return nil, err
+	}
 	return starlark.None, o.o.CopyTo(worker, dst, src)
 }
 
@@ -456,6 +465,9 @@ func (o *Orchestrator) copyFrom(th *starlark.Thread, args starlark.Tuple, kw []s
 	}
 	src, dst, err := deviceAndHost("orch.copy_from", srcV, dstV, size)
 	if err != nil {
+		return nil, err
+	}
+	if err := refuseDirectInside(th, "orch.copy_from", o.o.Worker(), o.o.Run().ID()); err != nil {
 		return nil, err
 	}
 	return starlark.None, o.o.CopyFrom(worker, dst, src)

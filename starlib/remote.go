@@ -248,7 +248,11 @@ func (w *Worker) remoteMalloc(th *starlark.Thread, args starlark.Tuple, kw []sta
 	if err := starlark.UnpackArgs("remote_malloc", args, kw, "worker", &worker, "nbytes", &nbytes); err != nil {
 		return nil, err
 	}
-	h, err := w.w.RemoteMalloc(worker, nbytes)
+	d, err := directFor(th, "remote_malloc", w.w)
+	if err != nil {
+		return nil, err
+	}
+	h, err := d.RemoteMalloc(worker, nbytes)
 	if err != nil {
 		return nil, err
 	}
@@ -283,7 +287,7 @@ func (w *Worker) remoteReleaseImport(th *starlark.Thread, args starlark.Tuple, k
 
 // remoteCopy implements remote_copy_to / remote_copy_from: the host side
 // is a host Tensor or an address in shared memory.
-func (w *Worker) remoteCopy(op string, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+func (w *Worker) remoteCopy(th *starlark.Thread, op string, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
 	var hv, hostV starlark.Value
 	var nbytes, offset int
 	if err := starlark.UnpackArgs(op, args, kw, "h", &hv, "host", &hostV, "nbytes", &nbytes, "offset?", &offset); err != nil {
@@ -307,18 +311,22 @@ func (w *Worker) remoteCopy(op string, args starlark.Tuple, kw []starlark.Tuple)
 	if err != nil {
 		return nil, engine.Wrap(err, op)
 	}
-	if op == "remote_copy_to" {
-		return starlark.None, w.w.RemoteCopyTo(h, host, offset)
+	d, err := directFor(th, op, w.w)
+	if err != nil {
+		return nil, err
 	}
-	return starlark.None, w.w.RemoteCopyFrom(h, host, offset)
+	if op == "remote_copy_to" {
+		return starlark.None, d.RemoteCopyTo(h, host, offset)
+	}
+	return starlark.None, d.RemoteCopyFrom(h, host, offset)
 }
 
 func (w *Worker) remoteCopyTo(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
-	return w.remoteCopy("remote_copy_to", args, kw)
+	return w.remoteCopy(th, "remote_copy_to", args, kw)
 }
 
 func (w *Worker) remoteCopyFrom(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
-	return w.remoteCopy("remote_copy_from", args, kw)
+	return w.remoteCopy(th, "remote_copy_from", args, kw)
 }
 
 func (w *Worker) remoteExport(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
@@ -343,7 +351,11 @@ func (w *Worker) remoteExport(th *starlark.Thread, args starlark.Tuple, kw []sta
 	if err != nil {
 		return nil, engine.Wrap(err, op)
 	}
-	e, err := w.w.RemoteExportRange(h, offset, nbytes, a)
+	d, err := directFor(th, op, w.w)
+	if err != nil {
+		return nil, err
+	}
+	e, err := d.RemoteExportRange(h, offset, nbytes, a)
 	if err != nil {
 		return nil, err
 	}
@@ -372,7 +384,11 @@ func (w *Worker) remoteImport(th *starlark.Thread, args starlark.Tuple, kw []sta
 			return nil, engine.Wrap(err, op)
 		}
 	}
-	h, err := w.w.RemoteImport(e.e, worker, a)
+	d, err := directFor(th, op, w.w)
+	if err != nil {
+		return nil, err
+	}
+	h, err := d.RemoteImport(e.e, worker, a)
 	if err != nil {
 		return nil, err
 	}

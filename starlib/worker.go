@@ -228,6 +228,27 @@ func seconds(op, name string, v starlark.Value) (time.Duration, error) {
 	return time.Duration(f * float64(time.Second)), nil
 }
 
+// waitTimeout reads RunHandle.wait's timeout, as upstream has it: None
+// waits without limit, 0 polls (a TimeoutError at once while the run is in
+// flight), and anything else must be a non-negative finite number of
+// seconds. A timeout too long for a time.Duration waits the longest one.
+func waitTimeout(v starlark.Value) (time.Duration, error) {
+	if v == starlark.None {
+		return -1, nil
+	}
+	f, ok := starlark.AsFloat(v)
+	if !ok {
+		return 0, errorf(engine.TypeError, "wait: timeout must be a number of seconds, got %s", v.Type())
+	}
+	if f < 0 || math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, errorf(engine.ValueError, "wait: timeout must be a non-negative finite number of seconds, got %v", f)
+	}
+	if f >= float64(math.MaxInt64)/float64(time.Second) {
+		return time.Duration(math.MaxInt64), nil
+	}
+	return time.Duration(f * float64(time.Second)), nil
+}
+
 func workerDevices(level int, deviceID, deviceIDs starlark.Value) ([]int, error) {
 	if deviceID != starlark.None && deviceIDs != starlark.None {
 		return nil, errorf(engine.ValueError, "Worker: give device_id or device_ids, not both")
@@ -409,8 +430,9 @@ type buildingRuns []buildingRun
 
 // buildingRun is a run being built: its worker and number.
 type buildingRun struct {
-	w  *engine.Worker
-	id uint64
+	w   *engine.Worker
+	id  uint64
+	run *engine.Run
 }
 
 // building returns th's list, made on first use.
@@ -421,6 +443,42 @@ func building(th *starlark.Thread) *buildingRuns {
 		th.SetLocal(buildingKey, b)
 	}
 	return b
+}
+
+// directFor is w's direct control as called on th for op: inside the
+// innermost orchestration function of a run of w that th is in, the call
+// belongs to that run (it waits for earlier runs, and follows no submit);
+// elsewhere it is outside any run (refused while runs are in flight).
+func directFor(th *starlark.Thread, op string, w *engine.Worker) (engine.DirectControl, error) {
+	b, _ := th.Local(buildingKey).(*buildingRuns)
+	if b == nil {
+		return w.DirectIn(nil), nil
+	}
+	for i := len(*b) - 1; i >= 0; i-- {
+		if r := (*b)[i]; r.w == w {
+			return w.DirectIn(r.run), refuseDirectInside(th, op, w, r.id)
+		}
+	}
+	return w.DirectIn(nil), nil
+}
+
+// refuseDirectInside refuses direct control in run id of w when th is
+// also inside the orchestration function of an earlier run of w (run id
+// was submitted from there): the call would wait for that run, which
+// cannot finish before the function returns, so it would never return.
+func refuseDirectInside(th *starlark.Thread, op string, w *engine.Worker, id uint64) error {
+	b, _ := th.Local(buildingKey).(*buildingRuns)
+	if b == nil {
+		return nil
+	}
+	for _, r := range *b {
+		if r.w == w && r.id < id {
+			return errorf(engine.RuntimeError, "%s: run %d was submitted from inside the orchestration function of run %d of this Worker; "+
+				"its direct control waits for run %d to finish, which cannot happen before that function returns: it would never return. "+
+				"Do it in run %d's own function before its first submit, or after run %d", op, id, r.id, r.id, r.id, r.id)
+		}
+	}
+	return nil
 }
 
 // refuseWaitInside refuses, on th, a wait for a run of worker w numbered
@@ -456,7 +514,7 @@ type orchCall struct {
 // through the function.
 func (c orchCall) build(o *engine.Orchestrator) (any, error) {
 	b := building(c.th)
-	*b = append(*b, buildingRun{o.Worker(), o.Run().ID()})
+	*b = append(*b, buildingRun{o.Worker(), o.Run().ID(), o.Run()})
 	defer func() { *b = (*b)[:len(*b)-1] }()
 	v, err := starlark.Call(c.th, c.fn, starlark.Tuple{&Orchestrator{s: c.w.s, o: o, worker: c.w}, c.av, c.cv}, nil)
 	return v, labelled(err)
@@ -533,7 +591,11 @@ func (w *Worker) malloc(th *starlark.Thread, args starlark.Tuple, kw []starlark.
 	if err := starlark.UnpackArgs("malloc", args, kw, "size", &size, "worker_id?", &worker); err != nil {
 		return nil, err
 	}
-	p, err := w.w.Malloc(worker, size)
+	d, err := directFor(th, "malloc", w.w)
+	if err != nil {
+		return nil, err
+	}
+	p, err := d.Malloc("malloc", worker, size)
 	if err != nil {
 		return nil, err
 	}
@@ -550,7 +612,11 @@ func (w *Worker) free(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tu
 	if err != nil {
 		return nil, err
 	}
-	return starlark.None, w.w.Free(worker, ptr)
+	d, err := directFor(th, "free", w.w)
+	if err != nil {
+		return nil, err
+	}
+	return starlark.None, d.Free("free", worker, ptr)
 }
 
 func (w *Worker) copyTo(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
@@ -563,7 +629,11 @@ func (w *Worker) copyTo(th *starlark.Thread, args starlark.Tuple, kw []starlark.
 	if err != nil {
 		return nil, err
 	}
-	return starlark.None, w.w.CopyTo(worker, dst, src)
+	d, err := directFor(th, "copy_to", w.w)
+	if err != nil {
+		return nil, err
+	}
+	return starlark.None, d.CopyTo("copy_to", worker, dst, src)
 }
 
 func (w *Worker) copyFrom(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
@@ -576,7 +646,11 @@ func (w *Worker) copyFrom(th *starlark.Thread, args starlark.Tuple, kw []starlar
 	if err != nil {
 		return nil, err
 	}
-	return starlark.None, w.w.CopyFrom(worker, dst, src)
+	d, err := directFor(th, "copy_from", w.w)
+	if err != nil {
+		return nil, err
+	}
+	return starlark.None, d.CopyFrom("copy_from", worker, dst, src)
 }
 
 // deviceAndHost resolves a copy's device address and host bytes. The host
@@ -648,13 +722,9 @@ func (h *RunHandle) Attr(name string) (starlark.Value, error) {
 			if err := refuseWaitInside(th, "wait", h.w, h.r.ID()); err != nil {
 				return nil, err
 			}
-			d := time.Duration(-1)
-			if tv != starlark.None {
-				s, err := seconds("wait", "timeout", tv)
-				if err != nil {
-					return nil, err
-				}
-				d = s
+			d, err := waitTimeout(tv)
+			if err != nil {
+				return nil, err
 			}
 			return starlark.None, h.r.Wait(d)
 		}), nil

@@ -281,12 +281,7 @@ def main(ctx):
     w.init()
     h = w.remote_malloc(worker = 0, nbytes = 4)
     run = w.submit(lambda o, a, c: o.submit_next_level(node, TaskArgs(tensors = [(RemoteTensorRef(h, shape = [1]), OUTPUT_EXISTING)]), worker = 0))
-    seen = host_tensor(shape = [1])
-    for i in range(1000000):
-        w.remote_copy_from(h, seen, 4)
-        if seen.read()[0] == 1.0:
-            break
-    print("started")
+    print("submitted")
     run.wait()
 `})
 	exe, _ := os.Executable()
@@ -297,11 +292,12 @@ def main(ctx):
 	if err := run.Start(); err != nil {
 		t.Fatal(err)
 	}
-	if line, _ := bufio.NewReader(stdout).ReadString('\n'); strings.TrimSpace(line) != "started" {
+	if line, _ := bufio.NewReader(stdout).ReadString('\n'); strings.TrimSpace(line) != "submitted" {
 		run.Process.Kill()
 		run.Wait()
 		t.Fatalf("script said %q", line)
 	}
+	awaitSpinning(t, "the kernel to spin in the session", func() []int { return childPids(d.Process.Pid) })
 	sessions := childPids(d.Process.Pid)
 	if len(sessions) != 1 {
 		t.Fatalf("sessions: %v", sessions)

@@ -36,11 +36,12 @@ func remoteRef(h *engine.RemoteBuffer) engine.Tensor {
 	return engine.Tensor{Shape: []int{1}, DType: 7, Remote: &engine.RemoteRef{Buf: h}}
 }
 
-// readRemote is the int64 at the start of buffer h.
+// readRemote is the int64 at the start of buffer h, read also while a
+// run is in flight (WatchRemote).
 func readRemote(t *testing.T, w *engine.Worker, h *engine.RemoteBuffer) int64 {
 	t.Helper()
 	b := make([]byte, 8)
-	if err := w.RemoteCopyFrom(h, b, 0); err != nil {
+	if err := w.WatchRemote(h, b, 0); err != nil {
 		t.Fatal(err)
 	}
 	return get64(b)

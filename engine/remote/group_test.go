@@ -423,7 +423,7 @@ func TestGroupRankKilledMidRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := make([]byte, 8)
-	poll(t, "the kernel to start on rank 1", func() bool { return w.RemoteCopyFrom(h, b, 0) == nil && get64(b) == 1 })
+	poll(t, "the kernel to start on rank 1", func() bool { return w.WatchRemote(h, b, 0) == nil && get64(b) == 1 })
 	pid := gt.group.pids[1]
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)

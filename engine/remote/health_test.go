@@ -78,7 +78,7 @@ func TestStoppedSessionNoticedWithinTheBound(t *testing.T) {
 	})))
 	sb := make([]byte, 8)
 	poll(t, "the kernel to start on the node", func() bool {
-		return w.RemoteCopyFrom(buf, sb, 0) == nil && get64(sb) == 1
+		return w.WatchRemote(buf, sb, 0) == nil && get64(sb) == 1
 	})
 	// Alive for longer than the bound: the probes are answered.
 	running := time.Now()

@@ -54,7 +54,7 @@ func TestGroupRankStoppedSession(t *testing.T) {
 	})))
 	sb := make([]byte, 8)
 	poll(t, "the kernel to start on the rank", func() bool {
-		return gt.w.RemoteCopyFrom(buf, sb, 0) == nil && get64(sb) == 1
+		return gt.w.WatchRemote(buf, sb, 0) == nil && get64(sb) == 1
 	})
 	rank := gt.ranks[0]
 	sessions := childPids(t, rank.cmd.Process.Pid)

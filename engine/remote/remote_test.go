@@ -390,7 +390,7 @@ func killMidTask(t *testing.T, tasks int) {
 	}
 	sb := make([]byte, 8)
 	poll(t, "the first kernel to start on the node", func() bool {
-		return w.RemoteCopyFrom(bufs[0], sb, 0) == nil && get64(sb) == 1
+		return w.WatchRemote(bufs[0], sb, 0) == nil && get64(sb) == 1
 	})
 	if n := nodeOf(w, 0).sentTasks(); n != min(tasks, engine.RemoteDepth) {
 		t.Errorf("%d tasks on the wire, want %d", n, min(tasks, engine.RemoteDepth))

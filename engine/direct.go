@@ -1,0 +1,200 @@
+package engine
+
+import "simpler/wire"
+
+// Direct control (malloc, free, copy_to, copy_from on a chip, and the
+// remote_* buffer calls) travels the control path, not the task queue, so
+// it is ordered against runs here, by where it is called from:
+//
+//   - inside the orchestration function of run r, before r's first submit,
+//     the call belongs to r: it waits until every earlier run of the Worker
+//     has finished (runs finish in order, so until r is the first), then
+//     goes ahead. Bytes an earlier run's kernels write are there to read,
+//     and bytes they read are not changed under them.
+//   - inside r after r has submitted a task, it is refused: the task may
+//     already be touching the bytes.
+//   - outside any run, it is refused while any run is in flight: it would
+//     see, or change, the bytes half-way through that run.
+//
+// A deferred release (remote_free, remote_release_import) is not gated: it
+// sends nothing while a task still holds the buffer, and frees after.
+
+// DirectControl is a Worker's direct-control surface as seen from one
+// place: inside the orchestration function of run (before its first
+// submit), or outside any run when run is nil.
+type DirectControl struct {
+	w   *Worker
+	run *Run
+}
+
+// DirectIn is w's direct control for a call made inside the orchestration
+// function of run r, or, with r nil, outside any run. r must be a run of w.
+func (w *Worker) DirectIn(r *Run) DirectControl { return DirectControl{w: w, run: r} }
+
+// directStep is what a direct-control call may do now.
+type directStep int
+
+const (
+	directGo      directStep = iota // go ahead
+	directWait                      // an earlier run is still in flight: wait for it
+	directRefused                   // refused: see directRule's error
+)
+
+// directRule decides, under w.mu, what a direct-control call op may do
+// now. It changes nothing, so a test can step it directly.
+func (w *Worker) directRule(op string, r *Run) (directStep, error) {
+	if r == nil {
+		if n := len(w.runs); n > 0 {
+			return directRefused, Errorf(RuntimeError, "%s: %d run(s) still in flight; direct control outside a run cannot be ordered against them, so wait for them first (RunHandle.wait()) or call it inside an orchestration function before its first submit", op, n)
+		}
+		return directGo, nil
+	}
+	if r.w != w {
+		return directRefused, Errorf(RuntimeError, "%s: run %d is not a run of this Worker", op, r.id)
+	}
+	if !r.building {
+		return directRefused, Errorf(RuntimeError, "%s: run %d is no longer being built; direct control belongs inside its orchestration function", op, r.id)
+	}
+	if r.tasks > 0 {
+		return directRefused, afterSubmit(op, r)
+	}
+	if r.cancelled != nil {
+		return directRefused, Wrap(r.cancelled, op)
+	}
+	if !w.core.head(r) {
+		return directWait, nil
+	}
+	return directGo, nil
+}
+
+// gate blocks until op may go ahead, or returns why it may not. The wait
+// for earlier runs is woken when a run finishes or r is cancelled
+// (Run.Cancel wakes it), and each time it also checks that the Worker is
+// still usable (not closed or poisoned).
+func (d DirectControl) gate(op string) error {
+	w := d.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for {
+		if err := w.ready(op); err != nil {
+			return err
+		}
+		step, err := w.directRule(op, d.run)
+		switch step {
+		case directGo:
+			return nil
+		case directRefused:
+			return err
+		}
+		w.wait()
+	}
+}
+
+// Malloc reserves size bytes of device memory on chip worker.
+func (d DirectControl) Malloc(op string, worker, size int) (uint64, error) {
+	if err := d.gate(op); err != nil {
+		return 0, err
+	}
+	return d.w.malloc(op, worker, size)
+}
+
+// Free releases device memory on chip worker.
+func (d DirectControl) Free(op string, worker int, ptr uint64) error {
+	if err := d.gate(op); err != nil {
+		return err
+	}
+	return d.w.free(op, worker, ptr)
+}
+
+// CopyTo copies host bytes into chip worker's memory at dst.
+func (d DirectControl) CopyTo(op string, worker int, dst uint64, src []byte) error {
+	if err := d.gate(op); err != nil {
+		return err
+	}
+	return d.w.copyTo(op, worker, dst, src)
+}
+
+// CopyFrom copies chip worker's memory at src into dst.
+func (d DirectControl) CopyFrom(op string, worker int, dst []byte, src uint64) error {
+	if err := d.gate(op); err != nil {
+		return err
+	}
+	return d.w.copyFrom(op, worker, dst, src)
+}
+
+// RemoteMalloc allocates nbytes on remote node worker and returns the
+// owner handle.
+func (d DirectControl) RemoteMalloc(worker, nbytes int) (*RemoteBuffer, error) {
+	const op = "remote_malloc"
+	if nbytes <= 0 || nbytes > wire.MaxBufferBytes {
+		return nil, Errorf(ValueError, "%s: nbytes must be in 1..%d, got %d", op, wire.MaxBufferBytes, nbytes)
+	}
+	if err := d.gate(op); err != nil {
+		return nil, err
+	}
+	return d.w.remoteMalloc(op, worker, nbytes)
+}
+
+// RemoteCopyTo copies src into owner buffer h at offset.
+func (d DirectControl) RemoteCopyTo(h *RemoteBuffer, src []byte, offset int) error {
+	const op = "remote_copy_to"
+	if err := ownerHandle(op, h, offset, len(src)); err != nil {
+		return err
+	}
+	if err := d.gate(op); err != nil {
+		return err
+	}
+	return d.w.remoteCopyTo(op, h, src, offset)
+}
+
+// RemoteCopyFrom copies owner buffer h at offset into dst.
+func (d DirectControl) RemoteCopyFrom(h *RemoteBuffer, dst []byte, offset int) error {
+	const op = "remote_copy_from"
+	if err := ownerHandle(op, h, offset, len(dst)); err != nil {
+		return err
+	}
+	if err := d.gate(op); err != nil {
+		return err
+	}
+	return d.w.remoteCopyFrom(op, h, dst, offset)
+}
+
+// RemoteExportRange exports [offset, offset+nbytes) of owner handle h.
+func (d DirectControl) RemoteExportRange(h *RemoteBuffer, offset, nbytes int, access Access) (*RemoteExport, error) {
+	const op = "remote_export"
+	if err := ownerHandle(op, h, offset, nbytes); err != nil {
+		return nil, err
+	}
+	if access&^h.Access != 0 {
+		return nil, Errorf(ValueError, "%s: %s access of a %s handle", op, access, h.Access)
+	}
+	if err := d.gate(op); err != nil {
+		return nil, err
+	}
+	return d.w.remoteExport(op, h, offset, nbytes, access)
+}
+
+// RemoteImport makes export e usable on node worker; access 0 means as
+// exported.
+func (d DirectControl) RemoteImport(e *RemoteExport, worker int, access Access) (*RemoteBuffer, error) {
+	const op = "remote_import"
+	if e.owner.Released() {
+		return nil, UsedAfterRelease(op, "the exported buffer")
+	}
+	if access == 0 {
+		access = e.access
+	}
+	if access&^e.access != 0 {
+		return nil, Errorf(ValueError, "%s: %s access of a %s export", op, access, e.access)
+	}
+	if err := d.gate(op); err != nil {
+		return nil, err
+	}
+	return d.w.remoteImport(op, e, worker, access)
+}
+
+// afterSubmit is the refusal of direct control in run r once r has
+// submitted a task.
+func afterSubmit(op string, r *Run) error {
+	return Errorf(RuntimeError, "%s: direct control cannot follow a task submission in the same run (run %d has submitted %d task(s)); stage every rank (malloc, copy_to) before the first submit, or do it in a later run", op, r.id, r.tasks)
+}
