@@ -61,9 +61,10 @@ func (o *testOptions) register(fs *flag.FlagSet) {
 
 // cmdTest runs users' golden tests: every script in a fresh child process
 // of this binary (`simpler run`), its exit code, stdout and stderr
-// compared with NAME.golden. The last line is always "N passed, M failed".
-// The runs themselves are simpler/golden's, as for the repository's own
-// golden tests.
+// compared with NAME.golden. The last line is always "N passed, M failed"
+// (with -json, the last output event; testreport.go prints the report,
+// and --junit writes it as XML too). The runs themselves are
+// simpler/golden's, as for the repository's own golden tests.
 func cmdTest(args []string, stdout, stderr io.Writer) int {
 	opts, code, ok := parseTestFlags(args, stdout, stderr)
 	if !ok {
