@@ -129,7 +129,9 @@ func newDocShell(t *testing.T, dir string) *docShell {
 		"PATH="+pathWithoutSimpler(),
 		// The copy's packages live in a new directory each run: without
 		// -trimpath the build cache would miss them all.
-		"GOFLAGS="+strings.TrimSpace(os.Getenv("GOFLAGS")+" -trimpath"))
+		"GOFLAGS="+strings.TrimSpace(os.Getenv("GOFLAGS")+" -trimpath"),
+		// A fresh terminal, not the make that may run this test.
+		"MAKEFLAGS=", "MFLAGS=", "MAKELEVEL=")
 	return &docShell{t: t, dir: dir, env: env}
 }
 
