@@ -131,6 +131,21 @@ func TestSimplerTestJSON(t *testing.T) {
 		t.Errorf("passing run: exit %d, last event %+v", code, last)
 	}
 
+	// A script whose header starts a remote-l3-worker daemon: its run,
+	// daemon and all, is one passing event and one JUnit testcase.
+	remote, err := filepath.Abs(filepath.Join("..", "..", "scripts", "examples", "vector_add_mixed_l3.star"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs = runCLI(t, "test", "-json", "--junit", report, remote)
+	counts = verdicts(t, jsonEvents(t, out))
+	if code != 0 || counts["pass"] != 1 || counts["fail"] != 0 {
+		t.Errorf("a script with a daemon: exit %d, verdicts %v\n%s\n%s", code, counts, out, errs)
+	}
+	if got := junitCounts(t, report); got != "testsuites 1 0 0 1 0" {
+		t.Errorf("JUnit report of the daemon's script %q", got)
+	}
+
 	// A JUnit file in a directory that does not exist is a usage error,
 	// before anything runs.
 	code, out, errs = runCLI(t, "test", "--junit", filepath.Join(dir, "no", "such", "r.xml"), dir)
@@ -172,8 +187,8 @@ func TestSimplerTestFailFast(t *testing.T) {
 		t.Errorf("JUnit report %q, want \"testsuites 3 1 2 3 1\"", got)
 	}
 
-	// In JSON: one fail, two skips.
-	code, out, _ = runCLI(t, "test", "-failfast", "-p", "1", "-json", dir)
+	// In JSON, in process mode: one fail, two skips.
+	code, out, _ = runCLI(t, "test", "-failfast", "-p", "1", "-json", "--mode", "process", dir)
 	counts := verdicts(t, jsonEvents(t, out))
 	if code != 1 || counts["fail"] != 1 || counts["skip"] != 2 || counts["pass"] != 0 {
 		t.Errorf("-failfast -json: exit %d, verdicts %v", code, counts)
