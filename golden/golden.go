@@ -218,6 +218,12 @@ type Outcome struct {
 	Diff    string        // want → got, when the output differs
 	Problem string        // why it failed otherwise: no golden file, a leak, a timeout
 	Elapsed time.Duration // how long the script ran
+	// Got is what the script printed, in the golden file's format, when
+	// it had no golden file to compare with: what -update would write.
+	Got string
+	// NotRun: the job never started, because an earlier one failed under
+	// Suite.FailFast. It counts as neither passed nor failed.
+	NotRun bool
 }
 
 // Check runs script and compares its result with its golden file, or
@@ -246,6 +252,7 @@ func (r *Runner) Check(script string, update bool) Outcome {
 		switch {
 		case errors.Is(rerr, fs.ErrNotExist):
 			problems = append(problems, fmt.Sprintf("no golden file %s (run with -update to create it)", golden))
+			o.Got = got.Format()
 		case rerr != nil:
 			problems = append(problems, rerr.Error())
 		case string(want) != got.Format():

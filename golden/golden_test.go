@@ -145,8 +145,8 @@ func TestRunnerCheck(t *testing.T) {
 		t.Errorf("bad.star: %+v", o)
 	}
 	o = r.Check(filepath.Join(dir, "new.star"), false)
-	if o.Passed || !strings.Contains(o.Problem, "no golden file") {
-		t.Errorf("new.star: %+v", o)
+	if o.Passed || !strings.Contains(o.Problem, "no golden file") || !strings.HasPrefix(o.Got, "-- exit --\n") {
+		t.Errorf("new.star: %+v (Got should hold what it printed)", o)
 	}
 	o = r.Check(filepath.Join(dir, "new.star"), true)
 	if !o.Passed || !o.Updated {

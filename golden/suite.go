@@ -34,6 +34,9 @@ type Suite struct {
 	Update bool
 	// Parallel is how many jobs Run runs at once; less than 1 means 1.
 	Parallel int
+	// FailFast: once a job has failed no other job starts; those already
+	// running finish, and the rest are reported with NotRun set.
+	FailFast bool
 }
 
 // Job is one run of one script: in one mode of its Suite, or as the
@@ -115,12 +118,15 @@ func (s *Suite) Run(jobs []Job, report func(Outcome)) (passed, failed int) {
 	next := make(chan int)
 	var exclusive sync.Mutex // held by the exclusive job that runs
 	var wg sync.WaitGroup
+	stop := &failFast{on: s.FailFast}
 	for range min(max(s.Parallel, 1), len(jobs)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				outcomes[i] <- runJob(jobs[i], &exclusive)
+				o := runJob(jobs[i], &exclusive, stop)
+				stop.saw(o)
+				outcomes[i] <- o
 			}
 		}()
 	}
@@ -139,9 +145,11 @@ func (s *Suite) Run(jobs []Job, report func(Outcome)) (passed, failed int) {
 	}()
 	for i := range jobs {
 		o := <-outcomes[i]
-		if o.Passed {
+		switch {
+		case o.NotRun:
+		case o.Passed:
 			passed++
-		} else {
+		default:
 			failed++
 		}
 		report(o)
@@ -150,10 +158,40 @@ func (s *Suite) Run(jobs []Job, report func(Outcome)) (passed, failed int) {
 	return passed, failed
 }
 
-func runJob(j Job, exclusive *sync.Mutex) Outcome {
+// runJob runs j, unless stop says an earlier job failed by the time j's
+// turn came (after any wait for the exclusive lock).
+func runJob(j Job, exclusive *sync.Mutex, stop *failFast) Outcome {
 	if j.Exclusive {
 		exclusive.Lock()
 		defer exclusive.Unlock()
 	}
+	if stop.stopped() {
+		return Outcome{Script: j.Script, Mode: j.Mode, NotRun: true, Problem: "not run: an earlier script failed (-failfast)"}
+	}
 	return j.Run()
+}
+
+// failFast remembers whether a job has failed, when the Suite's FailFast
+// makes that stop the jobs not started yet. A worker records its job's
+// outcome before it takes the next job, so with Parallel 1 no job starts
+// after a failure.
+type failFast struct {
+	on     bool
+	mu     sync.Mutex
+	failed bool
+}
+
+func (f *failFast) saw(o Outcome) {
+	if !f.on || o.Passed || o.NotRun {
+		return
+	}
+	f.mu.Lock()
+	f.failed = true
+	f.mu.Unlock()
+}
+
+func (f *failFast) stopped() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.failed
 }

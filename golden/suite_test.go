@@ -137,3 +137,65 @@ func TestSuiteRunInterrupted(t *testing.T) {
 		t.Errorf("%d passed, %d failed", passed, failed)
 	}
 }
+
+// TestSuiteFailFast: with FailFast and one job at a time, no job starts
+// after the first failure: the stand-in binary logs every run, and the
+// jobs after the failure are reported NotRun, counted as neither passed
+// nor failed. Without FailFast every job runs.
+func TestSuiteFailFast(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Fatal("no sh:", err)
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "fake-simpler")
+	log := filepath.Join(dir, "runs.log")
+	script := "#!" + sh + `
+echo "$*" >> ` + log + `
+case "$*" in *bad*.star) exit 3;; esac
+`
+	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var scripts []string
+	for _, name := range []string{"a_good", "b_bad", "c_good", "d_good"} {
+		p := filepath.Join(dir, name+".star")
+		scripts = append(scripts, p)
+		golden := "-- exit --\n0\n-- stdout --\n-- stderr --\n"
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(GoldenPath(p), []byte(golden), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := &Suite{Runner: Runner{Binary: bin}, Parallel: 1, FailFast: true}
+	var got []string
+	passed, failed := s.Run(s.Jobs(scripts), func(o Outcome) {
+		got = append(got, filepath.Base(o.Script)+" "+verdictOf(o))
+	})
+	want := "a_good.star pass\nb_bad.star fail\nc_good.star notrun\nd_good.star notrun"
+	if strings.Join(got, "\n") != want || passed != 1 || failed != 1 {
+		t.Errorf("%d passed, %d failed:\n%s\nwant:\n%s", passed, failed, strings.Join(got, "\n"), want)
+	}
+	runs, err := os.ReadFile(log)
+	if err != nil || strings.Count(string(runs), "\n") != 2 || strings.Contains(string(runs), "c_good") {
+		t.Errorf("runs logged: %q, %v; want a_good and b_bad only", runs, err)
+	}
+
+	s.FailFast = false
+	passed, failed = s.Run(s.Jobs(scripts), func(Outcome) {})
+	if passed != 3 || failed != 1 {
+		t.Errorf("without FailFast: %d passed, %d failed", passed, failed)
+	}
+}
+
+func verdictOf(o Outcome) string {
+	switch {
+	case o.NotRun:
+		return "notrun"
+	case o.Passed:
+		return "pass"
+	}
+	return "fail"
+}

@@ -7,7 +7,7 @@
 //	simpler doc [name]
 //	simpler remote-l3-worker [flags]
 //	simpler bench [dispatch|process|collectives|remote|global]...
-//	simpler platforms
+//	simpler platforms [--json]
 //	simpler version
 //	simpler help [command]
 //
@@ -65,10 +65,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	case "doc":
 		return cmdDoc(rest, stdout, stderr)
 	case "platforms":
-		if code, ok := noArgs("platforms", rest, stdout, stderr); !ok {
-			return code
-		}
-		return cmdPlatforms(stdout)
+		return cmdPlatformsFlags(rest, stdout, stderr)
 	case "version", "--version":
 		return cmdVersion(rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":

@@ -247,7 +247,7 @@ func TestReadmeAndGoMod(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, blk := range parseDoc(string(b)) {
-			if k, path := blk.kind(); k == "file" && path == "first.star" {
+			if k, path := blk.kind(); k == "file" && path == "scripts/examples/first.star" {
 				return strings.Join(blk.body, "\n")
 			}
 		}

@@ -33,6 +33,9 @@ type testOptions struct {
 	loadPath        pathList
 	maxSteps        uint64
 	runPattern      string
+	json            bool   // one JSON event per line instead of text
+	junit           string // also write a JUnit XML report to this file
+	failFast        bool
 
 	modes   []string
 	runArgs []string       // the `simpler run` flags of every script but --mode
@@ -51,13 +54,17 @@ func (o *testOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.mode, "mode", "thread", "--mode each script runs with; thread,process runs each in both and checks both against one golden file (`MODES`)")
 	fs.Var(&o.loadPath, "load-path", "--load-path `DIR` each script runs with (repeatable)")
 	fs.Uint64Var(&o.maxSteps, "max-steps", 0, "--max-steps `N` each script runs with; 0: no bound")
+	fs.BoolVar(&o.json, "json", false, "print one JSON event per line (run, output, pass, fail, skip), as go test -json does")
+	fs.StringVar(&o.junit, "junit", "", "also write a JUnit XML report to `FILE`, for CI systems")
+	fs.BoolVar(&o.failFast, "failfast", false, "start no script after the first failure (those running finish; the rest are reported as skipped)")
 }
 
 // cmdTest runs users' golden tests: every script in a fresh child process
 // of this binary (`simpler run`), its exit code, stdout and stderr
-// compared with NAME.golden. The last line is always "N passed, M failed".
-// The runs themselves are simpler/golden's, as for the repository's own
-// golden tests.
+// compared with NAME.golden. The last line is always "N passed, M failed"
+// (with -json, the last output event; testreport.go prints the report,
+// and --junit writes it as XML too). The runs themselves are
+// simpler/golden's, as for the repository's own golden tests.
 func cmdTest(args []string, stdout, stderr io.Writer) int {
 	opts, code, ok := parseTestFlags(args, stdout, stderr)
 	if !ok {
@@ -70,7 +77,11 @@ func cmdTest(args []string, stdout, stderr io.Writer) int {
 	}
 	if len(scripts) == 0 {
 		fmt.Fprintf(stderr, "simpler test: no scripts found in %s\n", strings.Join(opts.paths, " "))
-		fmt.Fprintln(stdout, "0 passed, 0 failed")
+		rep := newTestReporter(opts, stdout)
+		rep.finish(0, 0)
+		if err := rep.writeJUnit(); err != nil {
+			fmt.Fprintf(stderr, "simpler test: %v\n", err)
+		}
 		return 1
 	}
 	bin, err := os.Executable()
@@ -101,12 +112,15 @@ func cmdTest(args []string, stdout, stderr io.Writer) int {
 		Modes:    opts.modes,
 		Update:   opts.update,
 		Parallel: opts.parallel,
+		FailFast: opts.failFast,
 	}
-	paint := newPainter(stdout)
-	passed, failed := suite.Run(suite.Jobs(scripts), func(o golden.Outcome) {
-		reportOutcome(stdout, paint, o, opts.verbose, len(opts.modes) > 1)
-	})
-	fmt.Fprintf(stdout, "%d passed, %d failed\n", passed, failed)
+	rep := newTestReporter(opts, stdout)
+	passed, failed := suite.Run(suite.Jobs(scripts), rep.outcome)
+	rep.finish(passed, failed)
+	if err := rep.writeJUnit(); err != nil {
+		fmt.Fprintf(stderr, "simpler test: %v\n", err)
+		return 1
+	}
 	if sig, ok := got.Load().(os.Signal); ok {
 		fmt.Fprintf(stderr, "simpler test: interrupted by %v\n", sig)
 		return exitCode(sig)
@@ -139,6 +153,11 @@ func parseTestFlags(args []string, stdout, stderr io.Writer) (opts *testOptions,
 	if opts.runPattern != "" {
 		if opts.filter, err = regexp.Compile(opts.runPattern); err != nil {
 			return fail(fmt.Errorf("-run: %v", err))
+		}
+	}
+	if opts.junit != "" {
+		if fi, err := os.Stat(filepath.Dir(opts.junit)); err != nil || !fi.IsDir() {
+			return fail(fmt.Errorf("--junit %s: its directory does not exist", opts.junit))
 		}
 	}
 	opts.paths = fs.Args()
@@ -178,8 +197,9 @@ func (opts *testOptions) scripts() ([]string, error) {
 }
 
 // reportOutcome prints one script's verdict: UPDATED and FAIL always, PASS
-// with -v; a failure with its problem and its diff. withMode names the
-// mode, for runs in several.
+// with -v, SKIP for a script -failfast did not start; a failure with its
+// problem and its diff, or with what it printed when it has no golden
+// file yet. withMode names the mode, for runs in several.
 func reportOutcome(w io.Writer, paint painter, o golden.Outcome, verbose, withMode bool) {
 	name := o.Script
 	if withMode {
@@ -187,6 +207,10 @@ func reportOutcome(w io.Writer, paint painter, o golden.Outcome, verbose, withMo
 	}
 	secs := fmt.Sprintf("(%.2fs)", o.Elapsed.Seconds())
 	switch {
+	case o.NotRun:
+		if verbose {
+			fmt.Fprintf(w, "SKIP %s (%s)\n", name, o.Problem)
+		}
 	case o.Passed && o.Updated:
 		fmt.Fprintf(w, "%s %s %s\n", paint.green("UPDATED"), name, secs)
 	case o.Passed:
@@ -200,6 +224,9 @@ func reportOutcome(w io.Writer, paint painter, o golden.Outcome, verbose, withMo
 		}
 		if o.Diff != "" {
 			fmt.Fprint(w, paint.diff(o.Diff))
+		}
+		if o.Got != "" {
+			fmt.Fprintf(w, "    it printed:\n%s", indent(o.Got, "    | "))
 		}
 	}
 }

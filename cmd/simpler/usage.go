@@ -31,7 +31,8 @@ var commands = []command{
 		func(fs *flag.FlagSet) { new(remoteOptions).register(fs) }},
 	{"doc", "[name]", "Print the script builtins with their signatures: all of them, or those matching a global, a type such as Worker, or Type.member.", nil},
 	{"bench", "[" + strings.Join(benchNames(), "|") + "]...", "Run the benchmarks, each against a limit measured in the same run (all of them when none is named).", nil},
-	{"platforms", "", "Print each platform's capabilities and whether it is available here.", nil},
+	{"platforms", "", "Print each platform's capabilities and whether it is available here (--json: as JSON).",
+		func(fs *flag.FlagSet) { new(platformsOptions).register(fs) }},
 	{"version", "", "Print the version, the module and the source revision of this build.", nil},
 	{"help", "[command]", "Print this overview, or one command's usage and flags.", nil},
 }
