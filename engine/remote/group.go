@@ -85,6 +85,9 @@ func (g *group) Kill() {
 
 func startGroup(cfg StarterConfig, req engine.GroupRequest) (*group, error) {
 	spec := req.Spec
+	if err := checkRootConsent(spec, os.Geteuid(), os.Getenv, cfg.Env); err != nil {
+		return nil, engine.Wrap(err, req.Name)
+	}
 	ln, err := net.Listen("tcp", spec.Listen)
 	if err != nil {
 		return nil, engine.Errorf(engine.RuntimeError, "%s: listen=%q: %v", req.Name, spec.Listen, errors.Unwrap(err))
