@@ -37,7 +37,7 @@ func TestHeaderRoundTripEveryType(t *testing.T) {
 		switch typ {
 		case TypeChallenge, TypeJoin:
 			h = Header{Version: ProtocolVersion, Type: typ, Length: ChallengeSize}
-		case TypeHello, TypeHelloReply:
+		case TypeHello, TypeHelloReply, TypeOutput:
 			h.Seq = 0
 		case TypeShutdown:
 			h.Seq, h.Flags = 0, FlagDrain

@@ -362,6 +362,8 @@ func TestControlReplyBounds(t *testing.T) {
 
 func TestSmallBounds(t *testing.T) {
 	mutate(t, "health reply seq 0", &HealthReply{}, func(*HealthReply) {}, decHealthReply, "sequence 0")
+	mutate(t, "output line", &Output{Stream: StreamStdout, Line: make([]byte, MaxOutputLine+1)}, func(*Output) {}, decOutput, "exceeds its bound")
+	mutate(t, "output stream", &Output{Stream: 3}, func(*Output) {}, decOutput, "neither stdout")
 	mutate(t, "shutdown reason", &Shutdown{Reason: strings.Repeat("r", MaxReason+1)}, func(*Shutdown) {}, decShutdown, "exceeds its bound")
 	if _, err := DecodeChallenge(make([]byte, 31)); !errors.Is(err, ErrTruncated) {
 		t.Errorf("short challenge: %v", err)
@@ -422,6 +424,7 @@ func TestMaximalMessagesFit(t *testing.T) {
 		{TypeHealth, &Health{}, decHealth},
 		{TypeHealthReply, &HealthReply{Seq: 1}, decHealthReply},
 		{TypeShutdown, &Shutdown{Reason: long(MaxReason)}, decShutdown},
+		{TypeOutput, &Output{Stream: StreamStderr, Line: make([]byte, MaxOutputLine)}, decOutput},
 		{TypeJoin, &Join{Version: 1, Rank: MaxGroupRanks - 1, Host: Host{Name: long(MaxHostName)}, Platform: long(MaxIdent), DeviceIDs: make([]int, MaxDevices)}, decJoin},
 		{TypeHelloReply, &HelloReply{Accepted: true, Session: 1, Version: 1, CommProfile: long(MaxIdent), Host: Host{Name: long(MaxHostName)}}, decHelloReply},
 	}

@@ -39,6 +39,7 @@ var (
 	decHealth       = dec(DecodeHealth)
 	decHealthReply  = dec(DecodeHealthReply)
 	decShutdown     = dec(DecodeShutdown)
+	decOutput       = dec(DecodeOutput)
 	decJoin         = dec(DecodeJoin)
 	decExportID     = dec(DecodeExportID)
 	decLink         = dec(DecodeLink)
@@ -156,6 +157,8 @@ func samples() []sample {
 		{"health/negative", &Health{Timestamp: -1}, decHealth},
 		{"health-reply", &HealthReply{Seq: 15, Timestamp: 1700000000123456789, InFlight: 3}, decHealthReply},
 		{"shutdown", &Shutdown{Reason: "close()"}, decShutdown},
+		{"output", &Output{Stream: StreamStdout, Line: []byte("hello from the node")}, decOutput},
+		{"output/stderr", &Output{Stream: StreamStderr, Line: []byte(`a \x1b escape`)}, decOutput},
 		{"shutdown/empty", &Shutdown{}, decShutdown},
 		{"join", sampleJoin(), decJoin},
 		{"join/minimal", &Join{Version: 1, Host: Host{Name: "h"}, Platform: "a5sim"}, decJoin},
