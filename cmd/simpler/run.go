@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"simpler/engine"
+	"simpler/engine/remote"
 	"simpler/hal"
 	"simpler/hal/shm"
 	"simpler/starlib"
@@ -127,6 +128,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		defer stopDaemons()
 	}
 	s := starlib.NewSession(f.platform, devices, f.mode, rc.argv, stdout, stderr)
+	remote.SetForwardedOutput(stdout, stderr, !rc.opts.noTags) // what remote nodes print
 	s.Launcher = launcher()
 	s.SetMaxSteps(f.maxSteps)
 	if err := f.apply(s); err != nil {

@@ -302,7 +302,7 @@ func (g *gatherer) handle(conn net.Conn) {
 	req.Spec.Endpoint = fmt.Sprintf("%s (pid %d on host %s)", from, j.PID, j.Host.Name) // what its errors name
 	// The token is the group's, perhaps made at its start.
 	req.Spec.Token = g.token
-	n, err := attach(conn, req, &j.Nonce) // closes conn on failure
+	n, err := attach(conn, req, &j.Nonce, fmt.Sprintf("rank %d", j.Rank)) // closes conn on failure
 	g.mu.Lock()
 	delete(g.conns, conn) // the node owns it now
 	g.mu.Unlock()
