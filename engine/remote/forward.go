@@ -131,12 +131,16 @@ func (s *session) forwardPrints(r any) {
 	o.SetOutput(stdout, stderr)
 }
 
+// osStdout and osStderr are the default destinations (a test restores
+// them).
+var osStdout, osStderr io.Writer = os.Stdout, os.Stderr
+
 // forwardTo is where the parent writes the lines its nodes print.
 var forwardTo = struct {
 	mu             sync.Mutex
 	stdout, stderr io.Writer
 	tags           bool
-}{stdout: os.Stdout, stderr: os.Stderr, tags: true}
+}{stdout: osStdout, stderr: osStderr, tags: true}
 
 // SetForwardedOutput says where the lines remote nodes print go in this
 // process, and whether each is tagged with its node or rank (simpler run
