@@ -30,8 +30,9 @@ const Magic = "SMPL"
 // checks the proof before it reads anything large, and bound the proof to
 // the parent's id. Version 3 added the reversed direction (a rank dials
 // its level-4 worker: JOIN, with mutual proofs) and the node's host in an
-// accepted HELLO_REPLY.
-const ProtocolVersion uint16 = 3
+// accepted HELLO_REPLY. Version 4 added OUTPUT (what a node's code
+// prints) and the spans of a COMPLETION (what the node did, for traces).
+const ProtocolVersion uint16 = 4
 
 // MaxPayload bounds any frame's payload: a 64 MiB bulk copy (MaxCopy) plus
 // its command fields fits in one frame, so copies are never chunked inside
