@@ -6,7 +6,9 @@ import (
 	"io"
 	"os"
 	"sync"
+	"time"
 
+	"simpler/engine"
 	"simpler/wire"
 )
 
@@ -170,4 +172,95 @@ func printed(tag string, payload []byte) error {
 	}
 	w.Write(tagLine(tag, o.Line, 0))
 	return nil
+}
+
+// taskSpans gathers what a session's inner worker does for the task
+// running now (its chip tasks), reported with the task's COMPLETION so
+// that the parent's trace shows the node's work on a track of its own.
+// Tasks run one after another, so one gathering at a time.
+type taskSpans struct {
+	mu    sync.Mutex
+	start time.Time
+	spans []wire.Span
+	open  map[spanKey]time.Time // started and not finished
+}
+
+type spanKey struct {
+	run          uint64
+	task, member int
+}
+
+// begin starts gathering for a task starting now.
+func (g *taskSpans) begin() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.start, g.spans, g.open = time.Now(), nil, map[spanKey]time.Time{}
+}
+
+// note is the inner worker's observer.
+func (g *taskSpans) note(e engine.Event) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.open == nil {
+		return // no task running (the worker's own start-up)
+	}
+	k := spanKey{e.Run, e.Task, e.Member}
+	switch e.Kind {
+	case engine.TaskStarted:
+		g.open[k] = e.At
+	case engine.TaskFinished:
+		at, ok := g.open[k]
+		delete(g.open, k)
+		if ok && len(g.spans) < wire.MaxSpans {
+			g.spans = append(g.spans, wire.Span{Lane: cutName(e.Worker), Callable: cutName(e.Callable),
+				Start: max(0, at.Sub(g.start).Nanoseconds()), Dur: max(0, e.At.Sub(at).Nanoseconds())})
+		}
+	}
+}
+
+// end stops gathering and gives the task's time and spans.
+func (g *taskSpans) end() (took int64, spans []wire.Span) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	took, spans = time.Since(g.start).Nanoseconds(), g.spans
+	g.spans, g.open = nil, nil
+	return took, spans
+}
+
+// cutName bounds a span's name to what a COMPLETION carries.
+func cutName(s string) string {
+	if len(s) > wire.MaxSpanName {
+		return s[:wire.MaxSpanName]
+	}
+	return s
+}
+
+// reportSpans passes a COMPLETION's spans to the Worker's observer: each
+// placed so that it ends as long before now as it ended before the task
+// did on the node (the node's clock is not this host's).
+func (n *node) reportSpans(c wire.Completion) {
+	if n.events == nil {
+		return
+	}
+	for _, sp := range c.Spans {
+		ago := max(0, c.Took-sp.Start-sp.Dur)
+		n.events(engine.Event{Kind: engine.RemoteSpan, Node: n.name, Lane: sp.Lane, Callable: sp.Callable,
+			Dur: time.Duration(sp.Dur), Ago: time.Duration(ago)})
+	}
+}
+
+// copyNames are the commands reported as copies in traces.
+var copyNames = map[wire.Command]string{wire.CmdCopyTo: "remote_copy_to", wire.CmdCopyFrom: "remote_copy_from"}
+
+// reportCopy passes a copy that took since start to the observer.
+func (n *node) reportCopy(c *wire.Control, bulk, sink []byte, start time.Time) {
+	name, ok := copyNames[c.Cmd]
+	if n.events == nil || !ok {
+		return
+	}
+	bytes := uint64(len(bulk))
+	if c.Cmd == wire.CmdCopyFrom {
+		bytes = c.NBytes
+	}
+	n.events(engine.Event{Kind: engine.RemoteCopy, Worker: n.name, Callable: name, Bytes: bytes, Dur: time.Since(start)})
 }
