@@ -55,16 +55,21 @@ def main(ctx):
 
 // What remote nodes print reaches simpler run's stdout: every line whole
 // and tagged with its node, though both print at once, in the order each
-// printed, before the run that printed it returns; a session forwards at
+// printed, before the run that printed it returns, whether the level-4
+// worker runs its nodes as threads or processes; a session forwards at
 // most its bound and then says so once; --no-tag-output drops the tags.
 func TestRemotePrintReachesTheParent(t *testing.T) {
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{"p.star": printNodesScript})
 	exe, _ := os.Executable()
-	for _, tags := range []bool{true, false} {
-		args := []string{"run", "p.star"}
+	for _, c := range []struct {
+		mode string
+		tags bool
+	}{{"thread", true}, {"process", true}, {"thread", false}} {
+		tags := c.tags
+		args := []string{"run", "--mode", c.mode, "p.star"}
 		if !tags {
-			args = []string{"run", "--no-tag-output", "p.star"}
+			args = []string{"run", "--mode", c.mode, "--no-tag-output", "p.star"}
 		}
 		run := exec.Command(exe, args...)
 		env := cliEnv("NO_COLOR=1")
