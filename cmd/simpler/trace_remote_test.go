@@ -25,9 +25,9 @@ func runTraced(t *testing.T, script, mode string) *checkedTrace {
 	return readTrace(t, tracePath) // which checks nesting
 }
 
-// A remote node's work shows in the trace: its chip tasks on a process of
-// their own (one lane per chip), each within the level-4 task that ran
-// them; the remote_copy_* calls as slices on the node's copies lane (the
+// A remote node's work shows in the trace: its orchestration and chip
+// tasks on a process of their own (a lane for the orchestration, one per
+// chip), each within the level-4 task that ran them; the remote_copy_* calls as slices on the node's copies lane (the
 // trace of remote_buffer_roundtrip, which runs no task, is not empty).
 func TestRunTraceRemoteWork(t *testing.T) {
 	for _, mode := range []string{"thread", "process"} {
@@ -60,7 +60,7 @@ func TestRunTraceRemoteWork(t *testing.T) {
 			if s.cat != "remote task" {
 				continue
 			}
-			if procs[s.pid] != "remote_worker 1 of Worker 1 (remote node)" || s.name != "add" {
+			if procs[s.pid] != "remote_worker 1 of Worker 1 (remote node)" || s.name != map[bool]string{true: "node_add", false: "add"}[s.lane == "orchestration"] {
 				t.Errorf("%s: a remote task %q on process %q", mode, s.name, procs[s.pid])
 			}
 			chips[s.lane]++
@@ -68,8 +68,8 @@ func TestRunTraceRemoteWork(t *testing.T) {
 				t.Errorf("%s: remote %s on %s [%d, %d] is outside the level-4 task that ran it %v", mode, s.name, s.lane, s.start, s.end, nodeTasks)
 			}
 		}
-		if chips["chip_worker 0 (device 0)"] != 1 || chips["chip_worker 1 (device 1)"] != 1 {
-			t.Errorf("%s: the remote node's chip tasks by lane %v, want one on each chip", mode, chips)
+		if chips["chip_worker 0 (device 0)"] != 1 || chips["chip_worker 1 (device 1)"] != 1 || chips["orchestration"] != 1 {
+			t.Errorf("%s: the remote node's tasks by lane %v, want one on each chip and its orchestration", mode, chips)
 		}
 	}
 }

@@ -181,6 +181,7 @@ func printed(tag string, payload []byte) error {
 type taskSpans struct {
 	mu    sync.Mutex
 	start time.Time
+	orch  string // the task's callable, once known
 	spans []wire.Span
 	open  map[spanKey]time.Time // started and not finished
 }
@@ -194,7 +195,14 @@ type spanKey struct {
 func (g *taskSpans) begin() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.start, g.spans, g.open = time.Now(), nil, map[spanKey]time.Time{}
+	g.start, g.orch, g.spans, g.open = time.Now(), "", nil, map[spanKey]time.Time{}
+}
+
+// named records the task's callable: its orchestration is a span too.
+func (g *taskSpans) named(name string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.orch = name
 }
 
 // note is the inner worker's observer.
@@ -223,6 +231,12 @@ func (g *taskSpans) end() (took int64, spans []wire.Span) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	took, spans = time.Since(g.start).Nanoseconds(), g.spans
+	if g.orch != "" {
+		if len(spans) == wire.MaxSpans {
+			spans = spans[:wire.MaxSpans-1]
+		}
+		spans = append(spans, wire.Span{Lane: "orchestration", Callable: cutName(g.orch), Start: 0, Dur: took})
+	}
 	g.spans, g.open = nil, nil
 	return took, spans
 }

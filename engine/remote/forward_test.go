@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"time"
 
+	"simpler/engine"
 	"simpler/wire"
 )
 
@@ -71,5 +73,36 @@ func TestPrintedAtTheParent(t *testing.T) {
 	}
 	if err := printed("[node 1] ", []byte{9, 0, 0, 0, 0}); err == nil {
 		t.Error("an OUTPUT of stream 9 was written")
+	}
+}
+
+// A task's spans: each chip task the inner worker started and finished
+// while it ran, at most MaxSpans of them with the orchestration last;
+// nothing is gathered between tasks.
+func TestTaskSpans(t *testing.T) {
+	var g taskSpans
+	at := time.Now()
+	g.note(engine.Event{Kind: engine.TaskStarted, Task: 1, At: at}) // before any task: dropped
+	g.begin()
+	g.named("node_add")
+	for i := range wire.MaxSpans + 5 {
+		g.note(engine.Event{Kind: engine.TaskStarted, Run: 1, Task: i, Worker: "chip_worker 0 (device 0)", Callable: "add", At: at})
+		g.note(engine.Event{Kind: engine.TaskFinished, Run: 1, Task: i, Worker: "chip_worker 0 (device 0)", Callable: "add", At: at.Add(time.Millisecond)})
+	}
+	g.note(engine.Event{Kind: engine.TaskFinished, Run: 1, Task: 999, At: at}) // never started: dropped
+	took, spans := g.end()
+	if len(spans) != wire.MaxSpans || took <= 0 {
+		t.Fatalf("%d spans, took %d", len(spans), took)
+	}
+	if s := spans[0]; s.Lane != "chip_worker 0 (device 0)" || s.Callable != "add" || s.Dur != int64(time.Millisecond) {
+		t.Errorf("first span %+v", s)
+	}
+	if s := spans[len(spans)-1]; s.Lane != "orchestration" || s.Callable != "node_add" || s.Start != 0 || s.Dur != took {
+		t.Errorf("last span %+v", s)
+	}
+	g.note(engine.Event{Kind: engine.TaskStarted, Task: 1, At: at}) // after the task: dropped
+	g.begin()
+	if _, spans := g.end(); len(spans) != 0 {
+		t.Errorf("a task that ran nothing has spans %+v", spans)
 	}
 }

@@ -84,6 +84,7 @@ func (s *session) runTask(payload []byte) error {
 	if !ok {
 		return engine.Errorf(engine.ValueError, "TASK: callable %s is not registered on this node", t.Digest)
 	}
+	s.spans.named(oc.Name())
 	args, scratch, held, err := s.taskArgs(t)
 	defer func() {
 		for _, seg := range scratch {
