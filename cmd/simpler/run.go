@@ -128,7 +128,6 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		defer stopDaemons()
 	}
 	s := starlib.NewSession(f.platform, devices, f.mode, rc.argv, stdout, stderr)
-	remote.SetForwardedOutput(stdout, stderr, !rc.opts.noTags) // what remote nodes print
 	s.Launcher = launcher()
 	s.SetMaxSteps(f.maxSteps)
 	if err := f.apply(s); err != nil {
@@ -143,6 +142,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	obs.attach(s)
+	remote.SetForwardedOutput(s.Stdout, s.Stderr, !rc.opts.noTags) // what remote nodes print, where the script's goes
 	intr := watchInterrupts(s, stopDaemons, stderr)
 	err = s.RunFile(rc.script)
 	if cerr := s.Close(); err == nil && cerr != nil {
