@@ -142,6 +142,7 @@ type DialRequest struct {
 	Parent   uint64        // the level-4 worker's id: the node's exports are bound to it
 	Timeout  time.Duration // bounds every command and health probe
 	Deadline time.Time     // the start-up deadline
+	Events   func(Event)   // reports what the node did (RemoteSpan, RemoteCopy) to the Worker's observer; nil: nothing
 }
 
 // Dialer connects a remote node, proves the token, brings the node up and

@@ -15,6 +15,8 @@ const (
 	DomainFreed
 	RunFenced
 	GlobalStep // one global-domain command on one node, timed by the broker
+	RemoteSpan // work a remote node did for a task, reported with its completion (Node, Lane, Callable, Dur, Ago)
+	RemoteCopy // a copy to or from a remote buffer, timed by the parent (Worker names the node, Callable the copy, Bytes, Dur)
 )
 
 // Event is one thing that happened in a Worker, for traces and progress
@@ -32,7 +34,11 @@ type Event struct {
 	Err      error // TaskFinished with a failure
 	Domain   string
 	AllocID  uint64
-	Dur      time.Duration // GlobalStep: how long the node took (Callable names the command)
+	Dur      time.Duration // GlobalStep: how long the node took (Callable names the command); RemoteSpan, RemoteCopy: how long it lasted
+	Node     string        // RemoteSpan: the node, as errors name it ("remote_worker 1")
+	Lane     string        // RemoteSpan: where on the node (a chip's endpoint, or "orchestration")
+	Ago      time.Duration // RemoteSpan: how long before At it ended (placed by the node's clock)
+	Bytes    uint64        // RemoteCopy: bytes copied
 }
 
 // Observer receives events synchronously, from whichever goroutine caused

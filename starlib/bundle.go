@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -205,6 +206,10 @@ func NewSourceResolver(root string, modules []wire.Module) (engine.Resolver, err
 	}
 	return &resolver{s: s}, nil
 }
+
+// SetOutput is where the print of the resolver's code goes (a remote
+// session forwards it to its parent); call it before any code runs.
+func (r *resolver) SetOutput(stdout, stderr io.Writer) { r.s.Stdout, r.s.Stderr = stdout, stderr }
 
 // A callable's locator is what its registration carries to a child
 // process or a remote node (engine.Locatable's Module, which the engine

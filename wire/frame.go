@@ -30,8 +30,9 @@ const Magic = "SMPL"
 // checks the proof before it reads anything large, and bound the proof to
 // the parent's id. Version 3 added the reversed direction (a rank dials
 // its level-4 worker: JOIN, with mutual proofs) and the node's host in an
-// accepted HELLO_REPLY.
-const ProtocolVersion uint16 = 3
+// accepted HELLO_REPLY. Version 4 added OUTPUT (what a node's code
+// prints) and the spans of a COMPLETION (what the node did, for traces).
+const ProtocolVersion uint16 = 4
 
 // MaxPayload bounds any frame's payload: a 64 MiB bulk copy (MaxCopy) plus
 // its command fields fits in one frame, so copies are never chunked inside
@@ -55,7 +56,7 @@ type Type uint8
 
 // The frame types. The parent (L4) sends HELLO, TASK, CONTROL, HEALTH and
 // SHUTDOWN; the daemon sends CHALLENGE, HELLO_REPLY (the READY),
-// COMPLETION, CONTROL_REPLY, HEALTH_REPLY and SHUTDOWN. On a connection a
+// COMPLETION, CONTROL_REPLY, HEALTH_REPLY, OUTPUT and SHUTDOWN. On a connection a
 // rank dialled (docs/protocol.md, "Ranks that dial in") the parent sends
 // the CHALLENGE and the rank answers with JOIN before the HELLO.
 const (
@@ -70,6 +71,7 @@ const (
 	TypeHealthReply                  // daemon → parent: its answer (HealthReply)
 	TypeShutdown                     // either way: the session ends (Shutdown)
 	TypeJoin                         // rank → parent, on a connection the rank dialled: its proof and announcement (Join)
+	TypeOutput                       // daemon → parent: a line the node's code printed (Output)
 	numTypes
 )
 
@@ -85,6 +87,7 @@ var typeNames = [...]string{
 	TypeHealthReply:  "HEALTH_REPLY",
 	TypeShutdown:     "SHUTDOWN",
 	TypeJoin:         "JOIN",
+	TypeOutput:       "OUTPUT",
 }
 
 // Valid reports whether t is a known frame type.
@@ -114,6 +117,8 @@ func (t Type) MaxPayload() int {
 		return MaxHello
 	case TypeJoin:
 		return MaxJoin
+	case TypeOutput:
+		return MaxOutputLine + 16
 	case TypeControl, TypeControlReply:
 		return MaxPayload
 	}
@@ -209,7 +214,8 @@ func DecodeHeader(b []byte) (Header, error) {
 // session and sequence rules of docs/protocol.md:
 //
 //	CHALLENGE, JOIN                    session 0, worker 0, seq 0
-//	HELLO, HELLO_REPLY, SHUTDOWN       session ≠ 0, seq 0
+//	HELLO, HELLO_REPLY, SHUTDOWN,
+//	OUTPUT                             session ≠ 0, seq 0
 //	TASK, CONTROL, HEALTH              session ≠ 0, seq ≠ 0
 //	COMPLETION, CONTROL_REPLY,
 //	HEALTH_REPLY                       session ≠ 0, seq ≠ 0 (the request's)
@@ -237,7 +243,7 @@ func (h Header) Check() error {
 		if h.Session != 0 || h.Worker != 0 || h.Seq != 0 {
 			return errorf(ErrHeader, "%s frame must have session, worker and seq 0 (have %#x, %d, %d)", h.Type, h.Session, h.Worker, h.Seq)
 		}
-	case TypeHello, TypeHelloReply, TypeShutdown:
+	case TypeHello, TypeHelloReply, TypeShutdown, TypeOutput:
 		if h.Session == 0 {
 			return errorf(ErrHeader, "%s frame has session 0", h.Type)
 		}

@@ -37,7 +37,7 @@ func TestHeaderRoundTripEveryType(t *testing.T) {
 		switch typ {
 		case TypeChallenge, TypeJoin:
 			h = Header{Version: ProtocolVersion, Type: typ, Length: ChallengeSize}
-		case TypeHello, TypeHelloReply:
+		case TypeHello, TypeHelloReply, TypeOutput:
 			h.Seq = 0
 		case TypeShutdown:
 			h.Seq, h.Flags = 0, FlagDrain
@@ -58,8 +58,8 @@ func TestHeaderRejections(t *testing.T) {
 	}{
 		{"bad magic", func(b []byte) { b[0] = 'X' }, ErrMagic},
 		{"version 0", func(b []byte) { binary.LittleEndian.PutUint16(b[4:], 0) }, ErrVersion},
-		{"version 2", func(b []byte) { binary.LittleEndian.PutUint16(b[4:], 2) }, ErrVersion},
-		{"version 4", func(b []byte) { binary.LittleEndian.PutUint16(b[4:], 4) }, ErrVersion},
+		{"version 3", func(b []byte) { binary.LittleEndian.PutUint16(b[4:], 3) }, ErrVersion},
+		{"version 5", func(b []byte) { binary.LittleEndian.PutUint16(b[4:], 5) }, ErrVersion},
 		{"type 0", func(b []byte) { b[6] = 0 }, ErrType},
 		{"type unknown", func(b []byte) { b[6] = uint8(numTypes) }, ErrType},
 		{"unknown flag", func(b []byte) { b[7] = 0x80 }, ErrFlags},
@@ -108,11 +108,11 @@ func TestHeaderRejections(t *testing.T) {
 	// A frame of another version still shows its fields, so a daemon can
 	// refuse it by name.
 	h := goodHeader()
-	h.Version = 4
+	h.Version = 5
 	b = EncodeHeader(h)
 	got, err := DecodeHeader(b[:])
-	if !errors.Is(err, ErrVersion) || got != h || !strings.Contains(err.Error(), "version 4") {
-		t.Errorf("version 4: %+v, %v", got, err)
+	if !errors.Is(err, ErrVersion) || got != h || !strings.Contains(err.Error(), "version 5") {
+		t.Errorf("version 5: %+v, %v", got, err)
 	}
 }
 

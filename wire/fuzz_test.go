@@ -71,6 +71,7 @@ func FuzzDecodeControlReply(f *testing.F) { fuzzDecoder(f, decControlReply) }
 func FuzzDecodeHealth(f *testing.F)       { fuzzDecoder(f, decHealth) }
 func FuzzDecodeHealthReply(f *testing.F)  { fuzzDecoder(f, decHealthReply) }
 func FuzzDecodeShutdown(f *testing.F)     { fuzzDecoder(f, decShutdown) }
+func FuzzDecodeOutput(f *testing.F)       { fuzzDecoder(f, decOutput) }
 func FuzzDecodeJoin(f *testing.F)         { fuzzDecoder(f, decJoin) }
 func FuzzDecodeExportID(f *testing.F)     { fuzzDecoder(f, decExportID) }
 func FuzzDecodeLink(f *testing.F)         { fuzzDecoder(f, decLink) }

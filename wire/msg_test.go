@@ -362,6 +362,11 @@ func TestControlReplyBounds(t *testing.T) {
 
 func TestSmallBounds(t *testing.T) {
 	mutate(t, "health reply seq 0", &HealthReply{}, func(*HealthReply) {}, decHealthReply, "sequence 0")
+	mutate(t, "spans", &Completion{Seq: 1, Spans: make([]Span, MaxSpans+1)}, func(*Completion) {}, decCompletion, "exceed their bound")
+	mutate(t, "span name", &Completion{Seq: 1, Spans: []Span{{Lane: strings.Repeat("l", MaxSpanName+1)}}}, func(*Completion) {}, decCompletion, "exceeds its bound")
+	mutate(t, "span time", &Completion{Seq: 1, Spans: []Span{{Dur: -1}}}, func(*Completion) {}, decCompletion, "outside 0..")
+	mutate(t, "output line", &Output{Stream: StreamStdout, Line: make([]byte, MaxOutputLine+1)}, func(*Output) {}, decOutput, "exceeds its bound")
+	mutate(t, "output stream", &Output{Stream: 3}, func(*Output) {}, decOutput, "neither stdout")
 	mutate(t, "shutdown reason", &Shutdown{Reason: strings.Repeat("r", MaxReason+1)}, func(*Shutdown) {}, decShutdown, "exceeds its bound")
 	if _, err := DecodeChallenge(make([]byte, 31)); !errors.Is(err, ErrTruncated) {
 		t.Errorf("short challenge: %v", err)
@@ -413,6 +418,7 @@ func TestMaximalMessagesFit(t *testing.T) {
 		{TypeHelloReply, &HelloReply{Session: 1, Version: 1, CommProfile: long(MaxIdent), Err: &ErrorBody{kind, long(MaxMessage)}}, decHelloReply},
 		{TypeTask, maxTask, decTask},
 		{TypeCompletion, &Completion{Seq: 1, Err: &TaskFailure{kind, long(MaxMessage), long(MaxName), MaxTaskID, long(MaxName)}}, decCompletion},
+		{TypeCompletion, &Completion{Seq: 1, Err: &TaskFailure{kind, long(MaxMessage), long(MaxName), MaxTaskID, long(MaxName)}, Took: MaxSpanNanos, Spans: maxSpans()}, decCompletion},
 		{TypeControl, &Control{Cmd: CmdCopyTo, Buffer: BufferRef{1, 1}, Data: make([]byte, MaxCopy)}, decControl},
 		{TypeControl, &Control{Cmd: CmdRegister, Digest: digest, Module: long(MaxName), Name: long(MaxName)}, decControl},
 		{TypeControl, &Control{Cmd: CmdBundle, Bundle: bundle}, decControl},
@@ -422,6 +428,7 @@ func TestMaximalMessagesFit(t *testing.T) {
 		{TypeHealth, &Health{}, decHealth},
 		{TypeHealthReply, &HealthReply{Seq: 1}, decHealthReply},
 		{TypeShutdown, &Shutdown{Reason: long(MaxReason)}, decShutdown},
+		{TypeOutput, &Output{Stream: StreamStderr, Line: make([]byte, MaxOutputLine)}, decOutput},
 		{TypeJoin, &Join{Version: 1, Rank: MaxGroupRanks - 1, Host: Host{Name: long(MaxHostName)}, Platform: long(MaxIdent), DeviceIDs: make([]int, MaxDevices)}, decJoin},
 		{TypeHelloReply, &HelloReply{Accepted: true, Session: 1, Version: 1, CommProfile: long(MaxIdent), Host: Host{Name: long(MaxHostName)}}, decHelloReply},
 	}
@@ -542,4 +549,13 @@ func TestBulkPrefixes(t *testing.T) {
 	if _, _, ok := DecodeCopyFromReplyPrefix(e[:CopyFromReplyPrefixSize], len(e)); ok {
 		t.Error("an error reply was taken for data")
 	}
+}
+
+// maxSpans is MaxSpans spans with maximal names.
+func maxSpans() []Span {
+	s := make([]Span, MaxSpans)
+	for i := range s {
+		s[i] = Span{Lane: strings.Repeat("l", MaxSpanName), Callable: strings.Repeat("c", MaxSpanName), Start: MaxSpanNanos, Dur: MaxSpanNanos}
+	}
+	return s
 }

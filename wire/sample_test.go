@@ -39,6 +39,7 @@ var (
 	decHealth       = dec(DecodeHealth)
 	decHealthReply  = dec(DecodeHealthReply)
 	decShutdown     = dec(DecodeShutdown)
+	decOutput       = dec(DecodeOutput)
 	decJoin         = dec(DecodeJoin)
 	decExportID     = dec(DecodeExportID)
 	decLink         = dec(DecodeLink)
@@ -120,6 +121,7 @@ func samples() []sample {
 		{"task", sampleTask(), decTask},
 		{"task/empty", &Task{Digest: "sha256:go-noop"}, decTask},
 		{"completion/ok", &Completion{Seq: 3}, decCompletion},
+		{"completion/spans", &Completion{Seq: 4, Took: 5000, Spans: []Span{{Lane: "chip_worker 0 (device 0)", Callable: "add", Start: 100, Dur: 2000}}}, decCompletion},
 		{"completion/err", &Completion{Seq: 4, Err: &TaskFailure{Kind: "ValueError", Message: "boom", Path: "chip_worker 0 (device 0)", TaskID: 2, Callable: "k"}}, decCompletion},
 		{"completion/err-no-task", &Completion{Seq: 5, Err: &TaskFailure{Kind: "KeyError", Message: "unknown digest"}}, decCompletion},
 		{"control/register", &Control{Cmd: CmdRegister, Digest: "sha256:abc", Module: "main.star", Name: "k"}, decControl},
@@ -156,6 +158,8 @@ func samples() []sample {
 		{"health/negative", &Health{Timestamp: -1}, decHealth},
 		{"health-reply", &HealthReply{Seq: 15, Timestamp: 1700000000123456789, InFlight: 3}, decHealthReply},
 		{"shutdown", &Shutdown{Reason: "close()"}, decShutdown},
+		{"output", &Output{Stream: StreamStdout, Line: []byte("hello from the node")}, decOutput},
+		{"output/stderr", &Output{Stream: StreamStderr, Line: []byte(`a \x1b escape`)}, decOutput},
 		{"shutdown/empty", &Shutdown{}, decShutdown},
 		{"join", sampleJoin(), decJoin},
 		{"join/minimal", &Join{Version: 1, Host: Host{Name: "h"}, Platform: "a5sim"}, decJoin},

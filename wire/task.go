@@ -254,25 +254,56 @@ func (f *TaskFailure) Error() string {
 	return fmt.Sprintf("%s: %s: task %d running %q failed: %s", f.Kind, f.Path, f.TaskID, f.Callable, f.Message)
 }
 
-// Completion reports a finished task: Err is nil on success.
+// Completion reports a finished task: Err is nil on success. Took and
+// Spans are what the node did for it, for the parent's trace: how long the
+// task ran there, and its chip tasks (at most MaxSpans; the first ones
+// when there were more), each placed by the node's clock relative to the
+// task's start there.
 type Completion struct {
-	Seq uint64 // the TASK frame's sequence (also the header's)
-	Err *TaskFailure
+	Seq   uint64 // the TASK frame's sequence (also the header's)
+	Err   *TaskFailure
+	Took  int64 // nanoseconds, 0..MaxSpanNanos
+	Spans []Span
 }
+
+// Span is one piece of work a node did for a task: a chip task (Lane
+// names the chip's endpoint on the node) or the task's orchestration.
+type Span struct {
+	Lane     string // ≤ MaxSpanName bytes
+	Callable string // ≤ MaxSpanName bytes
+	Start    int64  // nanoseconds after the task started on the node, 0..MaxSpanNanos
+	Dur      int64  // nanoseconds, 0..MaxSpanNanos
+}
+
+// Bounds of a COMPLETION's spans: with a maximal failure they fit its
+// frame's bound.
+const (
+	MaxSpans     = 128
+	MaxSpanName  = 96
+	MaxSpanNanos = 1 << 62
+)
 
 // Encode writes the COMPLETION payload.
 func (c *Completion) Encode(e *Encoder) {
 	e.U64(c.Seq)
 	if c.Err == nil {
 		e.U8(statusOK)
-		return
+	} else {
+		e.U8(statusErr)
+		e.String(c.Err.Kind)
+		e.String(c.Err.Message)
+		e.String(c.Err.Path)
+		e.U64(c.Err.TaskID)
+		e.String(c.Err.Callable)
 	}
-	e.U8(statusErr)
-	e.String(c.Err.Kind)
-	e.String(c.Err.Message)
-	e.String(c.Err.Path)
-	e.U64(c.Err.TaskID)
-	e.String(c.Err.Callable)
+	e.I64(c.Took)
+	e.U32(uint32(len(c.Spans)))
+	for _, sp := range c.Spans {
+		e.String(sp.Lane)
+		e.String(sp.Callable)
+		e.I64(sp.Start)
+		e.I64(sp.Dur)
+	}
 }
 
 // DecodeCompletion reads a COMPLETION payload.
@@ -288,10 +319,27 @@ func DecodeCompletion(b []byte) (Completion, error) {
 			Callable: d.StringMax(MaxName),
 		}
 	}
+	c.Took = decodeNanos(d)
+	n := d.U32()
+	if d.err == nil && n > MaxSpans {
+		d.FailBounds("%d spans exceed their bound of %d", n, MaxSpans)
+	}
+	for i := 0; d.err == nil && i < int(n); i++ {
+		c.Spans = append(c.Spans, Span{Lane: d.StringMax(MaxSpanName), Callable: d.StringMax(MaxSpanName), Start: decodeNanos(d), Dur: decodeNanos(d)})
+	}
 	if err := d.Finish(); err != nil {
 		return Completion{}, err
 	}
 	return c, nil
+}
+
+// decodeNanos reads a duration of 0..MaxSpanNanos nanoseconds.
+func decodeNanos(d *Decoder) int64 {
+	v := d.I64()
+	if d.err == nil && (v < 0 || v > MaxSpanNanos) {
+		d.FailBounds("a span time of %d ns is outside 0..%d", v, int64(MaxSpanNanos))
+	}
+	return v
 }
 
 // A reply's status byte.

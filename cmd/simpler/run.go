@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"simpler/engine"
+	"simpler/engine/remote"
 	"simpler/hal"
 	"simpler/hal/shm"
 	"simpler/starlib"
@@ -141,6 +142,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	obs.attach(s)
+	remote.SetForwardedOutput(s.Stdout, s.Stderr, !rc.opts.noTags) // what remote nodes print, where the script's goes
 	intr := watchInterrupts(s, stopDaemons, stderr)
 	err = s.RunFile(rc.script)
 	if cerr := s.Close(); err == nil && cerr != nil {

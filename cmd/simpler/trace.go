@@ -239,9 +239,38 @@ func (t *tracer) record(pid int, e engine.Event) {
 		l := p.lane(commandLane(e.Worker))
 		l.spans = append(l.spans, &traceSpan{name: "global " + e.Callable, cat: "global",
 			start: end - e.Dur.Nanoseconds(), end: end, done: true, args: args})
+	case engine.RemoteSpan: // a remote node's work, on the node's own process
+		end := t.ns(e.At) - e.Ago.Nanoseconds()
+		l := t.nodeProc(pid, e.Node).lane(e.Lane)
+		l.spans = append(l.spans, &traceSpan{name: e.Callable, cat: "remote task", start: end - e.Dur.Nanoseconds(), end: end, done: true,
+			args: map[string]any{"node": e.Node}})
+	case engine.RemoteCopy: // a copy to or from a node's buffer, on the node's copies lane
+		end := t.ns(e.At)
+		l := p.lane(copyLane(e.Worker))
+		l.spans = append(l.spans, &traceSpan{name: e.Callable, cat: "copy", start: end - e.Dur.Nanoseconds(), end: end, done: true,
+			args: map[string]any{"bytes": e.Bytes, "node": e.Worker}})
 	case engine.DomainAllocated, engine.DomainReleased, engine.DomainFreed, engine.RunFenced:
 		t.marks = append(t.marks, t.mark(pid, e))
 	}
+}
+
+// copyLane is the name of the lane of a node's copies.
+func copyLane(node string) string { return node + ": copies" }
+
+// nodeProc is the process of the trace that shows what a remote node of
+// the Worker of process pid did (its chip tasks), made on first use.
+// Caller holds t.mu.
+func (t *tracer) nodeProc(pid int, node string) *traceProc {
+	name := fmt.Sprintf("%s of Worker %d (remote node)", node, pid)
+	for _, p := range t.procs {
+		if p.name == name {
+			return p
+		}
+	}
+	p := &traceProc{pid: len(t.procs) + 1, name: name, lanes: map[string]*traceLane{},
+		tasks: map[taskKey][]*traceSpan{}, deps: map[taskKey][]int{}}
+	t.procs = append(t.procs, p)
+	return p
 }
 
 // mark is the instant event of a domain's or a run's event.

@@ -85,6 +85,9 @@ func (g *group) Kill() {
 
 func startGroup(cfg StarterConfig, req engine.GroupRequest) (*group, error) {
 	spec := req.Spec
+	if err := checkRootConsent(spec, os.Geteuid(), os.Getenv, cfg.Env); err != nil {
+		return nil, engine.Wrap(err, req.Name)
+	}
 	ln, err := net.Listen("tcp", spec.Listen)
 	if err != nil {
 		return nil, engine.Errorf(engine.RuntimeError, "%s: listen=%q: %v", req.Name, spec.Listen, errors.Unwrap(err))
@@ -299,7 +302,7 @@ func (g *gatherer) handle(conn net.Conn) {
 	req.Spec.Endpoint = fmt.Sprintf("%s (pid %d on host %s)", from, j.PID, j.Host.Name) // what its errors name
 	// The token is the group's, perhaps made at its start.
 	req.Spec.Token = g.token
-	n, err := attach(conn, req, &j.Nonce) // closes conn on failure
+	n, err := attach(conn, req, &j.Nonce, fmt.Sprintf("rank %d", j.Rank)) // closes conn on failure
 	g.mu.Lock()
 	delete(g.conns, conn) // the node owns it now
 	g.mu.Unlock()

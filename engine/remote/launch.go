@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -340,6 +341,37 @@ func startLauncher(argv, env []string) (*launcher, error) {
 		close(l.exited)
 	}()
 	return l, nil
+}
+
+// rootConsentVars are Open MPI's two variables that together let mpirun
+// run as root.
+var rootConsentVars = []string{"OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"}
+
+// checkRootConsent refuses, before anything is started, a group that
+// mpirun would refuse: this process is root (euid 0) and neither
+// launcher_args' --allow-run-as-root nor both of Open MPI's variables (in
+// this process's environment or env, which the launcher gets) consent.
+// mpirun would only say so after the listener and the token were made;
+// the refusal here says how to proceed. simpler never consents by itself.
+func checkRootConsent(spec engine.GroupSpec, euid int, getenv func(string) string, env []string) error {
+	if spec.Launcher != engine.LauncherMPI || euid != 0 || slices.Contains(spec.LauncherArgs, "--allow-run-as-root") {
+		return nil
+	}
+	consented := true
+	for _, name := range rootConsentVars {
+		v := getenv(name)
+		for _, kv := range env {
+			if k, val, ok := strings.Cut(kv, "="); ok && k == name {
+				v = val
+			}
+		}
+		consented = consented && v != ""
+	}
+	if consented {
+		return nil
+	}
+	return engine.Errorf(engine.RuntimeError,
+		"mpirun refuses to run as root, and simpler runs as root here: to let it, put OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 in simpler's environment, or give add_worker_group(..., launcher_args = [\"--allow-run-as-root\"]); or run simpler as another user")
 }
 
 func installHint(name string) string {

@@ -53,3 +53,47 @@ func TestCheckGroupLaunch(t *testing.T) {
 		}
 	}
 }
+
+// checkRootConsent passes a group mpirun would run: not root, not
+// mpirun, --allow-run-as-root, or both variables (from the environment or
+// the launcher's env); otherwise it says how to consent.
+func TestCheckRootConsent(t *testing.T) {
+	none := func(string) string { return "" }
+	both := func(k string) string { return "1" }
+	one := func(k string) string {
+		if k == "OMPI_ALLOW_RUN_AS_ROOT" {
+			return "1"
+		}
+		return ""
+	}
+	mpi := engine.GroupSpec{Launcher: engine.LauncherMPI}
+	flagged := engine.GroupSpec{Launcher: engine.LauncherMPI, LauncherArgs: []string{"--oversubscribe", "--allow-run-as-root"}}
+	cases := []struct {
+		spec   engine.GroupSpec
+		euid   int
+		getenv func(string) string
+		env    []string
+		refuse bool
+	}{
+		{mpi, 1000, none, nil, false},
+		{engine.GroupSpec{Launcher: engine.LauncherSlurm}, 0, none, nil, false},
+		{engine.GroupSpec{Launcher: engine.LauncherNone}, 0, none, nil, false},
+		{flagged, 0, none, nil, false},
+		{mpi, 0, both, nil, false},
+		{mpi, 0, none, []string{"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"}, false},
+		{mpi, 0, one, []string{"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"}, false},
+		{mpi, 0, none, nil, true},
+		{mpi, 0, one, nil, true},
+		{mpi, 0, none, []string{"OMPI_ALLOW_RUN_AS_ROOT=1"}, true},
+	}
+	for i, c := range cases {
+		err := checkRootConsent(c.spec, c.euid, c.getenv, c.env)
+		if (err != nil) != c.refuse {
+			t.Errorf("case %d: %v, want refused %v", i, err, c.refuse)
+			continue
+		}
+		if err != nil && (engine.KindOf(err) != engine.RuntimeError || !strings.Contains(err.Error(), "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1") || !strings.Contains(err.Error(), `launcher_args = ["--allow-run-as-root"]`)) {
+			t.Errorf("case %d: %v", i, err)
+		}
+	}
+}

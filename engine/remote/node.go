@@ -31,6 +31,8 @@ import (
 // level-4 Worker drives.
 type node struct {
 	name    string
+	tag     string             // "[node 1] ", "[rank 0] ": what the lines it prints are tagged with
+	events  func(engine.Event) // the Worker's observer of what the node did (nil: none)
 	id      int
 	spec    engine.RemoteSpec
 	conn    net.Conn
@@ -93,15 +95,16 @@ func dial(req engine.DialRequest) (*node, error) {
 		return nil, engine.Errorf(engine.RuntimeError, "%s: cannot reach %s: %v", name, spec.Endpoint, errors.Unwrap(err))
 	}
 	req.Spec = spec
-	return attach(conn, req, nil)
+	return attach(conn, req, nil, fmt.Sprintf("node %d", req.ID))
 }
 
 // attach brings up the node on conn: the HELLO (its proof over the
 // daemon's CHALLENGE, read here, or over a rank's JOIN nonce when the
 // rank dialled this worker), then the reader, the health monitor and the
-// code. On failure conn is closed.
-func attach(conn net.Conn, req engine.DialRequest, joinNonce *[32]byte) (*node, error) {
-	n := &node{name: req.Name, id: req.ID, spec: req.Spec, conn: conn, timeout: req.Timeout, wait: map[uint64]chan rreply{}, tasks: map[uint64]taskDone{}, seqOf: map[any]uint64{}, sinks: map[uint64][]byte{}, gone: make(chan struct{}), big: make(chan []byte, 1)}
+// code. The lines the node prints are tagged with who ("node 1", "rank
+// 0"). On failure conn is closed.
+func attach(conn net.Conn, req engine.DialRequest, joinNonce *[32]byte, who string) (*node, error) {
+	n := &node{name: req.Name, tag: "[" + who + "] ", events: req.Events, id: req.ID, spec: req.Spec, conn: conn, timeout: req.Timeout, wait: map[uint64]chan rreply{}, tasks: map[uint64]taskDone{}, seqOf: map[any]uint64{}, sinks: map[uint64][]byte{}, gone: make(chan struct{}), big: make(chan []byte, 1)}
 	n.big <- nil
 	n.session = randomID()
 	where := fmt.Sprintf("%s at %s", n.name, n.spec.Endpoint)
@@ -219,6 +222,13 @@ func (n *node) read() {
 		}
 		if err == nil && (h.Session != n.session || h.Worker != uint32(n.id)) {
 			err = fmt.Errorf("a frame for session %#x worker %d on this session", h.Session, h.Worker)
+		}
+		if err == nil && h.Type == wire.TypeOutput {
+			if err = printed(n.tag, r.payload); err == nil {
+				r.done()
+				continue
+			}
+			err = fmt.Errorf("bad OUTPUT: %v", err)
 		}
 		if err != nil {
 			n.Fail(engine.Errorf(engine.RuntimeError, "%s: connection to %s lost: %v", n.name, n.spec.Endpoint, err))
@@ -449,6 +459,7 @@ func (n *node) Control(c *wire.Control) (wire.ControlReply, error) {
 func (n *node) ControlData(c *wire.Control, bulk, sink []byte) (wire.ControlReply, func(), error) {
 	n.cmdMu.Lock()
 	defer n.cmdMu.Unlock()
+	defer n.reportCopy(c, bulk, sink, time.Now())
 	r, err := n.requestBulk(wire.TypeControl, c, bulk, sink)
 	if err != nil {
 		return wire.ControlReply{}, func() {}, err
@@ -530,6 +541,7 @@ func (n *node) completion(r rreply) error {
 		n.Fail(engine.Errorf(engine.RuntimeError, "%s: bad COMPLETION: %v", n.name, err))
 		return n.dead
 	}
+	n.reportSpans(c)
 	if c.Err == nil {
 		return nil
 	}

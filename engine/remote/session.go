@@ -40,7 +40,8 @@ type session struct {
 	link        *link
 	inner       *engine.Worker
 	newResolver SourceResolver
-	onLost      func() // the parent went away without a SHUTDOWN
+	onLost      func()    // the parent went away without a SHUTDOWN
+	spans       taskSpans // what the running task did, for the parent's trace
 
 	wmu      sync.Mutex  // serialises frames written: one is written whole before the next
 	writeErr error       // the first write that failed (under wmu): nothing is written after it
@@ -205,6 +206,7 @@ func (s *session) accept(hello wire.Hello) error {
 	if err != nil {
 		return err
 	}
+	s.inner.Observe(s.spans.note) // the chip tasks each COMPLETION reports
 	return s.inner.Init()
 }
 

@@ -82,6 +82,7 @@ func (s *session) bundle(b wire.Bundle) error {
 	if err != nil {
 		return err
 	}
+	s.forwardPrints(r) // before any of its code runs
 	s.mu.Lock()
 	s.resolve = r
 	s.mu.Unlock()

@@ -53,7 +53,10 @@ func (s *session) refuseTask(seq uint64, queued int) {
 // task runs one orchestration callable on the inner worker.
 func (s *session) task(f frame) {
 	c := &wire.Completion{Seq: f.h.Seq}
-	if err := s.runTask(f.payload); err != nil {
+	s.spans.begin()
+	err := s.runTask(f.payload)
+	c.Took, c.Spans = s.spans.end()
+	if err != nil {
 		fail := &wire.TaskFailure{}
 		if te, ok := err.(*engine.TaskError); ok {
 			fail.Path, fail.TaskID, fail.Callable = te.Worker, uint64(te.TaskID), te.Callable
@@ -81,6 +84,7 @@ func (s *session) runTask(payload []byte) error {
 	if !ok {
 		return engine.Errorf(engine.ValueError, "TASK: callable %s is not registered on this node", t.Digest)
 	}
+	s.spans.named(oc.Name())
 	args, scratch, held, err := s.taskArgs(t)
 	defer func() {
 		for _, seg := range scratch {
