@@ -211,14 +211,31 @@ func (w *Worker) expired(a Assignment, d time.Duration) {
 }
 
 // apply carries out what core steps asked for, outside w.mu: stop the
-// members to be stopped, start the assignments, finish a fenced run.
+// members to be stopped, start the assignments, finish a fenced run. It
+// serves deadlines and cancels, which may come while close stops the
+// endpoints: once they are stopped there is nothing to stop or start.
 func (w *Worker) apply(eff Effects, reason string) {
-	for _, a := range eff.Stop {
-		w.endpoint(a).Cancel(a, reason)
+	w.stopMembers(eff.Stop, reason)
+	w.epMu.RLock()
+	if !w.epStopped {
+		w.route(eff.Assign)
 	}
-	w.route(eff.Assign)
+	w.epMu.RUnlock()
 	if eff.Fenced != nil {
 		w.finish(eff.Fenced)
+	}
+}
+
+// stopMembers asks the endpoints of members to stop them, unless close
+// has stopped the endpoints already.
+func (w *Worker) stopMembers(members []Assignment, reason string) {
+	w.epMu.RLock()
+	defer w.epMu.RUnlock()
+	if w.epStopped {
+		return
+	}
+	for _, a := range members {
+		w.endpoint(a).Cancel(a, reason)
 	}
 }
 
@@ -257,8 +274,8 @@ func (w *Worker) completed(a Assignment, err error, scratch *[]Assignment) (afte
 	if scratch != nil {
 		*scratch = eff.Assign
 	}
-	for _, s := range eff.Stop { // the other members of a failed group
-		w.endpoint(s).Cancel(s, fmt.Sprintf("member %d of its group failed", a.Member))
+	if len(eff.Stop) > 0 { // the other members of a failed group
+		w.stopMembers(eff.Stop, fmt.Sprintf("member %d of its group failed", a.Member))
 	}
 	w.route(eff.Assign)
 	r := eff.Fenced
@@ -361,6 +378,7 @@ func (w *Worker) subRunner() func(e *loopEndpoint, a Assignment) error {
 // at most d; it reports whether they all ended. (A kernel that neither
 // returns nor heeds a stop, a Go kernel in a loop, keeps its goroutine.)
 func (w *Worker) stopEndpointsWithin(d time.Duration) bool {
+	w.epMu.Lock()
 	for _, ep := range w.next {
 		ep.Stop()
 	}
@@ -368,6 +386,8 @@ func (w *Worker) stopEndpointsWithin(d time.Duration) bool {
 		ep.Stop()
 	}
 	w.next, w.subs = nil, nil
+	w.epStopped = true
+	w.epMu.Unlock()
 	if w.epWG == nil {
 		return true
 	}

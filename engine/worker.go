@@ -94,13 +94,19 @@ type Worker struct {
 	cluster      uint64     // this broker's cluster id (clusterID), drawn on first use
 	next         []Endpoint // NEXT_LEVEL slots, by id
 	subs         []Endpoint // SUB slots, by id
-	epWG         *sync.WaitGroup
-	sched        *Sched // the core's, kept for SetDepth and tests
-	core         *core  // runs, DAG, window, scheduler: the decision logic (core.go)
-	reg          registry
-	heap         *runHeap
-	runs         map[*Run]struct{}
-	runSeq       uint64
+	// epMu is held for reading while a deadline or a cancel, which come
+	// from timers and other goroutines, hands work to the endpoints, and
+	// for writing while close stops them (epStopped), so that neither
+	// reaches an endpoint that is gone.
+	epMu      sync.RWMutex
+	epStopped bool
+	epWG      *sync.WaitGroup
+	sched     *Sched // the core's, kept for SetDepth and tests
+	core      *core  // runs, DAG, window, scheduler: the decision logic (core.go)
+	reg       registry
+	heap      *runHeap
+	runs      map[*Run]struct{}
+	runSeq    uint64
 
 	namespace string             // unique per Worker in this process; scopes comm names
 	domains   map[string]*Domain // live (unreleased) domains by name
