@@ -158,7 +158,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		return exitCode(sig)
 	}
 	if err != nil {
-		fmt.Fprintln(stderr, starlib.Backtrace(err))
+		fmt.Fprintln(stderr, s.Backtrace(err))
 		rc.explainFailure(stderr)
 		return 1
 	}
