@@ -8,6 +8,7 @@
 //	simpler remote-l3-worker [flags]
 //	simpler bench [dispatch|process|collectives|remote|global]...
 //	simpler platforms
+//	simpler completion bash|zsh
 //	simpler version
 //	simpler help [command]
 //
@@ -69,12 +70,17 @@ func Main(args []string, stdout, stderr io.Writer) int {
 			return code
 		}
 		return cmdPlatforms(stdout)
+	case "completion":
+		return cmdCompletion(rest, stdout, stderr)
 	case "version", "--version":
 		return cmdVersion(rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		return cmdHelp(rest, stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "simpler: unknown command %q (commands: %s)\n", cmd, strings.Join(commandNames(), ", "))
+	if near := closest(cmd, commandNames()); near != "" {
+		fmt.Fprintf(stderr, "did you mean %q?\n", near)
+	}
 	fmt.Fprintln(stderr, "run 'simpler help' for an overview")
 	return 2
 }

@@ -158,7 +158,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		return exitCode(sig)
 	}
 	if err != nil {
-		fmt.Fprintln(stderr, s.Backtrace(err))
+		// In red on a terminal (unless NO_COLOR), as the REPL and
+		// simpler test print their failures.
+		fmt.Fprintln(stderr, newPainter(stderr).red(s.Backtrace(err)))
 		rc.explainFailure(stderr)
 		return 1
 	}

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	iofs "io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -52,6 +54,17 @@ func parseRun(args []string, stdout, stderr io.Writer) (rc *runCommand, code int
 	}
 	rc.script, rc.argv = fs.Arg(0), fs.Args()[1:]
 	rc.given = setFlags(fs)
+	if fi, err := os.Stat(rc.script); err != nil || fi.IsDir() {
+		// A script that is not there is a wrong command line, as a bad
+		// flag is: exit code 2, before anything starts.
+		why := "no such file"
+		if err == nil {
+			why = "a directory, not a script"
+		} else if !errors.Is(err, iofs.ErrNotExist) {
+			why = err.Error()
+		}
+		return nil, usageError(stderr, "run", "%s: %s", rc.script, why), false
+	}
 	if src, err := os.ReadFile(rc.script); err == nil { // else RunFile reports it, naming the path
 		rc.header, rc.daemons = golden.ScriptArgs(src), golden.ScriptDaemons(src)
 	}
@@ -63,10 +76,13 @@ func parseRun(args []string, stdout, stderr io.Writer) (rc *runCommand, code int
 	rc.opts = runOptions{}
 	rc.opts.register(fs)
 	if err := fs.Parse(rc.header); err != nil || fs.NArg() > 0 {
+		why := ""
 		if err == nil {
-			err = fmt.Errorf("%q is not a flag of run", fs.Arg(0))
+			why = fmt.Sprintf("%q is not a flag of run", fs.Arg(0))
+		} else {
+			why = flagError(fs, err)
 		}
-		fmt.Fprintf(stderr, "simpler run: %s: its # simpler-args: line: %v\n", rc.script, err)
+		fmt.Fprintf(stderr, "simpler run: %s: its # simpler-args: line: %s\n", rc.script, why)
 		return nil, 2, false
 	}
 	rc.fromHdr = setFlags(fs)
@@ -75,7 +91,7 @@ func parseRun(args []string, stdout, stderr io.Writer) (rc *runCommand, code int
 		return nil, 2, false
 	}
 	if err := fs.Parse(args[:len(args)-len(rc.argv)-1]); err != nil {
-		fmt.Fprintf(stderr, "simpler run: %v\n", err)
+		fmt.Fprintf(stderr, "simpler run: %s\n", flagError(fs, err))
 		return nil, 2, false
 	}
 	return rc, 0, true
