@@ -251,3 +251,57 @@ func TestRunErrorColourOnATerminal(t *testing.T) {
 		t.Errorf("colour on a pipe:\n%q", errs)
 	}
 }
+
+// The REPL's history file is 0600, whether it creates it or finds one
+// that is wider, and it still recalls the lines in it.
+func TestReplHistoryIsPrivate(t *testing.T) {
+	env, state := replEnv(t)
+	file := filepath.Join(state, "simpler", "history")
+	if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, []byte("print('from', 'history')\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(file, 0o644); err != nil { // whatever the umask
+		t.Fatal(err)
+	}
+	p := startPTY(t, env, "repl", "--devices", "0")
+	p.expect(">>> ")
+	p.send("\x1b[A\r") // the up arrow recalls the file's line
+	p.expect("from history")
+	p.expect(">>> ")
+	p.send("secret = 'tok-123'\r")
+	p.expect(">>> ")
+	p.send("\x04")
+	if code := p.wait(); code != 0 {
+		t.Errorf("exit code %d; output:\n%s", code, p.output())
+	}
+	checkNoShm(t, env)
+	fi, err := os.Stat(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mode := fi.Mode().Perm(); mode != 0o600 {
+		t.Errorf("history file mode %v, want 0600", mode)
+	}
+	hist, _ := os.ReadFile(file)
+	if !strings.Contains(string(hist), "secret = 'tok-123'\n") {
+		t.Errorf("history lacks the typed line:\n%s", hist)
+	}
+
+	// A history file the REPL creates is 0600 from the start.
+	env, state = replEnv(t)
+	p = startPTY(t, env, "repl", "--devices", "0")
+	p.expect(">>> ")
+	p.send("1 + 1\r")
+	p.expect("2")
+	p.expect(">>> ")
+	fi, err = os.Stat(filepath.Join(state, "simpler", "history"))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("a new history file: %v, err %v", fi.Mode(), err)
+	}
+	p.send("\x04")
+	p.wait()
+	checkNoShm(t, env)
+}
