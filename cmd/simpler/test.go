@@ -112,7 +112,7 @@ func cmdTest(args []string, stdout, stderr io.Writer) int {
 	})
 	fmt.Fprintf(stdout, "%d passed, %d failed\n", passed, failed)
 	if sig, ok := got.Load().(os.Signal); ok {
-		fmt.Fprintf(stderr, "simpler test: interrupted by %v\n", sig)
+		fmt.Fprintf(stderr, "simpler test: interrupted by %s\n", signalName(sig))
 		return exitCode(sig)
 	}
 	if failed > 0 {

@@ -6,7 +6,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+
+	"simpler/engine"
 )
 
 // runBinary runs this binary as `simpler args...` in dir with stdin,
@@ -304,4 +307,49 @@ func TestReplHistoryIsPrivate(t *testing.T) {
 	p.send("\x04")
 	p.wait()
 	checkNoShm(t, env)
+}
+
+// TestSignalNames: messages name a signal as its constant, so that
+// "interrupted by" never reads "interrupted by interrupt".
+func TestSignalNames(t *testing.T) {
+	for sig, want := range map[syscall.Signal]string{syscall.SIGINT: "SIGINT (Ctrl-C)", syscall.SIGTERM: "SIGTERM", syscall.SIGHUP: "SIGHUP"} {
+		if got := signalName(sig); got != want {
+			t.Errorf("signalName(%v) = %q, want %q", sig, got, want)
+		}
+	}
+}
+
+// TestCancelLineCountsRunningAndWaiting steps the REPL's record of a run
+// through its events: a started task is running, a submitted one that
+// has not started is waiting, a finished one is neither.
+func TestCancelLineCountsRunningAndWaiting(t *testing.T) {
+	rw := &replWorker{index: 0}
+	r := &repl{runs: map[runKey]*runRec{}}
+	step := func(kind engine.EventKind, task int) {
+		r.trackRun(rw, engine.Event{Kind: kind, Run: 2, Task: task})
+	}
+	say := func() string { return r.runs[runKey{0, 2}].unfinished().String() }
+	step(engine.TaskSubmitted, 1)
+	if got := say(); got != "1 task waiting" {
+		t.Errorf("one submitted: %q", got)
+	}
+	step(engine.TaskStarted, 1)
+	if got := say(); got != "1 task running" {
+		t.Errorf("one started: %q", got)
+	}
+	step(engine.TaskSubmitted, 2)
+	step(engine.TaskSubmitted, 3)
+	if got := say(); got != "1 task running, 2 waiting" {
+		t.Errorf("one started, two submitted: %q", got)
+	}
+	step(engine.TaskStarted, 2)
+	if got := say(); got != "2 tasks running, 1 waiting" {
+		t.Errorf("two started: %q", got)
+	}
+	step(engine.TaskFinished, 1)
+	step(engine.TaskFinished, 2)
+	step(engine.TaskFinished, 3) // finished without starting: poisoned
+	if got := say(); got != "" {
+		t.Errorf("all finished: %q", got)
+	}
 }
