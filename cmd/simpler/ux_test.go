@@ -5,9 +5,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"simpler/engine"
 )
@@ -351,5 +353,49 @@ func TestCancelLineCountsRunningAndWaiting(t *testing.T) {
 	step(engine.TaskFinished, 3) // finished without starting: poisoned
 	if got := say(); got != "" {
 		t.Errorf("all finished: %q", got)
+	}
+}
+
+// A daemon that would listen beyond this host is refused without
+// --token-file (exit 2, before it listens), and a loopback one logs one
+// line per session: the peer and how the session ended.
+func TestDaemonListenAndSessionLog(t *testing.T) {
+	for _, listen := range []string{"0.0.0.0:0", ":0", "[::]:0"} {
+		exe, _ := os.Executable()
+		c := exec.Command(exe, "remote-l3-worker", "--listen", listen)
+		c.Env = cliEnv()
+		var stdout, stderr bytes.Buffer
+		c.Stdout, c.Stderr = &stdout, &stderr
+		c.Run()
+		if code := c.ProcessState.ExitCode(); code != 2 || !strings.Contains(stderr.String(), "is not a loopback address; a daemon that listens beyond this host needs --token-file") || stdout.Len() != 0 {
+			t.Errorf("--listen %s without --token-file: exit %d, stdout %q, stderr %q", listen, code, stdout.String(), stderr.String())
+		}
+	}
+
+	runtimeEnv := "XDG_RUNTIME_DIR=" + t.TempDir()
+	_, addr, log := startRemoteDaemonLog(t, runtimeEnv)
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"main.star": `
+def main(ctx):
+    w = Worker(level = 4, platform = ctx.platform)
+    w.add_remote_worker(endpoint = ctx.argv[0], platform = ctx.platform, device_ids = [0])
+    w.init()
+    w.close()
+    print("closed")
+`})
+	code, out, errs := runBinary(t, dir, "", cliEnv(runtimeEnv), "run", "main.star", addr)
+	if code != 0 || out != "closed\n" {
+		t.Fatalf("the script: exit %d\n%s%s", code, out, errs)
+	}
+	ended := regexp.MustCompile(`simpler remote-l3-worker: session [0-9a-f]{16} from 127\.0\.0\.1:\d+ ended: exit status 0\n`)
+	deadline := time.Now().Add(10 * time.Second)
+	for !ended.MatchString(log.String()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the daemon's log has no line for the session:\n%s", log.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := len(ended.FindAllString(log.String(), -1)); n != 1 {
+		t.Errorf("%d lines for one session:\n%s", n, log.String())
 	}
 }
