@@ -399,3 +399,19 @@ def main(ctx):
 		t.Errorf("%d lines for one session:\n%s", n, log.String())
 	}
 }
+
+// The daemons simpler run starts for a script keep their log, less the
+// line for each session that ends, whatever the chunks it comes in.
+func TestRunDaemonsLogWithoutSessionLines(t *testing.T) {
+	var out bytes.Buffer
+	f := &withoutSessionLines{w: &out}
+	log := "simpler remote-l3-worker: refused 127.0.0.1:9: bad token\n" +
+		"simpler remote-l3-worker: session 0acbe71e9b03223a from 127.0.0.1:45940 ended: exit status 0\n" +
+		"[session 0acbe71e9b03223a] hello\n"
+	for i := 0; i < len(log); i += 7 {
+		f.Write([]byte(log[i:min(i+7, len(log))]))
+	}
+	if want := "simpler remote-l3-worker: refused 127.0.0.1:9: bad token\n[session 0acbe71e9b03223a] hello\n"; out.String() != want {
+		t.Errorf("passed %q, want %q", out.String(), want)
+	}
+}
