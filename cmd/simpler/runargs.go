@@ -60,7 +60,7 @@ func parseRun(args []string, stdout, stderr io.Writer) (rc *runCommand, code int
 	if fi, err := os.Stat(rc.script); err != nil || fi.IsDir() {
 		// A script that is not there is a wrong command line, as a bad
 		// flag is: exit code 2, before anything starts.
-		why := "no such file"
+		why := "no such file" + nearScript(rc.script)
 		if err == nil {
 			why = "a directory, not a script"
 		} else if !errors.Is(err, iofs.ErrNotExist) {
@@ -98,6 +98,19 @@ func parseRun(args []string, stdout, stderr io.Writer) (rc *runCommand, code int
 		return nil, 2, false
 	}
 	return rc, 0, true
+}
+
+// nearScript suggests the .star file a user probably meant by a script
+// that is not there ("first.sta" or "first" for first.star), or is "".
+func nearScript(script string) string {
+	guess := strings.TrimSuffix(script, filepath.Ext(script)) + ".star"
+	if guess == script {
+		return ""
+	}
+	if fi, err := os.Stat(guess); err == nil && fi.Mode().IsRegular() {
+		return fmt.Sprintf(" (did you mean %s?)", guess)
+	}
+	return ""
 }
 
 // checkHeader refuses a header that sets a flag other than
