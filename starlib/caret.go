@@ -10,6 +10,8 @@ import (
 	"unicode"
 
 	"go.starlark.net/starlark"
+
+	"simpler/kind"
 )
 
 // Backtrace formats err as the package's Backtrace does, and shows the
@@ -64,11 +66,14 @@ func starlarkFrames(ee *starlark.EvalError) []starlark.CallFrame {
 // names ("SyntaxError: [cannot load a.star: ]a.star:3:7: got ..."): the
 // innermost module's, after the chain of loads that led to it.
 func syntaxPosition(msg string) (file string, line, col int, ok bool) {
-	if i := strings.Index(msg, ": "); i >= 0 && (strings.HasPrefix(msg, "SyntaxError: ") || strings.HasPrefix(msg, "NameError: ")) {
-		msg = msg[i+2:]
-	} else {
+	rest, ok := strings.CutPrefix(msg, string(kind.SyntaxError)+": ")
+	if !ok {
+		rest, ok = strings.CutPrefix(msg, string(kind.NameError)+": ")
+	}
+	if !ok {
 		return "", 0, 0, false
 	}
+	msg = rest
 	for strings.HasPrefix(msg, loadPrefix) {
 		i := strings.Index(msg, ": ")
 		if i < 0 {
