@@ -30,7 +30,7 @@ var commands = []command{
 		func(fs *flag.FlagSet) { new(testOptions).register(fs) }},
 	{"remote-l3-worker", "", "Serve remote level-3 nodes to level-4 workers over TCP; each connection that proves the token gets a session process of its own. With --connect it is instead a rank of a worker group (add_worker_group, started by mpirun, srun or a Kubernetes Indexed Job): it dials its level-4 worker, both sides prove the token, and it serves that worker's one session, then exits.",
 		func(fs *flag.FlagSet) { new(remoteOptions).register(fs) }},
-	{"doc", "[name]", "Print the script builtins with their signatures: all of them, or those matching a global, a type such as Worker, or Type.member.", nil},
+	{"doc", "[name]", "Print the script builtins with their signatures: all of them, or those matching a global, a type such as Worker, Type.member, a call name such as w.register, or the collectives library (collectives, allreduce); an unknown name gets the closest entries.", nil},
 	{"bench", "[" + strings.Join(benchNames(), "|") + "]...", "Run the benchmarks, each against a limit measured in the same run (all of them when none is named).", nil},
 	{"platforms", "", "Print each platform's capabilities and whether it is available here.", nil},
 	{"completion", "bash|zsh", "Print a completion script for the shell: source <(simpler completion bash).", nil},
