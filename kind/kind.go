@@ -28,9 +28,11 @@ const (
 	KeyError     Kind = "KeyError"
 	IndexError   Kind = "IndexError"
 	TimeoutError Kind = "TimeoutError"
+	SyntaxError  Kind = "SyntaxError" // a script or module that does not parse
+	NameError    Kind = "NameError"   // a name defined nowhere, or read before it is bound
 )
 
-var kinds = []Kind{ValueError, TypeError, RuntimeError, KeyError, IndexError, TimeoutError}
+var kinds = []Kind{ValueError, TypeError, RuntimeError, KeyError, IndexError, TimeoutError, SyntaxError, NameError}
 
 // Known reports whether k is one of the kinds above: a decoder checks a
 // kind it received before it makes an Error of it.

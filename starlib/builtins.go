@@ -1,6 +1,8 @@
 package starlib
 
 import (
+	starlarkjson "go.starlark.net/lib/json"
+	starlarkmath "go.starlark.net/lib/math"
 	starlarktime "go.starlark.net/lib/time"
 	"go.starlark.net/starlark"
 	"go.starlark.net/starlarkstruct"
@@ -24,6 +26,9 @@ func (s *Session) predeclared() starlark.StringDict {
 		"assert":          assertModule,
 		"array":           array.Module,
 		"time":            starlarktime.Module,
+		"json":            starlarkjson.Module,
+		"math":            starlarkmath.Module,
+		"fmt":             builtin("fmt", fmtBuiltin),
 		"struct":          builtin("struct", starlarkstruct.Make),
 	}
 	dtypes := starlark.StringDict{}

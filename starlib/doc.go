@@ -53,6 +53,7 @@ var DocSections = []string{
 	"CommBufferSpec", "CommDomainHandle", "ChipDomainContext",
 	"GlobalCommDomainHandle", "Chip", "Comm", "RemoteBufferHandle", "RemoteTensorRef",
 	"array", "Array", "DataType", "assert",
+	"json", "math", "collectives",
 }
 
 // Docs returns every entry once: the globals first, then the sections in
@@ -112,11 +113,23 @@ func LookupDoc(name string) []Doc {
 		return out
 	}
 	for _, d := range Docs() {
-		if d.Kind == DocMember && d.Member() == name {
+		if d.Kind == DocMember && (d.Member() == name || d.CallName() == name) {
 			out = append(out, d)
 		}
 	}
 	return out
+}
+
+// CallName is the name a member's signature calls it by, the way a
+// script writes it: "w.register" for Worker.register, "o.submit" for
+// Orchestrator.submit, "c.allreduce" for collectives.allreduce. It is
+// what the reference prints, so `simpler doc` resolves it too.
+func (d Doc) CallName() string {
+	sig := d.Signature
+	if i := strings.IndexAny(sig, "( "); i >= 0 {
+		sig = sig[:i]
+	}
+	return sig
 }
 
 // docTable is the reference itself. Keep one line per summary.
@@ -130,7 +143,7 @@ var docTable = []Doc{
 		"A tensor over an explicit address: a device pointer, a window buffer_ptrs entry, or 0 for an OUTPUT the runtime allocates at submit."},
 	{"TaskArgs", DocGlobal, "TaskArgs(tensors=[(t, TAG), ...], scalars=[...]) -> TaskArgs",
 		"The arguments of one task: tagged tensors, then scalars."},
-	{"CallConfig", DocGlobal, "CallConfig(block_dim=1, aicpu_thread_num=1, enable_profiling=False) -> CallConfig",
+	{"CallConfig", DocGlobal, "CallConfig(block_dim=1, aicpu_thread_num=1, enable_profiling=False, timeout_s=None) -> CallConfig",
 		"Per-call settings passed with a submit; an unknown key is a TypeError."},
 	{"CommBufferSpec", DocGlobal, "CommBufferSpec(name, dtype=UINT8, count=None, nbytes=None) -> CommBufferSpec",
 		"A named buffer carved from a domain window; give count or nbytes, or both: nbytes may exceed count × itemsize (padding), not fall short of it."},
@@ -164,6 +177,63 @@ var docTable = []Doc{
 	{"INOUT", DocGlobal, "INOUT", "Tag: the task reads and writes; it waits for the last writer and becomes the writer."},
 	{"OUTPUT_EXISTING", DocGlobal, "OUTPUT_EXISTING", "Tag: the task writes memory that already exists and becomes its writer."},
 	{"NO_DEP", DocGlobal, "NO_DEP", "Tag: the tensor is passed without creating or waiting on any dependency."},
+
+	// fmt, json and math: formatting and go.starlark.net's lib/json and lib/math.
+	{"fmt", DocGlobal, "fmt(format, *values) -> string", "printf-style formatting with width and precision, which Starlark's % lacks: %[flags][width][.precision]verb, flags among - + space 0, verbs d x X o (int), f e g (number), s (str), r (repr), %% a percent sign; fmt(\"%6.2f|%-4d|\", 3.14159, 7) is \"  3.14|7   |\". A value that does not suit its verb, or too many or too few values, is a TypeError; an unknown verb a ValueError."},
+	{"json", DocGlobal, "json", "Starlark's json module (json.encode, json.decode, json.indent, json.encode_indent), from go.starlark.net/lib/json."},
+	{"json.encode", DocMember, "json.encode(x) -> string", "x as JSON: None, bools, ints, floats, strings, lists, tuples, dicts with string keys and structs; anything else is an error."},
+	{"json.decode", DocMember, "json.decode(s, default=unbound) -> value", "The value of the JSON text s (objects become dicts, arrays lists); an error for bad JSON unless default is given, which is then returned."},
+	{"json.indent", DocMember, "json.indent(s, prefix=\"\", indent=\"\\t\") -> string", "The JSON text s re-laid out, one element a line, each line starting with prefix and indented by indent per level."},
+	{"json.encode_indent", DocMember, "json.encode_indent(x, prefix=\"\", indent=\"\\t\") -> string", "json.indent(json.encode(x), ...)."},
+	{"math", DocGlobal, "math", "Starlark's math module (math.sqrt, math.floor, math.pi, ...), from go.starlark.net/lib/math."},
+	{"math.acos", DocMember, "math.acos(x) -> float", "arc cosine of x, in radians."},
+	{"math.acosh", DocMember, "math.acosh(x) -> float", "inverse hyperbolic cosine of x."},
+	{"math.asin", DocMember, "math.asin(x) -> float", "arc sine of x, in radians."},
+	{"math.asinh", DocMember, "math.asinh(x) -> float", "inverse hyperbolic sine of x."},
+	{"math.atan", DocMember, "math.atan(x) -> float", "arc tangent of x, in radians."},
+	{"math.atan2", DocMember, "math.atan2(y, x) -> float", "arc tangent of y/x, in radians, in the quadrant of (x, y)."},
+	{"math.atanh", DocMember, "math.atanh(x) -> float", "inverse hyperbolic tangent of x."},
+	{"math.ceil", DocMember, "math.ceil(x) -> int", "the least integer >= x."},
+	{"math.copysign", DocMember, "math.copysign(x, y) -> float", "x with the sign of y."},
+	{"math.cos", DocMember, "math.cos(x) -> float", "cosine of x radians."},
+	{"math.cosh", DocMember, "math.cosh(x) -> float", "hyperbolic cosine of x."},
+	{"math.degrees", DocMember, "math.degrees(x) -> float", "x radians in degrees."},
+	{"math.e", DocMember, "math.e -> float", "Euler's number, 2.718..."},
+	{"math.exp", DocMember, "math.exp(x) -> float", "e to the power x."},
+	{"math.fabs", DocMember, "math.fabs(x) -> float", "the absolute value of x, as a float."},
+	{"math.floor", DocMember, "math.floor(x) -> int", "the greatest integer <= x."},
+	{"math.gamma", DocMember, "math.gamma(x) -> float", "the Gamma function at x."},
+	{"math.hypot", DocMember, "math.hypot(x, y) -> float", "sqrt(x*x + y*y), without overflow."},
+	{"math.log", DocMember, "math.log(x, base=e) -> float", "the logarithm of x in base."},
+	{"math.mod", DocMember, "math.mod(x, y) -> float", "the remainder of x/y, with the sign of x."},
+	{"math.pi", DocMember, "math.pi -> float", "3.14159..."},
+	{"math.pow", DocMember, "math.pow(x, y) -> float", "x to the power y."},
+	{"math.radians", DocMember, "math.radians(x) -> float", "x degrees in radians."},
+	{"math.remainder", DocMember, "math.remainder(x, y) -> float", "the IEEE 754 remainder of x/y."},
+	{"math.round", DocMember, "math.round(x) -> float", "x rounded to the nearest integer, halves away from zero."},
+	{"math.sin", DocMember, "math.sin(x) -> float", "sine of x radians."},
+	{"math.sinh", DocMember, "math.sinh(x) -> float", "hyperbolic sine of x."},
+	{"math.sqrt", DocMember, "math.sqrt(x) -> float", "the square root of x."},
+	{"math.tan", DocMember, "math.tan(x) -> float", "tangent of x radians."},
+	{"math.tanh", DocMember, "math.tanh(x) -> float", "hyperbolic tangent of x."},
+
+	// The collectives library, @simpler//collectives.star.
+	{"collectives", DocType, "load(\"@simpler//collectives.star\", \"collectives\"); c = collectives(w)",
+		"Collective operations over the chips of a level-3 Worker w: collectives(w) registers the library's kernels on w and returns c with allreduce, reduce_scatter, allgather, broadcast, all_to_all and barrier, each called from an orchestration function as c.NAME(o, inputs, outputs, ...). inputs and outputs hold one tensor per rank; workers=None means every chip of w, rank r running on workers[r]. A call checks every argument before it allocates anything (ValueError or TypeError), then submits one group task that reads each input (INPUT) and writes each output (OUTPUT). The auto rule: algo=\"auto\" (every function's default) is direct on a level-3 worker when every tensor is a host tensor (the fewest bytes moved, no domain; a small call is one task), else the function's window algorithm (ring for allreduce and reduce_scatter, fan for the others). S below is one rank's input in bytes, n the number of ranks; moves counts the bytes a rank loads from or stores to a peer's window."},
+	{"collectives.global_collectives", DocMember, "global_collectives(w4) -> collectives struct",
+		"load(\"@simpler//collectives.star\", \"global_collectives\"): the same functions on a level-4 (or higher) Worker, for ranks on several level-3 nodes, local or remote: workers=[(node, chip), ...] in rank order is required, a rank's tensors are host tensors on a local node and RemoteTensorRefs on a remote one; there is no direct algorithm (ranks share no memory), so auto is the window algorithm over one global domain."},
+	{"collectives.allreduce", DocMember, "c.allreduce(o, inputs, outputs, workers=None, op=\"sum\", algo=\"auto\")",
+		"Every rank's output = op (sum, max, min) over all ranks' inputs, elementwise; any element count. algo: direct (rank p reduces chunk p of every input straight into chunk p of every output: n*S read and n*S written in all, no window), onephase (stage S in the window, barrier, reduce all n windows: moves (n-1)*S per rank, window S), twophase (stage, barrier, reduce-scatter, barrier, allgather: 2(n-1)/n*S per rank, window S), ring (n-1 reduce-scatter then n-1 allgather steps, pipelined: 2(n-1)/n*S per rank, window 64 + 4 slots of at most 1 MiB), bidirectional_ring (the ring on each half of the data, one each way: the same bytes, half each way, window 64 + 8 slots)."},
+	{"collectives.reduce_scatter", DocMember, "c.reduce_scatter(o, inputs, outputs, workers=None, op=\"sum\", algo=\"auto\")",
+		"Rank r's output = op over every rank's chunk r of the input; inputs need n x the elements of outputs (else ValueError). algo: direct (output r reduced from chunk r of every input in place: n*S read, S written in all) or ring (the ring's reduce-scatter half: (n-1)/n*S per rank, window 64 + 4 slots of at most 1 MiB)."},
+	{"collectives.allgather", DocMember, "c.allgather(o, inputs, outputs, workers=None, algo=\"auto\")",
+		"Every rank's output = the inputs of ranks 0..n-1 concatenated; outputs need n x the elements of inputs, any count. algo: direct (each input read once and stored into its block of every output) or fan (each rank streams its input through its window's slots and every other rank copies each segment out: (n-1)*S per rank, window 16n + 4 slots of at most 1 MiB)."},
+	{"collectives.broadcast", DocMember, "c.broadcast(o, inputs, outputs, workers=None, root=0, algo=\"auto\")",
+		"Every rank's output = the input of rank root (an index into workers); the other inputs are not read but must have the root's shape. algo: direct (the root's input read once, chunk by chunk, stored into every output) or fan (the root streams its input through its window's slots: S per non-root rank, (n-1)*S served by the root, window 16n + 4 slots of at most 1 MiB)."},
+	{"collectives.all_to_all", DocMember, "c.all_to_all(o, inputs, outputs, workers=None, algo=\"auto\")",
+		"Chunk d of rank r's input (of n equal chunks) lands in chunk r of rank d's output; the element count must divide by n. algo: direct (each block copied once, input to output) or fan (each rank streams one sub-slot per destination: (n-1)/n*S per rank, window 16n + 4 slots of n sub-slots)."},
+	{"collectives.barrier", DocMember, "c.barrier(o, workers=None)",
+		"A task on every worker that returns once all have arrived (comm.barrier): moves nothing, window 64 bytes. It has no tensors, so a task that must follow it depends on it through tensors of its own."},
 
 	// ctx, what main(ctx) receives.
 	{"ctx", DocType, "main(ctx)", "What simpler run passes to a script's main: the command-line choices."},

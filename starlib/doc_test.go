@@ -2,10 +2,13 @@ package starlib
 
 import (
 	"io"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
 
+	starlarkjson "go.starlark.net/lib/json"
+	starlarkmath "go.starlark.net/lib/math"
 	"go.starlark.net/starlark"
 
 	"simpler/hal/dtype"
@@ -56,7 +59,35 @@ func surface(t *testing.T) map[string][]string {
 		"Array":                  attrs(arr),
 		"DataType":               attrs(array.DTypeConst(dtype.Float32)),
 		"assert":                 keys(assertModule.Members),
+		"json":                   keys(starlarkjson.Module.Members),
+		"math":                   keys(starlarkmath.Module.Members),
+		"collectives":            collectivesExports(t),
 	}
+}
+
+// collectivesExports are the names @simpler//collectives.star gives a
+// script: its public top-level functions, and the fields of the struct
+// collectives(w) returns (the last struct(...) of the file).
+func collectivesExports(t *testing.T) []string {
+	t.Helper()
+	src, err := stdlib.ReadFile("stdlib/collectives.star")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, m := range regexp.MustCompile(`(?m)^def ([a-z]\w*)\(`).FindAllStringSubmatch(string(src), -1) {
+		if m[1] != "collectives" { // the section's heading documents it
+			names = append(names, m[1])
+		}
+	}
+	tail := string(src[strings.LastIndex(string(src), "return struct("):])
+	for _, m := range regexp.MustCompile(`(?m)^\s+(\w+) = \w+,$`).FindAllStringSubmatch(tail, -1) {
+		names = append(names, m[1])
+	}
+	if len(names) < 7 {
+		t.Fatalf("found only %q in collectives.star", names)
+	}
+	return names
 }
 
 // TestDocsCoverTheBinding fails when a global or an attribute of a
@@ -157,6 +188,26 @@ func TestLookupDoc(t *testing.T) {
 	}
 	if got := names(LookupDoc("malloc")); got != "Worker.malloc Orchestrator.malloc" {
 		t.Errorf("member lookup: %q", got)
+	}
+	for name, want := range map[string]string{
+		"w.register":           "Worker.register",
+		"o.submit_next_level":  "Orchestrator.submit_next_level",
+		"allreduce":            "collectives.allreduce",
+		"c.allreduce":          "collectives.allreduce",
+		"global_collectives":   "collectives.global_collectives",
+		"CallConfig.timeout_s": "CallConfig.timeout_s",
+		"json.encode":          "json.encode",
+		"fmt":                  "fmt",
+	} {
+		if got := names(LookupDoc(name)); got != want {
+			t.Errorf("LookupDoc(%q) = %q, want %q", name, got, want)
+		}
+	}
+	if got := LookupDoc("collectives"); len(got) != 8 || got[0].Name != "collectives" {
+		t.Errorf("collectives section: %q", names(got))
+	}
+	if got := LookupDoc("CallConfig"); !strings.Contains(got[0].Signature, "timeout_s=None") {
+		t.Errorf("CallConfig's signature lacks timeout_s: %q", got[0].Signature)
 	}
 	if got := LookupDoc("no_such_thing"); len(got) != 0 {
 		t.Errorf("unknown name: %q", names(got))

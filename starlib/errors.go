@@ -57,6 +57,9 @@ var kindRules = []kindRule{
 	{regexp.MustCompile(`invalid literal|invalid float literal|: empty string$|base must be an integer|too large to convert|number too large|cannot convert float (infinity|NaN)`), kind.ValueError},
 	{regexp.MustCompile(`out of range|too (many|few) values to unpack|value not in list|element not found|substring not found|empty separator|duplicate key|has length \d+, want 2`), kind.ValueError},
 	{regexp.MustCompile(`^load: name .+ not found in module `), kind.ValueError},
+	// A name bound later than it is read: Python's UnboundLocalError, a
+	// NameError.
+	{regexp.MustCompile(`^(local|global|free) variable \w+ referenced before assignment$`), kind.NameError},
 	// Arguments: what starlark.UnpackArgs and a Starlark function's
 	// parameter binding say.
 	{regexp.MustCompile(`got \d+ arguments?, wants? |: for parameter |got multiple values for|unexpected keyword arguments?|unexpected positional arguments?|missing argument for |missing \d+ arguments? |accepts no arguments|accepts (at most |at least |exactly )?\d+ positional arguments?|does not accept keyword arguments|duplicate keyword arg`), kind.TypeError},
@@ -65,8 +68,13 @@ var kindRules = []kindRule{
 }
 
 // syntaxError matches a scanner, parser or resolver error
-// ("lib/x.star:3:7: got newline, want ')'"): a bad module is a ValueError.
-var syntaxError = regexp.MustCompile(`^[^\s:]+:\d+:\d+: `)
+// ("lib/x.star:3:7: got newline, want ')'", "<repl 2>:1:1: undefined:
+// x"): a SyntaxError, or a NameError when the resolver found a name
+// that is defined nowhere (undefinedName).
+var syntaxError = regexp.MustCompile(`^(<repl \d+>|[^\s:]+):\d+:\d+: `)
+
+// undefinedName matches the resolver's error for an unknown name.
+var undefinedName = regexp.MustCompile(`^(<repl \d+>|[^\s:]+):\d+:\d+: undefined: `)
 
 // How go.starlark.net starts the error of fail(msg), of a cancelled thread
 // (ahead of the reason) and of a failed load() (ahead of the module).
@@ -99,8 +107,11 @@ func classify(msg string) (kind.Kind, string) {
 	if strings.HasPrefix(msg, loadPrefix) {
 		return classifyLoad(msg)
 	}
+	if undefinedName.MatchString(msg) {
+		return kind.NameError, msg
+	}
 	if syntaxError.MatchString(msg) {
-		return kind.ValueError, msg
+		return kind.SyntaxError, msg
 	}
 	for _, r := range kindRules {
 		if r.re.MatchString(msg) {

@@ -126,6 +126,7 @@ func (in *Interactive) ReadChunk(readline func() ([]byte, error)) (*Chunk, error
 		return line, err
 	})
 	if err != nil {
+		in.s.loader.keepUnparsed(c.Name, bytes.Join(lines, nil))
 		return nil, err
 	}
 	if n := len(f.Stmts); n > 0 && len(lines) > 1 {

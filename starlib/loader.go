@@ -68,6 +68,7 @@ type loader struct {
 	canceled string                    // set by cancel: why every later load fails
 	predecl  starlark.StringDict
 	print    func(*starlark.Thread, string)
+	unparsed map[string][]byte // REPL chunks that did not parse, for their error's source line
 }
 
 func newLoader(predecl starlark.StringDict, print func(*starlark.Thread, string)) *loader {

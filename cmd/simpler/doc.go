@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 
@@ -70,8 +71,34 @@ func nearDocs(name string) []string {
 	sort.Strings(members)
 	sort.Strings(others)
 	out := append(members, others...)
+	if len(out) == 0 {
+		out = closestDocs(name)
+	}
 	if len(out) > 12 {
 		out = append(out[:12], "...")
 	}
 	return out
+}
+
+// closestDocs are the entries whose name, member name or call name
+// ("w.register") is nearest to name, when one is near enough to be a
+// typo of it (closest): "allreduec" finds collectives.allreduce.
+func closestDocs(name string) []string {
+	byKey := map[string][]string{}
+	var keys []string
+	for _, d := range starlib.Docs() {
+		for _, k := range []string{d.Name, d.Member(), d.CallName()} {
+			if _, ok := byKey[k]; !ok {
+				keys = append(keys, k)
+			}
+			if !slices.Contains(byKey[k], d.Name) {
+				byKey[k] = append(byKey[k], d.Name)
+			}
+		}
+	}
+	near := closest(name, keys)
+	if near == "" {
+		return nil
+	}
+	return byKey[near]
 }

@@ -8,6 +8,7 @@
 //	simpler remote-l3-worker [flags]
 //	simpler bench [dispatch|process|collectives|remote|global]...
 //	simpler platforms [--json]
+//	simpler completion bash|zsh
 //	simpler version
 //	simpler help [command]
 //
@@ -66,12 +67,17 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return cmdDoc(rest, stdout, stderr)
 	case "platforms":
 		return cmdPlatformsFlags(rest, stdout, stderr)
+	case "completion":
+		return cmdCompletion(rest, stdout, stderr)
 	case "version", "--version":
 		return cmdVersion(rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		return cmdHelp(rest, stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "simpler: unknown command %q (commands: %s)\n", cmd, strings.Join(commandNames(), ", "))
+	if near := closest(cmd, commandNames()); near != "" {
+		fmt.Fprintf(stderr, "did you mean %q?\n", near)
+	}
 	fmt.Fprintln(stderr, "run 'simpler help' for an overview")
 	return 2
 }

@@ -217,8 +217,9 @@ func TestNewcomerErrors(t *testing.T) {
 		"d.star/x":   "",
 	})
 	cases := []struct{ args, want string }{
-		{"run first.sta", `ValueError: cannot load "first.sta": no such file or directory (did you mean first.star?)`},
-		{"run d.star", `ValueError: cannot load "d.star": not a regular file (a directory)`},
+		{"run first.sta", `simpler run: first.sta: no such file (did you mean first.star?)`},
+		{"run first", `simpler run: first: no such file (did you mean first.star?)`},
+		{"run d.star", `simpler run: d.star: a directory, not a script`},
 		{"run np.star", "undefined: np (the array module is `array`)"},
 		{"run kw.star", "TypeError: Worker: no keyword argument devices: did you mean device_ids=[...]"},
 		{"run repr.star", "RemoteTensorRef(host_inline 16 bytes, shape=[2, 2], float32)"}, // a Starlark list, not Go's [2 2]

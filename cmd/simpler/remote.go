@@ -99,8 +99,16 @@ func cmdRemote(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "simpler remote-l3-worker: "+format+"\n", a...)
 		return code
 	}
-	if _, _, err := net.SplitHostPort(o.listen); err != nil {
+	host, _, err := net.SplitHostPort(o.listen)
+	if err != nil {
 		return fail(2, "--listen %q is not host:port", o.listen)
+	}
+	if !token.IsLoopback(host) && o.tokenFile == "" {
+		// The token a daemon makes itself lives in its runtime
+		// directory, which only this host's user reads: a daemon other
+		// hosts reach needs a token they were given, as add_worker_group's
+		// listen= does.
+		return fail(2, "--listen %q is not a loopback address; a daemon that listens beyond this host needs --token-file (a file of the token, mode 0600, that its parents prove)", o.listen)
 	}
 	if err := checkLimits(&o.lim, o.queued); err != nil {
 		return fail(2, "%v", err)

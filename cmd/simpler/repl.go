@@ -545,8 +545,14 @@ func (r *repl) meta(cmd string) bool {
 	return true
 }
 
-// printError prints an error with its backtrace, in red on a terminal.
+// printError prints an error with its backtrace, in red on a terminal:
+// with the source line and a caret, as simpler run prints it, when the
+// session holds the source.
 func (r *repl) printError(err error) {
 	r.failed = true
-	fmt.Fprintln(r.errOut, r.paint.red(starlib.Backtrace(err)))
+	text := starlib.Backtrace(err)
+	if r.s != nil {
+		text = r.s.Backtrace(err)
+	}
+	fmt.Fprintln(r.errOut, r.paint.red(text))
 }

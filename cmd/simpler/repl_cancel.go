@@ -39,7 +39,7 @@ type statement struct {
 	run        *engine.Run    // the run the REPL made for the statement, or :end's
 	runWorker  *engine.Worker // run's worker
 	interrupts int
-	cancelled  map[runKey]int // the runs Ctrl-C cancelled → their tasks pending then
+	cancelled  map[runKey]unfinished // the runs Ctrl-C cancelled → their unfinished tasks then
 }
 
 // runKey names a run: its worker's index in the session, its id there.
@@ -50,10 +50,57 @@ type runKey struct {
 
 // runRec is what the REPL knows of a run in progress from its events.
 type runRec struct {
-	worker *replWorker
-	stmt   int          // the statement during which its first task was submitted
-	tasks  int          // submitted
-	done   map[int]bool // tasks with a member finished
+	worker  *replWorker
+	stmt    int          // the statement during which its first task was submitted
+	tasks   int          // submitted
+	started map[int]bool // tasks with a member started
+	done    map[int]bool // tasks with a member finished
+}
+
+// unfinished counts a run's tasks that had not finished when Ctrl-C
+// cancelled it: those running then, and those still waiting to start.
+type unfinished struct {
+	running, waiting int
+}
+
+// unfinished is what rec says is not finished yet.
+func (rec *runRec) unfinished() unfinished {
+	var u unfinished
+	for id := range rec.started {
+		if !rec.done[id] {
+			u.running++
+		}
+	}
+	seen := len(rec.started)
+	for id := range rec.done {
+		if !rec.started[id] {
+			seen++
+		}
+	}
+	u.waiting = rec.tasks - seen
+	return u
+}
+
+// String is "1 task running, 2 waiting", "" when nothing is unfinished.
+func (u unfinished) String() string {
+	var parts []string
+	if u.running > 0 {
+		parts = append(parts, fmt.Sprintf("%d running", u.running))
+	}
+	if u.waiting > 0 {
+		parts = append(parts, fmt.Sprintf("%d waiting", u.waiting))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	// The noun goes after the first count: "1 task running, 2 waiting".
+	count, state, _ := strings.Cut(parts[0], " ")
+	noun := "tasks"
+	if count == "1" {
+		noun = "task"
+	}
+	parts[0] = count + " " + noun + " " + state
+	return strings.Join(parts, ", ")
 }
 
 // trackRun records a task event of worker rw.
@@ -63,13 +110,17 @@ func (r *repl) trackRun(rw *replWorker, e engine.Event) {
 	switch e.Kind {
 	case engine.TaskSubmitted:
 		if rec == nil {
-			rec = &runRec{worker: rw, done: map[int]bool{}}
+			rec = &runRec{worker: rw, started: map[int]bool{}, done: map[int]bool{}}
 			if r.stmt != nil {
 				rec.stmt = r.stmt.seq
 			}
 			r.runs[key] = rec
 		}
 		rec.tasks++
+	case engine.TaskStarted:
+		if rec != nil {
+			rec.started[e.Task] = true
+		}
 	case engine.TaskFinished:
 		if rec != nil {
 			rec.done[e.Task] = true
@@ -82,7 +133,7 @@ func (r *repl) trackRun(rw *replWorker, e engine.Event) {
 // begin makes the statement that th (nil for a command) is about to run.
 func (r *repl) begin(th *starlark.Thread) *statement {
 	r.seq++
-	st := &statement{seq: r.seq, th: th, cancelled: map[runKey]int{}}
+	st := &statement{seq: r.seq, th: th, cancelled: map[runKey]unfinished{}}
 	if th != nil {
 		st.stop = new(halt.Signal)
 		halt.Bind(th, st.stop)
@@ -168,7 +219,7 @@ func (r *repl) toCancel(st *statement) []*replWorker {
 	for _, rw := range r.workers {
 		if st.run != nil && rw.w == st.runWorker {
 			own = &runKey{rw.index, st.run.ID()}
-			st.cancelled[*own] = 0 // no task yet, unless its record says otherwise
+			st.cancelled[*own] = unfinished{} // no task yet, unless its record says otherwise
 		}
 	}
 	chosen := map[*replWorker]bool{}
@@ -186,7 +237,7 @@ func (r *repl) toCancel(st *statement) []*replWorker {
 	}
 	for key, rec := range r.runs {
 		if chosen[rec.worker] || st.interrupts > 1 || own != nil && key == *own {
-			st.cancelled[key] = rec.tasks - len(rec.done)
+			st.cancelled[key] = rec.unfinished()
 		}
 	}
 	return workers
@@ -214,12 +265,8 @@ func (r *repl) cancelLine(st *statement, err error) string {
 		if name := r.workerName(k.worker); name != "w" {
 			part += " of " + name
 		}
-		switch n := pending[k]; n {
-		case 0:
-		case 1:
-			part += " (1 task pending)"
-		default:
-			part += fmt.Sprintf(" (%d tasks pending)", n)
+		if u := pending[k].String(); u != "" {
+			part += " (" + u + ")"
 		}
 		parts = append(parts, part)
 	}

@@ -47,7 +47,7 @@ func (r *repl) openInput(stdin io.Reader, stdout, stderr io.Writer) error {
 	in := &readlineReader{fd: int(fin.Fd()), stdin: &ttyStdin{f: fin}}
 	rl, err := readline.NewEx(&readline.Config{
 		Prompt:            ">>> ",
-		HistoryFile:       historyFile(),
+		HistoryLimit:      historyLimit,
 		HistorySearchFold: true,
 		AutoComplete:      completer{r},
 		Stdin:             in.stdin,
@@ -64,6 +64,11 @@ func (r *repl) openInput(stdin io.Reader, stdout, stderr io.Writer) error {
 		return err
 	}
 	in.rl = rl
+	var past []string
+	in.hist, past = openHistory(historyFile())
+	for _, line := range past {
+		rl.SaveHistory(line)
+	}
 	in.quietTerminal()
 	r.in = in
 	r.out = promptWriter{in, fout, rl.Stdout()}
@@ -108,17 +113,23 @@ type readlineReader struct {
 	stdin   *ttyStdin
 	saved   *unix.Termios // the terminal's settings before the REPL's, restored by close
 	reading atomic.Bool   // a prompt is showing
+	hist    *replHistory  // nil: no history file
 }
 
 func (l *readlineReader) readLine(prompt string) (string, error) {
 	l.rl.SetPrompt(prompt)
 	l.reading.Store(true)
 	defer l.reading.Store(false)
-	return l.rl.Readline()
+	line, err := l.rl.Readline()
+	if err == nil {
+		l.hist.add(line)
+	}
+	return line, err
 }
 
 func (l *readlineReader) close() {
 	l.rl.Close()
+	l.hist.close()
 	if l.saved != nil {
 		unix.IoctlSetTermios(l.fd, unix.TCSETS, l.saved)
 	}

@@ -21,7 +21,7 @@ func (r *repl) observe(w *engine.Worker) {
 	r.mu.Unlock()
 	w.Observe(func(e engine.Event) {
 		switch e.Kind {
-		case engine.TaskSubmitted, engine.TaskFinished, engine.RunFenced:
+		case engine.TaskSubmitted, engine.TaskStarted, engine.TaskFinished, engine.RunFenced:
 			r.mu.Lock()
 			r.trackRun(rw, e)
 			r.mu.Unlock()

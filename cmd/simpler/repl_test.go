@@ -370,14 +370,14 @@ func TestReplCtrlCCancelsTheStatementsRun(t *testing.T) {
 			p.send("orch.submit_next_level(slow, TaskArgs(tensors = [(y, OUTPUT)]), worker = 0)\r")
 			p.expect("kernel running")
 			p.send("\x03")
-			p.expect("cancelled: run 1 (1 task pending)\r\n")
+			p.expect("cancelled: run 1 (1 task running)\r\n")
 			p.expect(">>> ")
 
 			// A statement's own w.run(...) is cancelled too.
 			p.send("w.run(lambda o, a, c: o.submit_next_level(slow, TaskArgs(tensors = [(y, OUTPUT)]), worker = 1))\r")
 			p.expect("kernel running")
 			p.send("\x03")
-			p.expect("cancelled: run 2 (1 task pending)\r\n")
+			p.expect("cancelled: run 2 (1 task running)\r\n")
 			p.expect(">>> ")
 
 			p.send("orch.submit_next_level(double, TaskArgs(tensors = [(x, INPUT), (y, OUTPUT)]), worker = 0)\r")
@@ -428,7 +428,7 @@ func TestReplSIGINTCancelsAPipedStatement(t *testing.T) {
 	stdin.Close()
 	readUntil(t, out, "next")
 	cmd.Wait()
-	if code := cmd.ProcessState.ExitCode(); code != 1 || !strings.Contains(stderr.String(), "cancelled: run 1 (1 task pending)\n") {
+	if code := cmd.ProcessState.ExitCode(); code != 1 || !strings.Contains(stderr.String(), "cancelled: run 1 (1 task running)\n") {
 		t.Errorf("exit %d, stderr:\n%s", code, stderr.String())
 	}
 	checkNoShm(t, cmd.Env)

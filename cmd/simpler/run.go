@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"simpler/engine"
 	"simpler/engine/remote"
 	"simpler/hal"
@@ -156,11 +158,13 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if sig != nil {
-		fmt.Fprintf(stderr, "simpler run: interrupted by %v: the runs were cancelled and everything closed\n", sig)
+		fmt.Fprintf(stderr, "simpler run: interrupted by %s: the runs were cancelled and everything closed\n", signalName(sig))
 		return exitCode(sig)
 	}
 	if err != nil {
-		fmt.Fprintln(stderr, starlib.Backtrace(err))
+		// In red on a terminal (unless NO_COLOR), as the REPL and
+		// simpler test print their failures.
+		fmt.Fprintln(stderr, newPainter(stderr).red(s.Backtrace(err)))
 		rc.explainFailure(stderr)
 		return 1
 	}
@@ -242,10 +246,10 @@ func (in *interrupts) watch() {
 			in.mu.Unlock()
 			switch action {
 			case cancelRuns:
-				in.s.Interrupt(fmt.Sprintf("interrupted by %v", sig))
+				in.s.Interrupt("interrupted by " + signalName(sig))
 			case cancelRunsBounded:
 				deadline = time.After(forceAfter)
-				in.s.Interrupt(fmt.Sprintf("interrupted by %v", sig))
+				in.s.Interrupt("interrupted by " + signalName(sig))
 			case forceEnd:
 				in.force(sig, "a second signal")
 			}
@@ -286,6 +290,24 @@ func (in *interrupts) stop() os.Signal {
 	signal.Stop(in.ch)
 	close(in.done)
 	return in.first()
+}
+
+// signalName is how messages name sig: "SIGINT (Ctrl-C)", "SIGTERM",
+// "SIGHUP". Go's own name of SIGINT is "interrupt", which makes
+// "interrupted by interrupt".
+func signalName(sig os.Signal) string {
+	s, ok := sig.(syscall.Signal)
+	if !ok {
+		return sig.String()
+	}
+	name := unix.SignalName(s)
+	if name == "" {
+		return sig.String()
+	}
+	if s == syscall.SIGINT {
+		name += " (Ctrl-C)"
+	}
+	return name
 }
 
 // exitCode is the conventional status of a process ended by sig: 128

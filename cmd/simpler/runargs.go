@@ -1,13 +1,18 @@
 package main
 
 import (
+	"bytes"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	iofs "io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
+	"sync"
 
 	"simpler/golden"
 	"simpler/kind"
@@ -54,6 +59,17 @@ func parseRun(args []string, stdout, stderr io.Writer) (rc *runCommand, code int
 	}
 	rc.script, rc.argv = fs.Arg(0), fs.Args()[1:]
 	rc.given = setFlags(fs)
+	if fi, err := os.Stat(rc.script); err != nil || fi.IsDir() {
+		// A script that is not there is a wrong command line, as a bad
+		// flag is: exit code 2, before anything starts.
+		why := "no such file" + nearScript(rc.script)
+		if err == nil {
+			why = "a directory, not a script"
+		} else if !errors.Is(err, iofs.ErrNotExist) {
+			why = err.Error()
+		}
+		return nil, usageError(stderr, "run", "%s: %s", rc.script, why), false
+	}
 	if src, err := os.ReadFile(rc.script); err == nil { // else RunFile reports it, naming the path
 		rc.header, rc.daemons = golden.ScriptArgs(src), golden.ScriptDaemons(src)
 	}
@@ -65,10 +81,13 @@ func parseRun(args []string, stdout, stderr io.Writer) (rc *runCommand, code int
 	rc.opts = runOptions{}
 	rc.opts.register(fs)
 	if err := fs.Parse(rc.header); err != nil || fs.NArg() > 0 {
+		why := ""
 		if err == nil {
-			err = fmt.Errorf("%q is not a flag of run", fs.Arg(0))
+			why = fmt.Sprintf("%q is not a flag of run", fs.Arg(0))
+		} else {
+			why = flagError(fs, err)
 		}
-		fmt.Fprintf(stderr, "simpler run: %s: its # simpler-args: line: %v\n", rc.script, err)
+		fmt.Fprintf(stderr, "simpler run: %s: its # simpler-args: line: %s\n", rc.script, why)
 		return nil, 2, false
 	}
 	rc.fromHdr = setFlags(fs)
@@ -77,10 +96,23 @@ func parseRun(args []string, stdout, stderr io.Writer) (rc *runCommand, code int
 		return nil, 2, false
 	}
 	if err := fs.Parse(args[:len(args)-len(rc.argv)-1]); err != nil {
-		fmt.Fprintf(stderr, "simpler run: %v\n", err)
+		fmt.Fprintf(stderr, "simpler run: %s\n", flagError(fs, err))
 		return nil, 2, false
 	}
 	return rc, 0, true
+}
+
+// nearScript suggests the .star file a user probably meant by a script
+// that is not there ("first.sta" or "first" for first.star), or is "".
+func nearScript(script string) string {
+	guess := strings.TrimSuffix(script, filepath.Ext(script)) + ".star"
+	if guess == script {
+		return ""
+	}
+	if fi, err := os.Stat(guess); err == nil && fi.Mode().IsRegular() {
+		return fmt.Sprintf(" (did you mean %s?)", guess)
+	}
+	return ""
 }
 
 // checkHeader refuses a header that sets a flag other than
@@ -137,7 +169,7 @@ func (rc *runCommand) startDaemons(stderr io.Writer) (stop func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("RuntimeError: cannot start the script's daemons: %v", err)
 	}
-	addrs, stop, err := golden.StartDaemons(bin, nil, rc.daemons, stderr)
+	addrs, stop, err := golden.StartDaemons(bin, nil, rc.daemons, &withoutSessionLines{w: stderr})
 	if err != nil {
 		return nil, fmt.Errorf("RuntimeError: %s asks for %d remote-l3-worker daemon(s) (# simpler-daemons: %d): %v", rc.script, rc.daemons, rc.daemons, err)
 	}
@@ -162,5 +194,37 @@ func (rc *runCommand) explainFailure(stderr io.Writer) {
 	slices.Sort(names)
 	for _, flagName := range names {
 		fmt.Fprintf(stderr, "note: %s asks for --%s %s (# simpler-args: %s); this run overrode it with --%s %s\n", name, flagName, rc.fromHdr[flagName], strings.Join(rc.header, " "), flagName, rc.given[flagName])
+	}
+}
+
+// sessionEndLine is a daemon's log line for a session that ended.
+var sessionEndLine = regexp.MustCompile(`^simpler remote-l3-worker: session [0-9a-f]{16} from \S+ ended: `)
+
+// withoutSessionLines passes the log of the daemons run starts for a
+// script to stderr without their line for each session that ends: those
+// daemons serve this script alone, whose own output says how its
+// sessions went. Each daemon writes a line at a time.
+type withoutSessionLines struct {
+	w       io.Writer
+	mu      sync.Mutex
+	partial []byte // the start of a line not ended yet
+}
+
+func (f *withoutSessionLines) Write(p []byte) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.partial = append(f.partial, p...)
+	for {
+		i := bytes.IndexByte(f.partial, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		line := f.partial[:i+1]
+		if !sessionEndLine.Match(line) {
+			if _, err := f.w.Write(line); err != nil {
+				return len(p), err
+			}
+		}
+		f.partial = f.partial[i+1:]
 	}
 }

@@ -74,7 +74,7 @@ func TestRunInterrupted(t *testing.T) {
 		if ee, ok := err.(*exec.ExitError); ok {
 			code = ee.ExitCode()
 		}
-		if code != c.code || !strings.Contains(stderr.String(), "interrupted by") || strings.Contains(stderr.String(), "exited") {
+		if code != c.code || !strings.Contains(stderr.String(), "interrupted by "+signalName(c.sig)+": ") || strings.Contains(stderr.String(), "exited") {
 			t.Errorf("%v in %s mode: exit %d (%v), stderr %q; want %d", c.sig, c.mode, code, err, stderr.String(), c.code)
 		}
 		if el := time.Since(start); el > 10*time.Second {

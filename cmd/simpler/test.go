@@ -70,13 +70,17 @@ func cmdTest(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return code
 	}
-	scripts, err := opts.scripts()
+	scripts, found, err := opts.scripts()
 	if err != nil {
 		fmt.Fprintf(stderr, "simpler test: %v\n", err)
 		return 2
 	}
 	if len(scripts) == 0 {
-		fmt.Fprintf(stderr, "simpler test: no scripts found in %s\n", strings.Join(opts.paths, " "))
+		if found > 0 {
+			fmt.Fprintf(stderr, "simpler test: --run %q matches none of the %d scripts found in %s\n", opts.runPattern, found, strings.Join(opts.paths, " "))
+		} else {
+			fmt.Fprintf(stderr, "simpler test: no scripts found in %s\n", strings.Join(opts.paths, " "))
+		}
 		rep := newTestReporter(opts, stdout)
 		rep.finish(0, 0)
 		if err := rep.writeJUnit(); err != nil {
@@ -122,7 +126,7 @@ func cmdTest(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if sig, ok := got.Load().(os.Signal); ok {
-		fmt.Fprintf(stderr, "simpler test: interrupted by %v\n", sig)
+		fmt.Fprintf(stderr, "simpler test: interrupted by %s\n", signalName(sig))
 		return exitCode(sig)
 	}
 	if failed > 0 {
@@ -152,7 +156,7 @@ func parseTestFlags(args []string, stdout, stderr io.Writer) (opts *testOptions,
 	}
 	if opts.runPattern != "" {
 		if opts.filter, err = regexp.Compile(opts.runPattern); err != nil {
-			return fail(fmt.Errorf("-run: %v", err))
+			return fail(fmt.Errorf("--run: %v", err))
 		}
 	}
 	if opts.junit != "" {
@@ -181,19 +185,19 @@ func testModes(s string) ([]string, error) {
 	return modes, nil
 }
 
-// scripts are the scripts found in the paths that -run selects.
-func (opts *testOptions) scripts() ([]string, error) {
+// scripts are the scripts found in the paths that --run selects; found
+// counts all that were found.
+func (opts *testOptions) scripts() (scripts []string, found int, err error) {
 	all, err := golden.Find(opts.paths)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	var scripts []string
 	for _, s := range all {
 		if opts.filter == nil || opts.filter.MatchString(s) {
 			scripts = append(scripts, s)
 		}
 	}
-	return scripts, nil
+	return scripts, len(all), nil
 }
 
 // reportOutcome prints one script's verdict: UPDATED and FAIL always, PASS

@@ -93,7 +93,7 @@ func TestSimplerTestCrashAndMissingGolden(t *testing.T) {
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{
 		"boom.star":   "def main(ctx):\n    fail(\"boom\")\n",
-		"boom.golden": "-- exit --\n1\n-- stdout --\n-- stderr --\nTraceback (most recent call last):\n  boom.star:2:9: in main\nRuntimeError: boom\n",
+		"boom.golden": "-- exit --\n1\n-- stdout --\n-- stderr --\nTraceback (most recent call last):\n  boom.star:2:9: in main\n        fail(\"boom\")\n            ^\nRuntimeError: boom\n",
 		"new.star":    "def main(ctx):\n    pass\n",
 	})
 	code, out, _ := runCLI(t, "test", dir)

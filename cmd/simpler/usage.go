@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"regexp"
 	"runtime/debug"
 	"strings"
 )
@@ -29,10 +30,11 @@ var commands = []command{
 		func(fs *flag.FlagSet) { new(testOptions).register(fs) }},
 	{"remote-l3-worker", "", "Serve remote level-3 nodes to level-4 workers over TCP; each connection that proves the token gets a session process of its own. With --connect it is instead a rank of a worker group (add_worker_group, started by mpirun, srun or a Kubernetes Indexed Job): it dials its level-4 worker, both sides prove the token, and it serves that worker's one session, then exits.",
 		func(fs *flag.FlagSet) { new(remoteOptions).register(fs) }},
-	{"doc", "[name]", "Print the script builtins with their signatures: all of them, or those matching a global, a type such as Worker, or Type.member.", nil},
+	{"doc", "[name]", "Print the script builtins with their signatures: all of them, or those matching a global, a type such as Worker, Type.member, a call name such as w.register, or the collectives library (collectives, allreduce); an unknown name gets the closest entries.", nil},
 	{"bench", "[" + strings.Join(benchNames(), "|") + "]...", "Run the benchmarks, each against a limit measured in the same run (all of them when none is named).", nil},
 	{"platforms", "", "Print each platform's capabilities and whether it is available here (--json: as JSON).",
 		func(fs *flag.FlagSet) { new(platformsOptions).register(fs) }},
+	{"completion", "bash|zsh", "Print a completion script for the shell: source <(simpler completion bash).", nil},
 	{"version", "", "Print the version, the module and the source revision of this build.", nil},
 	{"help", "[command]", "Print this overview, or one command's usage and flags.", nil},
 }
@@ -69,11 +71,84 @@ func parseFlags(name string, fs *flag.FlagSet, args []string, parse func() error
 		printCommandUsage(stdout, name)
 		return 0, false
 	case err != nil:
-		fmt.Fprintf(stderr, "simpler %s: %v\n", name, err)
+		fmt.Fprintf(stderr, "simpler %s: %s\n", name, flagError(fs, err))
 		printSynopsis(stderr, name)
 		return 2, false
 	}
 	return 0, true
+}
+
+// flagErrorName finds the flag the flag package's errors name, which it
+// spells with one dash ("flag provided but not defined: -platfrom",
+// "invalid value \"x\" for flag -devices: ...").
+var flagErrorName = regexp.MustCompile(`(not defined: |needs an argument: |for flag )-(-?[\w-]+)`)
+
+// flagError rewords an error of the flag package the way simpler's own
+// messages spell flags, with two dashes, and for an unknown flag names
+// the closest one fs has.
+func flagError(fs *flag.FlagSet, err error) string {
+	msg := err.Error()
+	m := flagErrorName.FindStringSubmatchIndex(msg)
+	if m == nil {
+		return msg
+	}
+	given := strings.TrimPrefix(msg[m[4]:m[5]], "-")
+	msg = msg[:m[4]] + "-" + given + msg[m[5]:]
+	if !strings.HasPrefix(err.Error(), "flag provided but not defined") {
+		return msg
+	}
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+	if near := closest(given, names); near != "" {
+		msg += fmt.Sprintf(" (did you mean --%s?)", near)
+	}
+	return msg
+}
+
+// closest is the name among names nearest to word, if one is near
+// enough to be a typo of it: at most a third of its letters edited
+// (transposing two letters counts once), at least one allowed.
+func closest(word string, names []string) string {
+	best, bestDist := "", 0
+	for _, n := range names {
+		d := editDistance(strings.ToLower(word), strings.ToLower(n))
+		if best == "" || d < bestDist {
+			best, bestDist = n, d
+		}
+	}
+	limit := max(1, len(word)/3)
+	if best == "" || bestDist > limit {
+		return ""
+	}
+	return best
+}
+
+// editDistance is the optimal string alignment distance of a and b:
+// insertions, deletions, substitutions and transpositions of adjacent
+// letters each cost one.
+func editDistance(a, b string) int {
+	ra, rb := []rune(a), []rune(b)
+	d := make([][]int, len(ra)+1)
+	for i := range d {
+		d[i] = make([]int, len(rb)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
+	}
+	for i := 1; i <= len(ra); i++ {
+		for j := 1; j <= len(rb); j++ {
+			cost := 1
+			if ra[i-1] == rb[j-1] {
+				cost = 0
+			}
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && ra[i-1] == rb[j-2] && ra[i-2] == rb[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
+		}
+	}
+	return d[len(ra)][len(rb)]
 }
 
 // usageError reports a wrong use of command name that the flag package
