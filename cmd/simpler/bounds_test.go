@@ -1,9 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 
@@ -88,24 +85,6 @@ func ask(t *testing.T, c *daemonConn, m *wire.Control) wire.ControlReply {
 // test ends and returns its address.
 func startDaemonFlags(t *testing.T, args ...string) string {
 	t.Helper()
-	exe, _ := os.Executable()
-	d := exec.Command(exe, append([]string{"remote-l3-worker", "--listen", "127.0.0.1:0"}, args...)...)
-	d.Env = cliEnv()
-	out, err := d.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		d.Process.Signal(os.Interrupt)
-		d.Wait()
-	})
-	line, err := bufio.NewReader(out).ReadString('\n')
-	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "simpler remote-l3-worker: listening on ")
-	if err != nil || !ok {
-		t.Fatalf("daemon did not start: %q %v", line, err)
-	}
+	_, addr, _ := startDaemonWith(t, args, nil)
 	return addr
 }

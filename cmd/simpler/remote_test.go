@@ -24,8 +24,16 @@ func startRemoteDaemon(t *testing.T, env ...string) (*exec.Cmd, string) {
 // daemon writes to stderr (its log).
 func startRemoteDaemonLog(t *testing.T, env ...string) (*exec.Cmd, string, *lockedBuffer) {
 	t.Helper()
+	return startDaemonWith(t, nil, env)
+}
+
+// startDaemonWith runs `simpler remote-l3-worker` with flags, on a free
+// loopback port, in cliEnv(env...), until the test ends; it returns the
+// process, its address (from its ready line) and its log.
+func startDaemonWith(t *testing.T, flags, env []string) (*exec.Cmd, string, *lockedBuffer) {
+	t.Helper()
 	exe, _ := os.Executable()
-	d := exec.Command(exe, "remote-l3-worker", "--listen", "127.0.0.1:0")
+	d := exec.Command(exe, append([]string{"remote-l3-worker", "--listen", "127.0.0.1:0"}, flags...)...)
 	d.Env = cliEnv(env...)
 	log := &lockedBuffer{}
 	d.Stderr = io.MultiWriter(os.Stderr, log)
