@@ -126,15 +126,35 @@ func deviceKwargHint(kw []starlark.Tuple) error {
 	return fmt.Errorf("TypeError: Worker: no keyword argument %s: did you mean device_ids=[...] (the chips of a level-3 Worker; ctx.device_ids holds --devices)?", name)
 }
 
-// newWorker implements Worker(...).
-func (s *Session) newWorker(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
-	if err := s.refuseShipped("Worker()"); err != nil { // shipped code is a task too; its refusal says more
-		return nil, err
+// workerHere refuses Worker() where a Worker may not be made: in shipped
+// code (whose refusal says more), inside a task, and at a module's top
+// level.
+func (s *Session) workerHere(th *starlark.Thread) error {
+	if err := s.refuseShipped("Worker()"); err != nil {
+		return err
 	}
 	if err := refuseInTask(th, "Worker()"); err != nil {
-		return nil, err
+		return err
 	}
-	if err := atRunTime(th, "Worker()"); err != nil {
+	return atRunTime(th, "Worker()")
+}
+
+// workerSeconds turns Worker's timeout arguments into durations.
+func workerSeconds(timeouts map[string]starlark.Value) (map[string]time.Duration, error) {
+	durations := map[string]time.Duration{}
+	for name, v := range timeouts {
+		d, err := seconds("Worker", name, v)
+		if err != nil {
+			return nil, err
+		}
+		durations[name] = d
+	}
+	return durations, nil
+}
+
+// newWorker implements Worker(...).
+func (s *Session) newWorker(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	if err := s.workerHere(th); err != nil {
 		return nil, err
 	}
 	level := 3
@@ -159,15 +179,10 @@ func (s *Session) newWorker(th *starlark.Thread, b *starlark.Builtin, args starl
 		"close_timeout_s?", &closeT, "order_hazards?", &orderHazards); err != nil {
 		return nil, err
 	}
-	timeouts := map[string]starlark.Value{"control_timeout_s": controlT, "startup_timeout_s": startupT, "remote_session_timeout_s": sessionT,
-		"task_timeout_s": taskT, "health_timeout_s": healthT, "close_timeout_s": closeT}
-	durations := map[string]time.Duration{}
-	for name, v := range timeouts {
-		d, err := seconds("Worker", name, v)
-		if err != nil {
-			return nil, err
-		}
-		durations[name] = d
+	durations, err := workerSeconds(map[string]starlark.Value{"control_timeout_s": controlT, "startup_timeout_s": startupT, "remote_session_timeout_s": sessionT,
+		"task_timeout_s": taskT, "health_timeout_s": healthT, "close_timeout_s": closeT})
+	if err != nil {
+		return nil, err
 	}
 	p, err := hal.Lookup(platform)
 	if err != nil {

@@ -99,30 +99,15 @@ func cmdRemote(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "simpler remote-l3-worker: "+format+"\n", a...)
 		return code
 	}
-	host, _, err := net.SplitHostPort(o.listen)
+	tok, err := daemonToken(&o)
 	if err != nil {
-		return fail(2, "--listen %q is not host:port", o.listen)
-	}
-	if !token.IsLoopback(host) && o.tokenFile == "" {
-		// The token a daemon makes itself lives in its runtime
-		// directory, which only this host's user reads: a daemon other
-		// hosts reach needs a token they were given, as add_worker_group's
-		// listen= does.
-		return fail(2, "--listen %q is not a loopback address; a daemon that listens beyond this host needs --token-file (a file of the token, mode 0600, that its parents prove)", o.listen)
+		return fail(2, "%v", err)
 	}
 	if err := checkLimits(&o.lim, o.queued); err != nil {
 		return fail(2, "%v", err)
 	}
 	if o.maxOutput == 0 {
 		return fail(2, "--max-output-bytes must be > 0")
-	}
-	var tok []byte
-	if o.tokenFile != "" {
-		t, err := token.Read(o.tokenFile)
-		if err != nil {
-			return fail(2, "%v", err)
-		}
-		tok = t
 	}
 	shm.SweepDead()
 	if tok != nil {
@@ -154,6 +139,26 @@ func cmdRemote(args []string, stdout, stderr io.Writer) int {
 		return fail(1, "%v", err)
 	}
 	return serveDaemon(d, ln, tokenPath, stdout, stderr)
+}
+
+// daemonToken checks --listen against --token-file and reads the token
+// file when one is given (nil: the daemon makes its own token).
+func daemonToken(o *remoteOptions) ([]byte, error) {
+	host, _, err := net.SplitHostPort(o.listen)
+	if err != nil {
+		return nil, fmt.Errorf("--listen %q is not host:port", o.listen)
+	}
+	if !token.IsLoopback(host) && o.tokenFile == "" {
+		// The token a daemon makes itself lives in its runtime
+		// directory, which only this host's user reads: a daemon other
+		// hosts reach needs a token they were given, as add_worker_group's
+		// listen= does.
+		return nil, fmt.Errorf("--listen %q is not a loopback address; a daemon that listens beyond this host needs --token-file (a file of the token, mode 0600, that its parents prove)", o.listen)
+	}
+	if o.tokenFile == "" {
+		return nil, nil
+	}
+	return token.Read(o.tokenFile)
 }
 
 // checkLimits validates the bound flags and fills the memory default.
