@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"os/signal"
 	"sync"
+	"syscall"
 	"time"
 
 	"simpler/engine"
@@ -13,6 +16,7 @@ import (
 	"simpler/hal/shm"
 	"simpler/internal/hostid"
 	"simpler/internal/netspin"
+	"simpler/internal/orphan"
 	"simpler/kind"
 	"simpler/wire"
 )
@@ -507,4 +511,62 @@ func (s *session) readBulk(h wire.Header) (frame, error) {
 		return frame{}, err
 	}
 	return frame{h: h, payload: p[:h.Length], done: func() {}}, nil
+}
+
+// ServeSessionFD runs the session whose connection is file descriptor 3,
+// whose link to the daemon is descriptor 4 and whose daemon's memory
+// ledger is descriptor 5 (how Daemon starts it).
+func ServeSessionFD(newResolver SourceResolver) error {
+	// No sweep: names carry no pid to collide with, the daemon swept at
+	// its start and sweeps each session's prefix once the session is gone.
+	mem, err := openLedger(os.NewFile(ledgerFD, "ledger"))
+	if err != nil {
+		return err
+	}
+	defer mem.close()
+	l, err := fileLink(os.NewFile(4, "link"))
+	if err != nil {
+		return err
+	}
+	f := os.NewFile(3, "session")
+	conn, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		l.close()
+		return err
+	}
+	start, err := readStart(l)
+	var entry ledgerEntry
+	if err == nil {
+		entry, err = mem.claim(start.Slot)
+	}
+	if err != nil {
+		conn.Close()
+		l.close()
+		return err
+	}
+	// An interrupt (the daemon closing), the daemon's death or the
+	// parent's disconnect ends the session the clean way: closing the
+	// connection ends serve, which frees what it holds.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	closeConn := func() { conn.Close() }
+	end := orphan.Watch(sig, closeConn)
+	err = runSession(conn, l, start, entry, newResolver, func() { orphan.Abandon(closeConn) })
+	signal.Stop(sig)
+	end()
+	return err
+}
+
+// readStart reads the daemon's LINK_START.
+func readStart(l *link) (wire.Link, error) {
+	l.conn.SetReadDeadline(time.Now().Add(HelloTimeout))
+	defer l.conn.SetReadDeadline(time.Time{})
+	buf, oob := linkBuffers()
+	m, fd, err := l.recv(buf, oob)
+	closeFD(fd)
+	if err == nil && m.Kind != wire.LinkStart {
+		err = fmt.Errorf("link: first message is %d, want LINK_START", m.Kind)
+	}
+	return m, err
 }
