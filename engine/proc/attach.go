@@ -28,12 +28,14 @@ const maxMappings = 256
 // is never dropped.
 //
 // It is a plain data structure guarded by its child's mutex; tests step
-// it directly. named lists the objects that have names now.
+// it directly. named reports whether a mapping's object still has its
+// name: one stat per mapping not in use, not a listing of /dev/shm (which
+// holds every process's objects: thousands in a pod).
 type mappings struct {
 	byName map[string]*mapping
 	clock  uint64 // counts acquires: a mapping's last use, for eviction
 	limit  int
-	named  func() (map[string]bool, error)
+	named  func(*shm.Segment) bool
 }
 
 // mapping is one parent's object mapped here.
@@ -44,21 +46,7 @@ type mapping struct {
 }
 
 func newMappings() *mappings {
-	return &mappings{byName: map[string]*mapping{}, limit: maxMappings, named: namedObjects}
-}
-
-// namedObjects are the shared-memory objects of simpler that have names
-// now.
-func namedObjects() (map[string]bool, error) {
-	names, err := shm.Leftovers("simpler-")
-	if err != nil {
-		return nil, err
-	}
-	set := make(map[string]bool, len(names))
-	for _, n := range names {
-		set[n] = true
-	}
-	return set, nil
+	return &mappings{byName: map[string]*mapping{}, limit: maxMappings, named: (*shm.Segment).Named}
 }
 
 // acquire maps ref's object (once) and counts one more use of it, which
@@ -96,17 +84,10 @@ func (ms *mappings) release(held []*mapping) {
 }
 
 // dropReclaimed drops the mappings not in use whose object has lost its
-// name. If the names cannot be listed, nothing is dropped.
+// name.
 func (ms *mappings) dropReclaimed() {
-	if len(ms.byName) == 0 {
-		return
-	}
-	named, err := ms.named()
-	if err != nil {
-		return
-	}
 	for name, m := range ms.byName {
-		if m.uses == 0 && !named[name] {
+		if m.uses == 0 && !ms.named(m.seg) {
 			ms.drop(name, m)
 		}
 	}

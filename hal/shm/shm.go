@@ -361,6 +361,16 @@ func (s *Segment) Reopen() (int, error) {
 	return fd, nil
 }
 
+// Named reports whether s's name still names the object s maps: its
+// creator has neither unlinked it nor put another object in its place.
+func (s *Segment) Named() bool {
+	var st unix.Stat_t
+	if err := unix.Fstatat(unix.AT_FDCWD, dir+"/"+s.Name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return false
+	}
+	return st.Dev == s.dev && st.Ino == s.ino
+}
+
 // Addr is the address of Mem[0] in this process.
 func (s *Segment) Addr() uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(s.Mem)))) }
 
