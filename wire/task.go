@@ -245,6 +245,9 @@ type TaskFailure struct {
 	Path     string
 	TaskID   uint64
 	Callable string
+	// NotStarted says the node took the task out of its queue on a
+	// CANCEL before it ran: nothing of it ran (a cancel's report).
+	NotStarted bool
 }
 
 func (f *TaskFailure) Error() string {
@@ -295,6 +298,7 @@ func (c *Completion) Encode(e *Encoder) {
 		e.String(c.Err.Path)
 		e.U64(c.Err.TaskID)
 		e.String(c.Err.Callable)
+		e.Bool(c.Err.NotStarted)
 	}
 	e.I64(c.Took)
 	e.U32(uint32(len(c.Spans)))
@@ -318,6 +322,7 @@ func DecodeCompletion(b []byte) (Completion, error) {
 			TaskID:   uint64(d.Int(MaxTaskID)),
 			Callable: d.StringMax(MaxName),
 		}
+		c.Err.NotStarted = d.Bool()
 	}
 	c.Took = decodeNanos(d)
 	n := d.U32()

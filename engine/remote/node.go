@@ -523,11 +523,6 @@ func (n *node) Start(key any, h *engine.Handle, args *engine.TaskArgs, cfg *engi
 	return nil
 }
 
-// notStartedMessage is the failure a daemon reports for a task it took out
-// of its queue on CANCEL, before it ran (session.cancel): nothing of it
-// ran. TestRemoteCancelReportsWhatRan pins it against a real daemon.
-const notStartedMessage = "cancelled before it ran"
-
 // completion decodes a task's COMPLETION into its error: a task the
 // daemon did not start is one that Is engine.ErrNotStarted.
 func (n *node) completion(r rreply) error {
@@ -546,7 +541,7 @@ func (n *node) completion(r rreply) error {
 		return nil
 	}
 	inner := &engine.Error{Kind: engine.Kind(c.Err.Kind), Msg: c.Err.Message}
-	if c.Err.Path == "" && inner.Kind == engine.RuntimeError && c.Err.Message == notStartedMessage {
+	if c.Err.NotStarted {
 		inner.Cause = engine.ErrNotStarted // the parent counts it as not started (a cancel's report)
 	}
 	if c.Err.Path == "" {

@@ -122,7 +122,7 @@ func (s *session) cancel(seq uint64) error {
 			s.inflight--
 			s.mu.Unlock()
 			f.done()
-			fail := &wire.TaskFailure{Kind: string(engine.RuntimeError), Message: "cancelled before it ran"}
+			fail := &wire.TaskFailure{Kind: string(engine.RuntimeError), Message: "cancelled before it ran", NotStarted: true}
 			return s.write(wire.TypeCompletion, seq, &wire.Completion{Seq: seq, Err: fail})
 		}
 	}
