@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -115,17 +114,7 @@ func TestRunEndsOnSecondSignalOrTerm(t *testing.T) {
 		name := c.mode + "/" + c.sig.String()
 		run := exec.Command(exe, "run", "--mode", c.mode, filepath.Join(dir, "stuck.star"))
 		run.Env = cliEnv()
-		out, _ := run.StdoutPipe()
-		var stderr strings.Builder
-		run.Stderr = &stderr
-		if err := run.Start(); err != nil {
-			t.Fatal(err)
-		}
-		if line, _ := bufio.NewReader(out).ReadString('\n'); strings.TrimSpace(line) != "started" {
-			run.Process.Kill()
-			run.Wait()
-			t.Fatalf("%s: the script said %q (%s)", name, line, stderr.String())
-		}
+		stderr := startUntil(t, run, "started", name)
 		kids := childPids(run.Process.Pid)
 		if c.mode == "process" && len(kids) == 0 {
 			t.Errorf("%s: no child processes to end", name)
@@ -212,17 +201,7 @@ func TestRunInterruptedRemote(t *testing.T) {
 	exe, _ := os.Executable()
 	run := exec.Command(exe, "run", filepath.Join(dir, "remote.star"))
 	run.Env = cliEnv()
-	out, _ := run.StdoutPipe()
-	var stderr strings.Builder
-	run.Stderr = &stderr
-	if err := run.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if line, _ := bufio.NewReader(out).ReadString('\n'); strings.TrimSpace(line) != "submitted" {
-		run.Process.Kill()
-		run.Wait()
-		t.Fatalf("the script said %q (%s)", line, stderr.String())
-	}
+	stderr := startUntil(t, run, "submitted", "the remote script")
 	awaitSpinning(t, "the kernel to spin on the node", func() []int { return descendants(run.Process.Pid) })
 	started := descendants(run.Process.Pid)
 	if len(started) < 2 {

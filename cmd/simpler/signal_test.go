@@ -51,17 +51,7 @@ func TestRunInterrupted(t *testing.T) {
 		run := exec.Command(exe, "run", "--mode", c.mode, "--trace", trace, filepath.Join(dir, "spin.star"))
 		run.Env = cliEnv()
 		run.SysProcAttr = &syscall.SysProcAttr{Setpgid: c.group}
-		out, _ := run.StdoutPipe()
-		var stderr strings.Builder
-		run.Stderr = &stderr
-		if err := run.Start(); err != nil {
-			t.Fatal(err)
-		}
-		if line, _ := bufio.NewReader(out).ReadString('\n'); strings.TrimSpace(line) != "started" {
-			run.Process.Kill()
-			run.Wait()
-			t.Fatalf("%v: the script said %q (%s)", c.sig, line, stderr.String())
-		}
+		stderr := startUntil(t, run, "started", c.sig.String())
 		kids := childPids(run.Process.Pid)
 		start := time.Now()
 		if c.group {
@@ -93,4 +83,24 @@ func TestRunInterrupted(t *testing.T) {
 			t.Errorf("%v: the trace so far: %v (%d bytes)", c.sig, err, len(b))
 		}
 	}
+}
+
+// startUntil starts run and waits for the first line it prints to be
+// want, which a script prints once it is where the test needs it; the
+// run's stderr is kept in the builder returned. Otherwise it ends run and
+// fails the test, naming what, with what the script said.
+func startUntil(t *testing.T, run *exec.Cmd, want, what string) *strings.Builder {
+	t.Helper()
+	out, _ := run.StdoutPipe()
+	stderr := &strings.Builder{}
+	run.Stderr = stderr
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if line, _ := bufio.NewReader(out).ReadString('\n'); strings.TrimSpace(line) != want {
+		run.Process.Kill()
+		run.Wait()
+		t.Fatalf("%s: the script said %q (%s)", what, line, stderr.String())
+	}
+	return stderr
 }
