@@ -61,7 +61,7 @@ func StartDaemons(binary string, env []string, n int, stderr io.Writer) (addrs [
 // startDaemon starts one daemon and reads its address. c is non-nil once
 // the process runs, even with an error, so that the caller stops it.
 func startDaemon(binary string, env []string, stderr io.Writer) (c *exec.Cmd, addr string, err error) {
-	c = exec.Command(binary, "remote-l3-worker", "--listen", "127.0.0.1:0")
+	c = exec.Command(binary, "remote-l3-worker", "--listen", "127.0.0.1:0", "--quiet-sessions")
 	c.Env = append(os.Environ(), env...)
 	c.Stderr = stderr
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}

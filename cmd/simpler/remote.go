@@ -38,6 +38,7 @@ type remoteOptions struct {
 	maxSessions       int
 	maxPending        int
 	maxOutput         uint64
+	quietSessions     bool
 	rank              rankOptions
 }
 
@@ -64,6 +65,7 @@ func (o *remoteOptions) register(fs *flag.FlagSet) {
 	fs.Uint64Var(&o.lim.LoadSteps, "max-load-steps", o.lim.LoadSteps, "Starlark `STEPS` of one shipped module's top-level code")
 	fs.IntVar(&o.maxSessions, "max-sessions", 64, "`N` sessions served at once")
 	fs.IntVar(&o.maxPending, "max-pending", 64, "`N` connections that have not sent their proof, at once; half of that from one address (beyond, the oldest of the address with the most is dropped)")
+	fs.BoolVar(&o.quietSessions, "quiet-sessions", false, "log no line for each session that ends (simpler run and simpler test start their daemons so)")
 	fs.Uint64Var(&o.maxOutput, "max-output-bytes", remote.DefaultOutputBytes, "`BYTES` of output one session passes to the daemon's, as tagged lines (the rest is dropped, and counted)")
 	fs.StringVar(&o.rank.connect, "connect", "", "dial the level-4 worker at `HOST:PORT` as a rank of its worker group (add_worker_group), instead of listening; needs --token-file")
 	fs.StringVar(&o.rank.rank, "rank", "", "with --connect: this rank `N`; default: the launcher's $"+strings.Join(remote.RankEnv, ", $"))
@@ -132,7 +134,7 @@ func cmdRemote(args []string, stdout, stderr io.Writer) int {
 		ln.Close()
 		return fail(1, "%v", err)
 	}
-	d, err := remote.NewDaemon(ln, remote.DaemonConfig{Token: tok, Log: stderr, Limits: o.lim, TotalBytes: o.totalBytes, MaxSessions: o.maxSessions, MaxPending: o.maxPending, MaxOutputBytes: o.maxOutput,
+	d, err := remote.NewDaemon(ln, remote.DaemonConfig{Token: tok, Log: stderr, Limits: o.lim, TotalBytes: o.totalBytes, MaxSessions: o.maxSessions, MaxPending: o.maxPending, MaxOutputBytes: o.maxOutput, QuietSessions: o.quietSessions,
 		Session: &engine.Launcher{Path: exe, Args: []string{sessionCommand}, Stdout: stdout, Stderr: stderr}})
 	if err != nil {
 		ln.Close()

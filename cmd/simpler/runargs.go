@@ -1,18 +1,15 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	iofs "io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
-	"sync"
+	iofs "io/fs"
 
 	"simpler/golden"
 	"simpler/kind"
@@ -169,7 +166,7 @@ func (rc *runCommand) startDaemons(stderr io.Writer) (stop func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("RuntimeError: cannot start the script's daemons: %v", err)
 	}
-	addrs, stop, err := golden.StartDaemons(bin, nil, rc.daemons, &withoutSessionLines{w: stderr})
+	addrs, stop, err := golden.StartDaemons(bin, nil, rc.daemons, stderr)
 	if err != nil {
 		return nil, fmt.Errorf("RuntimeError: %s asks for %d remote-l3-worker daemon(s) (# simpler-daemons: %d): %v", rc.script, rc.daemons, rc.daemons, err)
 	}
@@ -194,37 +191,5 @@ func (rc *runCommand) explainFailure(stderr io.Writer) {
 	slices.Sort(names)
 	for _, flagName := range names {
 		fmt.Fprintf(stderr, "note: %s asks for --%s %s (# simpler-args: %s); this run overrode it with --%s %s\n", name, flagName, rc.fromHdr[flagName], strings.Join(rc.header, " "), flagName, rc.given[flagName])
-	}
-}
-
-// sessionEndLine is a daemon's log line for a session that ended.
-var sessionEndLine = regexp.MustCompile(`^simpler remote-l3-worker: session [0-9a-f]{16} from \S+ ended: `)
-
-// withoutSessionLines passes the log of the daemons run starts for a
-// script to stderr without their line for each session that ends: those
-// daemons serve this script alone, whose own output says how its
-// sessions went. Each daemon writes a line at a time.
-type withoutSessionLines struct {
-	w       io.Writer
-	mu      sync.Mutex
-	partial []byte // the start of a line not ended yet
-}
-
-func (f *withoutSessionLines) Write(p []byte) (int, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.partial = append(f.partial, p...)
-	for {
-		i := bytes.IndexByte(f.partial, '\n')
-		if i < 0 {
-			return len(p), nil
-		}
-		line := f.partial[:i+1]
-		if !sessionEndLine.Match(line) {
-			if _, err := f.w.Write(line); err != nil {
-				return len(p), err
-			}
-		}
-		f.partial = f.partial[i+1:]
 	}
 }

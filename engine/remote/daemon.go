@@ -33,6 +33,9 @@ type DaemonConfig struct {
 	MaxPending     int
 	MaxSessions    int    // sessions at once (default 64)
 	MaxOutputBytes uint64 // bytes of output one session passes on (default DefaultOutputBytes)
+	// QuietSessions leaves out the log line for each session that ends
+	// (for a daemon that serves one script, whose output says as much).
+	QuietSessions bool
 	// TotalBytes bounds the memory of every session together (ledger.go);
 	// 0: DefaultTotalBytes.
 	TotalBytes uint64

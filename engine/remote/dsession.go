@@ -196,7 +196,9 @@ func (d *Daemon) serveLink(s *dsession) {
 		}
 		fmt.Fprintf(d.cfg.Log, "simpler remote-l3-worker: session %016x (%s) ended leaving %d shared-memory objects; removed them\n", s.id, how, len(left))
 	}
-	fmt.Fprintf(d.cfg.Log, "simpler remote-l3-worker: session %016x from %v ended: %v\n", s.id, s.parent.RemoteAddr(), s.cmd.ProcessState)
+	if !d.cfg.QuietSessions {
+		fmt.Fprintf(d.cfg.Log, "simpler remote-l3-worker: session %016x from %v ended: %v\n", s.id, s.parent.RemoteAddr(), s.cmd.ProcessState)
+	}
 	d.dropSession(s)
 	close(s.ended)
 }
