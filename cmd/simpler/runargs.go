@@ -5,11 +5,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	iofs "io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	iofs "io/fs"
 
 	"simpler/golden"
 	"simpler/kind"
