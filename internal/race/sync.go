@@ -1,0 +1,145 @@
+package race
+
+// signal is what the detector knows of one signal word: the values
+// notifies left in it, newest last, each with the clock a wait that
+// observes it acquires.
+type signal struct {
+	hist []sigWrite
+}
+
+type sigWrite struct {
+	value int64
+	clk   vclock
+	by    *Ctx
+}
+
+// maxSignalHistory bounds the notifies remembered per word; a wait that
+// observes an older value acquires nothing (and may then report a race
+// that a longer memory would have ordered).
+const maxSignalHistory = 16
+
+// Notify runs do, c's notify of the signal word at addr (width bytes; add
+// for op="add"), which returns the value the word holds after it, and
+// records it as an atomic write that releases what c did so far: a wait
+// that observes the value acquires it. For an add the release also
+// carries the earlier notifies' (an atomic read-modify-write continues
+// them), for a set it replaces them. do runs under the detector's lock,
+// so the value and the record cannot be torn apart by another notify.
+func (c *Ctx) Notify(addr uintptr, width int, add bool, op string, st Stack, do func() (int64, error)) error {
+	d := c.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	v, err := do()
+	if err != nil {
+		return err
+	}
+	d.access(c, addr, addr+uintptr(width), AtomicWrite, op, st)
+	s := d.signals[addr]
+	if s == nil {
+		s = &signal{}
+		d.signals[addr] = s
+	}
+	clk := c.vc.copy()
+	if n := len(s.hist); add && n > 0 {
+		clk.join(&s.hist[n-1].clk)
+	}
+	s.hist = append(s.hist, sigWrite{v, clk, c})
+	if len(s.hist) > maxSignalHistory {
+		s.hist = s.hist[1:]
+	}
+	c.tick()
+	return nil
+}
+
+// Waited records that c's wait on the word at addr ended observing got:
+// an atomic read, after which c acquires the notify that left got there
+// (the newest one that did).
+func (c *Ctx) Waited(addr uintptr, width int, got int64, op string, st Stack) {
+	d := c.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.access(c, addr, addr+uintptr(width), AtomicRead, op, st)
+	s := d.signals[addr]
+	if s == nil {
+		return
+	}
+	for i := len(s.hist) - 1; i >= 0; i-- {
+		if s.hist[i].value == got {
+			c.vc.join(&s.hist[i].clk)
+			return
+		}
+	}
+}
+
+// plainWrite forgets the notifies of signal words a plain store of [lo,
+// hi) overwrote: a wait can no longer observe their values.
+func (d *Detector) plainWrite(lo, hi uintptr) {
+	for a := range d.signals {
+		if a >= lo && a < hi {
+			delete(d.signals, a)
+		}
+	}
+}
+
+// rankKey counts one rank's barriers on one domain; barrierKey names a
+// round of a domain's barrier.
+type (
+	rankKey struct {
+		dom  uint64
+		rank int
+	}
+	barrierKey struct {
+		dom   uint64
+		round int
+	}
+)
+
+// barrierRound is one round of a domain's barrier: the join of the
+// clocks of the ranks that arrived, which every rank that leaves acquires.
+type barrierRound struct {
+	clk     vclock
+	arrived []bool
+	count   int
+	left    int
+}
+
+// Arrive records that c, rank of a domain of size ranks (dom its
+// allocation id), arrives at its next barrier, and returns the round;
+// Leave follows once the barrier passed.
+func (c *Ctx) Arrive(dom uint64, rank, size int) int {
+	d := c.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	rk := rankKey{dom, rank}
+	round := d.counts[rk]
+	d.counts[rk] = round + 1
+	b := d.bars[barrierKey{dom, round}]
+	if b == nil {
+		b = &barrierRound{arrived: make([]bool, size)}
+		d.bars[barrierKey{dom, round}] = b
+	}
+	if rank >= 0 && rank < len(b.arrived) && !b.arrived[rank] {
+		b.arrived[rank] = true
+		b.count++
+	}
+	b.clk.join(&c.vc)
+	c.tick()
+	return round
+}
+
+// Leave orders what c does next after everything every rank did before
+// arriving at round.
+func (c *Ctx) Leave(dom uint64, round int) {
+	d := c.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	k := barrierKey{dom, round}
+	b := d.bars[k]
+	if b == nil {
+		return
+	}
+	c.vc.join(&b.clk)
+	if b.left++; b.left == len(b.arrived) {
+		delete(d.bars, k)
+	}
+}
