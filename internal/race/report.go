@@ -27,8 +27,8 @@ func (a *access) loc() string {
 // edgeKey names a pair of tasks of one run whose edge the engine did not
 // make, with the reason kept in notes.
 type edgeKey struct {
-	owner         any
-	run           uint64
+	owner          any
+	run            uint64
 	later, earlier int
 }
 
