@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"simpler/hal"
+	"simpler/internal/race"
 	"simpler/wire"
 )
 
@@ -71,6 +72,9 @@ type Config struct {
 	// the tasks this Worker submits; a child Worker has its own (a node
 	// process gets it in its NodeConfig; a remote node keeps upstream's).
 	OrderHazards bool
+	// Race is the data-race and deadlock detector (--race) the Worker
+	// reports to (race.go); nil: off, at the cost of a nil check per hook.
+	Race *race.Detector
 }
 
 // checkGlobalRanks checks explicit global device ranks: none, or one per

@@ -64,6 +64,9 @@ func (r *Run) order(t, p *Task, h hazard) {
 	if p == t {
 		return
 	}
+	if r.race != nil {
+		r.raceEdge(t, p, h)
+	}
 	if h != readAfterWrite && !r.w.cfg.OrderHazards {
 		return // upstream's insert-only writers: the pair runs unordered
 	}

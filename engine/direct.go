@@ -82,6 +82,7 @@ func (d DirectControl) gate(op string) error {
 		step, err := w.directRule(op, d.run)
 		switch step {
 		case directGo:
+			w.raceDirect(d.run)
 			return nil
 		case directRefused:
 			return err

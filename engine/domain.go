@@ -250,6 +250,7 @@ func (o *Orchestrator) AllocateDomain(spec DomainSpec) (*Domain, error) {
 		w.mu.Unlock()
 		return nil, err
 	}
+	w.raceNameDomain(d)
 	w.mu.Lock()
 	o.run.domains = append(o.run.domains, d)
 	w.emit(Event{Kind: DomainAllocated, Run: o.run.id, Domain: d.spec.Name, AllocID: d.allocationID})
@@ -388,6 +389,7 @@ func (d *Domain) free() error {
 		<-a.done
 		return a.err
 	}
+	w.raceForgetDomain(d)
 	err := d.releaseRanks()
 	if err == nil && d.slot != nil {
 		w.warm.put(d.slot) // every rank parked, or tore down and will say so when taken back

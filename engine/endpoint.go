@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"simpler/internal/hostid"
+	"simpler/internal/race"
 	"simpler/wire"
 )
 
@@ -36,11 +37,16 @@ type loopEndpoint struct {
 	w     *Worker
 	ch    chan Assignment
 	run   func(e *loopEndpoint, a Assignment) error
-	local any     // the binding's per-endpoint state (a Starlark thread)
-	chip  ChipCtx // reused by every kernel this endpoint runs
-	out   []Assignment
-	wg    *sync.WaitGroup
-	spin  bool // poll for the next member before blocking (thread mode: spin.go)
+	local any // the binding's per-endpoint state (a Starlark thread)
+	// inProc: what it runs runs on this goroutine (thread mode), so the
+	// race detector sees it as a context of its own (raceCtx, while it
+	// runs); otherwise a process runs it and checks it itself.
+	inProc  bool
+	raceCtx *race.Ctx
+	chip    ChipCtx // reused by every kernel this endpoint runs
+	out     []Assignment
+	wg      *sync.WaitGroup
+	spin    bool // poll for the next member before blocking (thread mode: spin.go)
 
 	// stop asks what runs now to stop: the runner registers how with
 	// stop.OnStop (a kernel's interpreter, a child's run, a child
@@ -80,12 +86,24 @@ func (e *loopEndpoint) loop() {
 			return
 		}
 		err := ErrNotStarted // stopped before it started: nothing of it ran
+		var rc *race.Ctx
 		if e.stop.begin(memberKey{a.Task, a.Member}) {
 			e.w.started(a)
+			if e.inProc {
+				rc = e.w.raceStart(a)
+				e.raceCtx = rc
+			}
 			err = e.runSafely(a)
+			e.w.raceFinish(a, rc)
 		}
 		if after := e.w.completed(a, err, &e.out); after != nil {
 			after()
+		}
+		if rc != nil {
+			rc.Exit()
+			e.raceCtx = nil
+		} else {
+			e.w.raceQueue(-1)
 		}
 	}
 }
@@ -160,11 +178,15 @@ type remoteEndpoint struct {
 func (e *remoteEndpoint) Start(a Assignment) {
 	e.w.started(a)
 	t := a.Task
-	err := e.n.Start(memberKey{t, a.Member}, t.handle, &t.args[a.Member], &t.cfg, func(err error) func() { return e.w.completed(a, err, nil) })
+	err := e.n.Start(memberKey{t, a.Member}, t.handle, &t.args[a.Member], &t.cfg, func(err error) func() {
+		defer e.w.raceQueue(-1)
+		return e.w.completed(a, err, nil)
+	})
 	if err != nil { // not sent: report it off this goroutine, which may hold a caller's state
 		e.w.remoteFailed.Add(1)
 		go func() {
 			defer e.w.remoteFailed.Done()
+			defer e.w.raceQueue(-1)
 			if after := e.w.completed(a, err, nil); after != nil {
 				after()
 			}
@@ -291,6 +313,7 @@ func (w *Worker) completed(a Assignment, err error, scratch *[]Assignment) (afte
 
 // route hands assignments to their endpoints.
 func (w *Worker) route(out []Assignment) {
+	w.raceQueue(len(out))
 	for _, a := range out {
 		w.endpoint(a).Start(a)
 	}
@@ -306,10 +329,14 @@ func (w *Worker) startEndpoints() {
 			w.next = append(w.next, &remoteEndpoint{w: w, n: w.remotes[id]})
 			continue
 		}
-		w.next = append(w.next, w.loop(w.nextRunner()))
+		e := w.loop(w.nextRunner())
+		e.inProc = w.chipProcs == nil && w.nodeProcs == nil
+		w.next = append(w.next, e)
 	}
 	for range w.cfg.NumSubWorkers {
-		w.subs = append(w.subs, w.loop(w.subRunner()))
+		e := w.loop(w.subRunner())
+		e.inProc = w.subProcs == nil
+		w.subs = append(w.subs, e)
 	}
 }
 
@@ -344,6 +371,7 @@ func (w *Worker) nextRunner() func(e *loopEndpoint, a Assignment) error {
 		if e.chip.Chip == nil { // the endpoint's chip never changes: made once
 			e.chip = ChipCtx{WorkerID: a.Target, Chip: w.chips[a.Target], Local: &e.local, Stop: &e.stop}
 		}
+		e.chip.Race = e.raceCtx
 		return RunChipKernel(&e.chip, t.handle.Callable.(ChipKernel), &t.args[a.Member])
 	}
 }
@@ -353,10 +381,11 @@ func (w *Worker) nextRunner() func(e *loopEndpoint, a Assignment) error {
 func (w *Worker) runChild(e *loopEndpoint, a Assignment) error {
 	t := a.Task
 	oc, args, cfg := t.handle.Callable.(OrchCallable), &t.args[a.Member], t.cfg
-	r, err := w.children[a.Target].SubmitStoppable(func(o *Orchestrator) (any, error) { return nil, oc.RunOrch(o, args, &cfg) }, &e.stop)
+	r, err := w.children[a.Target].submit(func(o *Orchestrator) (any, error) { return nil, oc.RunOrch(o, args, &cfg) }, &e.stop, e.raceCtx)
 	if err != nil {
 		return err
 	}
+	defer r.RaceWait(e.raceCtx)()
 	return r.Wait(-1)
 }
 
@@ -370,7 +399,7 @@ func (w *Worker) subRunner() func(e *loopEndpoint, a Assignment) error {
 	}
 	return func(e *loopEndpoint, a Assignment) error {
 		t := a.Task
-		return t.handle.Callable.(SubCallable).RunSub(&SubCtx{WorkerID: a.Target, Local: &e.local, Stop: &e.stop}, &t.args[a.Member])
+		return t.handle.Callable.(SubCallable).RunSub(&SubCtx{WorkerID: a.Target, Local: &e.local, Stop: &e.stop, Race: e.raceCtx}, &t.args[a.Member])
 	}
 }
 

@@ -296,6 +296,7 @@ func (o *Orchestrator) submit(op string, h *Handle, job schedJob, argsList []*Ta
 	r.tasks++
 	t.ID = r.tasks
 	t.remaining = len(argsList)
+	r.raceSubmit(t)
 	r.wire(t)
 	o.refHeap(t)
 	w.refHostBufs(t)
@@ -347,6 +348,7 @@ func (o *Orchestrator) heapAlloc(op string, n int) (*heapBlock, error) {
 			return nil, Wrap(err, op)
 		}
 		if b != nil {
+			w.raceNameHeap(b, op)
 			o.scope.blocks = append(o.scope.blocks, b)
 			return b, nil
 		}
@@ -421,6 +423,7 @@ func (o *Orchestrator) ScopeEnd() error {
 // and returns the first root failure.
 func (o *Orchestrator) Drain() error {
 	w := o.w
+	defer o.run.RaceWait(o.RaceCtx())()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err := o.building("drain"); err != nil {

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"simpler/internal/race"
 	"time"
 )
 
@@ -37,7 +38,8 @@ type Run struct {
 	observed  bool            // the Worker has an observer: tasks keep their producers' ids
 	stop      Stopper         // stops the orchestration function while it runs (Cancel)
 	done      chan struct{}
-	waitErr   error // set before done is closed
+	waitErr   error    // set before done is closed
+	race      *raceRun // nil without --race
 }
 
 // Cleanup is work that must happen after a run's fence (freeing a domain,
@@ -59,6 +61,12 @@ func (w *Worker) Submit(build func(o *Orchestrator) (any, error)) (*Run, error) 
 // parent cancels the run. It is how a parent's task runs as this worker's
 // run: a child Worker's, a process-mode node's, a remote session's.
 func (w *Worker) SubmitStoppable(build func(o *Orchestrator) (any, error), parent *Stopper) (*Run, error) {
+	return w.submit(build, parent, nil)
+}
+
+// submit is SubmitStoppable for a run built by the race detector's
+// context ctx (nil: the process's orchestration).
+func (w *Worker) submit(build func(o *Orchestrator) (any, error), parent *Stopper, ctx *race.Ctx) (*Run, error) {
 	w.mu.Lock()
 	if err := w.ready("submit"); err != nil {
 		w.mu.Unlock()
@@ -71,6 +79,7 @@ func (w *Worker) SubmitStoppable(build func(o *Orchestrator) (any, error), paren
 	w.runSeq++
 	r := &Run{w: w, id: w.runSeq, spaces: map[spaceKey]*rangeMap{}, building: true, done: make(chan struct{}), observed: w.observer != nil}
 	r.root = &r.rootScope
+	w.raceBegin(r, ctx)
 	w.runs[r] = struct{}{}
 	w.core.begin(r)
 	w.mu.Unlock()
@@ -263,6 +272,7 @@ func (w *Worker) finish(r *Run) {
 	}
 	w.mu.Lock()
 	delete(w.runs, r)
+	w.raceRunDone(r)
 	w.emit(Event{Kind: RunFenced, Run: r.id, Err: r.waitErr})
 	close(r.done)
 	var eff Effects

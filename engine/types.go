@@ -7,6 +7,7 @@ import (
 
 	"simpler/hal"
 	"simpler/hal/dtype"
+	"simpler/internal/race"
 	"simpler/wire"
 )
 
@@ -193,6 +194,9 @@ type ChipCtx struct {
 	// Stop is how the engine asks the running kernel to stop; a kernel
 	// that can stop registers how with Stop.OnStop. Nil: nothing asks.
 	Stop *Stopper
+	// Race is the race detector's context of the running kernel (nil:
+	// --race is off).
+	Race *race.Ctx
 
 	// dev and mapped are RunChipKernel's per-task scratch, kept here so
 	// that an endpoint's tasks reuse them: the device view of a task's
@@ -206,7 +210,8 @@ type ChipCtx struct {
 type SubCtx struct {
 	WorkerID int
 	Local    any
-	Stop     *Stopper // as ChipCtx.Stop
+	Stop     *Stopper  // as ChipCtx.Stop
+	Race     *race.Ctx // as ChipCtx.Race
 }
 
 // ChipKernel runs on a chip: NEXT_LEVEL tasks of an L3 worker.

@@ -25,6 +25,7 @@ import (
 
 	"simpler/hal"
 	"simpler/hal/shm"
+	"simpler/internal/race"
 )
 
 // Defaults for Config.
@@ -68,6 +69,11 @@ type Worker struct {
 	// (spin.go): the submitter needs the core more.
 	building atomic.Int32
 	state    lifecycle
+
+	// raceDone is the end of every run that is done, which later runs'
+	// tasks start after (race.go); raceMu guards it.
+	raceMu   sync.Mutex
+	raceDone race.Clock
 	poisoned error // a cleanup that could not complete; refuses later work
 	attached bool  // added to a parent; the parent drives its lifecycle
 

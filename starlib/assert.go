@@ -114,7 +114,7 @@ func assertAllclose(th *starlark.Thread, b *starlark.Builtin, args starlark.Tupl
 	if err := starlark.UnpackArgs(b.Name(), args, kw, "actual", &actual, "expected", &expected, "rtol?", &rtol, "atol?", &atol); err != nil {
 		return nil, err
 	}
-	ok, msg, err := array.AllClose(actual, expected, rtol, atol)
+	ok, msg, err := array.AllClose(th, actual, expected, rtol, atol)
 	if err != nil {
 		return nil, err
 	}

@@ -66,7 +66,7 @@ func (st *endpointState) thread() *starlark.Thread {
 }
 
 func (c *callable) RunChip(ctx *engine.ChipCtx, args *engine.TaskArgs) error {
-	if c.native != nil {
+	if c.native != nil && ctx.Race == nil { // under --race the Starlark body runs: its accesses are seen
 		if done, err := c.native(ctx, args); done {
 			return err
 		}
@@ -76,6 +76,7 @@ func (c *callable) RunChip(ctx *engine.ChipCtx, args *engine.TaskArgs) error {
 		st.chip = &Chip{ctx: &engine.ChipCtx{WorkerID: ctx.WorkerID, Chip: ctx.Chip}}
 	}
 	th := st.thread()
+	bindRace(th, ctx.Race)
 	stoppable(ctx.Stop, st.stop)
 	_, err := starlark.Call(th, c.fn, starlark.Tuple{st.chip, &TaskArgs{a: args, chip: ctx.Chip}}, nil)
 	return kernelError(err)
@@ -84,6 +85,7 @@ func (c *callable) RunChip(ctx *engine.ChipCtx, args *engine.TaskArgs) error {
 func (c *callable) RunSub(ctx *engine.SubCtx, args *engine.TaskArgs) error {
 	st := c.state(ctx.Local, "sub")
 	th := st.thread()
+	bindRace(th, ctx.Race)
 	stoppable(ctx.Stop, st.stop)
 	_, err := starlark.Call(th, c.fn, starlark.Tuple{&TaskArgs{a: args}}, nil)
 	return kernelError(err)
@@ -92,6 +94,7 @@ func (c *callable) RunSub(ctx *engine.SubCtx, args *engine.TaskArgs) error {
 func (c *callable) RunOrch(o *engine.Orchestrator, args *engine.TaskArgs, cfg *engine.CallConfig) error {
 	th := c.s.newThread("orch")
 	th.SetLocal(taskKey, taskRoles["orch"])
+	bindRace(th, o.RaceCtx())
 	stop := new(halt.Signal)
 	halt.Bind(th, stop)
 	o.OnStop(func(reason string) {

@@ -72,6 +72,9 @@ func (c *Chip) openComm(th *starlark.Thread, b *starlark.Builtin, args starlark.
 	if err != nil {
 		return nil, err
 	}
+	if rc := raceOf(th); rc != nil {
+		rc.SetRank(fmt.Sprintf("rank %d of domain %q", v.Rank(), v.Name()))
+	}
 	return &Comm{v: v, chip: c}, nil
 }
 
@@ -143,7 +146,7 @@ func signalWidth(op string, t *Tensor) (int, error) {
 	return 0, errorf(engine.TypeError, "%s: a signal is an INT32 or INT64 word, got %s", op, t.t.DType.ConstName())
 }
 
-func (c *Comm) notify(_ *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+func (c *Comm) notify(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
 	var rank int
 	var tv starlark.Value
 	var value int64
@@ -166,6 +169,9 @@ func (c *Comm) notify(_ *starlark.Thread, args starlark.Tuple, kw []starlark.Tup
 	base, err := c.base("comm.notify", rank)
 	if err != nil {
 		return nil, err
+	}
+	if rc := raceOf(th); rc != nil {
+		return starlark.None, c.raceNotify(th, rc, rank, base+off, width, value, op)
 	}
 	return starlark.None, c.v.Notify(rank, base+off, width, value, op)
 }
@@ -193,7 +199,9 @@ func (c *Comm) wait(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tupl
 	if err != nil {
 		return nil, err
 	}
+	done := c.raceWait(th, t.t.Addr, width, value, cmp)
 	got, err := c.v.WaitStop(t.t.Addr, width, value, cmp, timeout, halt.Of(th))
+	done(got, err)
 	if err != nil {
 		return nil, err
 	}
@@ -209,5 +217,8 @@ func (c *Comm) barrier(th *starlark.Thread, args starlark.Tuple, kw []starlark.T
 	if err != nil {
 		return nil, err
 	}
-	return starlark.None, c.v.BarrierStop(timeout, halt.Of(th))
+	done := c.raceBarrier(th)
+	err = c.v.BarrierStop(timeout, halt.Of(th))
+	done(err)
+	return starlark.None, err
 }

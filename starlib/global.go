@@ -202,7 +202,7 @@ func (o *Orchestrator) copyToGlobal(th *starlark.Thread, args starlark.Tuple, kw
 	case starlark.Bytes:
 		b = []byte(x)
 	default:
-		a, err := array.FromValue(data, 0, nil)
+		a, err := array.FromValue(nil, data, 0, nil)
 		if err != nil {
 			return nil, engine.Wrap(err, op)
 		}

@@ -5,6 +5,7 @@ import (
 
 	"simpler/engine"
 	"simpler/hal/dtype"
+	"simpler/internal/race"
 	"simpler/starlib/array"
 )
 
@@ -454,7 +455,11 @@ func (o *Orchestrator) copyTo(th *starlark.Thread, args starlark.Tuple, kw []sta
 	if err := refuseDirectInside(th, "orch.copy_to", o.o.Worker(), o.o.Run().ID()); err != nil {
 		return nil, err
 	}
-	return starlark.None, o.o.CopyTo(worker, dst, src)
+	if err := o.o.CopyTo(worker, dst, src); err != nil {
+		return nil, err
+	}
+	o.raceCopy(th, worker, dst, src, race.Write, "orch.copy_to")
+	return starlark.None, nil
 }
 
 func (o *Orchestrator) copyFrom(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
@@ -470,7 +475,27 @@ func (o *Orchestrator) copyFrom(th *starlark.Thread, args starlark.Tuple, kw []s
 	if err := refuseDirectInside(th, "orch.copy_from", o.o.Worker(), o.o.Run().ID()); err != nil {
 		return nil, err
 	}
-	return starlark.None, o.o.CopyFrom(worker, dst, src)
+	if err := o.o.CopyFrom(worker, dst, src); err != nil {
+		return nil, err
+	}
+	o.raceCopy(th, worker, src, dst, race.Read, "orch.copy_from")
+	return starlark.None, nil
+}
+
+// raceCopy reports a copy, once it was made (direct control waits for the
+// earlier runs first), between the host bytes host (read by copy_to,
+// written by copy_from) and worker's device memory at dev (what k does to
+// it), where this process can see that memory.
+func (o *Orchestrator) raceCopy(th *starlark.Thread, worker int, dev uint64, host []byte, k race.Kind, op string) {
+	if raceOf(th) == nil {
+		return
+	}
+	hk := race.Read
+	if k == race.Read {
+		hk = race.Write
+	}
+	touch(th, host, hk, op)
+	touch(th, o.o.Worker().HostView(worker, dev, len(host)), k, op)
 }
 
 func (o *Orchestrator) drain(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {

@@ -203,6 +203,7 @@ func (w *Worker) run(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tup
 		return nil, err
 	}
 	r := rh.r
+	defer r.RaceWait(raceOf(th))()
 	if err := r.Wait(-1); err != nil {
 		return nil, err
 	}
@@ -267,6 +268,7 @@ func (h *RunHandle) Attr(name string) (starlark.Value, error) {
 			if err != nil {
 				return nil, err
 			}
+			defer h.r.RaceWait(raceOf(th))()
 			return starlark.None, h.r.Wait(d)
 		}), nil
 	case "result":
@@ -277,6 +279,7 @@ func (h *RunHandle) Attr(name string) (starlark.Value, error) {
 			if err := refuseWaitInside(th, "result", h.w, h.r.ID()); err != nil {
 				return nil, err
 			}
+			defer h.r.RaceWait(raceOf(th))()
 			res, err := h.r.Result()
 			if err != nil {
 				return nil, err

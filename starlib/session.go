@@ -32,6 +32,7 @@ import (
 	"simpler/engine"
 	"simpler/engine/hostmem"
 	"simpler/internal/halt"
+	"simpler/internal/race"
 )
 
 // Session is one script's world: its loader, its host memory and the
@@ -55,6 +56,10 @@ type Session struct {
 	// normal use; the benchmark gives mpirun its consent to run as root
 	// here, as tests do (internal/mpitest), never the CLI.
 	GroupEnv []string
+	// Race is the data-race and deadlock detector (--race): every Worker
+	// the script makes reports to it, and every thread carries its
+	// context (race.go). Nil: off.
+	Race *race.Detector
 
 	// shipped is set for a remote node's session (NewSourceResolver): its
 	// code came over the wire, and may not reach the host (shipped.go).
@@ -87,6 +92,9 @@ func (s *Session) print(_ *starlark.Thread, msg string) {
 
 func (s *Session) newThread(name string) *starlark.Thread {
 	th := &starlark.Thread{Name: name, Print: s.print}
+	if s.Race != nil {
+		bindRace(th, s.Race.Main())
+	}
 	if n := s.loader.maxSteps; n != 0 {
 		boundSteps(th, n, fmt.Sprintf("RuntimeError: too many steps (--max-steps %d)", n))
 	}

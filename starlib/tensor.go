@@ -10,6 +10,7 @@ import (
 	"simpler/engine/hostmem"
 	"simpler/hal"
 	"simpler/hal/dtype"
+	"simpler/internal/race"
 	"simpler/starlib/array"
 	"simpler/starlib/inplace"
 )
@@ -27,6 +28,9 @@ type Tensor struct {
 	// owner is the Buffer it is a view of, if any: its access is checked
 	// against the tag wherever the tensor becomes an argument.
 	owner *Buffer
+	// atomic: the race detector checks accesses through this tensor as
+	// atomic ones (t.as_atomic(): a flag polled on purpose).
+	atomic bool
 }
 
 // live refuses a view of a host buffer that was freed: its memory may be
@@ -66,12 +70,13 @@ func (t *Tensor) Hash() (uint32, error) { return 0, fmt.Errorf("TypeError: unhas
 func (t *Tensor) Engine() engine.Tensor { return t.t }
 
 var tensorMethods = map[string]*starlark.Builtin{
-	"read":   builtin("read", tensorRead),
-	"write":  builtin("write", tensorWrite),
-	"fill":   builtin("fill", tensorFill),
-	"tolist": builtin("tolist", tensorToList),
-	"view":   builtin("view", tensorView),
-	"free":   builtin("free", tensorFree),
+	"read":      builtin("read", tensorRead),
+	"write":     builtin("write", tensorWrite),
+	"fill":      builtin("fill", tensorFill),
+	"tolist":    builtin("tolist", tensorToList),
+	"view":      builtin("view", tensorView),
+	"as_atomic": builtin("as_atomic", tensorAsAtomic),
+	"free":      builtin("free", tensorFree),
 
 	"accumulate": builtin("accumulate", tensorAccumulate),
 	"copy_":      inPlace("copy_", inplace.Sum, true),
@@ -161,12 +166,13 @@ func (t *Tensor) span(op string) ([]byte, error) {
 	return b, engine.Wrap(err, op)
 }
 
-// ReadArray copies the tensor's contents into an Array.
-func (t *Tensor) ReadArray() (*array.Array, error) {
+// ReadArray copies the tensor's contents into an Array, a read by th.
+func (t *Tensor) ReadArray(th *starlark.Thread) (*array.Array, error) {
 	b, err := t.span("read")
 	if err != nil {
 		return nil, err
 	}
+	t.touch(th, b, race.Read, "read")
 	if t.t.Strides != nil {
 		b = gather(b, t.t)
 	}
@@ -225,14 +231,14 @@ func tensorRead(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 	if err := starlark.UnpackPositionalArgs("read", args, kw, 0); err != nil {
 		return nil, err
 	}
-	return b.Receiver().(*Tensor).ReadArray()
+	return b.Receiver().(*Tensor).ReadArray(th)
 }
 
 func tensorToList(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
 	if err := starlark.UnpackPositionalArgs("tolist", args, kw, 0); err != nil {
 		return nil, err
 	}
-	a, err := b.Receiver().(*Tensor).ReadArray()
+	a, err := b.Receiver().(*Tensor).ReadArray(th)
 	if err != nil {
 		return nil, err
 	}
@@ -253,7 +259,7 @@ func tensorWrite(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, 
 		return nil, err
 	}
 	t := b.Receiver().(*Tensor)
-	return starlark.None, t.store("write", x)
+	return starlark.None, t.store(th, "write", x)
 }
 
 func tensorFill(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
@@ -267,29 +273,30 @@ func tensorFill(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 	default:
 		return nil, errorf(engine.TypeError, "fill: want a number, got %s", x.Type())
 	}
-	return starlark.None, t.store("fill", x)
+	return starlark.None, t.store(th, "fill", x)
 }
 
 // store writes a Tensor (a memory copy), an Array, a list or a number
-// (filling) into the tensor.
-func (t *Tensor) store(op string, x starlark.Value) error {
+// (filling) into the tensor, as th.
+func (t *Tensor) store(th *starlark.Thread, op string, x starlark.Value) error {
 	if t.t.Strides != nil {
-		return t.storeStrided(op, x)
+		return t.storeStrided(th, op, x)
 	}
 	if src, ok := x.(*Tensor); ok && src.t.DType == t.t.DType && src.t.Strides == nil {
-		return copyTensor(op, t, src)
+		return copyTensor(th, op, t, src)
 	}
 	mem, err := t.bytes(op)
 	if err != nil {
 		return err
 	}
-	a, err := array.FromValue(x, t.t.DType, t.t.Shape)
+	a, err := array.FromValue(th, x, t.t.DType, t.t.Shape)
 	if err != nil {
 		return engine.Wrap(err, op)
 	}
 	if a.Size() != t.t.Elems() {
 		return errorf(engine.ValueError, "%s: %d elements into a tensor of %d", op, a.Size(), t.t.Elems())
 	}
+	t.touch(th, mem, race.Write, op)
 	copy(mem, a.Bytes())
 	return nil
 }
@@ -297,20 +304,20 @@ func (t *Tensor) store(op string, x starlark.Value) error {
 // storeStrided writes x into a strided view, element by element. A
 // dimension of several elements with stride 0 is refused: its elements
 // are the same bytes, and which value lands would be arbitrary.
-func (t *Tensor) storeStrided(op string, x starlark.Value) error {
+func (t *Tensor) storeStrided(th *starlark.Thread, op string, x starlark.Value) error {
 	for d, st := range t.t.Strides {
 		if st == 0 && t.t.Shape[d] > 1 {
 			return errorf(engine.ValueError, "%s: dimension %d (%d elements) of the view has stride 0; a written dimension needs a stride", op, d, t.t.Shape[d])
 		}
 	}
 	if src, ok := x.(*Tensor); ok {
-		a, err := src.ReadArray()
+		a, err := src.ReadArray(th)
 		if err != nil {
 			return err
 		}
 		x = a
 	}
-	a, err := array.FromValue(x, t.t.DType, t.t.Shape)
+	a, err := array.FromValue(th, x, t.t.DType, t.t.Shape)
 	if err != nil {
 		return engine.Wrap(err, op)
 	}
@@ -321,6 +328,7 @@ func (t *Tensor) storeStrided(op string, x starlark.Value) error {
 	if err != nil {
 		return err
 	}
+	t.touch(th, mem, race.Write, op)
 	scatter(mem, a.Bytes(), t.t)
 	return nil
 }
@@ -491,7 +499,7 @@ func (s *Session) hostTensor(th *starlark.Thread, b *starlark.Builtin, args star
 	}
 	var init *array.Array
 	if data != starlark.None {
-		a, err := array.FromValue(data, dt, nil)
+		a, err := array.FromValue(th, data, dt, nil)
 		if err != nil {
 			return nil, engine.Wrap(err, "host_tensor: data")
 		}
@@ -519,7 +527,11 @@ func (s *Session) hostTensor(th *starlark.Thread, b *starlark.Builtin, args star
 	}
 	s.allocated(n)
 	et.Addr = addr
+	if s.Race != nil {
+		s.Race.Name(memAddr(mem), n, fmt.Sprintf("host tensor at %#x (shape %v, %s)", addr, shape, dt.ConstName()), true)
+	}
 	if init != nil {
+		touch(th, mem, race.Write, "host_tensor")
 		copy(mem, init.Bytes())
 	}
 	t := newTensor(et, nil)

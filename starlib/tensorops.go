@@ -5,6 +5,7 @@ import (
 
 	"simpler/engine"
 	"simpler/internal/halt"
+	"simpler/internal/race"
 	"simpler/starlib/inplace"
 )
 
@@ -12,9 +13,10 @@ import (
 // without building Arrays (package inplace): collectives move and reduce
 // whole windows and host tensors with them.
 
-// copyTensor copies src's bytes into dst (same dtype and element count).
-func copyTensor(op string, dst, src *Tensor) error {
-	return applyTensor(nil, op, inplace.Sum, dst, src, true)
+// copyTensor copies src's bytes into dst (same dtype and element count),
+// as th.
+func copyTensor(th *starlark.Thread, op string, dst, src *Tensor) error {
+	return applyTensor(th, op, inplace.Sum, dst, src, true)
 }
 
 // sameKind refuses a pair of tensors that differ in dtype or element
@@ -26,9 +28,9 @@ func sameKind(op string, dst, src *Tensor) error {
 	return nil
 }
 
-// applyTensor is dst = dst op src, or dst = src (copy), over the bytes; a
-// reduction ends early once stop fires.
-func applyTensor(stop *halt.Signal, op string, o inplace.Op, dst, src *Tensor, copyOnly bool) error {
+// applyTensor is dst = dst op src, or dst = src (copy), over the bytes, as
+// th; a reduction ends early once th's stop signal fires.
+func applyTensor(th *starlark.Thread, op string, o inplace.Op, dst, src *Tensor, copyOnly bool) error {
 	if err := sameKind(op, dst, src); err != nil {
 		return err
 	}
@@ -40,11 +42,15 @@ func applyTensor(stop *halt.Signal, op string, o inplace.Op, dst, src *Tensor, c
 	if err != nil {
 		return err
 	}
+	src.touch(th, sb, race.Read, op)
 	if copyOnly {
+		dst.touch(th, db, race.Write, op)
 		copy(db, sb)
 		return nil
 	}
-	return engine.Wrap(inplace.ReduceStop(dst.t.DType, o, [][]byte{db}, [][]byte{db, sb}, stop), op)
+	dst.touch(th, db, race.Read, op)
+	dst.touch(th, db, race.Write, op)
+	return engine.Wrap(inplace.ReduceStop(dst.t.DType, o, [][]byte{db}, [][]byte{db, sb}, halt.Of(th)), op)
 }
 
 // inPlace makes the builtin t.<name>(u): t = t op u (or t = u for copy_),
@@ -59,7 +65,7 @@ func inPlace(name string, o inplace.Op, copyOnly bool) *starlark.Builtin {
 		if !ok {
 			return nil, errorf(engine.TypeError, "%s: want a Tensor, got %s", name, srcV.Type())
 		}
-		return starlark.None, applyTensor(halt.Of(th), name, o, b.Receiver().(*Tensor), src, copyOnly)
+		return starlark.None, applyTensor(th, name, o, b.Receiver().(*Tensor), src, copyOnly)
 	})
 }
 
@@ -79,7 +85,7 @@ func tensorAccumulate(th *starlark.Thread, b *starlark.Builtin, args starlark.Tu
 	if !ok {
 		return nil, errorf(engine.ValueError, "accumulate: op must be \"sum\", \"max\" or \"min\", got %q", opName)
 	}
-	return starlark.None, applyTensor(halt.Of(th), "accumulate", o, b.Receiver().(*Tensor), src, false)
+	return starlark.None, applyTensor(th, "accumulate", o, b.Receiver().(*Tensor), src, false)
 }
 
 // reduceInto implements reduce_into(dst, tensors, op="sum") of a kernel's
@@ -115,6 +121,12 @@ func reduceInto(th *starlark.Thread, name string, args starlark.Tuple, kw []star
 	sb, err := tensorBytes(name, first, srcs)
 	if err != nil {
 		return nil, err
+	}
+	for i, b := range sb {
+		srcs[i].touch(th, b, race.Read, name)
+	}
+	for i, b := range db {
+		dsts[i].touch(th, b, race.Write, name)
 	}
 	return starlark.None, engine.Wrap(inplace.ReduceStop(first.t.DType, o, db, sb, halt.Of(th)), name)
 }

@@ -196,7 +196,7 @@ func (s *Session) newWorker(th *starlark.Thread, b *starlark.Builtin, args starl
 	cfg := engine.Config{
 		Level: level, Platform: p, DeviceIDs: devices, NumSubWorkers: numSub,
 		Mode: mode, EnableSDMA: enableSDMA, HeapRingSize: heapRing, CommProfile: commProfile,
-		OrderHazards: orderHazards,
+		OrderHazards: orderHazards, Race: s.Race,
 	}
 	if globalRanks != starlark.None {
 		if cfg.GlobalDeviceRanks, err = intList("Worker", "global_device_ranks", globalRanks); err != nil {

@@ -18,6 +18,7 @@ import (
 	"simpler/engine/remote"
 	"simpler/hal"
 	"simpler/hal/shm"
+	"simpler/internal/race"
 	"simpler/starlib"
 )
 
@@ -27,6 +28,7 @@ type runFlags struct {
 	devices  string
 	mode     string
 	loadPath pathList
+	race     bool
 }
 
 // pathList is a flag that may be given many times, each adding a path.
@@ -44,6 +46,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.devices, "devices", "0,1", "device `IDS`: a list such as 0,2,3, a range such as 0-3, or both (0-1,4)")
 	fs.StringVar(&f.mode, "mode", "thread", "worker `MODE`: thread or process")
 	fs.Var(&f.loadPath, "load-path", "also let load() read files below `DIR` (repeatable)")
+	fs.BoolVar(&f.race, "race", false, "check every memory access of the kernels, SUB callables and orchestration for data races, and the waits for deadlocks (docs/race.md); exit status 66 when a race is found")
 }
 
 // check validates the flags and returns the device ids. A platform this
@@ -72,8 +75,12 @@ func (f *runFlags) check() ([]int, error) {
 	return parseDevices(f.devices)
 }
 
-// apply gives a session the flags' load roots.
+// apply gives a session the flags' load roots and, with --race, its
+// detector.
 func (f *runFlags) apply(s *starlib.Session) error {
+	if f.race {
+		s.Race = race.New(s.Stderr)
+	}
 	for _, dir := range f.loadPath {
 		if err := s.AddLoadPath(dir); err != nil {
 			return err
@@ -157,6 +164,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
+	raced := raceSummary(s, stderr)
 	if sig != nil {
 		fmt.Fprintf(stderr, "simpler run: interrupted by %s: the runs were cancelled and everything closed\n", signalName(sig))
 		return exitCode(sig)
@@ -168,7 +176,29 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		rc.explainFailure(stderr)
 		return 1
 	}
+	if raced {
+		return exitRace
+	}
 	return 0
+}
+
+// exitRace is the exit status of a run that found a data race, as Go's
+// race detector's: a failure of its own, beside a script's error (1).
+const exitRace = 66
+
+// raceSummary prints what --race found, if anything, and reports whether
+// it found something. A script's own failure keeps its status: the
+// summary never hides it.
+func raceSummary(s *starlib.Session, stderr io.Writer) bool {
+	if s.Race == nil {
+		return false
+	}
+	sum := s.Race.Summary()
+	if sum == "" {
+		return false
+	}
+	fmt.Fprintln(stderr, sum)
+	return true
 }
 
 // interrupts watches SIGINT, SIGTERM and SIGHUP while a script runs. The

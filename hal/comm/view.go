@@ -405,3 +405,28 @@ func withdraw(w *uint32, gen uint32) bool {
 		}
 	}
 }
+
+// Compare is the test comm.wait applies for cmp (observed <cmp> value);
+// ok is false if cmp is not one of them.
+func Compare(cmp string) (holds func(observed, value int64) bool, ok bool) {
+	holds, ok = compares[cmp]
+	return holds, ok
+}
+
+// Word is the width-byte signal word at addr of rank's window, as this
+// process maps it (what the race detector keys it by and loads).
+func (v *View) Word(rank int, addr uint64, width int) ([]byte, error) {
+	p, err := v.word("comm.word", rank, addr, width)
+	if err != nil {
+		return nil, err
+	}
+	return unsafe.Slice((*byte)(p), width), nil
+}
+
+// LoadWord reads a 4- or 8-byte signal word atomically.
+func LoadWord(b []byte) int64 {
+	if len(b) == 4 {
+		return int64(atomic.LoadInt32((*int32)(unsafe.Pointer(unsafe.SliceData(b)))))
+	}
+	return atomic.LoadInt64((*int64)(unsafe.Pointer(unsafe.SliceData(b))))
+}

@@ -12,7 +12,7 @@ type Wait struct {
 	// A barrier: the round Arrive returned, of the domain Domain (its
 	// allocation id Dom), as this rank of Size.
 	Barrier bool
-	Dom     uint64
+	Dom     string
 	Round   int
 	Domain  string
 	Rank    int

@@ -272,10 +272,11 @@ type region struct {
 	what   string
 }
 
-// Name describes [lo, lo+n) as what in reports. With written false the
-// bytes count as never written (a run-heap block): a read of any of them
-// before a write is an uninitialised read. Naming again what is named
-// replaces the name.
+// Name describes [lo, lo+n) as what in reports: fresh memory (a window, a
+// host tensor, a heap block just allocated), so what was known of the
+// bytes before is forgotten. With written false they count as never
+// written (a run-heap block): a read of any of them before a write is an
+// uninitialised read.
 func (d *Detector) Name(lo uintptr, n int, what string, written bool) {
 	if n <= 0 {
 		return
@@ -288,6 +289,7 @@ func (d *Detector) Name(lo uintptr, n int, what string, written bool) {
 	d.regions = append(d.regions, region{})
 	copy(d.regions[i+1:], d.regions[i:])
 	d.regions[i] = region{lo, hi, what}
+	d.forget(lo, hi)
 	if !written {
 		d.mem.markUnwritten(lo, hi)
 	}
@@ -303,12 +305,12 @@ func (d *Detector) Forget(lo uintptr, n int) {
 	defer d.mu.Unlock()
 	hi := lo + uintptr(n)
 	d.dropRegions(lo, hi)
+	d.forget(lo, hi)
+}
+
+func (d *Detector) forget(lo, hi uintptr) {
 	d.mem.forget(lo, hi)
-	for a := range d.signals {
-		if a >= lo && a < hi {
-			delete(d.signals, a)
-		}
-	}
+	d.plainWrite(lo, hi) // the notifies in it are gone too
 }
 
 // dropRegions removes the names of regions that overlap [lo, hi).

@@ -111,9 +111,9 @@ func TestBarrierOrdersEveryRank(t *testing.T) {
 		a, b := two(d)
 		a.Access(500, 8, Write, "write", at("b.star:1:1"))
 		if withBarrier {
-			ra, rb := a.Arrive(7, 0, 2), b.Arrive(7, 1, 2)
-			a.Leave(7, ra)
-			b.Leave(7, rb)
+			ra, rb := a.Arrive("d", 0, 2), b.Arrive("d", 1, 2)
+			a.Leave("d", ra)
+			b.Leave("d", rb)
 		}
 		b.Access(500, 8, Read, "read", at("b.star:2:1"))
 		if racy := d.Races() > 0; racy == withBarrier {
@@ -196,8 +196,8 @@ func TestDeadlockReportStopsEveryRank(t *testing.T) {
 	d.Main().Park("run 1")
 	var stopped atomic.Int32
 	stop := func(string) { stopped.Add(1) }
-	round := a.Arrive(9, 0, 2)
-	a.Block(&Wait{Barrier: true, Dom: 9, Round: round, Domain: "pair", Rank: 0, Size: 2, St: at("d.star:5:9"), Stop: stop})
+	round := a.Arrive("pair", 0, 2)
+	a.Block(&Wait{Barrier: true, Dom: "pair", Round: round, Domain: "pair", Rank: 0, Size: 2, St: at("d.star:5:9"), Stop: stop})
 	if stopped.Load() != 0 {
 		t.Fatal("a deadlock reported while rank 1 still runs")
 	}

@@ -85,11 +85,11 @@ func (d *Detector) plainWrite(lo, hi uintptr) {
 // round of a domain's barrier.
 type (
 	rankKey struct {
-		dom  uint64
+		dom  string
 		rank int
 	}
 	barrierKey struct {
-		dom   uint64
+		dom   string
 		round int
 	}
 )
@@ -103,10 +103,11 @@ type barrierRound struct {
 	left    int
 }
 
-// Arrive records that c, rank of a domain of size ranks (dom its
-// allocation id), arrives at its next barrier, and returns the round;
-// Leave follows once the barrier passed.
-func (c *Ctx) Arrive(dom uint64, rank, size int) int {
+// Arrive records that c, rank of a domain of size ranks (dom names that
+// allocation of it, among every domain the process ever had), arrives at
+// its next barrier, and returns the round; Leave follows once the barrier
+// passed.
+func (c *Ctx) Arrive(dom string, rank, size int) int {
 	d := c.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -129,7 +130,7 @@ func (c *Ctx) Arrive(dom uint64, rank, size int) int {
 
 // Leave orders what c does next after everything every rank did before
 // arriving at round.
-func (c *Ctx) Leave(dom uint64, round int) {
+func (c *Ctx) Leave(dom string, round int) {
 	d := c.d
 	d.mu.Lock()
 	defer d.mu.Unlock()

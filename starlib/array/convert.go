@@ -11,8 +11,10 @@ import (
 
 // Reader is a value that can produce an array copy of its contents (a
 // Tensor, for instance).
+// th is the thread reading, which the reader may record the read against
+// (the race detector does); it may be nil.
 type Reader interface {
-	ReadArray() (*Array, error)
+	ReadArray(th *starlark.Thread) (*Array, error)
 }
 
 // FromValue builds a new array from v:
@@ -28,7 +30,7 @@ type Reader interface {
 //     unless shape is given.
 //
 // The result never shares storage with v.
-func FromValue(v starlark.Value, dt dtype.DType, shape []int) (*Array, error) {
+func FromValue(th *starlark.Thread, v starlark.Value, dt dtype.DType, shape []int) (*Array, error) {
 	if dt != dtype.Invalid {
 		if err := checkDType(dt); err != nil {
 			return nil, err
@@ -43,7 +45,7 @@ func FromValue(v starlark.Value, dt dtype.DType, shape []int) (*Array, error) {
 	case *Array:
 		return conform(v, dt, shape)
 	case Reader:
-		a, err := v.ReadArray()
+		a, err := v.ReadArray(th)
 		if err != nil {
 			return nil, err
 		}

@@ -183,7 +183,7 @@ func frombytes(_ *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwa
 	if err != nil {
 		return nil, err
 	}
-	return FromValue(data, dt, nil)
+	return FromValue(nil, data, dt, nil)
 }
 
 // matmul(a, b)
@@ -279,12 +279,12 @@ func matmul(x, y *Array, stop *halt.Signal) (*Array, error) {
 // max_abs_diff(a, b): the largest |a[i] - b[i]| as a float (NaN if any
 // difference is NaN); a and b may differ in dtype, and either may be a
 // number, which compares against every element.
-func maxAbsDiffBuiltin(_ *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+func maxAbsDiffBuiltin(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 	var x, y starlark.Value
 	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "a", &x, "b", &y); err != nil {
 		return nil, typeError(err)
 	}
-	xa, ya, err := pair(x, y)
+	xa, ya, err := pair(th, x, y)
 	if err != nil {
 		return nil, err
 	}
@@ -303,15 +303,15 @@ func maxAbsDiffBuiltin(_ *starlark.Thread, b *starlark.Builtin, args starlark.Tu
 	return starlark.Float(d), nil
 }
 
-// pair converts both values with FromValue(v, dtype.Invalid, nil), except
+// pair converts both values with FromValue(th, v, dtype.Invalid, nil), except
 // that a bare number becomes a 0-d array.
-func pair(x, y starlark.Value) (*Array, *Array, error) {
+func pair(th *starlark.Thread, x, y starlark.Value) (*Array, *Array, error) {
 	conv := func(v starlark.Value) (*Array, error) {
 		var shape []int
 		if _, isNum := numberOperand(v); isNum {
 			shape = []int{}
 		}
-		return FromValue(v, dtype.Invalid, shape)
+		return FromValue(th, v, dtype.Invalid, shape)
 	}
 	xa, err := conv(x)
 	if err != nil {
@@ -345,8 +345,8 @@ func strides(x, y *Array) (sx, sy int, ok bool) {
 // itself, and a number compares against every element. ok is false with a
 // message when the shapes differ or an element is not close; err reports
 // values that are not arrays.
-func AllClose(actual, expected starlark.Value, rtol, atol float64) (ok bool, msg string, err error) {
-	a, e, err := pair(actual, expected)
+func AllClose(th *starlark.Thread, actual, expected starlark.Value, rtol, atol float64) (ok bool, msg string, err error) {
+	a, e, err := pair(th, actual, expected)
 	if err != nil {
 		return false, "", err
 	}

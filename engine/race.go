@@ -1,0 +1,283 @@
+package engine
+
+import (
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"simpler/internal/race"
+)
+
+// What --race (Config.Race) needs from the engine, all here: every hook
+// below is a nil check when the detector is off.
+//
+//   - A task member starts after the clock its orchestration released at
+//     submit, after the end of every producer upstream's tag rules order
+//     it after (Run.order: a read after a write; the edges order_hazards
+//     adds are left out, so what upstream would race is reported), and
+//     after every earlier run of its Worker (runs dispatch in order).
+//   - Its end is taken before its completion is passed on, so whatever
+//     the completion releases (a consumer, a drain, the run's end)
+//     acquires it.
+//   - The detector counts the assignments handed to endpoints and not yet
+//     running where it can see them (deadlock detection).
+//   - Memory is named where it is made: every rank's window and its
+//     buffers at allocation (forgotten at free), run-heap blocks as
+//     unwritten (forgotten when reclaimed).
+
+// raceRun is what the detector keeps of one run.
+type raceRun struct {
+	mu    sync.Mutex
+	orch  *race.Ctx // the context that submitted it
+	tasks map[*Task]*raceTask
+	end   race.Clock // every finished task's end
+}
+
+type raceTask struct {
+	submit race.Clock
+	after  []*Task // producers upstream's rules order it after
+	end    race.Clock
+}
+
+// raceBegin readies run r for the detector, submitted from ctx (nil: the
+// process's orchestration).
+func (w *Worker) raceBegin(r *Run, ctx *race.Ctx) {
+	if w.cfg.Race == nil {
+		return
+	}
+	if ctx == nil {
+		ctx = w.cfg.Race.Main()
+	}
+	r.race = &raceRun{orch: ctx, tasks: map[*Task]*raceTask{}}
+}
+
+// RaceCtx is the detector's context of the code building r, nil without
+// --race.
+func (o *Orchestrator) RaceCtx() *race.Ctx {
+	if o.run.race == nil {
+		return nil
+	}
+	return o.run.race.orch
+}
+
+// RaceEnd is the clock of every task of r that finished so far; a
+// context that waited for r acquires it.
+func (r *Run) RaceEnd() race.Clock {
+	if r.race == nil {
+		return race.Clock{}
+	}
+	r.race.mu.Lock()
+	defer r.race.mu.Unlock()
+	return r.race.end
+}
+
+// raceSubmit records t's submit: it starts after what the orchestration
+// did so far.
+func (r *Run) raceSubmit(t *Task) {
+	if r.race == nil {
+		return
+	}
+	rt := &raceTask{submit: r.race.orch.Release()}
+	r.race.mu.Lock()
+	r.race.tasks[t] = rt
+	r.race.mu.Unlock()
+}
+
+// raceEdge records how t relates to an earlier task p that touched the
+// same bytes: ordered after it for a read after a write, otherwise a note
+// of upstream's rule for the report.
+func (r *Run) raceEdge(t, p *Task, h hazard) {
+	if h == readAfterWrite {
+		r.race.mu.Lock()
+		if rt := r.race.tasks[t]; rt != nil {
+			rt.after = append(rt.after, p)
+		}
+		r.race.mu.Unlock()
+		return
+	}
+	why := "an OUTPUT or OUTPUT_EXISTING (insert-only) does not wait for an earlier writer of its bytes under upstream's tag rules"
+	if h == writeAfterRead {
+		why = "a writer (OUTPUT, OUTPUT_EXISTING or INOUT) does not wait for an earlier reader of its bytes under upstream's tag rules"
+	}
+	if r.w.cfg.OrderHazards {
+		why += " (order_hazards=True orders them here; upstream would race)"
+	}
+	r.w.cfg.Race.NoEdge(r.w, r.id, t.ID, p.ID, why)
+}
+
+// raceStart makes the context of member a as it starts on this process's
+// endpoint.
+func (w *Worker) raceStart(a Assignment) *race.Ctx {
+	d := w.cfg.Race
+	if d == nil {
+		return nil
+	}
+	t, r := a.Task, a.Task.run
+	r.race.mu.Lock()
+	rt := r.race.tasks[t]
+	after := []race.Clock{rt.submit, w.racePrev()}
+	for _, p := range rt.after {
+		if pt := r.race.tasks[p]; pt != nil {
+			after = append(after, pt.end)
+		}
+	}
+	r.race.mu.Unlock()
+	who := race.Who{
+		Desc:  fmt.Sprintf("%s (task %d, member %d, run %d, on %s)", t.handle.Name(), t.ID, a.Member, r.id, w.workerName(a.Pool, a.Target)),
+		Owner: w, Run: r.id, Task: t.ID, Member: a.Member,
+	}
+	c := d.Start(who, after...)
+	d.Queue(-1)
+	return c
+}
+
+// raceFinish records the end of member a, which ran as c, before its
+// completion is passed on.
+func (w *Worker) raceFinish(a Assignment, c *race.Ctx) {
+	if c == nil {
+		return
+	}
+	end := c.Finish()
+	r := a.Task.run
+	r.race.mu.Lock()
+	rt := r.race.tasks[a.Task]
+	rt.end = race.Join(rt.end, end)
+	r.race.end = race.Join(r.race.end, end)
+	r.race.mu.Unlock()
+}
+
+// racePrev is the end of every run of w that is done: a run's tasks
+// dispatch only once the runs before it are.
+func (w *Worker) racePrev() race.Clock {
+	w.raceMu.Lock()
+	defer w.raceMu.Unlock()
+	return w.raceDone
+}
+
+// raceRunDone folds the end of run r, now done, into what later runs
+// start after.
+func (w *Worker) raceRunDone(r *Run) {
+	if r.race == nil {
+		return
+	}
+	end := r.RaceEnd()
+	w.raceMu.Lock()
+	w.raceDone = race.Join(w.raceDone, end)
+	w.raceMu.Unlock()
+}
+
+// raceDirect orders a direct-control call that may go ahead in run r (nil:
+// outside any run) after every run of w that is done: it waited for them.
+func (w *Worker) raceDirect(r *Run) {
+	if w.cfg.Race == nil {
+		return
+	}
+	ctx := w.cfg.Race.Main()
+	if r != nil && r.race != nil {
+		ctx = r.race.orch
+	}
+	ctx.Acquire(w.racePrev())
+}
+
+// raceQueue counts assignments handed to endpoints.
+func (w *Worker) raceQueue(n int) {
+	if w.cfg.Race != nil && n != 0 {
+		w.cfg.Race.Queue(n)
+	}
+}
+
+// RaceWait marks ctx (the orchestration, or a level-4 task) waiting for
+// run r until the returned func is called, which also orders ctx after
+// every task of r that finished.
+func (r *Run) RaceWait(ctx *race.Ctx) (done func()) {
+	if r.race == nil || ctx == nil {
+		return func() {}
+	}
+	ctx.Park(fmt.Sprintf("run %d", r.id))
+	return func() {
+		ctx.Unblock()
+		ctx.Acquire(r.RaceEnd())
+	}
+}
+
+// raceNameDomain names each rank's window of d, buffer by buffer, in
+// reports; raceForgetDomain drops what the detector knows of them. Only
+// windows mapped in this process (thread mode) are named: a chip process
+// checks its own.
+func (w *Worker) raceNameDomain(d *Domain) {
+	det := w.cfg.Race
+	if det == nil || w.chipProcs != nil {
+		return
+	}
+	for rank, id := range d.spec.Workers {
+		win := w.raceWindow(d, rank, id)
+		if win == nil {
+			continue
+		}
+		at := 0
+		for i, b := range d.spec.Buffers {
+			off := d.offsets[i]
+			if off > at {
+				det.Name(hostAddr(win[at:]), off-at, fmt.Sprintf("window of domain %q, rank %d", d.spec.Name, rank), true)
+			}
+			n := b.Count * b.DType.Size()
+			det.Name(hostAddr(win[off:]), n, fmt.Sprintf("buffer %q of domain %q, rank %d", b.Name, d.spec.Name, rank), true)
+			at = off + n
+		}
+		if at < len(win) {
+			det.Name(hostAddr(win[at:]), len(win)-at, fmt.Sprintf("window of domain %q, rank %d", d.spec.Name, rank), true)
+		}
+	}
+}
+
+func (w *Worker) raceForgetDomain(d *Domain) {
+	if w.cfg.Race == nil || w.chipProcs != nil {
+		return
+	}
+	for rank, id := range d.spec.Workers {
+		if win := w.raceWindow(d, rank, id); win != nil {
+			w.cfg.Race.Forget(hostAddr(win), len(win))
+		}
+	}
+}
+
+// raceWindow is rank's window of d as this process maps it, nil if it is
+// not mapped here.
+func (w *Worker) raceWindow(d *Domain, rank, id int) []byte {
+	if rank >= len(d.ranks) || id >= len(w.chips) || w.chips[id] == nil {
+		return nil
+	}
+	cr := d.ranks[rank]
+	b, err := w.chips[id].Bytes(cr.WindowBase, cr.WindowSize)
+	if err != nil || len(b) == 0 {
+		return nil
+	}
+	return b
+}
+
+// HostView is worker's device memory [addr, addr+n) as this process maps
+// it, nil where it does not (a chip process, a remote node, a bad range):
+// the race detector's identity of those bytes.
+func (w *Worker) HostView(worker int, addr uint64, n int) []byte {
+	if w.chipProcs != nil || worker < 0 || worker >= len(w.chips) || w.chips[worker] == nil {
+		return nil
+	}
+	b, err := w.chips[worker].Bytes(addr, n)
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
+// raceNameHeap names a fresh run-heap block as unwritten.
+func (w *Worker) raceNameHeap(b *heapBlock, op string) {
+	if w.cfg.Race == nil {
+		return
+	}
+	mem := b.ring.seg.Mem[b.off : b.off+b.size]
+	w.cfg.Race.Name(hostAddr(mem), len(mem), fmt.Sprintf("run-heap block at %#x (%s)", b.addr, op), false)
+}
+
+// hostAddr is the address of b's first byte in this process: the identity
+// the detector keys bytes by.
+func hostAddr(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }

@@ -1,0 +1,89 @@
+package starlib
+
+import (
+	"unsafe"
+
+	"go.starlark.net/starlark"
+
+	"simpler/internal/race"
+)
+
+// The race detector (--race) sees a script through its threads: each
+// carries the detector's context of the code it runs (the orchestration's
+// on every thread a script makes, the task member's on a kernel's thread
+// while it runs one), and every builtin that touches memory reports the
+// bytes it read or wrote, with the thread's Starlark call stack.
+
+// raceKey is the thread-local holding a thread's *race.Ctx.
+const raceKey = "simpler.race"
+
+func bindRace(th *starlark.Thread, c *race.Ctx) {
+	if c != nil || th.Local(raceKey) != nil {
+		th.SetLocal(raceKey, c)
+	}
+}
+
+// raceOf is th's context, nil when --race is off.
+func raceOf(th *starlark.Thread) *race.Ctx {
+	if th == nil {
+		return nil
+	}
+	c, _ := th.Local(raceKey).(*race.Ctx)
+	return c
+}
+
+// stackOf is th's Starlark call stack, innermost call first, without the
+// builtins' own frames.
+func stackOf(th *starlark.Thread) race.Stack {
+	cs := th.CallStack()
+	st := make(race.Stack, 0, len(cs))
+	for i := len(cs) - 1; i >= 0; i-- {
+		f := cs[i]
+		if f.Pos.Filename() == "<builtin>" {
+			continue
+		}
+		st = append(st, race.Frame{Func: f.Name, Pos: f.Pos.String()})
+	}
+	return st
+}
+
+// touch reports th's access of kind k to mem, made by op.
+func touch(th *starlark.Thread, mem []byte, k race.Kind, op string) {
+	c := raceOf(th)
+	if c == nil || len(mem) == 0 {
+		return
+	}
+	c.Access(memAddr(mem), len(mem), k, op, stackOf(th))
+}
+
+// touch reports th's access of kind k to mem, part of t, made by op: an
+// atomic one if t is an as_atomic() view.
+func (t *Tensor) touch(th *starlark.Thread, mem []byte, k race.Kind, op string) {
+	if t.atomic {
+		switch k {
+		case race.Read:
+			k = race.AtomicRead
+		case race.Write:
+			k = race.AtomicWrite
+		}
+	}
+	touch(th, mem, k, op)
+}
+
+// tensorAsAtomic implements t.as_atomic(): the same memory, whose
+// accesses the race detector checks as atomic ones. It is the documented
+// way to say a concurrent access is deliberate (a flag polled in a loop):
+// atomic accesses never race with each other, and still race with plain
+// ones. Nothing changes without --race.
+func tensorAsAtomic(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	if err := noArgs("as_atomic", args, kw); err != nil {
+		return nil, err
+	}
+	t := *b.Receiver().(*Tensor)
+	t.atomic = true
+	return &t, nil
+}
+
+// memAddr is the address of mem's first byte in this process: the
+// identity the detector keys bytes by.
+func memAddr(mem []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(mem))) }
