@@ -5,6 +5,7 @@ import (
 
 	"go.starlark.net/starlark"
 
+	"simpler/engine"
 	"simpler/internal/race"
 )
 
@@ -57,8 +58,13 @@ func touch(th *starlark.Thread, mem []byte, k race.Kind, op string) {
 }
 
 // touch reports th's access of kind k to mem, part of t, made by op: an
-// atomic one if t is an as_atomic() view.
+// atomic one if t is an as_atomic() view. For a strided view mem is its
+// span, and only the bytes of its elements count (neighbouring column
+// blocks of one matrix do not touch), one contiguous run at a time.
 func (t *Tensor) touch(th *starlark.Thread, mem []byte, k race.Kind, op string) {
+	if raceOf(th) == nil {
+		return
+	}
 	if t.atomic {
 		switch k {
 		case race.Read:
@@ -67,7 +73,31 @@ func (t *Tensor) touch(th *starlark.Thread, mem []byte, k race.Kind, op string) 
 			k = race.AtomicWrite
 		}
 	}
-	touch(th, mem, k, op)
+	if t.t.Strides == nil {
+		touch(th, mem, k, op)
+		return
+	}
+	for _, r := range elementRuns(t.t) {
+		if r[1] <= len(mem) {
+			touch(th, mem[r[0]:r[1]], k, op)
+		}
+	}
+}
+
+// elementRuns is the byte ranges [lo, hi) of a strided view's elements
+// within its span, adjacent elements merged into one run.
+func elementRuns(t engine.Tensor) [][2]int {
+	es := t.DType.Size()
+	var runs [][2]int
+	eachElem(t.Shape, t.Strides, func(at int) {
+		lo := at * es
+		if n := len(runs); n > 0 && runs[n-1][1] == lo {
+			runs[n-1][1] = lo + es
+			return
+		}
+		runs = append(runs, [2]int{lo, lo + es})
+	})
+	return runs
 }
 
 // tensorAsAtomic implements t.as_atomic(): the same memory, whose

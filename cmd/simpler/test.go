@@ -32,6 +32,7 @@ type testOptions struct {
 	mode            string
 	loadPath        pathList
 	maxSteps        uint64
+	race            bool
 	runPattern      string
 	json            bool   // one JSON event per line instead of text
 	junit           string // also write a JUnit XML report to this file
@@ -54,6 +55,7 @@ func (o *testOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.mode, "mode", "thread", "--mode each script runs with; thread,process runs each in both and checks both against one golden file (`MODES`)")
 	fs.Var(&o.loadPath, "load-path", "--load-path `DIR` each script runs with (repeatable)")
 	fs.Uint64Var(&o.maxSteps, "max-steps", 0, "--max-steps `N` each script runs with; 0: no bound")
+	fs.BoolVar(&o.race, "race", false, "run each script with --race: a data race or deadlock it reports fails the script (its report and exit status 66 differ from the golden file)")
 	fs.BoolVar(&o.json, "json", false, "print one JSON event per line (run, output, pass, fail, skip), as go test -json does")
 	fs.StringVar(&o.junit, "junit", "", "also write a JUnit XML report to `FILE`, for CI systems")
 	fs.BoolVar(&o.failFast, "failfast", false, "start no script after the first failure (those running finish; the rest are reported as skipped)")
@@ -151,7 +153,7 @@ func parseTestFlags(args []string, stdout, stderr io.Writer) (opts *testOptions,
 	if opts.modes, err = testModes(opts.mode); err != nil {
 		return fail(err)
 	}
-	if opts.runArgs, err = scriptRunArgs(opts.platform, opts.devices, opts.loadPath, opts.maxSteps); err != nil {
+	if opts.runArgs, err = scriptRunArgs(opts.platform, opts.devices, opts.loadPath, opts.maxSteps, opts.race); err != nil {
 		return fail(err)
 	}
 	if opts.runPattern != "" {
@@ -238,7 +240,7 @@ func reportOutcome(w io.Writer, paint painter, o golden.Outcome, verbose, withMo
 // scriptRunArgs are the `simpler run` flags of every script but --mode
 // (each golden.Suite job adds its own). Each script runs in its own
 // directory, so a relative --load-path is made absolute here.
-func scriptRunArgs(platform, devices string, loadPath []string, maxSteps uint64) ([]string, error) {
+func scriptRunArgs(platform, devices string, loadPath []string, maxSteps uint64, race bool) ([]string, error) {
 	args := []string{"--platform", platform, "--devices", devices}
 	for _, dir := range loadPath {
 		abs, err := filepath.Abs(dir)
@@ -252,6 +254,9 @@ func scriptRunArgs(platform, devices string, loadPath []string, maxSteps uint64)
 	}
 	if maxSteps > 0 {
 		args = append(args, "--max-steps", strconv.FormatUint(maxSteps, 10))
+	}
+	if race {
+		args = append(args, "--race")
 	}
 	return args, nil
 }

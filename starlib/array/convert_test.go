@@ -37,19 +37,19 @@ func TestFromValueInfersDType(t *testing.T) {
 		{starlark.Tuple{starlark.Tuple{}, starlark.Tuple{}}, "array([[], []], dtype=float32)"},
 		{list(), "array([], dtype=float32)"},
 	} {
-		a, err := FromValue(c.v, dtype.Invalid, nil)
+		a, err := FromValue(nil, c.v, dtype.Invalid, nil)
 		if err != nil {
-			t.Errorf("FromValue(%s): %v", c.v, err)
+			t.Errorf("FromValue(nil, %s): %v", c.v, err)
 			continue
 		}
 		if got := a.String(); got != c.want {
-			t.Errorf("FromValue(%s) = %s, want %s", c.v, got, c.want)
+			t.Errorf("FromValue(nil, %s) = %s, want %s", c.v, got, c.want)
 		}
 	}
 }
 
 func TestFromValueWithDTypeAndShape(t *testing.T) {
-	a, err := FromValue(ints(1, 2, 3, 4, 5, 6), dtype.Float16, []int{2, 3})
+	a, err := FromValue(nil, ints(1, 2, 3, 4, 5, 6), dtype.Float16, []int{2, 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestFromValueWithDTypeAndShape(t *testing.T) {
 		t.Errorf("got %s", got)
 	}
 	// A number fills the shape.
-	a, err = FromValue(starlark.Float(0.1), dtype.Float16, []int{3})
+	a, err = FromValue(nil, starlark.Float(0.1), dtype.Float16, []int{3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,25 +67,25 @@ func TestFromValueWithDTypeAndShape(t *testing.T) {
 		}
 	}
 	// A number without a dtype is INT32, FLOAT32 or BOOL.
-	a, err = FromValue(starlark.MakeInt(7), dtype.Invalid, []int{})
+	a, err = FromValue(nil, starlark.MakeInt(7), dtype.Invalid, []int{})
 	if err != nil || a.String() != "array(7, dtype=int32)" {
-		t.Errorf("FromValue(7, Invalid, []) = %v, %v", a, err)
+		t.Errorf("FromValue(nil, 7, Invalid, []) = %v, %v", a, err)
 	}
 	// Bytes need a dtype; without a shape they are 1-D.
-	a, err = FromValue(starlark.Bytes("\x01\x00\xff\xff"), dtype.Int16, nil)
+	a, err = FromValue(nil, starlark.Bytes("\x01\x00\xff\xff"), dtype.Int16, nil)
 	if err != nil || a.String() != "array([1, -1], dtype=int16)" {
-		t.Errorf("FromValue(bytes, INT16) = %v, %v", a, err)
+		t.Errorf("FromValue(nil, bytes, INT16) = %v, %v", a, err)
 	}
 	// Ints stored into a narrow kind wrap; floats truncate.
-	a, err = FromValue(list(starlark.MakeInt(300), starlark.Float(-2.7)), dtype.Int8, nil)
+	a, err = FromValue(nil, list(starlark.MakeInt(300), starlark.Float(-2.7)), dtype.Int8, nil)
 	if err != nil || a.String() != "array([44, -2], dtype=int8)" {
-		t.Errorf("FromValue([300, -2.7], INT8) = %v, %v", a, err)
+		t.Errorf("FromValue(nil, [300, -2.7], INT8) = %v, %v", a, err)
 	}
 }
 
 func TestFromValueArrayIsCopiedConvertedReshaped(t *testing.T) {
-	src, _ := FromValue(ints(1, 2, 3, 4), dtype.Invalid, nil)
-	same, err := FromValue(src, dtype.Invalid, nil)
+	src, _ := FromValue(nil, ints(1, 2, 3, 4), dtype.Invalid, nil)
+	same, err := FromValue(nil, src, dtype.Invalid, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,14 +93,14 @@ func TestFromValueArrayIsCopiedConvertedReshaped(t *testing.T) {
 	if src.Float(0) != 1 {
 		t.Errorf("FromValue shares storage: source element 0 became %v", src.Float(0))
 	}
-	c, err := FromValue(src, dtype.Float32, []int{2, 2})
+	c, err := FromValue(nil, src, dtype.Float32, []int{2, 2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := c.String(); got != "array([[1.0, 2.0], [3.0, 4.0]], dtype=float32)" {
 		t.Errorf("converted = %s", got)
 	}
-	_, err = FromValue(src, dtype.Invalid, []int{3})
+	_, err = FromValue(nil, src, dtype.Invalid, []int{3})
 	wantErr(t, err, "ValueError: cannot reshape an array of shape (4,) (4 elements) into shape (3,) (3 elements)")
 }
 
@@ -114,17 +114,17 @@ func (f *fakeTensor) Type() string          { return "Tensor" }
 func (f *fakeTensor) Freeze()               {}
 func (f *fakeTensor) Truth() starlark.Bool  { return true }
 func (f *fakeTensor) Hash() (uint32, error) { return 0, nil }
-func (f *fakeTensor) ReadArray() (*Array, error) {
+func (f *fakeTensor) ReadArray(*starlark.Thread) (*Array, error) {
 	return f.a, f.err
 }
 
 func TestFromValueReader(t *testing.T) {
-	src, _ := FromValue(ints(5, 6), dtype.Invalid, nil)
-	a, err := FromValue(&fakeTensor{a: src}, dtype.Int8, nil)
+	src, _ := FromValue(nil, ints(5, 6), dtype.Invalid, nil)
+	a, err := FromValue(nil, &fakeTensor{a: src}, dtype.Int8, nil)
 	if err != nil || a.String() != "array([5, 6], dtype=int8)" {
-		t.Errorf("FromValue(reader) = %v, %v", a, err)
+		t.Errorf("FromValue(nil, reader) = %v, %v", a, err)
 	}
-	_, err = FromValue(&fakeTensor{err: fmt.Errorf("RuntimeError: device gone")}, dtype.Invalid, nil)
+	_, err = FromValue(nil, &fakeTensor{err: fmt.Errorf("RuntimeError: device gone")}, dtype.Invalid, nil)
 	wantErr(t, err, "RuntimeError: device gone")
 }
 
@@ -146,7 +146,7 @@ func TestFromValueErrors(t *testing.T) {
 		{starlark.String("abc"), dtype.Invalid, nil, "TypeError: cannot make an array from string"},
 		{list(starlark.MakeInt(1).Lsh(70)), dtype.Invalid, nil, "ValueError: int 1180591620717411303424 does not fit in 64 bits"},
 	} {
-		_, err := FromValue(c.v, c.dt, c.shape)
+		_, err := FromValue(nil, c.v, c.dt, c.shape)
 		wantErr(t, err, c.want)
 	}
 }
@@ -201,54 +201,54 @@ func TestAllClose(t *testing.T) {
 		}
 		return starlark.NewList(l)
 	}
-	ok, msg, err := AllClose(f(1, 2, 3), f(1, 2.00001, 3), 1e-5, 1e-8)
+	ok, msg, err := AllClose(nil, f(1, 2, 3), f(1, 2.00001, 3), 1e-5, 1e-8)
 	if !ok || msg != "" || err != nil {
 		t.Errorf("close lists: %v %q %v", ok, msg, err)
 	}
 	// An int array against a float list compares values, not dtypes.
-	a, _ := FromValue(ints(1, 2, 3, 4), dtype.Int32, []int{2, 2})
-	ok, _, err = AllClose(a, list(f(1, 2), f(3, 4)), 0, 0)
+	a, _ := FromValue(nil, ints(1, 2, 3, 4), dtype.Int32, []int{2, 2})
+	ok, _, err = AllClose(nil, a, list(f(1, 2), f(3, 4)), 0, 0)
 	if !ok || err != nil {
 		t.Errorf("int array vs equal float list: %v %v", ok, err)
 	}
-	ok, msg, _ = AllClose(a, list(f(1, 2), f(3.5, 5)), 0.1, 0)
+	ok, msg, _ = AllClose(nil, a, list(f(1, 2), f(3.5, 5)), 0.1, 0)
 	want := "2 of 4 elements not close (rtol=0.1, atol=0): first at index [1, 0]: actual 3 vs expected 3.5; max abs diff 1"
 	if ok || msg != want {
 		t.Errorf("mismatch: ok=%v msg=%q, want %q", ok, msg, want)
 	}
-	ok, msg, _ = AllClose(a, f(1, 2, 3, 4), 1, 1)
+	ok, msg, _ = AllClose(nil, a, f(1, 2, 3, 4), 1, 1)
 	if ok || msg != "shape mismatch: actual (2, 2) vs expected (4,)" {
 		t.Errorf("shape mismatch: ok=%v msg=%q", ok, msg)
 	}
-	ok, msg, _ = AllClose(f(math.NaN()), f(math.NaN()), 1, 1)
+	ok, msg, _ = AllClose(nil, f(math.NaN()), f(math.NaN()), 1, 1)
 	if ok || !strings.Contains(msg, "actual nan vs expected nan") {
 		t.Errorf("NaN is close to NaN: ok=%v msg=%q", ok, msg)
 	}
-	ok, _, _ = AllClose(f(math.Inf(1)), f(math.Inf(1)), 0, 0)
+	ok, _, _ = AllClose(nil, f(math.Inf(1)), f(math.Inf(1)), 0, 0)
 	if !ok {
 		t.Errorf("inf is not close to inf")
 	}
 	// atol alone admits small differences; rtol scales with |expected|.
-	if ok, _, _ = AllClose(f(0.5), f(0), 0, 0.5); !ok {
+	if ok, _, _ = AllClose(nil, f(0.5), f(0), 0, 0.5); !ok {
 		t.Errorf("|0.5-0| <= atol 0.5 rejected")
 	}
-	if ok, _, _ = AllClose(f(110), f(100), 0.1, 0); !ok {
+	if ok, _, _ = AllClose(nil, f(110), f(100), 0.1, 0); !ok {
 		t.Errorf("|110-100| <= 0.1*100 rejected")
 	}
-	if ok, _, _ = AllClose(f(100), f(110), 0.05, 0); ok {
+	if ok, _, _ = AllClose(nil, f(100), f(110), 0.05, 0); ok {
 		t.Errorf("|100-110| > 0.05*110 accepted")
 	}
-	if ok, _, _ = AllClose(f(1e30), f(math.Inf(1)), 1, 1); ok {
+	if ok, _, _ = AllClose(nil, f(1e30), f(math.Inf(1)), 1, 1); ok {
 		t.Errorf("a finite value is close to inf")
 	}
 	// A number compares against every element.
-	if ok, msg, _ = AllClose(f(0, 0.5), starlark.Float(0), 0, 0.1); ok || msg !=
+	if ok, msg, _ = AllClose(nil, f(0, 0.5), starlark.Float(0), 0, 0.1); ok || msg !=
 		"1 of 2 elements not close (rtol=0, atol=0.1): first at index [1]: actual 0.5 vs expected 0.0; max abs diff 0.5" {
 		t.Errorf("list vs number: ok=%v msg=%q", ok, msg)
 	}
-	if ok, _, _ = AllClose(starlark.MakeInt(2), f(2, 2), 0, 0); !ok {
+	if ok, _, _ = AllClose(nil, starlark.MakeInt(2), f(2, 2), 0, 0); !ok {
 		t.Errorf("2 is not close to [2.0, 2.0]")
 	}
-	_, _, err = AllClose(starlark.String("x"), f(1), 0, 0)
+	_, _, err = AllClose(nil, starlark.String("x"), f(1), 0, 0)
 	wantErr(t, err, "TypeError: cannot make an array from string")
 }

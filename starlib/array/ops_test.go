@@ -116,8 +116,8 @@ func TestIntOpsMatchReference(t *testing.T) {
 }
 
 func TestUint64DividesUnsigned(t *testing.T) {
-	x, _ := FromValue(list(starlark.MakeUint64(math.MaxUint64), starlark.MakeUint64(1<<63+7)), dtype.UInt64, nil)
-	y, _ := FromValue(list(starlark.MakeUint64(1<<63), starlark.MakeInt(10)), dtype.UInt64, nil)
+	x, _ := FromValue(nil, list(starlark.MakeUint64(math.MaxUint64), starlark.MakeUint64(1<<63+7)), dtype.UInt64, nil)
+	y, _ := FromValue(nil, list(starlark.MakeUint64(1<<63), starlark.MakeInt(10)), dtype.UInt64, nil)
 	q := apply(t, syntax.SLASHSLASH, x, y)
 	m := apply(t, syntax.PERCENT, x, y)
 	if uint64(q.n[0]) != 1 || uint64(q.n[1]) != (1<<63+7)/10 {
@@ -133,7 +133,7 @@ func TestUint64DividesUnsigned(t *testing.T) {
 }
 
 func TestIntWithFloatIsFloat32(t *testing.T) {
-	x, _ := FromValue(ints(1, 2, 3), dtype.Int8, nil)
+	x, _ := FromValue(nil, ints(1, 2, 3), dtype.Int8, nil)
 	z := apply(t, syntax.STAR, starlark.Float(0.5), x)
 	if z.DType() != dtype.Float32 || z.String() != "array([0.5, 1.0, 1.5], dtype=float32)" {
 		t.Errorf("0.5 * int8 = %s", z)
@@ -182,12 +182,12 @@ func TestMatmulFloat32(t *testing.T) {
 }
 
 func TestUnaryAndIteration(t *testing.T) {
-	x, _ := FromValue(list(starlark.MakeInt(-128), starlark.MakeInt(5)), dtype.Int8, nil)
+	x, _ := FromValue(nil, list(starlark.MakeInt(-128), starlark.MakeInt(5)), dtype.Int8, nil)
 	neg, err := starlark.Unary(syntax.MINUS, x)
 	if err != nil || neg.String() != "array([-128, -5], dtype=int8)" {
 		t.Errorf("-x = %v, %v", neg, err)
 	}
-	scalar, _ := FromValue(starlark.Float(2.5), dtype.Float32, []int{})
+	scalar, _ := FromValue(nil, starlark.Float(2.5), dtype.Float32, []int{})
 	var got []string
 	for v := range starlark.Elements(scalar) {
 		got = append(got, v.String())

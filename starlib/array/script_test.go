@@ -299,7 +299,7 @@ func TestScriptErrors(t *testing.T) {
 // and every step, except mixed-sign bound pairs (see Array.Slice).
 func TestSliceMatchesPython(t *testing.T) {
 	env := predeclared()
-	a, err := FromValue(ints(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11), dtype.Int32, []int{3, 4})
+	a, err := FromValue(nil, ints(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11), dtype.Int32, []int{3, 4})
 	if err != nil {
 		t.Fatal(err)
 	}
