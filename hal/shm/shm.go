@@ -219,7 +219,9 @@ func createHeld(name string, size int) (*Segment, error) {
 	if err != nil {
 		return fail("map", err)
 	}
-	return &Segment{Name: name, Mem: mem, owner: true, dev: st.Dev, ino: st.Ino}, nil
+	s := &Segment{Name: name, Mem: mem, owner: true, dev: st.Dev, ino: st.Ino}
+	s.listMapping()
+	return s, nil
 }
 
 // reserve takes the object's pages from the device now. A tmpfs object
@@ -337,7 +339,9 @@ func mapChecked(fd int, st unix.Stat_t, name string, size int) (*Segment, error)
 	if err != nil {
 		return nil, fmt.Errorf("shm: map %s: %w", name, err)
 	}
-	return &Segment{Name: name, Mem: mem, dev: st.Dev, ino: st.Ino}, nil
+	s := &Segment{Name: name, Mem: mem, dev: st.Dev, ino: st.Ino}
+	s.listMapping()
+	return s, nil
 }
 
 // Reopen returns a new descriptor of the object behind s, which this
@@ -385,6 +389,7 @@ func (s *Segment) Close() error {
 	}
 	s.closed = true
 	var first error
+	s.unlistMapping()
 	if err := unix.Munmap(s.Mem); err != nil {
 		first = fmt.Errorf("shm: unmap %s: %w", s.Name, err)
 	}

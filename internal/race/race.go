@@ -100,6 +100,7 @@ type Ctx struct {
 	rank string // "rank 1 of domain \"pair\"", once the context opened a comm
 	wait *Wait  // what it is blocked in, nil when it runs
 	done bool
+	rec  *recorder // a context that records for another process (NewRecorder)
 }
 
 // Who is what reports say of c.
@@ -127,6 +128,7 @@ type Detector struct {
 	races   int
 	uninit  int
 	dropped bool // some access history was dropped for its bound
+	cut     bool // a child process's access log was cut at its bound
 }
 
 // New returns a detector that writes its reports to out.
@@ -251,6 +253,10 @@ func (c *Ctx) hb(a *access) bool {
 
 // SetRank records which rank of which domain c runs as, for reports.
 func (c *Ctx) SetRank(desc string) {
+	if c.rec != nil {
+		c.rec.add(event{kind: evRank, desc: desc})
+		return
+	}
 	c.d.mu.Lock()
 	defer c.d.mu.Unlock()
 	if c.rank == "" {
@@ -283,6 +289,7 @@ func (d *Detector) Name(lo uintptr, n int, what string, written bool) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	lo = canon(lo, 0)
 	hi := lo + uintptr(n)
 	d.dropRegions(lo, hi)
 	i := sort.Search(len(d.regions), func(i int) bool { return d.regions[i].lo >= lo })
@@ -303,6 +310,7 @@ func (d *Detector) Forget(lo uintptr, n int) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	lo = canon(lo, 0)
 	hi := lo + uintptr(n)
 	d.dropRegions(lo, hi)
 	d.forget(lo, hi)
@@ -341,9 +349,14 @@ func (c *Ctx) Access(lo uintptr, n int, k Kind, op string, st Stack) {
 	if n <= 0 {
 		return
 	}
+	if c.rec != nil {
+		c.rec.add(event{kind: evAccess, key: c.rec.canon(lo), n: n, k: k, op: op, st: st})
+		return
+	}
 	d := c.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	lo = canon(lo, 0)
 	d.access(c, lo, lo+uintptr(n), k, op, st)
 }
 

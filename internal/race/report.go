@@ -66,6 +66,9 @@ func (d *Detector) report(a, e *access, g *seg) {
 	if d.dropped {
 		b.WriteString("(Older accesses of some bytes were dropped for the history's bound: a race with one of them is not reported.)\n")
 	}
+	if d.cut {
+		b.WriteString("(A child process's access log was cut at its bound: the accesses past it were not checked.)\n")
+	}
 	b.WriteString("==================\n")
 	d.emit(b.String())
 }

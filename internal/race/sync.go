@@ -26,6 +26,13 @@ const maxSignalHistory = 16
 // them), for a set it replaces them. do runs under the detector's lock,
 // so the value and the record cannot be torn apart by another notify.
 func (c *Ctx) Notify(addr uintptr, width int, add bool, op string, st Stack, do func() (int64, error)) error {
+	if c.rec != nil {
+		v, err := do()
+		if err == nil {
+			c.rec.add(event{kind: evNotify, key: c.rec.canon(addr), width: width, add: add, value: v, op: op, st: st})
+		}
+		return err
+	}
 	d := c.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -33,11 +40,17 @@ func (c *Ctx) Notify(addr uintptr, width int, add bool, op string, st Stack, do 
 	if err != nil {
 		return err
 	}
-	d.access(c, addr, addr+uintptr(width), AtomicWrite, op, st)
-	s := d.signals[addr]
+	d.notified(c, canon(addr, 0), width, add, v, op, st)
+	return nil
+}
+
+// notified records c's notify of the word at key, which left v in it.
+func (d *Detector) notified(c *Ctx, key uintptr, width int, add bool, v int64, op string, st Stack) {
+	d.access(c, key, key+uintptr(width), AtomicWrite, op, st)
+	s := d.signals[key]
 	if s == nil {
 		s = &signal{}
-		d.signals[addr] = s
+		d.signals[key] = s
 	}
 	clk := c.vc.copy()
 	if n := len(s.hist); add && n > 0 {
@@ -48,27 +61,42 @@ func (c *Ctx) Notify(addr uintptr, width int, add bool, op string, st Stack, do 
 		s.hist = s.hist[1:]
 	}
 	c.tick()
-	return nil
 }
 
 // Waited records that c's wait on the word at addr ended observing got:
 // an atomic read, after which c acquires the notify that left got there
 // (the newest one that did).
 func (c *Ctx) Waited(addr uintptr, width int, got int64, op string, st Stack) {
+	if c.rec != nil {
+		c.rec.add(event{kind: evWaited, key: c.rec.canon(addr), width: width, value: got, op: op, st: st})
+		return
+	}
 	d := c.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.access(c, addr, addr+uintptr(width), AtomicRead, op, st)
-	s := d.signals[addr]
+	d.waited(c, canon(addr, 0), width, got, op, st)
+}
+
+func (d *Detector) waited(c *Ctx, key uintptr, width int, got int64, op string, st Stack) {
+	d.access(c, key, key+uintptr(width), AtomicRead, op, st)
+	if h := d.notifyOf(key, got); h != nil {
+		c.vc.join(&h.clk)
+	}
+}
+
+// notifyOf is the newest notify that left v in the word at key, nil if
+// none the detector remembers did.
+func (d *Detector) notifyOf(key uintptr, v int64) *sigWrite {
+	s := d.signals[key]
 	if s == nil {
-		return
+		return nil
 	}
 	for i := len(s.hist) - 1; i >= 0; i-- {
-		if s.hist[i].value == got {
-			c.vc.join(&s.hist[i].clk)
-			return
+		if s.hist[i].value == v {
+			return &s.hist[i]
 		}
 	}
+	return nil
 }
 
 // plainWrite forgets the notifies of signal words a plain store of [lo,
@@ -108,9 +136,17 @@ type barrierRound struct {
 // its next barrier, and returns the round; Leave follows once the barrier
 // passed.
 func (c *Ctx) Arrive(dom string, rank, size int) int {
+	if c.rec != nil {
+		c.rec.add(event{kind: evArrive, dom: dom, rank: rank, size: size})
+		return 0
+	}
 	d := c.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	return d.arrive(c, dom, rank, size)
+}
+
+func (d *Detector) arrive(c *Ctx, dom string, rank, size int) int {
 	rk := rankKey{dom, rank}
 	round := d.counts[rk]
 	d.counts[rk] = round + 1
@@ -131,9 +167,17 @@ func (c *Ctx) Arrive(dom string, rank, size int) int {
 // Leave orders what c does next after everything every rank did before
 // arriving at round.
 func (c *Ctx) Leave(dom string, round int) {
+	if c.rec != nil {
+		c.rec.add(event{kind: evLeave, dom: dom})
+		return
+	}
 	d := c.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.leave(c, dom, round)
+}
+
+func (d *Detector) leave(c *Ctx, dom string, round int) {
 	k := barrierKey{dom, round}
 	b := d.bars[k]
 	if b == nil {

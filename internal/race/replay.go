@@ -1,0 +1,118 @@
+package race
+
+import "fmt"
+
+// Replay checks what the members of one task recorded in other processes
+// (logs[i] is what ctxs[i] did) as though they had run here, in an order
+// their synchronisation allows: a wait's observation is replayed after
+// the notify that left its value, a barrier's departure after every
+// rank's arrival. So the report is the one thread mode gives for the
+// same program. Replay runs once every member has ended, before their
+// end clocks are taken.
+func (d *Detector) Replay(ctxs []*Ctx, logs []*RecordedLog) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	r := &replay{d: d, logs: logs, pos: make([]int, len(logs)), rounds: make([]map[string]int, len(logs))}
+	for i := range r.rounds {
+		r.rounds[i] = map[string]int{}
+		if logs[i].Truncated && !d.cut {
+			d.cut = true
+			d.emit(fmt.Sprintf("simpler: --race: the access log of %s was cut at its bound (%d events): what it did past that was not checked\n", ctxs[i].desc(), maxLogEvents))
+		}
+	}
+	for r.left() {
+		if !r.pass(ctxs) {
+			r.force(ctxs) // nothing may go by the rules (a log was cut): take the first step left
+		}
+	}
+}
+
+// replay is the state of one Replay: where each member's log is, and the
+// barrier round each member's last arrival got, by domain.
+type replay struct {
+	d      *Detector
+	logs   []*RecordedLog
+	pos    []int
+	rounds []map[string]int
+}
+
+func (r *replay) left() bool {
+	for i, l := range r.logs {
+		if r.pos[i] < len(l.events) {
+			return true
+		}
+	}
+	return false
+}
+
+// pass replays, member by member, every step that may go now, and
+// reports whether any did.
+func (r *replay) pass(ctxs []*Ctx) bool {
+	moved := false
+	for i, l := range r.logs {
+		for r.pos[i] < len(l.events) && r.ready(i, &l.events[r.pos[i]]) {
+			r.step(ctxs[i], i, &l.events[r.pos[i]])
+			r.pos[i]++
+			moved = true
+		}
+	}
+	return moved
+}
+
+func (r *replay) force(ctxs []*Ctx) {
+	for i, l := range r.logs {
+		if r.pos[i] < len(l.events) {
+			r.step(ctxs[i], i, &l.events[r.pos[i]])
+			r.pos[i]++
+			return
+		}
+	}
+}
+
+// ready reports whether member i's next step e may be replayed now.
+func (r *replay) ready(i int, e *event) bool {
+	switch e.kind {
+	case evWaited:
+		return r.d.notifyOf(e.key, e.value) != nil || !r.pendingNotify(i, e.key, e.value)
+	case evLeave:
+		b := r.d.bars[barrierKey{e.dom, r.rounds[i][e.dom]}]
+		return b == nil || b.count == len(b.arrived)
+	}
+	return true
+}
+
+// pendingNotify reports whether a member other than i has yet to replay a
+// notify that leaves v in the word at key.
+func (r *replay) pendingNotify(i int, key uintptr, v int64) bool {
+	for j, l := range r.logs {
+		if j == i {
+			continue
+		}
+		for _, e := range l.events[r.pos[j]:] {
+			if e.kind == evNotify && e.key == key && e.value == v {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (r *replay) step(c *Ctx, i int, e *event) {
+	d := r.d
+	switch e.kind {
+	case evAccess:
+		d.access(c, e.key, e.key+uintptr(e.n), e.k, e.op, e.st)
+	case evNotify:
+		d.notified(c, e.key, e.width, e.add, e.value, e.op, e.st)
+	case evWaited:
+		d.waited(c, e.key, e.width, e.value, e.op, e.st)
+	case evArrive:
+		r.rounds[i][e.dom] = d.arrive(c, e.dom, e.rank, e.size)
+	case evLeave:
+		d.leave(c, e.dom, r.rounds[i][e.dom])
+	case evRank:
+		if c.rank == "" {
+			c.rank = e.desc
+		}
+	}
+}
