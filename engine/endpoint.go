@@ -40,9 +40,12 @@ type loopEndpoint struct {
 	local any // the binding's per-endpoint state (a Starlark thread)
 	// inProc: what it runs runs on this goroutine (thread mode), so the
 	// race detector sees it as a context of its own (raceCtx, while it
-	// runs); otherwise a process runs it and checks it itself.
-	inProc  bool
-	raceCtx *race.Ctx
+	// runs). recorded: a chip's or SUB worker's process runs it and
+	// records it for the detector (raceLog); a node's process checks
+	// what it runs itself.
+	inProc, recorded bool
+	raceCtx          *race.Ctx
+	raceLog          []byte
 	chip    ChipCtx // reused by every kernel this endpoint runs
 	out     []Assignment
 	wg      *sync.WaitGroup
@@ -89,12 +92,18 @@ func (e *loopEndpoint) loop() {
 		var rc *race.Ctx
 		if e.stop.begin(memberKey{a.Task, a.Member}) {
 			e.w.started(a)
-			if e.inProc {
+			if e.inProc || e.recorded {
 				rc = e.w.raceStart(a)
 				e.raceCtx = rc
 			}
 			err = e.runSafely(a)
-			e.w.raceFinish(a, rc)
+			if !e.recorded {
+				e.w.raceFinish(a, rc)
+			}
+		}
+		if e.recorded {
+			e.w.raceReplay(a, rc, e.raceLog)
+			e.raceLog = nil
 		}
 		if after := e.w.completed(a, err, &e.out); after != nil {
 			after()
@@ -331,11 +340,13 @@ func (w *Worker) startEndpoints() {
 		}
 		e := w.loop(w.nextRunner())
 		e.inProc = w.chipProcs == nil && w.nodeProcs == nil
+		e.recorded = w.chipProcs != nil
 		w.next = append(w.next, e)
 	}
 	for range w.cfg.NumSubWorkers {
 		e := w.loop(w.subRunner())
 		e.inProc = w.subProcs == nil
+		e.recorded = w.subProcs != nil
 		w.subs = append(w.subs, e)
 	}
 }
@@ -354,8 +365,12 @@ func (w *Worker) loop(run func(e *loopEndpoint, a Assignment) error) *loopEndpoi
 func (w *Worker) nextRunner() func(e *loopEndpoint, a Assignment) error {
 	switch {
 	case w.chipProcs != nil:
-		return func(e *loopEndpoint, a Assignment) error {
+		return func(e *loopEndpoint, a Assignment) (err error) {
 			t := a.Task
+			if e.raceCtx != nil {
+				e.raceLog, err = w.chipProcs[a.Target].RunRecorded(t.handle, &t.args[a.Member], &e.stop)
+				return err
+			}
 			return w.chipProcs[a.Target].Run(t.handle, &t.args[a.Member], nil, &e.stop)
 		}
 	case w.nodeProcs != nil:
@@ -392,8 +407,12 @@ func (w *Worker) runChild(e *loopEndpoint, a Assignment) error {
 // subRunner is how a SUB slot runs a task: in its process, or here.
 func (w *Worker) subRunner() func(e *loopEndpoint, a Assignment) error {
 	if w.subProcs != nil {
-		return func(e *loopEndpoint, a Assignment) error {
+		return func(e *loopEndpoint, a Assignment) (err error) {
 			t := a.Task
+			if e.raceCtx != nil {
+				e.raceLog, err = w.subProcs[a.Target].RunRecorded(t.handle, &t.args[a.Member], &e.stop)
+				return err
+			}
 			return w.subProcs[a.Target].Run(t.handle, &t.args[a.Member], nil, &e.stop)
 		}
 	}

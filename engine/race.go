@@ -37,6 +37,12 @@ type raceTask struct {
 	submit race.Clock
 	after  []*Task // producers upstream's rules order it after
 	end    race.Clock
+
+	// A member that ran in a process: its context and log, kept until
+	// every member has ended, then replayed together (raceReplay).
+	ctxs  []*race.Ctx
+	logs  []*race.RecordedLog
+	ended int
 }
 
 // raceBegin readies run r for the detector, submitted from ctx (nil: the
@@ -144,6 +150,54 @@ func (w *Worker) raceFinish(a Assignment, c *race.Ctx) {
 	rt.end = race.Join(rt.end, end)
 	r.race.end = race.Join(r.race.end, end)
 	r.race.mu.Unlock()
+}
+
+// raceReplay ends member a, which ran as c in a chip's or SUB worker's
+// process and recorded log there. The members of a task synchronise with
+// each other (notify/wait, barriers), so their logs are replayed together
+// once the last one ends, before its completion is passed on.
+//
+// A member stopped before it started (c nil) counts as ended, with
+// nothing to replay.
+func (w *Worker) raceReplay(a Assignment, c *race.Ctx, log []byte) {
+	if w.cfg.Race == nil {
+		return
+	}
+	l, err := race.DecodeLog(log)
+	if err != nil {
+		l = &race.RecordedLog{} // a failed member sends none; a bad log is checked as empty, and said
+		if c != nil && len(log) > 0 {
+			w.cfg.Race.Note(fmt.Sprintf("the access log of member %d of task %d could not be read (%v): its accesses were not checked", a.Member, a.Task.ID, err))
+		}
+	}
+	r := a.Task.run
+	r.race.mu.Lock()
+	rt := r.race.tasks[a.Task]
+	if rt.ctxs == nil {
+		rt.ctxs = make([]*race.Ctx, len(a.Task.args))
+		rt.logs = make([]*race.RecordedLog, len(a.Task.args))
+	}
+	rt.ctxs[a.Member], rt.logs[a.Member] = c, l
+	rt.ended++
+	last := rt.ended == len(rt.ctxs)
+	ctxs, logs := rt.ctxs, rt.logs
+	r.race.mu.Unlock()
+	if !last {
+		return
+	}
+	var live []*race.Ctx
+	var theirs []*race.RecordedLog
+	for m, c := range ctxs {
+		if c != nil { // a member stopped before it started has no context
+			live, theirs = append(live, c), append(theirs, logs[m])
+		}
+	}
+	w.cfg.Race.Replay(live, theirs)
+	for m, c := range ctxs {
+		if c != nil {
+			w.raceFinish(Assignment{Task: a.Task, Member: m}, c)
+		}
+	}
 }
 
 // racePrev is the end of every run of w that is done: a run's tasks

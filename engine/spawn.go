@@ -69,6 +69,10 @@ type Process interface {
 	// StopGrace. A process an earlier stop or a health probe had to kill
 	// is started again first, in place.
 	Run(h *Handle, args *TaskArgs, cfg *CallConfig, stop *Stopper) error
+	// RunRecorded is Run for a chip's or a SUB worker's member under
+	// --race: the process records the member's accesses and
+	// synchronisation and returns the log (race.DecodeLog).
+	RunRecorded(h *Handle, args *TaskArgs, stop *Stopper) ([]byte, error)
 	// Register ships a callable by module and name (Locatable).
 	Register(c Callable) error
 	// Kill ends the process at once, so that whatever waits on it returns.

@@ -79,15 +79,15 @@ func (c *Comm) raceBarrier(th *starlark.Thread) func(error) {
 	}
 }
 
-// domainKey names this allocation of the domain for the detector: where
-// rank 0's window lies in this process, which no other live domain
-// shares, with the allocation's id and name, which tell apart the
+// domainKey names this allocation of the domain for the detector: rank
+// 0's window as every process knows it (race.Key), which no other live
+// domain shares, with the allocation's id and name, which tell apart the
 // domains that reuse one window's memory one after another.
 func (c *Comm) domainKey() string {
 	var at uintptr
 	if base, err := c.v.Base(0); err == nil {
 		if b, err := c.chip.ctx.Chip.Bytes(base, 1); err == nil {
-			at = memAddr(b)
+			at = race.Key(memAddr(b))
 		}
 	}
 	return fmt.Sprintf("%#x/%d/%s", at, c.v.AllocationID(), c.v.Name())

@@ -112,7 +112,14 @@ type MailboxTask struct {
 	Config  CallConfig
 	Tensors []MailboxTensor
 	Scalars []uint64
+	// Race asks the child to record the member's accesses and
+	// synchronisation for the parent's race detector (--race): the OK
+	// reply then carries the log, a blob of at most MaxRaceLog bytes.
+	Race bool
 }
+
+// MaxRaceLog bounds the access log in a task's reply.
+const MaxRaceLog = 1 << 20
 
 // Encode writes the task request.
 func (t *MailboxTask) Encode(e *Encoder) {
@@ -136,6 +143,7 @@ func (t *MailboxTask) Encode(e *Encoder) {
 		}
 	}
 	encodeScalars(e, t.Scalars)
+	e.Bool(t.Race)
 }
 
 // DecodeMailboxTask reads a task request.
@@ -155,6 +163,7 @@ func DecodeMailboxTask(b []byte) (MailboxTask, error) {
 		t.Tensors = append(t.Tensors, decodeMailboxTensor(d, i))
 	}
 	t.Scalars = decodeScalars(d)
+	t.Race = d.Bool()
 	if err := d.Finish(); err != nil {
 		return MailboxTask{}, err
 	}

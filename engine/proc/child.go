@@ -15,6 +15,7 @@ import (
 	"simpler/internal/bounds"
 	"simpler/internal/futex"
 	"simpler/internal/orphan"
+	"simpler/internal/race"
 	"simpler/wire"
 )
 
@@ -237,13 +238,17 @@ func (c *child) task(req []byte) ([]byte, error) {
 	if fn == nil {
 		return nil, engine.Errorf(engine.RuntimeError, "callable %s is not registered in this child", m.Digest)
 	}
+	var rec *race.Ctx // records the member for the parent's --race
+	if m.Race && c.role != roleNode {
+		rec = race.NewRecorder(race.PrivateTag(int(c.role)<<10 | c.workerID))
+	}
 	switch {
 	case op == opRunChip && c.role == roleChip:
 		k, isKernel := fn.(engine.ChipKernel)
 		if !isKernel {
 			return nil, engine.Errorf(engine.TypeError, "%q cannot run as a chip kernel", fn.Name())
 		}
-		c.chipCtx = engine.ChipCtx{WorkerID: c.workerID, Chip: c.chip, Local: &c.local, Stop: &c.taskStop}
+		c.chipCtx = engine.ChipCtx{WorkerID: c.workerID, Chip: c.chip, Local: &c.local, Stop: &c.taskStop, Race: rec}
 		err = engine.RunChipKernel(&c.chipCtx, k, args)
 	case op == opRunOrch && c.role == roleNode:
 		oc, isOrch := fn.(engine.OrchCallable)
@@ -259,12 +264,15 @@ func (c *child) task(req []byte) ([]byte, error) {
 		if !isSub {
 			return nil, engine.Errorf(engine.TypeError, "%q cannot run as a SUB callable", fn.Name())
 		}
-		err = s.RunSub(&engine.SubCtx{WorkerID: c.workerID, Local: &c.local, Stop: &c.taskStop}, args)
+		err = s.RunSub(&engine.SubCtx{WorkerID: c.workerID, Local: &c.local, Stop: &c.taskStop, Race: rec}, args)
 	default:
 		return nil, engine.Errorf(engine.RuntimeError, "task op %d does not fit a child of role %d", op, c.role)
 	}
 	if err != nil {
 		return nil, err
+	}
+	if rec != nil {
+		return ok(func(e *wire.Encoder) { e.Blob(rec.Log()) }), nil
 	}
 	return ok(nil), nil
 }

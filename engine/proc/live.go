@@ -71,21 +71,32 @@ func truncate(s string, n int) string {
 // stop, after bringing the child back if an earlier stop had to kill it.
 // A child that died or was killed while the task ran fails it naming why.
 func (p *process) Run(h *engine.Handle, args *engine.TaskArgs, cfg *engine.CallConfig, stop *engine.Stopper) error {
+	_, err := p.runMember(h, args, cfg, stop, false)
+	return err
+}
+
+// RunRecorded is Run with the member recorded for the parent's race
+// detector: it returns the child's access log.
+func (p *process) RunRecorded(h *engine.Handle, args *engine.TaskArgs, stop *engine.Stopper) ([]byte, error) {
+	return p.runMember(h, args, nil, stop, true)
+}
+
+func (p *process) runMember(h *engine.Handle, args *engine.TaskArgs, cfg *engine.CallConfig, stop *engine.Stopper, record bool) ([]byte, error) {
 	if p.alive() != nil {
 		if err := p.restart(); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	n := p.begin()
 	defer p.end(n)
 	stop.OnStop(func(reason string) { p.cancel(n, reason) })
 	unwatch := p.watchHealth(p.health)
-	err := p.run(h, args, cfg)
+	log, err := p.run(h, args, cfg, record)
 	unwatch()
 	if why := p.deathReason(); why != nil && err != nil {
-		return why
+		return nil, why
 	}
-	return err
+	return log, err
 }
 
 // restart starts the child again and ships it every callable its Worker

@@ -298,16 +298,23 @@ func (p *process) global(c *wire.Control) (wire.ControlReply, error) {
 // runOps is the task op of each role.
 var runOps = map[uint8]uint8{roleChip: opRunChip, roleSub: opRunSub, roleNode: opRunOrch}
 
-// run executes one task member in the child, as its role runs tasks.
-func (p *process) run(h *engine.Handle, args *engine.TaskArgs, cfg *engine.CallConfig) error {
+// run executes one task member in the child, as its role runs tasks;
+// with record, the child records it for the race detector and the reply
+// carries the log.
+func (p *process) run(h *engine.Handle, args *engine.TaskArgs, cfg *engine.CallConfig, record bool) ([]byte, error) {
 	c := engine.DefaultCallConfig
 	if cfg != nil {
 		c = *cfg
 	}
 	m, err := mailboxTask(runOps[p.init.Role], h.Digest(), args, c, locateRef)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	_, err = p.call(laneTask, wire.Payload(m), time.Time{})
-	return err
+	m.Race = record
+	d, err := p.call(laneTask, wire.Payload(m), time.Time{})
+	if err != nil || !record {
+		return nil, err
+	}
+	log := d.Blob(wire.MaxRaceLog)
+	return log, d.Finish()
 }

@@ -32,6 +32,11 @@ func canon(addr, private uintptr) uintptr {
 	return addr
 }
 
+// Key is the detector's key of the byte at addr of this process, as the
+// process that runs the detector would key it: the same in every process
+// for shared memory.
+func Key(addr uintptr) uintptr { return canon(addr, 0) }
+
 // PrivateTag is the tag of the memory of the n-th child process of a
 // Worker, for NewRecorder: no two children, and no address of the
 // detector's own process, share it.

@@ -93,6 +93,14 @@ func (d *Detector) reportUninit(a *access, g *seg) {
 	d.emit(b.String())
 }
 
+// Note writes a line about the detector's own coverage ("what was not
+// checked") beside its reports.
+func (d *Detector) Note(msg string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.emit("simpler: --race: " + msg + "\n")
+}
+
 func (d *Detector) emit(s string) {
 	if d.out != nil {
 		fmt.Fprint(d.out, s)
