@@ -1,0 +1,140 @@
+package slurmtest
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"simpler/internal/leakcheck"
+	"simpler/internal/mpitest"
+)
+
+func TestMain(m *testing.M) { leakcheck.Main(m) }
+
+// slurm.conf keeps everything in the directory, on 127.0.0.1, with no
+// cgroups and munge on the cluster's own socket.
+func TestConfigText(t *testing.T) {
+	cfg := Config{Dir: "/d", Host: "h", User: "u", CPUs: 3, CtldPort: 7001, Nodes: []string{"n1", "n2"}, NodePorts: []int{7002, 7003}, MungeSocket: "/d/munge.sock"}
+	text := cfg.Text()
+	for _, want := range []string{
+		"SlurmctldHost=h(127.0.0.1)\n", "SlurmctldPort=7001\n", "CommunicationParameters=NoCtldInAddrAny,NoInAddrAny\n",
+		"SlurmUser=u\n", "AuthType=auth/munge\n", "AuthInfo=socket=/d/munge.sock\n",
+		"ProctrackType=proctrack/linuxproc\n", "TaskPlugin=task/none\n",
+		"StateSaveLocation=/d/state\n", "SlurmdSpoolDir=/d/spool-%n\n",
+		"NodeName=n1 NodeHostname=h NodeAddr=127.0.0.1 Port=7002 CPUs=3 State=UNKNOWN\n",
+		"NodeName=n2 NodeHostname=h NodeAddr=127.0.0.1 Port=7003 CPUs=3 State=UNKNOWN\n",
+		"PartitionName=test Nodes=n1,n2 Default=YES",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("slurm.conf has no %q:\n%s", want, text)
+		}
+	}
+	for _, l := range strings.Split(text, "\n") {
+		if i := strings.Index(l, "=/"); i >= 0 && !strings.HasPrefix(l[i:], "=/d/") {
+			t.Errorf("slurm.conf names a path outside its directory: %q", l)
+		}
+	}
+	if strings.Contains(text, "cgroup") {
+		t.Errorf("slurm.conf uses cgroups:\n%s", text)
+	}
+}
+
+func TestAllIdle(t *testing.T) {
+	nodes := []string{"n1", "n2"}
+	for out, want := range map[string]bool{
+		"n1 idle\nn2 idle\n":          true,
+		"n2 idle\nn1 idle":            true,
+		"n1 idle\n":                   false,
+		"n1 idle\nn2 unknown\n":       false,
+		"n1 idle\nn2 down*\n":         false,
+		"n1 idle\nn2 idle\nn3 down\n": true, // another node's state is no matter
+		"":                            false,
+		"slurm_load_node: error":      false,
+	} {
+		if got := AllIdle(out, nodes); got != want {
+			t.Errorf("AllIdle(%q) = %v", out, got)
+		}
+	}
+	if AllIdle("", nil) {
+		t.Error("a cluster of no nodes is idle")
+	}
+}
+
+// Find finds an installed Slurm, and under CI a missing one fails (a
+// child test, run with a PATH that has no Slurm client, reports it).
+func TestFind(t *testing.T) {
+	if os.Getenv("SLURMTEST_CHILD") != "" {
+		Find(t)
+		return
+	}
+	if p := Find(t); p == nil && mpitest.InCI() {
+		t.Fatal("Find returned no Slurm under CI without failing")
+	}
+	exe, _ := os.Executable()
+	for _, ci := range []string{"1", ""} {
+		cmd := exec.Command(exe, "-test.run=^TestFind$")
+		cmd.Env = append(os.Environ(), "SLURMTEST_CHILD=1", "PATH="+t.TempDir(), "CI="+ci)
+		out, err := cmd.CombinedOutput()
+		if failed := err != nil; failed != (ci == "1") {
+			t.Errorf("CI=%q without Slurm: failed=%v\n%s", ci, failed, out)
+		}
+		if want := map[string]string{"1": "CI=1 requires it", "": "!!! TestFind: Slurm is NOT INSTALLED (no "}[ci]; !bytes.Contains(out, []byte(want)) {
+			t.Errorf("CI=%q without Slurm: the output does not say %q:\n%s", ci, want, out)
+		}
+	}
+}
+
+// A real cluster of two nodes on this host: ready when both are idle,
+// srun runs a task on each with its $SLURM_PROCID, and teardown leaves
+// nothing, not even a job still running when the test ends.
+func TestStartAndStop(t *testing.T) {
+	var c *Cluster
+	t.Run("cluster", func(t *testing.T) {
+		c = Start(t, 2)
+		if c == nil {
+			return
+		}
+		out, err := c.Run("sinfo", "--noheader", "--Node", "--format=%N %T")
+		if err != nil || !AllIdle(out, []string{"n1", "n2"}) {
+			t.Fatalf("sinfo after Start: %v\n%s", err, out)
+		}
+		out, err = c.Run("srun", "--ntasks", "2", "--ntasks-per-node=1", "sh", "-c", `echo "$SLURM_PROCID $SLURMD_NODENAME"`)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		slices.Sort(lines)
+		if err != nil || !slices.Equal(lines, []string{"0 n1", "1 n2"}) {
+			t.Errorf("srun of two tasks, one per node: %v\n%s", err, out)
+		}
+		// A job that would outlive the test: teardown cancels it.
+		if _, err := c.Run("sbatch", "--nodes=1", "--output=/dev/null", "--wrap", "exec sleep 300"); err != nil {
+			t.Fatal(err)
+		}
+		err = poll(readyBound, func() (bool, error) {
+			out, err := c.Run("squeue", "--noheader", "--format=%T")
+			return err == nil && strings.TrimSpace(out) == "RUNNING", nil
+		}, "the sleeping job to run")
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+	if c == nil {
+		return
+	}
+	if _, err := os.Stat(c.Dir); !os.IsNotExist(err) {
+		t.Errorf("the cluster's directory is still there: %v", err)
+	}
+	for _, d := range c.daemons {
+		if !d.exited() {
+			t.Errorf("%s still runs", d.name)
+		}
+	}
+	if left := marked([]byte("SLURM_CONF=" + c.Conf + "\x00")); len(left) > 0 {
+		t.Errorf("processes of the cluster still run: %v", left)
+	}
+	if filepath.Dir(c.Dir) != os.TempDir() {
+		t.Errorf("the cluster lived in %s, outside the tests' temporary directory", c.Dir)
+	}
+}
