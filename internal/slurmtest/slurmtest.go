@@ -280,6 +280,29 @@ func (c *Cluster) Run(program string, args ...string) (string, error) {
 	return string(out), nil
 }
 
+// WaitJob waits, within bound, for the job id to end, and returns the
+// state it ended in (COMPLETED, FAILED, CANCELLED, TIMEOUT, ...), as
+// squeue has it for MinJobAge (five minutes) after it ends.
+func (c *Cluster) WaitJob(id string, bound time.Duration) (string, error) {
+	state := ""
+	err := poll(bound, func() (bool, error) {
+		out, err := c.Run("squeue", "--noheader", "--states=all", "--jobs="+id, "--format=%T")
+		state = strings.TrimSpace(out)
+		return err == nil && JobEnded(state), nil
+	}, "job "+id+" to end")
+	return state, err
+}
+
+// JobEnded reports whether squeue's state of a job (%T) is one it ends
+// in.
+func JobEnded(state string) bool {
+	switch state {
+	case "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY":
+		return true
+	}
+	return false
+}
+
 // poll calls ready until it says so, fails, or bound passes.
 func poll(bound time.Duration, ready func() (bool, error), what string) error {
 	deadline := time.Now().Add(bound)
