@@ -4,7 +4,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +16,8 @@ import (
 // and stopped by the test). Both ways in: simpler run of cluster.star,
 // whose add_worker_group(launcher = "srun") runs the real srun, which
 // asks slurmctld for an allocation of two nodes and has each slurmd start
-// a rank, with one global domain across the two ranks' four chips; and
+// a rank, with one global domain across the two ranks' four chips, the
+// level-4 worker in thread and in process mode; and
 // simpler-group.sbatch through sbatch, the batch step starting the group
 // with srun inside its allocation, a domain per rank as on a cluster.
 // Both are Slurm jobs on two nodes that completed. simpler is this binary
@@ -41,16 +41,18 @@ func TestSlurmDeploy(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	t.Run("srun", func(t *testing.T) {
-		cmd := exec.Command(exe, "run", filepath.Join(root, "deploy/slurm/cluster.star"), "2", tok, "1", "127.0.0.1:0", "2")
-		out, errs, err := runBounded(cmd, c.Env())
-		want := "global domain over ranks [0, 1]: members (node, chip) [(0, 0), (0, 1), (1, 0), (1, 1)]\n" +
-			"2 ranks under srun: every chip added its ring neighbour's window\n"
-		if err != nil || out != want {
-			t.Errorf("simpler run deploy/slurm/cluster.star under Slurm: %v\nstdout %q\nwant   %q\nstderr:\n%s", err, out, want, errs)
-		}
-		checkSlurmJob(t, c, filepath.Base(exe)) // srun names its job after the program
-	})
+	for i, mode := range []string{"thread", "process"} {
+		t.Run("srun/"+mode, func(t *testing.T) {
+			cmd := exec.Command(exe, "run", "--mode", mode, filepath.Join(root, "deploy/slurm/cluster.star"), "2", tok, "1", "127.0.0.1:0", "2")
+			out, errs, err := runBounded(cmd, c.Env())
+			want := "global domain over ranks [0, 1]: members (node, chip) [(0, 0), (0, 1), (1, 0), (1, 1)]\n" +
+				"2 ranks under srun: every chip added its ring neighbour's window\n"
+			if err != nil || out != want {
+				t.Errorf("simpler run --mode %s deploy/slurm/cluster.star under Slurm: %v\nstdout %q\nwant   %q\nstderr:\n%s", mode, err, out, want, errs)
+			}
+			checkSlurmJobs(t, c, filepath.Base(exe), i+1) // srun names its job after the program
+		})
+	}
 
 	t.Run("sbatch", func(t *testing.T) {
 		bin, home, logs := t.TempDir(), t.TempDir(), t.TempDir()
@@ -79,19 +81,25 @@ func TestSlurmDeploy(t *testing.T) {
 		if fi, err := os.Stat(filepath.Join(home, ".simpler", "group.token")); err != nil || fi.Mode().Perm() != 0o600 {
 			t.Errorf("the batch script's token file: %v %v", fi, err)
 		}
-		checkSlurmJob(t, c, "batch-group")
+		checkSlurmJobs(t, c, "batch-group", 1)
 	})
 }
 
-// checkSlurmJob checks that Slurm ran the job named name on both nodes,
-// and that it completed.
-func checkSlurmJob(t *testing.T, c *slurmtest.Cluster, name string) {
+// checkSlurmJobs checks that Slurm ran n jobs named name, each on both
+// nodes, and that every one completed.
+func checkSlurmJobs(t *testing.T, c *slurmtest.Cluster, name string, n int) {
 	t.Helper()
 	out, err := c.Run("squeue", "--noheader", "--states=all", "--name="+name, "--format=%T %D %N")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !regexp.MustCompile(`(?m)^COMPLETED 2 n\[1-2\]$`).MatchString(out) {
-		t.Errorf("Slurm's record of job %s: %q, want it COMPLETED on 2 nodes, n[1-2]", name, strings.TrimSpace(out))
+	jobs := strings.Split(strings.TrimSpace(out), "\n")
+	for _, j := range jobs {
+		if j != "COMPLETED 2 n[1-2]" {
+			t.Errorf("Slurm's record of a job %s: %q, want it COMPLETED on 2 nodes, n[1-2]", name, j)
+		}
+	}
+	if len(jobs) != n {
+		t.Errorf("Slurm ran %d jobs named %s, want %d: %q", len(jobs), name, n, out)
 	}
 }
