@@ -2,6 +2,7 @@ package slurmtest
 
 import (
 	"fmt"
+	"net"
 	"path/filepath"
 	"strings"
 )
@@ -16,10 +17,29 @@ type Config struct {
 	Nodes       []string // node names, one slurmd each
 	NodePorts   []int    // each node's slurmd port on 127.0.0.1
 	MungeSocket string   // the cluster's own munged
+	// Loopback binds every daemon and srun to this host's address rather
+	// than every interface. That address is what Host resolves to, so it
+	// is set only when Host resolves to loopback alone (LoopbackOnly):
+	// elsewhere srun would listen on another address than the 127.0.0.1
+	// its job steps call it back at.
+	Loopback bool
+}
+
+// LoopbackOnly reports whether a host's addresses are all loopback ones
+// (and there is one).
+func LoopbackOnly(addrs []string) bool {
+	for _, a := range addrs {
+		ip := net.ParseIP(a)
+		if ip == nil || !ip.IsLoopback() {
+			return false
+		}
+	}
+	return len(addrs) > 0
 }
 
 // Text is slurm.conf. Every node is this host at 127.0.0.1 with a port
-// of its own. Processes are tracked by their parents (linuxproc) and
+// of its own, and slurmctld is at 127.0.0.1 too, so that the cluster's
+// traffic stays on loopback. Processes are tracked by their parents (linuxproc) and
 // tasks are not confined (task/none): no cgroups, which containers often
 // lack. Nothing is accounted. KillWait is short: a cancelled job's steps
 // get SIGKILL two seconds after SIGTERM, so that teardown is quick.
@@ -30,7 +50,9 @@ func (c Config) Text() string {
 	line("ClusterName=simplertest")
 	line("SlurmctldHost=%s(127.0.0.1)", c.Host)
 	line("SlurmctldPort=%d", c.CtldPort)
-	line("CommunicationParameters=NoCtldInAddrAny,NoInAddrAny")
+	if c.Loopback {
+		line("CommunicationParameters=NoCtldInAddrAny,NoInAddrAny")
+	}
 	line("SlurmUser=%s", c.User)
 	line("SlurmdUser=%s", c.User)
 	line("AuthType=auth/munge")

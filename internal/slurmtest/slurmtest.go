@@ -11,9 +11,11 @@
 // clients), the munge key, socket and seed, the state and spool
 // directories, pid and log files. Nothing under /etc is read or written
 // (Debian's /etc/slurm holds only plugstack.conf, which is not read: a
-// plugstack.conf is looked for beside slurm.conf). The daemons listen on
-// free ports of 127.0.0.1 (CommunicationParameters=NoCtldInAddrAny,
-// NoInAddrAny: they bind the node's address, not every interface).
+// plugstack.conf is looked for beside slurm.conf). Every node and
+// slurmctld are at 127.0.0.1, on free ports; where this host's name
+// resolves to loopback alone, the daemons and srun bind that address,
+// not every interface (CommunicationParameters=NoCtldInAddrAny,
+// NoInAddrAny; Config.Loopback says why not elsewhere).
 //
 // Start starts it, ready when sinfo says every node is idle, and
 // registers its teardown with t.Cleanup, so that it goes even when the
@@ -66,6 +68,9 @@ type Cluster struct {
 	Dir   string   // the temporary directory that holds everything
 	Conf  string   // slurm.conf's path
 	Nodes []string // the Slurm node names, one slurmd each
+	// Loopback says the daemons and srun listen on 127.0.0.1 alone
+	// (Config.Loopback).
+	Loopback bool
 
 	paths   map[string]string // program → path
 	daemons []*daemon         // in start order
@@ -135,7 +140,7 @@ func Start(t *testing.T, nodes int) *Cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.Nodes = cfg.Nodes
+	c.Nodes, c.Loopback = cfg.Nodes, cfg.Loopback
 	if err := os.Mkdir(filepath.Join(dir, "state"), 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -178,8 +183,11 @@ func newConfig(dir string, nodes int) (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
+	// Slurm resolves this host's name itself (srun, to listen on its
+	// address); this looks it up the same way.
+	addrs, _ := net.LookupHost(host)
 	cfg := Config{Dir: dir, Host: host, User: u.Username, CPUs: runtime.NumCPU(), CtldPort: ports[0], NodePorts: ports[1:],
-		MungeSocket: filepath.Join(dir, "munge.sock")}
+		MungeSocket: filepath.Join(dir, "munge.sock"), Loopback: LoopbackOnly(addrs)}
 	for i := range nodes {
 		cfg.Nodes = append(cfg.Nodes, fmt.Sprintf("n%d", i+1))
 	}

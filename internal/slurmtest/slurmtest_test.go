@@ -2,6 +2,7 @@ package slurmtest
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,7 +19,7 @@ func TestMain(m *testing.M) { leakcheck.Main(m) }
 // slurm.conf keeps everything in the directory, on 127.0.0.1, with no
 // cgroups and munge on the cluster's own socket.
 func TestConfigText(t *testing.T) {
-	cfg := Config{Dir: "/d", Host: "h", User: "u", CPUs: 3, CtldPort: 7001, Nodes: []string{"n1", "n2"}, NodePorts: []int{7002, 7003}, MungeSocket: "/d/munge.sock"}
+	cfg := Config{Dir: "/d", Host: "h", User: "u", CPUs: 3, CtldPort: 7001, Nodes: []string{"n1", "n2"}, NodePorts: []int{7002, 7003}, MungeSocket: "/d/munge.sock", Loopback: true}
 	text := cfg.Text()
 	for _, want := range []string{
 		"SlurmctldHost=h(127.0.0.1)\n", "SlurmctldPort=7001\n", "CommunicationParameters=NoCtldInAddrAny,NoInAddrAny\n",
@@ -40,6 +41,28 @@ func TestConfigText(t *testing.T) {
 	}
 	if strings.Contains(text, "cgroup") {
 		t.Errorf("slurm.conf uses cgroups:\n%s", text)
+	}
+	cfg.Loopback = false
+	if text := cfg.Text(); strings.Contains(text, "InAddrAny") {
+		t.Errorf("slurm.conf binds loopback on a host whose name does not resolve to it:\n%s", text)
+	}
+}
+
+func TestLoopbackOnly(t *testing.T) {
+	for _, c := range []struct {
+		addrs []string
+		want  bool
+	}{
+		{[]string{"127.0.0.1"}, true},
+		{[]string{"127.0.1.1", "::1"}, true},
+		{[]string{"127.0.0.1", "10.0.0.5"}, false},
+		{[]string{"10.0.0.5"}, false},
+		{[]string{"not an address"}, false},
+		{nil, false},
+	} {
+		if got := LoopbackOnly(c.addrs); got != c.want {
+			t.Errorf("LoopbackOnly(%q) = %v", c.addrs, got)
+		}
 	}
 }
 
@@ -108,6 +131,21 @@ func TestStartAndStop(t *testing.T) {
 		if err != nil || !slices.Equal(lines, []string{"0 n1", "1 n2"}) {
 			t.Errorf("srun of two tasks, one per node: %v\n%s", err, out)
 		}
+		if c.Loopback {
+			for _, d := range c.daemons {
+				addrs := listening(t, d.cmd.Process.Pid)
+				if d.name != "munged" && len(addrs) == 0 {
+					t.Errorf("%s listens nowhere", d.name)
+				}
+				for _, a := range addrs {
+					if !strings.HasPrefix(a, "0100007F:") {
+						t.Errorf("%s listens on %s (hex, as /proc/net/tcp has it), not 127.0.0.1", d.name, a)
+					}
+				}
+			}
+		} else {
+			t.Logf("this host's name does not resolve to loopback alone: the daemons listen on every interface")
+		}
 		// A job that would outlive the test: teardown cancels it.
 		if _, err := c.Run("sbatch", "--nodes=1", "--output=/dev/null", "--wrap", "exec sleep 300"); err != nil {
 			t.Fatal(err)
@@ -137,4 +175,31 @@ func TestStartAndStop(t *testing.T) {
 	if filepath.Dir(c.Dir) != os.TempDir() {
 		t.Errorf("the cluster lived in %s, outside the tests' temporary directory", c.Dir)
 	}
+}
+
+// listening lists the local addresses (hex, as /proc/net/tcp and tcp6
+// write them) of the TCP sockets pid listens on.
+func listening(t *testing.T, pid int) []string {
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inodes := map[string]bool{}
+	for _, fd := range fds {
+		l, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
+		if inode, ok := strings.CutPrefix(l, "socket:["); ok {
+			inodes[strings.TrimSuffix(inode, "]")] = true
+		}
+	}
+	var addrs []string
+	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, _ := os.ReadFile(table)
+		for _, l := range strings.Split(string(b), "\n")[1:] {
+			// sl local rem st tx:rx tr:when retrnsmt uid timeout inode
+			if f := strings.Fields(l); len(f) >= 10 && f[3] == "0A" && inodes[f[9]] {
+				addrs = append(addrs, f[1])
+			}
+		}
+	}
+	return addrs
 }
