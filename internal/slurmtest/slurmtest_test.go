@@ -2,6 +2,7 @@ package slurmtest
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"simpler/internal/leakcheck"
 	"simpler/internal/mpitest"
@@ -202,4 +204,44 @@ func listening(t *testing.T, pid int) []string {
 		}
 	}
 	return addrs
+}
+
+// A test that fails while its cluster runs a job still leaves nothing:
+// t.Cleanup tears the cluster down (a child test, failing on purpose,
+// reports it; its own leakcheck finds no child process left, and no
+// process of its cluster runs after it).
+func TestStopWhenTheTestFails(t *testing.T) {
+	if os.Getenv("SLURMTEST_FAIL_CHILD") != "" {
+		c := Start(t, 1)
+		if c == nil {
+			return
+		}
+		if _, err := c.Run("sbatch", "--output=/dev/null", "--wrap", "exec sleep 300"); err != nil {
+			t.Fatal(err)
+		}
+		err := poll(readyBound, func() (bool, error) {
+			out, err := c.Run("squeue", "--noheader", "--format=%T")
+			return err == nil && strings.TrimSpace(out) == "RUNNING", nil
+		}, "the sleeping job to run")
+		t.Fatalf("failing on purpose, a job running (%v)", err)
+	}
+	if Find(t) == nil {
+		return
+	}
+	exe, _ := os.Executable()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, exe, "-test.run=^TestStopWhenTheTestFails$", "-test.v")
+	cmd.Env = append(os.Environ(), "SLURMTEST_FAIL_CHILD=1")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !bytes.Contains(out, []byte("failing on purpose, a job running (<nil>)")) || !bytes.Contains(out, []byte("--- FAIL: TestStopWhenTheTestFails")) {
+		t.Errorf("the child test did not fail as it should, a job running: %v\n%s", err, out)
+	}
+	if bytes.Contains(out, []byte("leakcheck:")) {
+		t.Errorf("the failed test left something behind:\n%s", out)
+	}
+	// Its clusters lived under this binary's temporary directory.
+	if left := marked([]byte("SLURM_CONF=" + os.TempDir() + "/")); len(left) > 0 {
+		t.Errorf("processes of the failed test's cluster still run: %v", left)
+	}
 }
