@@ -172,9 +172,6 @@ func newConfig(dir string, nodes int) (Config, error) {
 		return Config{}, err
 	}
 	host, _, _ = strings.Cut(host, ".")
-	// Each node has every CPU this process may run on (runtime.NumCPU
-	// counts them as nproc does): one configured with more than slurmd
-	// finds would be drained.
 	u, err := user.Current()
 	if err != nil {
 		return Config{}, err
@@ -186,6 +183,9 @@ func newConfig(dir string, nodes int) (Config, error) {
 	// Slurm resolves this host's name itself (srun, to listen on its
 	// address); this looks it up the same way.
 	addrs, _ := net.LookupHost(host)
+	// Each node has every CPU this process may run on (runtime.NumCPU
+	// counts them as nproc does): one configured with more than slurmd
+	// finds would be drained.
 	cfg := Config{Dir: dir, Host: host, User: u.Username, CPUs: runtime.NumCPU(), CtldPort: ports[0], NodePorts: ports[1:],
 		MungeSocket: filepath.Join(dir, "munge.sock"), Loopback: LoopbackOnly(addrs)}
 	for i := range nodes {
@@ -221,7 +221,7 @@ func freePorts(n int) ([]int, error) {
 // everyone, and the tests' temporary directories are private.
 func (c *Cluster) startMunge(cfg Config) error {
 	key := make([]byte, 128)
-	rand.Read(key)
+	rand.Read(key) // never fails: crypto/rand crashes the program rather than return short
 	keyFile := filepath.Join(c.Dir, "munge.key")
 	if err := os.WriteFile(keyFile, key, 0o600); err != nil {
 		return err
@@ -245,7 +245,7 @@ func (c *Cluster) startMunge(cfg Config) error {
 // waitIdle waits until sinfo says every node is idle, or a daemon exits.
 func (c *Cluster) waitIdle() error {
 	last := ""
-	return poll(readyBound, func() (bool, error) {
+	err := poll(readyBound, func() (bool, error) {
 		for _, d := range c.daemons {
 			if d.exited() {
 				return false, fmt.Errorf("%s exited before the cluster was ready: %s", d.name, tail(d.log, 20))
@@ -254,7 +254,11 @@ func (c *Cluster) waitIdle() error {
 		out, err := c.Run("sinfo", "--noheader", "--Node", "--format=%N %T")
 		last = strings.TrimSpace(out)
 		return err == nil && AllIdle(out, c.Nodes), nil
-	}, "every node idle (sinfo says "+fmt.Sprintf("%q", last)+")")
+	}, "every node idle")
+	if err != nil && last != "" {
+		return fmt.Errorf("%v; sinfo said %q", err, last)
+	}
+	return err
 }
 
 // AllIdle reports whether sinfo's "%N %T" lines, one per node, say every
