@@ -41,16 +41,17 @@ func TestSlurmDeploy(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	for i, mode := range []string{"thread", "process"} {
+	for _, mode := range []string{"thread", "process"} {
 		t.Run("srun/"+mode, func(t *testing.T) {
 			cmd := exec.Command(exe, "run", "--mode", mode, filepath.Join(root, "deploy/slurm/cluster.star"), "2", tok, "1", "127.0.0.1:0", "2")
-			out, errs, err := runBounded(cmd, c.Env())
+			job := "srun-" + mode // srun's --job-name, from its environment
+			out, errs, err := runBounded(cmd, append(c.Env(), "SLURM_JOB_NAME="+job))
 			want := "global domain over ranks [0, 1]: members (node, chip) [(0, 0), (0, 1), (1, 0), (1, 1)]\n" +
 				"2 ranks under srun: every chip added its ring neighbour's window\n"
 			if err != nil || out != want {
 				t.Errorf("simpler run --mode %s deploy/slurm/cluster.star under Slurm: %v\nstdout %q\nwant   %q\nstderr:\n%s", mode, err, out, want, errs)
 			}
-			checkSlurmJobs(t, c, filepath.Base(exe), i+1) // srun names its job after the program
+			checkSlurmJob(t, c, job)
 		})
 	}
 
@@ -81,25 +82,25 @@ func TestSlurmDeploy(t *testing.T) {
 		if fi, err := os.Stat(filepath.Join(home, ".simpler", "group.token")); err != nil || fi.Mode().Perm() != 0o600 {
 			t.Errorf("the batch script's token file: %v %v", fi, err)
 		}
-		checkSlurmJobs(t, c, "batch-group", 1)
+		checkSlurmJob(t, c, "batch-group")
 	})
 }
 
-// checkSlurmJobs checks that Slurm ran n jobs named name, each on both
-// nodes, and that every one completed.
-func checkSlurmJobs(t *testing.T, c *slurmtest.Cluster, name string, n int) {
+// checkSlurmJob checks that Slurm ran one job named name, on both nodes,
+// and that it completed (a job's end is recorded a moment after its
+// processes exit).
+func checkSlurmJob(t *testing.T, c *slurmtest.Cluster, name string) {
 	t.Helper()
-	out, err := c.Run("squeue", "--noheader", "--states=all", "--name="+name, "--format=%T %D %N")
+	id, err := c.Run("squeue", "--noheader", "--states=all", "--name="+name, "--format=%i")
 	if err != nil {
 		t.Fatal(err)
 	}
-	jobs := strings.Split(strings.TrimSpace(out), "\n")
-	for _, j := range jobs {
-		if j != "COMPLETED 2 n[1-2]" {
-			t.Errorf("Slurm's record of a job %s: %q, want it COMPLETED on 2 nodes, n[1-2]", name, j)
-		}
+	if id = strings.TrimSpace(id); id == "" || strings.Contains(id, "\n") {
+		t.Fatalf("Slurm has %q for jobs named %s, want one", id, name)
 	}
-	if len(jobs) != n {
-		t.Errorf("Slurm ran %d jobs named %s, want %d: %q", len(jobs), name, n, out)
+	state, err := c.WaitJob(id, time.Minute)
+	nodes, _ := c.Run("squeue", "--noheader", "--states=all", "--jobs="+id, "--format=%D %N")
+	if err != nil || state != "COMPLETED" || strings.TrimSpace(nodes) != "2 n[1-2]" {
+		t.Errorf("Slurm's record of job %s (%s): %s on %q (%v), want COMPLETED on 2 nodes, n[1-2]", id, name, state, strings.TrimSpace(nodes), err)
 	}
 }

@@ -70,7 +70,7 @@ func (c Config) Text() string {
 	line("ReturnToService=2")
 	line("KillWait=2")
 	line("StateSaveLocation=%s", filepath.Join(c.Dir, "state"))
-	line("SlurmdSpoolDir=%s", filepath.Join(c.Dir, "spool-%n"))
+	line("SlurmdSpoolDir=%s", filepath.Join(c.Dir, "spool-%n")) // spoolDirs
 	line("SlurmctldPidFile=%s", filepath.Join(c.Dir, "slurmctld.pid"))
 	line("SlurmdPidFile=%s", filepath.Join(c.Dir, "slurmd-%n.pid"))
 	line("SlurmctldLogFile=%s", filepath.Join(c.Dir, "slurmctld.log"))
@@ -80,4 +80,14 @@ func (c Config) Text() string {
 	}
 	line("PartitionName=test Nodes=%s Default=YES MaxTime=INFINITE State=UP", strings.Join(c.Nodes, ","))
 	return b.String()
+}
+
+// spoolDirs are the nodes' spool directories, in the cluster's
+// directory, as SlurmdSpoolDir names them.
+func spoolDirs(nodes []string) []string {
+	var dirs []string
+	for _, n := range nodes {
+		dirs = append(dirs, "spool-"+n)
+	}
+	return dirs
 }

@@ -141,8 +141,10 @@ func Start(t *testing.T, nodes int) *Cluster {
 		t.Fatal(err)
 	}
 	c.Nodes, c.Loopback = cfg.Nodes, cfg.Loopback
-	if err := os.Mkdir(filepath.Join(dir, "state"), 0o700); err != nil {
-		t.Fatal(err)
+	for _, sub := range append([]string{"state"}, spoolDirs(c.Nodes)...) {
+		if err := os.Mkdir(filepath.Join(dir, sub), 0o700); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := c.startMunge(cfg); err != nil {
 		t.Fatal(err)
