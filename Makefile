@@ -21,7 +21,8 @@ demo: build
 # The worker-group tests use Open MPI's mpirun; without it (and outside
 # CI, where it is required: internal/mpitest) they start their ranks
 # themselves, and the last line says that mpirun went untested (go test
-# shows a passing package's own warnings only with -v).
+# shows a passing package's own warnings only with -v). The same for
+# Slurm, which TestSlurmDeploy starts on this host (internal/slurmtest).
 test:
 	$(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -29,6 +30,7 @@ test:
 	$(MAKE) fuzz FUZZTIME=20000x
 	$(GO) test -race -count=1 ./...
 	@command -v mpirun >/dev/null 2>&1 || printf '\n!!! make test passed WITHOUT mpirun (Open MPI): the mpirun launcher of worker groups went UNTESTED\n!!! (their tests started the ranks themselves; scripts/examples/mpirun_group.star was not run).\n!!! Install openmpi-bin to test it; CI (.ci/run) installs it and fails without it.\n\n'
+	@for p in munged slurmctld slurmd slurmstepd sinfo squeue scancel srun sbatch; do PATH="$$PATH:/usr/sbin" command -v $$p >/dev/null 2>&1 || { printf '\n!!! make test passed WITHOUT Slurm (no %s): the srun launcher of worker groups went UNTESTED under a real Slurm\n!!! (TestSlurmDeploy checked nothing; TestDeployFilesRun ran deploy/slurm with a stand-in srun).\n!!! Install slurmctld slurmd slurm-client munge to test it; CI (.ci/run) installs them and fails without them.\n\n' $$p; break; }; done
 
 # Every fuzz target of every package, briefly (longer: make fuzz
 # FUZZTIME=1m; make test runs a fixed number of inputs, so load cannot make

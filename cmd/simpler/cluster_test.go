@@ -312,7 +312,10 @@ func checkSlurmDeploy(t *testing.T, exe string) {
 	env := []string{"PATH=" + bin + ":" + os.Getenv("PATH"), "HOME=" + home, "FAKE_SRUN_LOG=" + log, "SLURM_SUBMIT_DIR=" + root,
 		"SLURM_JOB_NUM_NODES=2", "SLURM_CPUS_ON_NODE=1", "SIMPLER_GROUP_LISTEN=127.0.0.1:0"}
 	out, errs, err := runBounded(cmd, env)
-	if err != nil || out != "2 ranks under srun: every chip wrote its part\n" {
+	want := "global domain over ranks [0]: members (node, chip) [(0, 0), (0, 1)]\n" +
+		"global domain over ranks [1]: members (node, chip) [(1, 0), (1, 1)]\n" +
+		"2 ranks under srun: every chip added its ring neighbour's window\n"
+	if err != nil || out != want {
 		t.Errorf("the batch script: %v\nstdout %q\nstderr:\n%s", err, out, errs)
 	}
 	if fi, err := os.Stat(filepath.Join(home, ".simpler", "group.token")); err != nil || fi.Mode().Perm() != 0o600 {
