@@ -46,10 +46,10 @@ type loopEndpoint struct {
 	inProc, recorded bool
 	raceCtx          *race.Ctx
 	raceLog          []byte
-	chip    ChipCtx // reused by every kernel this endpoint runs
-	out     []Assignment
-	wg      *sync.WaitGroup
-	spin    bool // poll for the next member before blocking (thread mode: spin.go)
+	chip             ChipCtx // reused by every kernel this endpoint runs
+	out              []Assignment
+	wg               *sync.WaitGroup
+	spin             bool // poll for the next member before blocking (thread mode: spin.go)
 
 	// stop asks what runs now to stop: the runner registers how with
 	// stop.OnStop (a kernel's interpreter, a child's run, a child
