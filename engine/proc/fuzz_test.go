@@ -154,6 +154,7 @@ func FuzzTaskArgs(f *testing.F) {
 		return func(e *wire.Encoder) error {
 			back, err := mailboxTask(m.Op, m.Digest, a, engine.CallConfigOf(m.Config), h.locate)
 			if err == nil {
+				back.Race = m.Race
 				back.Encode(e)
 			}
 			return err
