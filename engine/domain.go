@@ -11,6 +11,7 @@ import (
 	"simpler/hal/comm"
 	"simpler/hal/dtype"
 	"simpler/internal/fault"
+	"simpler/internal/race"
 )
 
 // BufferSpec names a slice of a domain window, carved in declaration order
@@ -58,6 +59,9 @@ type DomainRank struct {
 	WindowBase uint64
 	WindowSize int
 	Release    func() error
+	// RaceKey is the window's first byte as the race detector keys it
+	// (race.Key), 0 if unknown.
+	RaceKey uintptr
 }
 
 // allocateRank runs rank's part of an allocation on chip id: in this
@@ -70,7 +74,11 @@ func (w *Worker) allocateRank(req commRequest, rank, id int) (DomainRank, error)
 	if err != nil {
 		return DomainRank{}, err
 	}
-	return DomainRank{DeviceCtx: r.DeviceCtx, WindowBase: r.WindowBase, WindowSize: r.WindowSize, Release: r.Release}, nil
+	dr := DomainRank{DeviceCtx: r.DeviceCtx, WindowBase: r.WindowBase, WindowSize: r.WindowSize, Release: r.Release}
+	if win := w.HostView(id, r.WindowBase, r.WindowSize); win != nil {
+		dr.RaceKey = race.Key(hostAddr(win))
+	}
+	return dr, nil
 }
 
 // CommTimeout bounds the subset barrier of a domain allocation.

@@ -255,58 +255,45 @@ func (r *Run) RaceWait(ctx *race.Ctx) (done func()) {
 }
 
 // raceNameDomain names each rank's window of d, buffer by buffer, in
-// reports; raceForgetDomain drops what the detector knows of them. Only
-// windows mapped in this process (thread mode) are named: a chip process
-// checks its own.
+// reports; raceForgetDomain drops what the detector knows of them. A
+// window is named by its key (DomainRank.RaceKey), which the chip's
+// process gives in process mode.
 func (w *Worker) raceNameDomain(d *Domain) {
 	det := w.cfg.Race
-	if det == nil || w.chipProcs != nil {
+	if det == nil {
 		return
 	}
-	for rank, id := range d.spec.Workers {
-		win := w.raceWindow(d, rank, id)
-		if win == nil {
+	for rank, cr := range d.ranks {
+		key := cr.RaceKey
+		if key == 0 {
 			continue
 		}
+		name := func(off, n int, what string) {
+			if n > 0 {
+				det.NameKey(key+uintptr(off), n, what, true)
+			}
+		}
+		win := fmt.Sprintf("window of domain %q, rank %d", d.spec.Name, rank)
 		at := 0
 		for i, b := range d.spec.Buffers {
-			off := d.offsets[i]
-			if off > at {
-				det.Name(hostAddr(win[at:]), off-at, fmt.Sprintf("window of domain %q, rank %d", d.spec.Name, rank), true)
-			}
-			n := b.Count * b.DType.Size()
-			det.Name(hostAddr(win[off:]), n, fmt.Sprintf("buffer %q of domain %q, rank %d", b.Name, d.spec.Name, rank), true)
+			off, n := d.offsets[i], b.Count*b.DType.Size()
+			name(at, off-at, win)
+			name(off, n, fmt.Sprintf("buffer %q of domain %q, rank %d", b.Name, d.spec.Name, rank))
 			at = off + n
 		}
-		if at < len(win) {
-			det.Name(hostAddr(win[at:]), len(win)-at, fmt.Sprintf("window of domain %q, rank %d", d.spec.Name, rank), true)
-		}
+		name(at, cr.WindowSize-at, win)
 	}
 }
 
 func (w *Worker) raceForgetDomain(d *Domain) {
-	if w.cfg.Race == nil || w.chipProcs != nil {
+	if w.cfg.Race == nil {
 		return
 	}
-	for rank, id := range d.spec.Workers {
-		if win := w.raceWindow(d, rank, id); win != nil {
-			w.cfg.Race.Forget(hostAddr(win), len(win))
+	for _, cr := range d.ranks {
+		if cr.RaceKey != 0 {
+			w.cfg.Race.ForgetKey(cr.RaceKey, cr.WindowSize)
 		}
 	}
-}
-
-// raceWindow is rank's window of d as this process maps it, nil if it is
-// not mapped here.
-func (w *Worker) raceWindow(d *Domain, rank, id int) []byte {
-	if rank >= len(d.ranks) || id >= len(w.chips) || w.chips[id] == nil {
-		return nil
-	}
-	cr := d.ranks[rank]
-	b, err := w.chips[id].Bytes(cr.WindowBase, cr.WindowSize)
-	if err != nil || len(b) == 0 {
-		return nil
-	}
-	return b
 }
 
 // HostView is worker's device memory [addr, addr+n) as this process maps

@@ -235,6 +235,10 @@ type CommAllocReply struct {
 	DeviceCtx  uint64
 	WindowBase uint64
 	WindowSize int // ≤ MaxBufferBytes
+	// WindowKey is the window's first byte as the race detector keys it
+	// in every process (race.Key): how the parent names the window in
+	// its reports without mapping it.
+	WindowKey uint64
 }
 
 // Encode writes the result.
@@ -242,12 +246,13 @@ func (r *CommAllocReply) Encode(e *Encoder) {
 	e.U64(r.DeviceCtx)
 	e.U64(r.WindowBase)
 	e.Int(r.WindowSize)
+	e.U64(r.WindowKey)
 }
 
 // DecodeCommAllocReply reads the result.
 func DecodeCommAllocReply(b []byte) (CommAllocReply, error) {
 	d := NewDecoder(b)
-	r := CommAllocReply{DeviceCtx: d.U64(), WindowBase: d.U64(), WindowSize: d.Int(MaxBufferBytes)}
+	r := CommAllocReply{DeviceCtx: d.U64(), WindowBase: d.U64(), WindowSize: d.Int(MaxBufferBytes), WindowKey: d.U64()}
 	if err := d.Finish(); err != nil {
 		return CommAllocReply{}, err
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"simpler/engine"
 	"simpler/engine/hostmem"
@@ -378,6 +379,9 @@ func (c *child) commAlloc(a *wire.CommAlloc) ([]byte, error) {
 	c.ranks[req.AllocationID] = rank
 	c.mu.Unlock()
 	reply := wire.CommAllocReply{DeviceCtx: rank.DeviceCtx, WindowBase: rank.WindowBase, WindowSize: rank.WindowSize}
+	if win, err := c.chip.Bytes(rank.WindowBase, rank.WindowSize); err == nil && len(win) > 0 {
+		reply.WindowKey = uint64(race.Key(uintptr(unsafe.Pointer(unsafe.SliceData(win)))))
+	}
 	return ok(reply.Encode), nil
 }
 

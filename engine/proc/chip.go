@@ -105,7 +105,7 @@ func (c *chip) commAlloc(req comm.Request, rank int) (engine.DomainRank, error) 
 	if err != nil {
 		return engine.DomainRank{}, err
 	}
-	r := engine.DomainRank{DeviceCtx: reply.DeviceCtx, WindowBase: reply.WindowBase, WindowSize: reply.WindowSize}
+	r := engine.DomainRank{DeviceCtx: reply.DeviceCtx, WindowBase: reply.WindowBase, WindowSize: reply.WindowSize, RaceKey: uintptr(reply.WindowKey)}
 	release := wire.MailboxControl{Op: opCommRelease, Ptr: req.AllocationID}
 	prefix := c.p.init.Prefix
 	r.Release = func() error {

@@ -284,13 +284,17 @@ type region struct {
 // written (a run-heap block): a read of any of them before a write is an
 // uninitialised read.
 func (d *Detector) Name(lo uintptr, n int, what string, written bool) {
+	d.NameKey(canon(lo, 0), n, what, written)
+}
+
+// NameKey is Name of the bytes whose key (Key) starts at key.
+func (d *Detector) NameKey(key uintptr, n int, what string, written bool) {
 	if n <= 0 {
 		return
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	lo = canon(lo, 0)
-	hi := lo + uintptr(n)
+	lo, hi := key, key+uintptr(n)
 	d.dropRegions(lo, hi)
 	i := sort.Search(len(d.regions), func(i int) bool { return d.regions[i].lo >= lo })
 	d.regions = append(d.regions, region{})
@@ -304,14 +308,16 @@ func (d *Detector) Name(lo uintptr, n int, what string, written bool) {
 
 // Forget drops everything known of [lo, lo+n): it was freed, and whoever
 // gets it next starts with no history.
-func (d *Detector) Forget(lo uintptr, n int) {
+func (d *Detector) Forget(lo uintptr, n int) { d.ForgetKey(canon(lo, 0), n) }
+
+// ForgetKey is Forget of the bytes whose key starts at key.
+func (d *Detector) ForgetKey(key uintptr, n int) {
 	if n <= 0 {
 		return
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	lo = canon(lo, 0)
-	hi := lo + uintptr(n)
+	lo, hi := key, key+uintptr(n)
 	d.dropRegions(lo, hi)
 	d.forget(lo, hi)
 }

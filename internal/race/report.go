@@ -128,7 +128,7 @@ func (d *Detector) why(a, e *Ctx) string {
 	case we.Orch:
 		return fmt.Sprintf("the orchestration's access came after it submitted %s, and nothing orders the task after it", taskName(wa))
 	case wa.Owner == we.Owner && wa.Run == we.Run && wa.Task == we.Task:
-		return fmt.Sprintf("members %d and %d of one group task start together, and no comm.barrier() or notify/wait orders these accesses", we.Member, wa.Member)
+		return fmt.Sprintf("members %d and %d of one group task start together, and no comm.barrier() or notify/wait orders these accesses", min(we.Member, wa.Member), max(we.Member, wa.Member))
 	case wa.Owner == we.Owner && wa.Run == we.Run:
 		if note, ok := d.notes[edgeKey{wa.Owner, wa.Run, wa.Task, we.Task}]; ok {
 			return fmt.Sprintf("no task dependency: %s; and no barrier or notify/wait between the two", note)
