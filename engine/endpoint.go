@@ -92,10 +92,13 @@ func (e *loopEndpoint) loop() {
 		var rc *race.Ctx
 		if e.stop.begin(memberKey{a.Task, a.Member}) {
 			e.w.started(a)
-			if e.inProc || e.recorded {
+			switch {
+			case e.inProc:
 				rc = e.w.raceStart(a)
-				e.raceCtx = rc
+			case e.recorded:
+				rc = e.w.raceStartRecorded(a)
 			}
+			e.raceCtx = rc
 			err = e.runSafely(a)
 			if !e.recorded {
 				e.w.raceFinish(a, rc)

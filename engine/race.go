@@ -137,6 +137,16 @@ func (w *Worker) raceStart(a Assignment) *race.Ctx {
 	return c
 }
 
+// raceStartRecorded is raceStart for a member a chip's or SUB worker's
+// process runs and records: the detector counts it until its replay.
+func (w *Worker) raceStartRecorded(a Assignment) *race.Ctx {
+	c := w.raceStart(a)
+	if c != nil {
+		w.cfg.Race.Recording(1)
+	}
+	return c
+}
+
 // raceFinish records the end of member a, which ran as c, before its
 // completion is passed on.
 func (w *Worker) raceFinish(a Assignment, c *race.Ctx) {

@@ -129,6 +129,9 @@ type Detector struct {
 	uninit  int
 	dropped bool // some access history was dropped for its bound
 	cut     bool // a child process's access log was cut at its bound
+
+	recording int        // members running in other processes, not yet replayed
+	replayed  *sync.Cond // on mu: a replay made progress (replay.go)
 }
 
 // New returns a detector that writes its reports to out.
@@ -138,6 +141,7 @@ func New(out io.Writer) *Detector {
 		counts: map[rankKey]int{}, notes: map[edgeKey]string{}, pairs: map[pairKey]*pair{},
 		waiting: map[*Ctx]struct{}{},
 	}
+	d.replayed = sync.NewCond(&d.mu)
 	d.main = d.newCtx(Who{Desc: "the orchestration (main thread)", Orch: true})
 	return d
 }

@@ -1,6 +1,9 @@
 package race
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // Replay checks what the members of one task recorded in other processes
 // (logs[i] is what ctxs[i] did) as though they had run here, in an order
@@ -9,10 +12,16 @@ import "fmt"
 // rank's arrival. So the report is the one thread mode gives for the
 // same program. Replay runs once every member has ended, before their
 // end clocks are taken.
+//
+// A wait may have seen a notify of another task whose log has not come
+// yet (two nodes' ranks of one global domain): while other recorded
+// members are in flight (Recording), a wait whose notify is unknown holds
+// its member's replay, and the others' replays wake it as they go. Past
+// replayPatience without progress it goes on, acquiring nothing.
 func (d *Detector) Replay(ctxs []*Ctx, logs []*RecordedLog) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	r := &replay{d: d, logs: logs, pos: make([]int, len(logs)), rounds: make([]map[string]int, len(logs))}
+	r := &replay{d: d, logs: logs, pos: make([]int, len(logs)), rounds: make([]map[string]int, len(logs)), own: len(ctxs)}
 	for i := range r.rounds {
 		r.rounds[i] = map[string]int{}
 		if logs[i].Truncated && !d.cut {
@@ -20,21 +29,55 @@ func (d *Detector) Replay(ctxs []*Ctx, logs []*RecordedLog) {
 			d.emit(fmt.Sprintf("simpler: --race: the access log of %s was cut at its bound (%d events): what it did past that was not checked\n", ctxs[i].desc(), maxLogEvents))
 		}
 	}
+	deadline := time.Now().Add(replayPatience)
 	for r.left() {
-		if !r.pass(ctxs) {
-			r.force(ctxs) // nothing may go by the rules (a log was cut): take the first step left
+		if r.pass(ctxs) {
+			d.replayed.Broadcast() // its notifies may be what another replay waits for
+			deadline = time.Now().Add(replayPatience)
+			continue
 		}
+		if r.othersMayAdd() && time.Now().Before(deadline) {
+			wake := time.AfterFunc(time.Until(deadline), d.replayed.Broadcast)
+			d.replayed.Wait()
+			wake.Stop()
+			continue
+		}
+		if !r.impatient && r.othersMayAdd() {
+			r.impatient = true // go on without the notifies that did not come
+			continue
+		}
+		r.force(ctxs) // nothing may go by the rules (a log was cut): take the first step left
 	}
+	d.recording -= len(ctxs)
+	d.replayed.Broadcast()
+}
+
+// replayPatience bounds how long a replay waits, without progress, for a
+// notify another member's log may bring.
+const replayPatience = 500 * time.Millisecond
+
+// Recording counts n more (or, negative, fewer) members running in other
+// processes whose logs will be replayed.
+func (d *Detector) Recording(n int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.recording += n
 }
 
 // replay is the state of one Replay: where each member's log is, and the
 // barrier round each member's last arrival got, by domain.
 type replay struct {
-	d      *Detector
-	logs   []*RecordedLog
-	pos    []int
-	rounds []map[string]int
+	d         *Detector
+	logs      []*RecordedLog
+	pos       []int
+	rounds    []map[string]int
+	own       int  // members of this replay, counted in d.recording
+	impatient bool // waited past replayPatience: unknown notifies stay unknown
 }
+
+// othersMayAdd reports whether members outside this replay are still to
+// be replayed, whose notifies may end a wait of this one.
+func (r *replay) othersMayAdd() bool { return r.d.recording > r.own }
 
 func (r *replay) left() bool {
 	for i, l := range r.logs {
@@ -73,7 +116,10 @@ func (r *replay) force(ctxs []*Ctx) {
 func (r *replay) ready(i int, e *event) bool {
 	switch e.kind {
 	case evWaited:
-		return r.d.notifyOf(e.key, e.value) != nil || !r.pendingNotify(i, e.key, e.value)
+		if r.d.notifyOf(e.key, e.value) != nil {
+			return true
+		}
+		return !r.pendingNotify(i, e.key, e.value) && (r.impatient || !r.othersMayAdd())
 	case evLeave:
 		b := r.d.bars[barrierKey{e.dom, r.rounds[i][e.dom]}]
 		return b == nil || b.count == len(b.arrived)
