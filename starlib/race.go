@@ -1,6 +1,7 @@
 package starlib
 
 import (
+	"sync/atomic"
 	"unsafe"
 
 	"go.starlark.net/starlark"
@@ -18,15 +19,23 @@ import (
 // raceKey is the thread-local holding a thread's *race.Ctx.
 const raceKey = "simpler.race"
 
+// racing counts the contexts ever bound in this process: while it is 0
+// (no --race), raceOf costs one atomic load, not a thread-local lookup
+// per tensor access.
+var racing atomic.Int64
+
 func bindRace(th *starlark.Thread, c *race.Ctx) {
-	if c != nil || th.Local(raceKey) != nil {
+	if c != nil {
+		racing.Add(1)
 		th.SetLocal(raceKey, c)
+	} else if racing.Load() != 0 && th.Local(raceKey) != nil {
+		th.SetLocal(raceKey, nil)
 	}
 }
 
 // raceOf is th's context, nil when --race is off.
 func raceOf(th *starlark.Thread) *race.Ctx {
-	if th == nil {
+	if th == nil || racing.Load() == 0 {
 		return nil
 	}
 	c, _ := th.Local(raceKey).(*race.Ctx)

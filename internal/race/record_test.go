@@ -122,3 +122,38 @@ func FuzzDecodeLog(f *testing.F) {
 		d.Replay([]*Ctx{d.Start(Who{})}, []*RecordedLog{l})
 	})
 }
+
+// Two tasks in two processes (two nodes' ranks of one global domain)
+// each wait for the other's notify: each replay holds its wait until the
+// other's replay brings the notify, and neither reports a race.
+func TestReplaysOfTwoTasksWaitForEachOthersNotifies(t *testing.T) {
+	notify := func(c *Ctx, key uintptr, pos string) {
+		c.Notify(key, 4, false, "comm.notify", at(pos), func() (int64, error) { return 1, nil })
+	}
+	a := record(t, func(c *Ctx) {
+		c.Access(0x1000, 8, Write, "write", at("g.star:1:1"))
+		notify(c, 0x2000, "g.star:2:1")
+		c.Waited(0x3000, 4, 1, "comm.wait", at("g.star:3:1"))
+		c.Access(0x4000, 8, Read, "read", at("g.star:4:1"))
+	})
+	b := record(t, func(c *Ctx) {
+		c.Access(0x4000, 8, Write, "write", at("g.star:5:1"))
+		notify(c, 0x3000, "g.star:6:1")
+		c.Waited(0x2000, 4, 1, "comm.wait", at("g.star:7:1"))
+		c.Access(0x1000, 8, Read, "read", at("g.star:8:1"))
+	})
+	var out strings.Builder
+	d := New(&out)
+	ca, cb := two(d)
+	d.Recording(2)
+	done := make(chan struct{})
+	go func() {
+		d.Replay([]*Ctx{ca}, []*RecordedLog{a})
+		close(done)
+	}()
+	d.Replay([]*Ctx{cb}, []*RecordedLog{b})
+	<-done
+	if d.Races() != 0 {
+		t.Fatalf("races:\n%s", out.String())
+	}
+}
