@@ -153,6 +153,9 @@ func (w *Worker) malloc(op string, worker, size int) (uint64, error) {
 		return 0, Errorf(ValueError, "%s: size %d exceeds the device memory of one %s chip (%d bytes)", op, size, w.cfg.Platform.Name(), max)
 	}
 	p, err := c.Malloc(size)
+	if err == nil {
+		w.raceNameDevice(worker, p, size)
+	}
 	return p, Wrap(err, op)
 }
 
@@ -161,6 +164,7 @@ func (w *Worker) free(op string, worker int, ptr uint64) error {
 	if err != nil {
 		return err
 	}
+	w.raceForgetDevice(worker, ptr)
 	return c.Free(ptr) // hal names the operation and the pointer
 }
 

@@ -130,7 +130,7 @@ func (w *Worker) raceStart(a Assignment) *race.Ctx {
 	r.race.mu.Unlock()
 	who := race.Who{
 		Desc:  fmt.Sprintf("%s (task %d, member %d, run %d, on %s)", t.handle.Name(), t.ID, a.Member, r.id, w.workerName(a.Pool, a.Target)),
-		Owner: w, Run: r.id, Task: t.ID, Member: a.Member,
+		Owner: w, Run: r.id, Task: t.ID, Member: a.Member, Parent: r.race.orch,
 	}
 	c := d.Start(who, after...)
 	d.Queue(-1)
@@ -318,6 +318,26 @@ func (w *Worker) HostView(worker int, addr uint64, n int) []byte {
 		return nil
 	}
 	return b
+}
+
+// raceNameDevice names device memory malloc'd on worker (where this
+// process maps it: thread mode); raceForgetDevice drops it at free.
+func (w *Worker) raceNameDevice(worker int, addr uint64, size int) {
+	if w.cfg.Race == nil {
+		return
+	}
+	if mem := w.HostView(worker, addr, size); mem != nil {
+		w.cfg.Race.Name(hostAddr(mem), size, fmt.Sprintf("device memory at %#x of %s", addr, w.workerName(NextLevel, worker)), true)
+	}
+}
+
+func (w *Worker) raceForgetDevice(worker int, addr uint64) {
+	if w.cfg.Race == nil {
+		return
+	}
+	if mem := w.HostView(worker, addr, 1); mem != nil {
+		w.cfg.Race.Forget(hostAddr(mem), w.cfg.Race.RegionSize(hostAddr(mem)))
+	}
 }
 
 // raceNameHeap names a fresh run-heap block as unwritten.

@@ -458,7 +458,7 @@ func (o *Orchestrator) copyTo(th *starlark.Thread, args starlark.Tuple, kw []sta
 	if err := o.o.CopyTo(worker, dst, src); err != nil {
 		return nil, err
 	}
-	o.raceCopy(th, worker, dst, src, race.Write, "orch.copy_to")
+	raceCopy(th, o.o.Worker(), worker, dst, src, race.Write, "orch.copy_to")
 	return starlark.None, nil
 }
 
@@ -478,7 +478,7 @@ func (o *Orchestrator) copyFrom(th *starlark.Thread, args starlark.Tuple, kw []s
 	if err := o.o.CopyFrom(worker, dst, src); err != nil {
 		return nil, err
 	}
-	o.raceCopy(th, worker, src, dst, race.Read, "orch.copy_from")
+	raceCopy(th, o.o.Worker(), worker, src, dst, race.Read, "orch.copy_from")
 	return starlark.None, nil
 }
 
@@ -486,7 +486,7 @@ func (o *Orchestrator) copyFrom(th *starlark.Thread, args starlark.Tuple, kw []s
 // earlier runs first), between the host bytes host (read by copy_to,
 // written by copy_from) and worker's device memory at dev (what k does to
 // it), where this process can see that memory.
-func (o *Orchestrator) raceCopy(th *starlark.Thread, worker int, dev uint64, host []byte, k race.Kind, op string) {
+func raceCopy(th *starlark.Thread, w *engine.Worker, worker int, dev uint64, host []byte, k race.Kind, op string) {
 	if raceOf(th) == nil {
 		return
 	}
@@ -495,7 +495,7 @@ func (o *Orchestrator) raceCopy(th *starlark.Thread, worker int, dev uint64, hos
 		hk = race.Write
 	}
 	touch(th, host, hk, op)
-	touch(th, o.o.Worker().HostView(worker, dev, len(host)), k, op)
+	touch(th, w.HostView(worker, dev, len(host)), k, op)
 }
 
 func (o *Orchestrator) drain(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {

@@ -12,6 +12,7 @@ import (
 	"simpler/engine/proc"
 	"simpler/engine/remote"
 	"simpler/hal"
+	"simpler/internal/race"
 )
 
 // Worker is the Starlark value of an engine.Worker.
@@ -438,7 +439,11 @@ func (w *Worker) copyTo(th *starlark.Thread, args starlark.Tuple, kw []starlark.
 	if err != nil {
 		return nil, err
 	}
-	return starlark.None, d.CopyTo("copy_to", worker, dst, src)
+	if err := d.CopyTo("copy_to", worker, dst, src); err != nil {
+		return nil, err
+	}
+	raceCopy(th, w.w, worker, dst, src, race.Write, "copy_to")
+	return starlark.None, nil
 }
 
 func (w *Worker) copyFrom(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
@@ -455,7 +460,11 @@ func (w *Worker) copyFrom(th *starlark.Thread, args starlark.Tuple, kw []starlar
 	if err != nil {
 		return nil, err
 	}
-	return starlark.None, d.CopyFrom("copy_from", worker, dst, src)
+	if err := d.CopyFrom("copy_from", worker, dst, src); err != nil {
+		return nil, err
+	}
+	raceCopy(th, w.w, worker, src, dst, race.Read, "copy_from")
+	return starlark.None, nil
 }
 
 // deviceAndHost resolves a copy's device address and host bytes. The host

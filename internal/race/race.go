@@ -89,6 +89,9 @@ type Who struct {
 	Task   int
 	Member int
 	Orch   bool // the orchestration itself
+	// Parent is the context that submitted the task's run: the
+	// orchestration, or the level-4 task whose child run it is.
+	Parent *Ctx
 }
 
 // Ctx is one thread of control: the orchestration or one task member.
@@ -340,6 +343,19 @@ func (d *Detector) dropRegions(lo, hi uintptr) {
 		}
 	}
 	d.regions = out
+}
+
+// RegionSize is the size of the named region that starts at addr, 0 if
+// none does.
+func (d *Detector) RegionSize(addr uintptr) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	key := canon(addr, 0)
+	i := sort.Search(len(d.regions), func(i int) bool { return d.regions[i].lo >= key })
+	if i < len(d.regions) && d.regions[i].lo == key {
+		return int(d.regions[i].hi - d.regions[i].lo)
+	}
+	return 0
 }
 
 // where describes bytes [lo, hi) for a report: their offset in the named

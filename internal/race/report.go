@@ -127,15 +127,43 @@ func (d *Detector) why(a, e *Ctx) string {
 		return fmt.Sprintf("the orchestration did not wait for %s (wait(), drain() or the run's end) before this access", taskName(we))
 	case we.Orch:
 		return fmt.Sprintf("the orchestration's access came after it submitted %s, and nothing orders the task after it", taskName(wa))
-	case wa.Owner == we.Owner && wa.Run == we.Run && wa.Task == we.Task:
-		return fmt.Sprintf("members %d and %d of one group task start together, and no comm.barrier() or notify/wait orders these accesses", min(we.Member, wa.Member), max(we.Member, wa.Member))
-	case wa.Owner == we.Owner && wa.Run == we.Run:
-		if note, ok := d.notes[edgeKey{wa.Owner, wa.Run, wa.Task, we.Task}]; ok {
-			return fmt.Sprintf("no task dependency: %s; and no barrier or notify/wait between the two", note)
+	}
+	if x, y, ok := sameRun(a, e); ok {
+		reason := d.whyTasks(x.who, y.who)
+		if x != a || y != e {
+			reason = fmt.Sprintf("they run inside tasks %d and %d of run %d of their parent worker: %s", min(x.who.Task, y.who.Task), max(x.who.Task, y.who.Task), x.who.Run, reason)
 		}
-		return fmt.Sprintf("no task dependency orders task %d after task %d (no tensor tag links them), and no barrier or notify/wait between the two", wa.Task, we.Task)
+		return reason
 	}
 	return "they belong to different runs or workers that nothing orders, and no barrier or notify/wait between them"
+}
+
+// sameRun finds the tasks, a and e or the tasks that submitted their
+// runs (a level-4 worker's tasks over its nodes), that belong to one run.
+func sameRun(a, e *Ctx) (x, y *Ctx, ok bool) {
+	for x = a; x != nil && !x.who.Orch; x = x.who.Parent {
+		for y = e; y != nil && !y.who.Orch; y = y.who.Parent {
+			if x.who.Owner == y.who.Owner && x.who.Run == y.who.Run {
+				return x, y, true
+			}
+		}
+	}
+	return nil, nil, false
+}
+
+// whyTasks says why two tasks of one run are not ordered.
+func (d *Detector) whyTasks(wa, we Who) string {
+	if wa.Task == we.Task {
+		return fmt.Sprintf("members %d and %d of one group task start together, and no comm.barrier() or notify/wait orders these accesses", min(we.Member, wa.Member), max(we.Member, wa.Member))
+	}
+	note, ok := d.notes[edgeKey{wa.Owner, wa.Run, wa.Task, we.Task}]
+	if !ok {
+		note, ok = d.notes[edgeKey{wa.Owner, wa.Run, we.Task, wa.Task}]
+	}
+	if ok {
+		return fmt.Sprintf("no task dependency: %s; and no barrier or notify/wait between the two", note)
+	}
+	return fmt.Sprintf("no task dependency orders task %d after task %d (no tensor tag links them), and no barrier or notify/wait between the two", max(wa.Task, we.Task), min(wa.Task, we.Task))
 }
 
 func taskName(w Who) string { return fmt.Sprintf("task %d of run %d", w.Task, w.Run) }
