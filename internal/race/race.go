@@ -42,6 +42,7 @@ package race
 import (
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"sync"
 )
@@ -299,15 +300,12 @@ func (d *Detector) NameKey(key uintptr, n int, what string, written bool) {
 	if n <= 0 {
 		return
 	}
+	d.ForgetKey(key, n)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	lo, hi := key, key+uintptr(n)
-	d.dropRegions(lo, hi)
 	i := sort.Search(len(d.regions), func(i int) bool { return d.regions[i].lo >= lo })
-	d.regions = append(d.regions, region{})
-	copy(d.regions[i+1:], d.regions[i:])
-	d.regions[i] = region{lo, hi, what}
-	d.forget(lo, hi)
+	d.regions = slices.Insert(d.regions, i, region{lo, hi, what})
 	if !written {
 		d.mem.markUnwritten(lo, hi)
 	}
