@@ -75,7 +75,7 @@ func (w *Worker) allocateRank(req commRequest, rank, id int) (DomainRank, error)
 		return DomainRank{}, err
 	}
 	dr := DomainRank{DeviceCtx: r.DeviceCtx, WindowBase: r.WindowBase, WindowSize: r.WindowSize, Release: r.Release}
-	if win := w.HostView(id, r.WindowBase, r.WindowSize); win != nil {
+	if win := w.hostView(id, r.WindowBase, r.WindowSize); win != nil {
 		dr.RaceKey = race.Key(hostAddr(win))
 	}
 	return dr, nil

@@ -371,7 +371,7 @@ func (w *Worker) nextRunner() func(e *loopEndpoint, a Assignment) error {
 		return func(e *loopEndpoint, a Assignment) (err error) {
 			t := a.Task
 			if e.raceCtx != nil {
-				e.raceLog, err = w.chipProcs[a.Target].RunRecorded(t.handle, &t.args[a.Member], &e.stop)
+				e.raceLog, err = w.chipProcs[a.Target].RunRecorded(t.handle, &t.args[a.Member], &e.stop, w.raceChipTag(a.Target))
 				return err
 			}
 			return w.chipProcs[a.Target].Run(t.handle, &t.args[a.Member], nil, &e.stop)
@@ -413,7 +413,7 @@ func (w *Worker) subRunner() func(e *loopEndpoint, a Assignment) error {
 		return func(e *loopEndpoint, a Assignment) (err error) {
 			t := a.Task
 			if e.raceCtx != nil {
-				e.raceLog, err = w.subProcs[a.Target].RunRecorded(t.handle, &t.args[a.Member], &e.stop)
+				e.raceLog, err = w.subProcs[a.Target].RunRecorded(t.handle, &t.args[a.Member], &e.stop, w.cfg.Race.ChipTag(w.subProcs[a.Target]))
 				return err
 			}
 			return w.subProcs[a.Target].Run(t.handle, &t.args[a.Member], nil, &e.stop)

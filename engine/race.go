@@ -132,6 +132,9 @@ func (w *Worker) raceStart(a Assignment) *race.Ctx {
 		Desc:  fmt.Sprintf("%s (task %d, member %d, run %d, on %s)", t.handle.Name(), t.ID, a.Member, r.id, w.workerName(a.Pool, a.Target)),
 		Owner: w, Run: r.id, Task: t.ID, Member: a.Member, Parent: r.race.orch,
 	}
+	if a.Pool == NextLevel {
+		who.Chip = w.raceChipTag(a.Target)
+	}
 	c := d.Start(who, after...)
 	d.Queue(-1)
 	return c
@@ -306,10 +309,10 @@ func (w *Worker) raceForgetDomain(d *Domain) {
 	}
 }
 
-// HostView is worker's device memory [addr, addr+n) as this process maps
+// hostView is worker's device memory [addr, addr+n) as this process maps
 // it, nil where it does not (a chip process, a remote node, a bad range):
 // the race detector's identity of those bytes.
-func (w *Worker) HostView(worker int, addr uint64, n int) []byte {
+func (w *Worker) hostView(worker int, addr uint64, n int) []byte {
 	if w.chipProcs != nil || worker < 0 || worker >= len(w.chips) || w.chips[worker] == nil {
 		return nil
 	}
@@ -320,24 +323,43 @@ func (w *Worker) HostView(worker int, addr uint64, n int) []byte {
 	return b
 }
 
-// raceNameDevice names device memory malloc'd on worker (where this
-// process maps it: thread mode); raceForgetDevice drops it at free.
+// raceNameDevice names device memory malloc'd on worker, in either mode:
+// device memory is keyed by its chip and address (RaceDeviceKey);
+// raceForgetDevice drops it at free.
 func (w *Worker) raceNameDevice(worker int, addr uint64, size int) {
-	if w.cfg.Race == nil {
-		return
-	}
-	if mem := w.HostView(worker, addr, size); mem != nil {
-		w.cfg.Race.Name(hostAddr(mem), size, fmt.Sprintf("device memory at %#x of %s", addr, w.workerName(NextLevel, worker)), true)
+	if key := w.RaceDeviceKey(worker, addr); key != 0 {
+		w.cfg.Race.NameKey(key, size, fmt.Sprintf("device memory at %#x of %s", addr, w.workerName(NextLevel, worker)), true)
 	}
 }
 
 func (w *Worker) raceForgetDevice(worker int, addr uint64) {
-	if w.cfg.Race == nil {
-		return
+	if key := w.RaceDeviceKey(worker, addr); key != 0 {
+		w.cfg.Race.ForgetKey(key, w.cfg.Race.RegionSize(key))
 	}
-	if mem := w.HostView(worker, addr, 1); mem != nil {
-		w.cfg.Race.Forget(hostAddr(mem), w.cfg.Race.RegionSize(hostAddr(mem)))
+}
+
+// RaceDeviceKey is the race detector's key of device address addr of
+// chip worker, 0 without --race or off a chip.
+func (w *Worker) RaceDeviceKey(worker int, addr uint64) uintptr {
+	tag := w.raceChipTag(worker)
+	if tag == 0 {
+		return 0
 	}
+	return tag | uintptr(addr)&(1<<48-1)
+}
+
+// raceChipTag is the race detector's tag of chip worker's memory: the
+// chip of this process, or the process that runs it.
+func (w *Worker) raceChipTag(worker int) uintptr {
+	switch {
+	case w.cfg.Race == nil || worker < 0:
+		return 0
+	case w.chipProcs != nil && worker < len(w.chipProcs):
+		return w.cfg.Race.ChipTag(w.chipProcs[worker])
+	case w.chipProcs == nil && worker < len(w.chips) && w.chips[worker] != nil:
+		return w.cfg.Race.ChipTag(w.chips[worker])
+	}
+	return 0
 }
 
 // raceNameHeap names a fresh run-heap block as unwritten.

@@ -71,8 +71,9 @@ type Process interface {
 	Run(h *Handle, args *TaskArgs, cfg *CallConfig, stop *Stopper) error
 	// RunRecorded is Run for a chip's or a SUB worker's member under
 	// --race: the process records the member's accesses and
-	// synchronisation and returns the log (race.DecodeLog).
-	RunRecorded(h *Handle, args *TaskArgs, stop *Stopper) ([]byte, error)
+	// synchronisation, its own memory keyed with tag (race.ChipTag), and
+	// returns the log (race.DecodeLog).
+	RunRecorded(h *Handle, args *TaskArgs, stop *Stopper, tag uintptr) ([]byte, error)
 	// Register ships a callable by module and name (Locatable).
 	Register(c Callable) error
 	// Kill ends the process at once, so that whatever waits on it returns.

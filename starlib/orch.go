@@ -495,7 +495,9 @@ func raceCopy(th *starlark.Thread, w *engine.Worker, worker int, dev uint64, hos
 		hk = race.Write
 	}
 	touch(th, host, hk, op)
-	touch(th, w.HostView(worker, dev, len(host)), k, op)
+	if key := w.RaceDeviceKey(worker, dev); key != 0 {
+		raceOf(th).AccessAt(key, len(host), k, op, stackOf(th))
+	}
 }
 
 func (o *Orchestrator) drain(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {

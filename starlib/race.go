@@ -66,12 +66,15 @@ func touch(th *starlark.Thread, mem []byte, k race.Kind, op string) {
 	c.Access(memAddr(mem), len(mem), k, op, stackOf(th))
 }
 
-// touch reports th's access of kind k to mem, part of t, made by op: an
-// atomic one if t is an as_atomic() view. For a strided view mem is its
-// span, and only the bytes of its elements count (neighbouring column
-// blocks of one matrix do not touch), one contiguous run at a time.
-func (t *Tensor) touch(th *starlark.Thread, mem []byte, k race.Kind, op string) {
-	if raceOf(th) == nil {
+// touch reports th's access of kind k to span, t's memory from its first
+// element, made by op: an atomic one if t is an as_atomic() view. For a
+// strided view only the bytes of its elements count (neighbouring column
+// blocks of one matrix do not touch), one contiguous run at a time. A
+// chip's own memory is keyed by its device address (race.DeviceKey), so
+// that a chip's process and the parent agree on it.
+func (t *Tensor) touch(th *starlark.Thread, span []byte, k race.Kind, op string) {
+	rc := raceOf(th)
+	if rc == nil || len(span) == 0 {
 		return
 	}
 	if t.atomic {
@@ -82,13 +85,23 @@ func (t *Tensor) touch(th *starlark.Thread, mem []byte, k race.Kind, op string) 
 			k = race.AtomicWrite
 		}
 	}
+	device := t.t.ChildMemory && !race.Shared(memAddr(span))
+	at := func(lo, hi int) {
+		if device {
+			if key := rc.DeviceKey(t.t.Addr + uint64(lo)); key != 0 {
+				rc.AccessAt(key, hi-lo, k, op, stackOf(th))
+				return
+			}
+		}
+		rc.Access(memAddr(span[lo:]), hi-lo, k, op, stackOf(th))
+	}
 	if t.t.Strides == nil {
-		touch(th, mem, k, op)
+		at(0, len(span))
 		return
 	}
 	for _, r := range elementRuns(t.t) {
-		if r[1] <= len(mem) {
-			touch(th, mem[r[0]:r[1]], k, op)
+		if r[1] <= len(span) {
+			at(r[0], r[1])
 		}
 	}
 }

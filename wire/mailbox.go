@@ -112,11 +112,15 @@ type MailboxTask struct {
 	Config  CallConfig
 	Tensors []MailboxTensor
 	Scalars []uint64
-	// Race asks the child to record the member's accesses and
-	// synchronisation for the parent's race detector (--race): the OK
-	// reply then carries the log, a blob of at most MaxRaceLog bytes.
-	Race bool
+	// RaceTag, if not 0, asks the child to record the member's accesses
+	// and synchronisation for the parent's race detector (--race), keying
+	// the chip's own memory with this tag (race.ChipTag): the OK reply
+	// then carries the log, a blob of at most MaxRaceLog bytes.
+	RaceTag uint64
 }
+
+// raceTagBits are the bits a RaceTag may have (race.PrivateTag's).
+const raceTagBits = 1<<62 | 0x3fff<<48
 
 // MaxRaceLog bounds the access log in a task's reply.
 const MaxRaceLog = 1 << 20
@@ -143,7 +147,7 @@ func (t *MailboxTask) Encode(e *Encoder) {
 		}
 	}
 	encodeScalars(e, t.Scalars)
-	e.Bool(t.Race)
+	e.U64(t.RaceTag)
 }
 
 // DecodeMailboxTask reads a task request.
@@ -163,7 +167,9 @@ func DecodeMailboxTask(b []byte) (MailboxTask, error) {
 		t.Tensors = append(t.Tensors, decodeMailboxTensor(d, i))
 	}
 	t.Scalars = decodeScalars(d)
-	t.Race = d.Bool()
+	if t.RaceTag = d.U64(); t.RaceTag&^raceTagBits != 0 {
+		d.FailBounds("race tag %#x has bits past its field", t.RaceTag)
+	}
 	if err := d.Finish(); err != nil {
 		return MailboxTask{}, err
 	}

@@ -131,7 +131,7 @@ func mailboxSamples() []sample {
 		{"init/node", sampleMailboxInit(RoleNode), decMailboxInit},
 		{"init/minimal-node", &MailboxInit{Role: RoleNode, Node: NodeConfig{Level: 3, Platform: "a5sim"}}, decMailboxInit},
 		{"task/chip", sampleMailboxTask(), decMailboxTask},
-		{"task/sub", &MailboxTask{Op: OpRunSub, Digest: "sha256:00", Scalars: []uint64{1}, Race: true}, decMailboxTask},
+		{"task/sub", &MailboxTask{Op: OpRunSub, Digest: "sha256:00", Scalars: []uint64{1}, RaceTag: 1<<62 | 3<<48}, decMailboxTask},
 		{"task/orch", &MailboxTask{Op: OpRunOrch, Digest: "sha256:00", Config: CallConfig{BlockDim: 1, AicpuThreadNum: 1}}, decMailboxTask},
 		{"control/shutdown", &MailboxControl{Op: OpShutdown}, decMailboxControl},
 		{"control/register", &MailboxControl{Op: OpRegister, Digest: "sha256:ab", Module: "main.star", Name: "k"}, decMailboxControl},

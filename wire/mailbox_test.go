@@ -229,7 +229,7 @@ func taskBytes(shape []uint64, size, off uint64) []byte {
 	e.U8(whereHost)
 	hostRefBytes(&e, size, off)
 	e.U32(0)
-	e.Bool(false) // no race log
+	e.U64(0) // no race log
 	return e.Bytes()
 }
 
@@ -291,7 +291,7 @@ func TestMailboxTaskBounds(t *testing.T) {
 // other's.
 func TestTensorLocations(t *testing.T) {
 	b := taskBytes([]uint64{1}, 64, 0)
-	i := len(b) - 1 - 4 - 8 - 8 - (4 + len("simpler-1-host-1")) - 1 // before the host ref, the scalar count and the race flag
+	i := len(b) - 8 - 4 - 8 - 8 - (4 + len("simpler-1-host-1")) - 1 // before the host ref, the scalar count and the race flag
 	if b[i] != whereHost {
 		t.Fatalf("byte %d is %d, not the location", i, b[i])
 	}

@@ -240,8 +240,8 @@ func (c *child) task(req []byte) ([]byte, error) {
 		return nil, engine.Errorf(engine.RuntimeError, "callable %s is not registered in this child", m.Digest)
 	}
 	var rec *race.Ctx // records the member for the parent's --race
-	if m.Race && c.role != roleNode {
-		rec = race.NewRecorder(race.PrivateTag(int(c.role)<<10 | c.workerID))
+	if m.RaceTag != 0 && c.role != roleNode {
+		rec = race.NewRecorder(uintptr(m.RaceTag))
 	}
 	switch {
 	case op == opRunChip && c.role == roleChip:

@@ -154,7 +154,7 @@ func FuzzTaskArgs(f *testing.F) {
 		return func(e *wire.Encoder) error {
 			back, err := mailboxTask(m.Op, m.Digest, a, engine.CallConfigOf(m.Config), h.locate)
 			if err == nil {
-				back.Race = m.Race
+				back.RaceTag = m.RaceTag
 				back.Encode(e)
 			}
 			return err

@@ -71,17 +71,18 @@ func truncate(s string, n int) string {
 // stop, after bringing the child back if an earlier stop had to kill it.
 // A child that died or was killed while the task ran fails it naming why.
 func (p *process) Run(h *engine.Handle, args *engine.TaskArgs, cfg *engine.CallConfig, stop *engine.Stopper) error {
-	_, err := p.runMember(h, args, cfg, stop, false)
+	_, err := p.runMember(h, args, cfg, stop, 0)
 	return err
 }
 
 // RunRecorded is Run with the member recorded for the parent's race
-// detector: it returns the child's access log.
-func (p *process) RunRecorded(h *engine.Handle, args *engine.TaskArgs, stop *engine.Stopper) ([]byte, error) {
-	return p.runMember(h, args, nil, stop, true)
+// detector, the chip's own memory keyed with tag: it returns the child's
+// access log.
+func (p *process) RunRecorded(h *engine.Handle, args *engine.TaskArgs, stop *engine.Stopper, tag uintptr) ([]byte, error) {
+	return p.runMember(h, args, nil, stop, tag)
 }
 
-func (p *process) runMember(h *engine.Handle, args *engine.TaskArgs, cfg *engine.CallConfig, stop *engine.Stopper, record bool) ([]byte, error) {
+func (p *process) runMember(h *engine.Handle, args *engine.TaskArgs, cfg *engine.CallConfig, stop *engine.Stopper, raceTag uintptr) ([]byte, error) {
 	if p.alive() != nil {
 		if err := p.restart(); err != nil {
 			return nil, err
@@ -91,7 +92,7 @@ func (p *process) runMember(h *engine.Handle, args *engine.TaskArgs, cfg *engine
 	defer p.end(n)
 	stop.OnStop(func(reason string) { p.cancel(n, reason) })
 	unwatch := p.watchHealth(p.health)
-	log, err := p.run(h, args, cfg, record)
+	log, err := p.run(h, args, cfg, raceTag)
 	unwatch()
 	if why := p.deathReason(); why != nil && err != nil {
 		return nil, why

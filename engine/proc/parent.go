@@ -299,9 +299,9 @@ func (p *process) global(c *wire.Control) (wire.ControlReply, error) {
 var runOps = map[uint8]uint8{roleChip: opRunChip, roleSub: opRunSub, roleNode: opRunOrch}
 
 // run executes one task member in the child, as its role runs tasks;
-// with record, the child records it for the race detector and the reply
-// carries the log.
-func (p *process) run(h *engine.Handle, args *engine.TaskArgs, cfg *engine.CallConfig, record bool) ([]byte, error) {
+// with a race tag, the child records it for the race detector and the
+// reply carries the log.
+func (p *process) run(h *engine.Handle, args *engine.TaskArgs, cfg *engine.CallConfig, raceTag uintptr) ([]byte, error) {
 	c := engine.DefaultCallConfig
 	if cfg != nil {
 		c = *cfg
@@ -310,9 +310,9 @@ func (p *process) run(h *engine.Handle, args *engine.TaskArgs, cfg *engine.CallC
 	if err != nil {
 		return nil, err
 	}
-	m.Race = record
+	m.RaceTag = uint64(raceTag)
 	d, err := p.call(laneTask, wire.Payload(m), time.Time{})
-	if err != nil || !record {
+	if err != nil || raceTag == 0 {
 		return nil, err
 	}
 	log := d.Blob(wire.MaxRaceLog)

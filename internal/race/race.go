@@ -93,6 +93,9 @@ type Who struct {
 	// Parent is the context that submitted the task's run: the
 	// orchestration, or the level-4 task whose child run it is.
 	Parent *Ctx
+	// Chip is the ChipTag of the chip the member runs on, which keys its
+	// device memory (DeviceKey); 0 off a chip.
+	Chip uintptr
 }
 
 // Ctx is one thread of control: the orchestration or one task member.
@@ -134,7 +137,8 @@ type Detector struct {
 	dropped bool // some access history was dropped for its bound
 	cut     bool // a child process's access log was cut at its bound
 
-	recording int        // members running in other processes, not yet replayed
+	recording int         // members running in other processes, not yet replayed
+	chipTags  map[any]uintptr // ChipTag
 	replayed  *sync.Cond // on mu: a replay made progress (replay.go)
 }
 
@@ -143,7 +147,7 @@ func New(out io.Writer) *Detector {
 	d := &Detector{
 		out: out, signals: map[uintptr]*signal{}, bars: map[barrierKey]*barrierRound{},
 		counts: map[rankKey]int{}, notes: map[edgeKey]string{}, pairs: map[pairKey]*pair{},
-		waiting: map[*Ctx]struct{}{},
+		waiting: map[*Ctx]struct{}{}, chipTags: map[any]uintptr{},
 	}
 	d.replayed = sync.NewCond(&d.mu)
 	d.main = d.newCtx(Who{Desc: "the orchestration (main thread)", Orch: true})
@@ -343,12 +347,11 @@ func (d *Detector) dropRegions(lo, hi uintptr) {
 	d.regions = out
 }
 
-// RegionSize is the size of the named region that starts at addr, 0 if
-// none does.
-func (d *Detector) RegionSize(addr uintptr) int {
+// RegionSize is the size of the named region whose key starts at key, 0
+// if none does.
+func (d *Detector) RegionSize(key uintptr) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	key := canon(addr, 0)
 	i := sort.Search(len(d.regions), func(i int) bool { return d.regions[i].lo >= key })
 	if i < len(d.regions) && d.regions[i].lo == key {
 		return int(d.regions[i].hi - d.regions[i].lo)
@@ -374,14 +377,26 @@ func (c *Ctx) Access(lo uintptr, n int, k Kind, op string, st Stack) {
 		return
 	}
 	if c.rec != nil {
-		c.rec.add(event{kind: evAccess, key: c.rec.canon(lo), n: n, k: k, op: op, st: st})
+		c.AccessAt(c.rec.canon(lo), n, k, op, st)
+		return
+	}
+	c.AccessAt(canon(lo, 0), n, k, op, st)
+}
+
+// AccessAt is Access of the bytes whose key (Key, DeviceKey) starts at
+// key.
+func (c *Ctx) AccessAt(key uintptr, n int, k Kind, op string, st Stack) {
+	if n <= 0 {
+		return
+	}
+	if c.rec != nil {
+		c.rec.add(event{kind: evAccess, key: key, n: n, k: k, op: op, st: st})
 		return
 	}
 	d := c.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	lo = canon(lo, 0)
-	d.access(c, lo, lo+uintptr(n), k, op, st)
+	d.access(c, key, key+uintptr(n), k, op, st)
 }
 
 func (d *Detector) access(c *Ctx, lo, hi uintptr, k Kind, op string, st Stack) {

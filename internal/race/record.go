@@ -37,10 +37,45 @@ func canon(addr, private uintptr) uintptr {
 // for shared memory.
 func Key(addr uintptr) uintptr { return canon(addr, 0) }
 
-// PrivateTag is the tag of the memory of the n-th child process of a
-// Worker, for NewRecorder: no two children, and no address of the
-// detector's own process, share it.
+// PrivateTag is the n-th tag of memory that is not shared: a chip's
+// device memory (keyed by its device address under the tag), the memory
+// of a child process. No two tags, and no address of the detector's own
+// process, share a key.
 func PrivateTag(n int) uintptr { return 1<<62 | uintptr(n&0x3fff)<<48 }
+
+// Shared reports whether the byte at addr lies in shared memory, which
+// Key names the same way in every process.
+func Shared(addr uintptr) bool {
+	_, _, ok := shm.Identity(addr)
+	return ok
+}
+
+// ChipTag is the tag of chip's own memory (an engine chip or the process
+// that runs it: any comparable identity), the same for every call with
+// one chip.
+func (d *Detector) ChipTag(chip any) uintptr {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if t, ok := d.chipTags[chip]; ok {
+		return t
+	}
+	t := PrivateTag(len(d.chipTags) + 1)
+	d.chipTags[chip] = t
+	return t
+}
+
+// DeviceKey is the key of device address addr of the chip c runs on (its
+// Who.Chip, or a recorder's tag), 0 if c runs on no chip.
+func (c *Ctx) DeviceKey(addr uint64) uintptr {
+	tag := c.who.Chip
+	if c.rec != nil {
+		tag = c.rec.private
+	}
+	if tag == 0 {
+		return 0
+	}
+	return tag | uintptr(addr)&(1<<48-1)
+}
 
 type evKind uint8
 
