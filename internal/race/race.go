@@ -137,9 +137,9 @@ type Detector struct {
 	dropped bool // some access history was dropped for its bound
 	cut     bool // a child process's access log was cut at its bound
 
-	recording int         // members running in other processes, not yet replayed
+	recording int             // members running in other processes, not yet replayed
 	chipTags  map[any]uintptr // ChipTag
-	replayed  *sync.Cond // on mu: a replay made progress (replay.go)
+	replayed  *sync.Cond      // on mu: a replay made progress (replay.go)
 }
 
 // New returns a detector that writes its reports to out.
