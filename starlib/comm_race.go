@@ -23,7 +23,7 @@ func (c *Comm) raceNotify(th *starlark.Thread, rc *race.Ctx, rank int, addr uint
 	if err != nil {
 		return c.v.Notify(rank, addr, width, value, op) // its error says why
 	}
-	return rc.Notify(memAddr(word), width, op == "add", "comm.notify", stackOf(th), func() (int64, error) {
+	return rc.Notify(memAddr(word), width, op == "add", value, "comm.notify", stackOf(th), func() (int64, error) {
 		if err := c.v.Notify(rank, addr, width, value, op); err != nil {
 			return 0, err
 		}

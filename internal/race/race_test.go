@@ -70,7 +70,7 @@ func TestNotifyWaitHandOff(t *testing.T) {
 			a, b := two(d)
 			a.Access(100, 8, Write, "write", at("p.star:1:1"))
 			var word int64
-			if err := a.Notify(200, 4, false, "comm.notify", at("p.star:2:1"), func() (int64, error) { word = 1; return word, nil }); err != nil {
+			if err := a.Notify(200, 4, false, 1, "comm.notify", at("p.star:2:1"), func() (int64, error) { word = 1; return word, nil }); err != nil {
 				t.Fatal(err)
 			}
 			got := int64(0)
@@ -91,7 +91,7 @@ func TestAtomicsRaceOnlyWithPlainAccesses(t *testing.T) {
 	d := New(&out)
 	a, b := two(d)
 	add := func(c *Ctx, pos string) {
-		c.Notify(300, 4, true, "comm.notify", at(pos), func() (int64, error) { return 1, nil })
+		c.Notify(300, 4, true, 1, "comm.notify", at(pos), func() (int64, error) { return 1, nil })
 	}
 	add(a, "x.star:1:1")
 	add(b, "x.star:2:1")

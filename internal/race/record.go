@@ -96,9 +96,10 @@ type event struct {
 	k     Kind
 	op    string
 	st    Stack
-	width int
-	add   bool
-	value int64
+	width   int
+	add     bool
+	operand int64 // a notify's: what it set or added
+	value   int64 // what the word held after a notify, or what a wait saw
 	dom   string
 	rank  int
 	size  int
@@ -191,6 +192,7 @@ func appendEvent(b []byte, e *event) []byte {
 			b = append(b, 0)
 		}
 		b = binary.AppendVarint(b, e.value)
+		b = binary.AppendVarint(b, e.operand)
 	case evArrive:
 		b = appendString(b, e.dom)
 		b = binary.AppendUvarint(b, uint64(e.rank))
@@ -321,6 +323,7 @@ func (r *logReader) event() event {
 		}
 		e.add = r.byte() == 1
 		e.value = r.varint()
+		e.operand = r.varint()
 	case evArrive:
 		e.dom = r.string()
 		e.rank = int(r.uvarint(1 << 20))

@@ -35,7 +35,7 @@ func TestReplayOrdersAWaitAfterTheNotifyItSaw(t *testing.T) {
 			})
 			notifier := record(t, func(c *Ctx) {
 				c.Access(0x100, 8, Write, "write", at("p.star:1:1"))
-				c.Notify(0x200, 4, false, "comm.notify", at("p.star:2:1"), func() (int64, error) { return 1, nil })
+				c.Notify(0x200, 4, false, 1, "comm.notify", at("p.star:2:1"), func() (int64, error) { return 1, nil })
 			})
 			var out strings.Builder
 			d := New(&out)
@@ -107,7 +107,7 @@ func TestDecodeLogRefusesWhatItCannotTrust(t *testing.T) {
 func FuzzDecodeLog(f *testing.F) {
 	c := NewRecorder(PrivateTag(1))
 	c.Access(0x10, 8, Read, "read", at("f.star:1:1"))
-	c.Notify(0x20, 4, true, "comm.notify", nil, func() (int64, error) { return 3, nil })
+	c.Notify(0x20, 4, true, 1, "comm.notify", nil, func() (int64, error) { return 3, nil })
 	c.Waited(0x20, 4, 3, "comm.wait", nil)
 	c.Leave("d", c.Arrive("d", 0, 2))
 	c.SetRank("rank 0")
@@ -128,7 +128,7 @@ func FuzzDecodeLog(f *testing.F) {
 // other's replay brings the notify, and neither reports a race.
 func TestReplaysOfTwoTasksWaitForEachOthersNotifies(t *testing.T) {
 	notify := func(c *Ctx, key uintptr, pos string) {
-		c.Notify(key, 4, false, "comm.notify", at(pos), func() (int64, error) { return 1, nil })
+		c.Notify(key, 4, false, 1, "comm.notify", at(pos), func() (int64, error) { return 1, nil })
 	}
 	a := record(t, func(c *Ctx) {
 		c.Access(0x1000, 8, Write, "write", at("g.star:1:1"))

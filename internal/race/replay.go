@@ -120,6 +120,10 @@ func (r *replay) ready(i int, e *event) bool {
 			return true
 		}
 		return !r.pendingNotify(i, e.key, e.value) && (r.impatient || !r.othersMayAdd())
+	case evNotify:
+		// An add follows the notify that left the value it added to: the
+		// adds of a word replay in the order they happened.
+		return !e.add || !r.pendingNotify(i, e.key, e.value-e.operand)
 	case evLeave:
 		b := r.d.bars[barrierKey{e.dom, r.rounds[i][e.dom]}]
 		return b == nil || b.count == len(b.arrived)

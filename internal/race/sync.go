@@ -18,18 +18,19 @@ type sigWrite struct {
 // that a longer memory would have ordered).
 const maxSignalHistory = 16
 
-// Notify runs do, c's notify of the signal word at addr (width bytes; add
-// for op="add"), which returns the value the word holds after it, and
+// Notify runs do, c's notify of the signal word at addr (width bytes;
+// add for op="add", of operand), which returns the value the word holds
+// after it, and
 // records it as an atomic write that releases what c did so far: a wait
 // that observes the value acquires it. For an add the release also
 // carries the earlier notifies' (an atomic read-modify-write continues
 // them), for a set it replaces them. do runs under the detector's lock,
 // so the value and the record cannot be torn apart by another notify.
-func (c *Ctx) Notify(addr uintptr, width int, add bool, op string, st Stack, do func() (int64, error)) error {
+func (c *Ctx) Notify(addr uintptr, width int, add bool, operand int64, op string, st Stack, do func() (int64, error)) error {
 	if c.rec != nil {
 		v, err := do()
 		if err == nil {
-			c.rec.add(event{kind: evNotify, key: c.rec.canon(addr), width: width, add: add, value: v, op: op, st: st})
+			c.rec.add(event{kind: evNotify, key: c.rec.canon(addr), width: width, add: add, operand: operand, value: v, op: op, st: st})
 		}
 		return err
 	}
