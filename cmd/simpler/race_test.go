@@ -80,6 +80,8 @@ var raceCases = []raceCase{
 	// either way the pair is one report, with the line for its order.
 	{name: "readback_before_wait", label: "racy", modes: thread, exit: 66,
 		races: []raceWant{{"readback_before_wait.star:7:24", "readback_before_wait.star:15:19", []string{whyMainSubmits, whyMainNoWait}}}},
+	{name: "orch_write_after_submit", label: "racy", modes: thread, exit: 66,
+		races: []raceWant{{"orch_write_after_submit.star:10:45", "orch_write_after_submit.star:29:12", []string{whyMainSubmits, whyMainNoWait}}}},
 	{name: "signal_reuse_no_reset", label: "racy", modes: thread, exit: 66,
 		races: []raceWant{{"signal_reuse_no_reset.star:25:34", "signal_reuse_no_reset.star:35:40", []string{whyGroup}}}},
 	{name: "window_after_release", label: "racy", modes: thread, exit: 66,
@@ -126,6 +128,12 @@ var raceCases = []raceCase{
 			"rank 0 of domain \"ring\"\n  waits in comm.wait() on bytes [0, 4) of buffer \"token\" of domain \"ring\", rank 0 until it is >= 1; it holds 0, no notify wrote it\n  kernel()\n      deadlock_ring_wrong_rank.star:17:18\n",
 			"rank 1 of domain \"ring\"\n  waits in comm.wait() on bytes [0, 4) of buffer \"token\" of domain \"ring\", rank 1 until it is >= 2; it holds 1, last notified to 1 by kernel (task 1, member 2, run 1, on chip_worker 2 (device 2)), rank 2 of domain \"ring\"\n",
 			"rank 2 of domain \"ring\"\n  waits in comm.wait() on bytes [0, 4) of buffer \"token\" of domain \"ring\", rank 2 until it is >= 2; it holds 1, last notified to 1 by kernel (task 1, member 1, run 1, on chip_worker 1 (device 1)), rank 1 of domain \"ring\"\n",
+		}},
+	{name: "deadlock_same_chip", label: "deadlock", modes: thread, exit: 1, plainExit: -1,
+		deadlock: []string{
+			"waiter (task 1, member 0, run 1, on chip_worker 0 (device 0)), rank 0 of domain \"pair\"\n" +
+				"  waits in comm.wait() on bytes [0, 4) of buffer \"ready\" of domain \"pair\", rank 0 until it is >= 1; it holds 0, no notify wrote it\n" +
+				"  waiter()\n      deadlock_same_chip.star:9:14\n",
 		}},
 	{name: "racy_and_deadlock", label: "racy, deadlock", modes: thread, exit: 1, plainExit: -1,
 		races: []raceWant{{"racy_and_deadlock.star:13:30", "racy_and_deadlock.star:15:36", []string{whyGroup}}},
