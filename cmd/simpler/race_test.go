@@ -115,6 +115,9 @@ var raceCases = []raceCase{
 	// engine/race.go names it.
 	{name: "device_memory_unordered", label: "racy", modes: thread, exit: 66,
 		races: []raceWant{{"device_memory_unordered.star:11:24", "device_memory_unordered.star:14:45", []string{whyNoTag}}}},
+	// A false positive today: a passed barrier with a remote member is
+	// reported as a DEADLOCK (see the program's header). Race-free is right.
+	{name: "global_barrier_remote", label: "race-free", modes: thread},
 	{name: "runs_ordered", label: "race-free", modes: thread},
 	{name: "atomics_add_handoff", label: "race-free", modes: thread},
 	{name: "deadlock_barrier_skipped", label: "deadlock", modes: thread, exit: 1, plainExit: -1,
