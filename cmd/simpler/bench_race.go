@@ -48,12 +48,18 @@ func benchRace(w io.Writer) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	scripts, err := raceBenchScripts()
+	return measureRace(w, exe, raceBenchDirs, raceRounds)
+}
+
+// measureRace is benchRace over the scripts of dirs, with the simpler
+// binary exe, rounds times each.
+func measureRace(w io.Writer, exe string, dirs []string, rounds int) (bool, error) {
+	scripts, err := raceBenchScripts(dirs)
 	if err != nil {
 		return false, err
 	}
-	fmt.Fprintf(w, "race: simpler run with and without --race, thread mode, %d scripts of %v, %d rounds interleaved\n", len(scripts), raceBenchDirs, raceRounds)
-	for round := 0; round < raceRounds; round++ {
+	fmt.Fprintf(w, "race: simpler run with and without --race, thread mode, %d scripts of %v, %d rounds interleaved\n", len(scripts), dirs, rounds)
+	for round := 0; round < rounds; round++ {
 		for _, s := range scripts {
 			if err := s.measure(exe, round%2 == 1); err != nil {
 				return false, err
@@ -79,9 +85,9 @@ func benchRace(w io.Writer) (bool, error) {
 }
 
 // raceBenchScripts are the scripts to measure, sorted by path.
-func raceBenchScripts() ([]*raceScript, error) {
+func raceBenchScripts(dirs []string) ([]*raceScript, error) {
 	var out []*raceScript
-	for _, dir := range raceBenchDirs {
+	for _, dir := range dirs {
 		paths, err := filepath.Glob(filepath.Join(dir, "*.star"))
 		if err != nil {
 			return nil, err

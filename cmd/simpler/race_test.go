@@ -397,3 +397,37 @@ func TestRaceExamplesAndGoldenAreRaceFree(t *testing.T) {
 		t.Errorf("simpler test --race: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
 }
+
+// simpler bench race's measurement, on two small scripts and two rounds:
+// a line per script with both medians and ratios, the two verdicts, and
+// the worst script. A script that fails on purpose is measured too.
+func TestBenchRaceMeasures(t *testing.T) {
+	t.Setenv(asCLI, "1") // the children are this binary as the CLI
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{
+		"quiet.star": "def main(ctx):\n    print(\"hi\")\n",
+		"fails.star": "def main(ctx):\n    fail(\"on purpose\")\n",
+	})
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if _, err := measureRace(&out, exe, []string{dir}, 2); err != nil {
+		t.Fatalf("measureRace: %v\n%s", err, out.String())
+	}
+	got := out.String()
+	for _, want := range []string{
+		"race: simpler run with and without --race, thread mode, 2 scripts of [" + dir + "], 2 rounds interleaved\n",
+		filepath.Join(dir, "fails.star"), filepath.Join(dir, "quiet.star"),
+		"median time ratio (--race / without)", "median peak RSS ratio (--race / without)", "(target <= 3.00)", "(target <= 2.00)",
+		"worst script",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the output lacks %q:\n%s", want, got)
+		}
+	}
+	if _, err := measureRace(&out, exe, []string{filepath.Join(dir, "none")}, 1); err == nil {
+		t.Error("measureRace of a directory without scripts: no error")
+	}
+}
