@@ -26,6 +26,7 @@ var benchParts = []benchPart{
 	{"global", bench.Global},
 	{"pod", bench.Pod},
 	{"group", bench.Group},
+	{"race", benchRace}, // bench_race.go: what --race costs on the examples and golden scripts
 }
 
 func benchNames() []string {

@@ -66,6 +66,7 @@ var metaCommands = []metaCommand{
 	}},
 	{name: ":reset", help: "close every worker and start a fresh session", run: func(r *repl) error {
 		err := r.shutdown()
+		r.endRace() // the fresh session gets a fresh detector
 		r.start()
 		return err
 	}},
@@ -146,6 +147,7 @@ type repl struct {
 	seq    int      // statements begun
 	open   *openRun // :begin ... :end
 	failed bool     // a statement failed: piped input exits 1
+	raced  bool     // --race found something in a session so far: exit 66
 }
 
 // replWorker is an engine Worker the session made.
@@ -209,14 +211,29 @@ func (r *repl) loop() int {
 	if r.prompts {
 		fmt.Fprintln(r.out)
 	}
-	if err := r.shutdown(); err != nil {
+	err := r.shutdown()
+	r.endRace()
+	if err != nil {
 		r.printError(err)
 		return 1
 	}
 	if r.failed && !r.prompts {
 		return 1 // a replayed session that failed fails, as a script would
 	}
+	if r.raced {
+		return exitRace // as simpler run: a race found is a failure of its own
+	}
 	return 0
+}
+
+// endRace prints what the session's detector (--race) found, once its
+// session is closed and nothing runs any more: the summary simpler run
+// prints at a script's end. Each report itself was printed as its race
+// happened, so it follows the statement that made it.
+func (r *repl) endRace() {
+	if r.s != nil && raceSummary(r.s, r.errOut) {
+		r.raced = true
+	}
 }
 
 // watchSIGINT makes SIGINT interrupt the running statement (Ctrl-C from

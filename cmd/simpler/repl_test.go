@@ -499,3 +499,66 @@ w.register(scale)
 		t.Errorf("exit code %d, want 1 (a registration was refused)", code)
 	}
 }
+
+// simpler repl --race: a race's report comes as the statement that made it
+// runs, before the next statement's output; :reset and the exit print the
+// summary of the session they end; a session that found a race exits 66,
+// one that found none prints nothing of the detector and exits 0.
+func TestReplRace(t *testing.T) {
+	racy := `def put(chip, args):
+    args.tensor(0).fill(args.scalar(0))
+
+w.register(put)
+t = host_tensor(shape = [4], dtype = INT32)
+def two_writers(o, args, cfg):
+    o.submit_next_level(put, TaskArgs(tensors = [(t, OUTPUT_EXISTING)], scalars = [1]), worker = 0)
+    o.submit_next_level(put, TaskArgs(tensors = [(t, OUTPUT_EXISTING)], scalars = [2]), worker = 0)
+
+w.run(two_writers)
+print("next statement")
+:reset
+print("after reset")
+`
+	for _, c := range []struct {
+		name, input string
+		code        int
+		want        []string // in this order, in stdout and stderr together
+	}{
+		{"racy", racy, exitRace, []string{
+			"WARNING: DATA RACE\nWrite of bytes [0, 16) of host tensor",
+			"  put()\n      <repl 1>:2:24\n\nPrevious write of bytes [0, 16)",
+			"Unordered: no task dependency: an OUTPUT or OUTPUT_EXISTING (insert-only) does not wait for an earlier writer",
+			"==================\nnext statement\nsimpler: found 1 data race(s)\nafter reset\n",
+		}},
+		{"race-free", "x = 6 * 7\nx\n", 0, []string{"42\n"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cmd := exec.Command(os.Args[0], "repl", "--race", "--devices", "0-1")
+			cmd.Env = cliEnv("NO_COLOR=1")
+			cmd.Dir = t.TempDir()
+			cmd.Stdin = strings.NewReader(c.input)
+			var out bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &out
+			cmd.Run()
+			checkNoShm(t, cmd.Env)
+			got := out.String()
+			if code := cmd.ProcessState.ExitCode(); code != c.code {
+				t.Errorf("exit %d, want %d\n%s", code, c.code, got)
+			}
+			at := 0
+			for _, w := range c.want {
+				i := strings.Index(got[at:], w)
+				if i < 0 {
+					t.Fatalf("the output lacks %q after offset %d:\n%s", w, at, got)
+				}
+				at += i + len(w)
+			}
+			if rest := got[at:]; rest != "" {
+				t.Errorf("more output after the last expected part (a second summary?): %q", rest)
+			}
+			if n := strings.Count(got, "WARNING: DATA RACE"); c.code == exitRace && n != 1 {
+				t.Errorf("%d race reports, want 1:\n%s", n, got)
+			}
+		})
+	}
+}
