@@ -17,15 +17,17 @@ import (
 // Only the goroutine that holds the token calls it (Sched makes sure), so
 // it has no lock.
 type core struct {
-	strat Strategy
-	procs []*Proc // by id
-	cur   *Proc   // the Proc that holds the token; nil before the first and after the last
-	now   time.Duration
-	steps int
-	hash  uint64
-	trace func(Decision)
+	strat   Strategy
+	created int     // Procs ever created: the next one's id
+	live    []*Proc // the Procs that have not exited, in id order
+	cur     *Proc   // the Proc that holds the token; nil before the first and after the last
+	now     time.Duration
+	steps   int
+	hash    uint64
+	trace   func(Decision)
 
-	runnable []int // scratch for Strategy.Pick
+	runnable      []int   // scratch: the runnable ids, for Strategy.Pick
+	runnableProcs []*Proc // scratch: the same Procs
 }
 
 // procState is where a Proc stands in the schedule.
@@ -87,9 +89,10 @@ func (c *core) mixUint(tag byte, v uint64) {
 // spawn adds a runnable Proc named name. It does not change who runs:
 // the creator keeps the token until its next scheduling point.
 func (c *core) spawn(p *Proc) {
-	p.id = len(c.procs)
+	p.id = c.created
+	c.created++
 	p.state = runnable
-	c.procs = append(c.procs, p)
+	c.live = append(c.live, p)
 	c.strat.Created(p.id)
 	c.mixUint('g', uint64(p.id))
 	c.mixString(p.name)
@@ -112,8 +115,15 @@ func (c *core) block(what string, ready func() bool, deadline time.Duration) (ne
 
 // exit ends the running Proc. next is nil once no Proc is left.
 func (c *core) exit() (next *Proc, deadlock []Wait) {
-	c.cur.state = exited
-	c.cur.ready = nil
+	p := c.cur
+	p.state = exited
+	p.ready = nil
+	for i, q := range c.live {
+		if q == p {
+			c.live = append(c.live[:i], c.live[i+1:]...)
+			break
+		}
+	}
 	return c.decide("exit")
 }
 
@@ -140,10 +150,10 @@ func (c *core) decide(point string) (next *Proc, deadlock []Wait) {
 		from = c.cur.id
 	}
 	c.steps++
-	to := c.strat.Pick(c.steps, from, c.runnable)
+	c.cur = c.runnableProcs[c.strat.Pick(c.steps, from, c.runnable)]
+	to := c.cur.id
 	c.mixString(point)
 	c.mixUint('>', uint64(to))
-	c.cur = c.procs[to]
 	if c.trace != nil {
 		c.trace(Decision{Step: c.steps, Point: point, From: from, To: to, Now: c.now})
 	}
@@ -154,7 +164,7 @@ func (c *core) decide(point string) (next *Proc, deadlock []Wait) {
 // deadline has come (a condition that holds wins over the deadline).
 // Conditions are evaluated in id order, by the token holder.
 func (c *core) wake() {
-	for _, p := range c.procs {
+	for _, p := range c.live {
 		if p.state != blocked {
 			continue
 		}
@@ -175,9 +185,11 @@ func (c *core) unblock(p *Proc, timedOut bool, err error) {
 
 func (c *core) collect() {
 	c.runnable = c.runnable[:0]
-	for _, p := range c.procs {
+	c.runnableProcs = c.runnableProcs[:0]
+	for _, p := range c.live {
 		if p.state == runnable {
 			c.runnable = append(c.runnable, p.id)
+			c.runnableProcs = append(c.runnableProcs, p)
 		}
 	}
 }
@@ -187,7 +199,7 @@ func (c *core) collect() {
 // blocked Proc has a deadline.
 func (c *core) advance() bool {
 	var first *Proc
-	for _, p := range c.procs {
+	for _, p := range c.live {
 		if p.state == blocked && p.deadline > 0 && (first == nil || p.deadline < first.deadline) {
 			first = p
 		}
@@ -207,17 +219,19 @@ func (c *core) advance() bool {
 // their waits in id order; nil if none is blocked (every Proc exited).
 func (c *core) deadlock() []Wait {
 	var waits []Wait
-	for _, p := range c.procs {
+	var stuck []*Proc
+	for _, p := range c.live {
 		if p.state == blocked {
 			waits = append(waits, Wait{ID: p.id, Proc: p.name, What: p.what})
+			stuck = append(stuck, p)
 		}
 	}
 	if waits == nil {
 		return nil
 	}
 	err := deadlockError(waits)
-	for _, w := range waits {
-		c.unblock(c.procs[w.ID], false, err)
+	for _, p := range stuck {
+		c.unblock(p, false, err)
 	}
 	c.mixUint('d', uint64(len(waits)))
 	return waits

@@ -12,7 +12,7 @@ import (
 type lowest struct{}
 
 func (lowest) Created(int)                                {}
-func (lowest) Pick(step, running int, runnable []int) int { return runnable[0] }
+func (lowest) Pick(step, running int, runnable []int) int { return 0 }
 
 // steppedCore returns a core running with Procs named names (the first
 // holds the token), and the Procs.
@@ -168,7 +168,7 @@ func TestPCTPicksHighestAndDropsAtChangePoints(t *testing.T) {
 					best = id
 				}
 			}
-			if got := s.Pick(step, running, all); got != best || !reflect.DeepEqual(s.prio, want) {
+			if got := s.Pick(step, running, all); all[got] != best || !reflect.DeepEqual(s.prio, want) {
 				t.Fatalf("seed %d step %d: picked %d prio %v, want %d %v", seed, step, got, s.prio, best, want)
 			}
 		}

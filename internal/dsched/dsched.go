@@ -136,7 +136,7 @@ func (s *Sched) Main(name string) (*Proc, error) {
 	if s.isClosed() {
 		return nil, ErrClosed
 	}
-	if len(s.core.procs) > 0 || s.holder.Load() != nil {
+	if s.core.created > 0 || s.holder.Load() != nil {
 		return nil, kind.Errorf(kind.RuntimeError, "dsched: Main(%q): the schedule has its first process already", name)
 	}
 	p := &Proc{s: s, name: name, wake: make(chan struct{}, 1)}

@@ -273,7 +273,7 @@ func TestRefusalsChangeNothing(t *testing.T) {
 				w.fail("a second Start: %v", err)
 			}
 		})
-		steps, hash, n := w.s.Steps(), w.s.Hash(), len(w.s.core.procs)
+		steps, hash, n := w.s.Steps(), w.s.Hash(), w.s.core.created
 		// The child does not hold the token: every call of it is refused.
 		for name, call := range map[string]func() error{
 			"Yield": func() error { return child.Yield("x") },
@@ -286,7 +286,7 @@ func TestRefusalsChangeNothing(t *testing.T) {
 				w.fail("%s by a parked Proc: %v", name, err)
 			}
 		}
-		if w.s.Steps() != steps || w.s.Hash() != hash || len(w.s.core.procs) != n {
+		if w.s.Steps() != steps || w.s.Hash() != hash || w.s.core.created != n {
 			w.fail("a refusal changed the schedule")
 		}
 	})
@@ -309,12 +309,12 @@ func TestCloseFreesEveryParkedGoroutine(t *testing.T) {
 		_, blockErr = p.Block("forever", nil, 0)
 	})
 	// main yields until that Proc has blocked.
-	for i := 0; i < 100 && w.s.core.procs[1].state != blocked; i++ {
+	for i := 0; i < 100 && w.s.core.live[1].state != blocked; i++ {
 		if err := m.Yield("main"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if w.s.core.procs[1].state != blocked {
+	if w.s.core.live[1].state != blocked {
 		t.Fatal("the Proc never blocked")
 	}
 	// A Proc created and started, never picked: its Start is parked.
@@ -405,12 +405,12 @@ type alternate struct{}
 
 func (alternate) Created(int) {}
 func (alternate) Pick(step, running int, runnable []int) int {
-	for _, id := range runnable {
+	for i, id := range runnable {
 		if id != running {
-			return id
+			return i
 		}
 	}
-	return runnable[0]
+	return 0
 }
 
 // BenchmarkYieldSwitch measures one hand-off of the token between two

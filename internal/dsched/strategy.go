@@ -11,10 +11,10 @@ import "simpler/kind"
 type Strategy interface {
 	// Created tells the strategy that Proc id now exists.
 	Created(id int)
-	// Pick returns one element of runnable (ids in ascending order, never
-	// empty) to run next. step numbers the decisions from 1; running is
-	// the id of the Proc that reached the point (it may have blocked or
-	// exited, so it need not be in runnable), or -1.
+	// Pick returns the index in runnable (ids in ascending order, never
+	// empty) of the Proc to run next. step numbers the decisions from 1;
+	// running is the id of the Proc that reached the point (it may have
+	// blocked or exited, so it need not be in runnable), or -1.
 	Pick(step, running int, runnable []int) int
 }
 
@@ -55,13 +55,13 @@ func NewRandom(seed uint64) *Random { return &Random{r: rng{state: seed}} }
 // Created does nothing: the uniform strategy keeps no per-Proc state.
 func (s *Random) Created(id int) {}
 
-// Pick returns a uniformly random element of runnable. A point with one
+// Pick returns a uniformly random index into runnable. A point with one
 // choice draws nothing, so the sequence depends only on real choices.
 func (s *Random) Pick(step, running int, runnable []int) int {
 	if len(runnable) == 1 {
-		return runnable[0]
+		return 0
 	}
-	return runnable[s.r.intn(len(runnable))]
+	return s.r.intn(len(runnable))
 }
 
 // DefaultPCTDepth is --pct-depth's default: PCT looks for bugs that need
@@ -119,10 +119,10 @@ func (s *PCT) Pick(step, running int, runnable []int) int {
 			s.prio[running] = uint64(i + 1)
 		}
 	}
-	best := runnable[0]
-	for _, id := range runnable[1:] {
-		if s.prio[id] > s.prio[best] {
-			best = id
+	best := 0
+	for i, id := range runnable {
+		if s.prio[id] > s.prio[runnable[best]] {
+			best = i
 		}
 	}
 	return best
