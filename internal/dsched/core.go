@@ -41,11 +41,12 @@ const (
 
 // Decision is one scheduling decision, as Options.Trace reports it.
 type Decision struct {
-	Step  int           // 1, 2, … in the order decisions are made
-	Point string        // the scheduling point ("block" and "exit" for Block and Exit)
-	From  int           // the Proc that reached the point
-	To    int           // the Proc picked to run next
-	Now   time.Duration // virtual time once the decision is made
+	Step     int           // 1, 2, … in the order decisions are made
+	Point    string        // the scheduling point ("block" and "exit" for Block and Exit)
+	From, To int           // the ids of the Proc that reached the point and of the one picked to run next
+	FromName string        // their names
+	ToName   string        //
+	Now      time.Duration // virtual time once the decision is made
 }
 
 // Wait is one blocked Proc in a deadlock report.
@@ -145,9 +146,9 @@ func (c *core) decide(point string) (next *Proc, deadlock []Wait) {
 		c.cur = nil
 		return nil, deadlock
 	}
-	from := -1
+	from, fromName := -1, ""
 	if c.cur != nil {
-		from = c.cur.id
+		from, fromName = c.cur.id, c.cur.name
 	}
 	c.steps++
 	c.cur = c.runnableProcs[c.strat.Pick(c.steps, from, c.runnable)]
@@ -155,7 +156,7 @@ func (c *core) decide(point string) (next *Proc, deadlock []Wait) {
 	c.mixString(point)
 	c.mixUint('>', uint64(to))
 	if c.trace != nil {
-		c.trace(Decision{Step: c.steps, Point: point, From: from, To: to, Now: c.now})
+		c.trace(Decision{Step: c.steps, Point: point, From: from, To: to, FromName: fromName, ToName: c.cur.name, Now: c.now})
 	}
 	return c.cur, deadlock
 }
