@@ -23,8 +23,10 @@
 //   - Block makes a Proc wait until a condition holds or, with a
 //     deadline, until virtual time reaches it. Conditions are evaluated
 //     at every scheduling point, in Proc id order, by the token holder
-//     only, so they may read memory the Procs share without a lock; they
-//     must not call the Sched.
+//     only, so they may read memory the Procs share without a lock. They
+//     may read Now, Steps and Hash but must not call a Proc's methods,
+//     nor panic (the decision would be left half made); the same goes for
+//     the OnDeadlock and Trace hooks.
 //   - Time is virtual: Now starts at 0 and moves only when no Proc can
 //     run and some blocked Proc has a deadline; it then jumps to the
 //     earliest deadline and that Proc (the lowest id among ties) wakes
@@ -49,6 +51,8 @@
 //   - Close ends the schedule from any goroutine: every parked goroutine
 //     returns ErrClosed at once, and every later call returns ErrClosed
 //     without parking, so a Proc's goroutine unwinds instead of waiting.
+//     From then on nothing is ordered: the Procs unwind concurrently, and
+//     memory they share is theirs to guard.
 //     The package starts no goroutine, so once every Proc's goroutine has
 //     returned (each has Exited, or returned after ErrClosed), nothing of
 //     the Sched is left.
