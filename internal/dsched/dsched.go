@@ -184,7 +184,9 @@ func (p *Proc) Yield(point string) error {
 
 // Block makes p wait until ready() is true (a nil ready never is) or, if
 // deadline > 0, until virtual time reaches deadline, then until it is
-// picked. timedOut says the deadline ended the wait. In a deadlock it
+// picked. A deadline already reached ends the wait at once (timed out),
+// but still at a scheduling point. timedOut says the deadline ended the
+// wait. In a deadlock it
 // returns an error that wraps ErrDeadlock. what says what p waits for, in
 // reports.
 func (p *Proc) Block(what string, ready func() bool, deadline time.Duration) (timedOut bool, err error) {
@@ -249,7 +251,8 @@ func (s *Sched) Steps() int { return s.core.steps }
 // Hash is the hash of the schedule so far (see the package comment).
 func (s *Sched) Hash() uint64 { return s.core.hash }
 
-// Done is closed once every Proc has exited.
+// Done is closed once every Proc has exited (never, if the Sched was
+// closed first).
 func (s *Sched) Done() <-chan struct{} { return s.done }
 
 // Close ends the schedule: every parked goroutine, and every later call,
