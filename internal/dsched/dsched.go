@@ -153,7 +153,9 @@ func (s *Sched) Main(name string) (*Proc, error) {
 
 // Go registers a new runnable Proc named name, created by p, which must
 // hold the token. p keeps running; the new Proc's goroutine (the caller
-// starts it) calls Start and parks until the schedule picks it.
+// starts it) calls Start and parks until the schedule picks it. The new
+// Proc is runnable from now on: a caller that then fails to start its
+// goroutine wedges the schedule when it is picked (Close frees the rest).
 func (p *Proc) Go(name string) (*Proc, error) {
 	if err := p.holds("Go"); err != nil {
 		return nil, err
