@@ -90,20 +90,20 @@ const (
 
 // event is one step of a recorded context.
 type event struct {
-	kind  evKind
-	key   uintptr
-	n     int
-	k     Kind
-	op    string
-	st    Stack
+	kind    evKind
+	key     uintptr
+	n       int
+	k       Kind
+	op      string
+	st      Stack
 	width   int
 	add     bool
 	operand int64 // a notify's: what it set or added
 	value   int64 // what the word held after a notify, or what a wait saw
-	dom   string
-	rank  int
-	size  int
-	desc  string
+	dom     string
+	rank    int
+	size    int
+	desc    string
 }
 
 // recorder is the state of a recording context.
