@@ -68,9 +68,11 @@ func (c *Comm) raceBarrier(th *starlark.Thread) func(error) {
 		return func(error) {}
 	}
 	dom := c.domainKey()
+	real := c.v.BarrierRound() // before this rank arrives, the barrier cannot pass this round
 	round := rc.Arrive(dom, c.v.Rank(), c.v.Size())
 	rc.Block(&race.Wait{Barrier: true, Dom: dom, Round: round, Domain: c.v.Name(), Rank: c.v.Rank(), Size: c.v.Size(),
-		St: stackOf(th), Stop: halt.Of(th).Stop})
+		Passed: func() bool { return c.v.BarrierRound() != real },
+		St:     stackOf(th), Stop: halt.Of(th).Stop})
 	return func(err error) {
 		rc.Unblock()
 		if err == nil {

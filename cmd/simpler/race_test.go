@@ -54,72 +54,72 @@ const (
 	whyMainSubmits    = "the orchestration's access came after it submitted task 1 of run 1, and nothing orders the task after it."
 )
 
-var thread = []string{"thread"}
+// Every case runs in both modes, but for what process mode checks
+// differently (docs/race.md): a deadlock between kernels in chip
+// processes ends at the waits' timeouts, not at once, and a race between
+// the kernels of two level-3 node processes is in no one detector's view.
+var (
+	thread = []string{"thread"}
+	both   = []string{"thread", "process"}
+)
 
 var raceCases = []raceCase{
-	{name: "peer_store_no_barrier", label: "racy", modes: thread, exit: 66,
+	{name: "peer_store_no_barrier", label: "racy", modes: both, exit: 66,
 		races: []raceWant{{"peer_store_no_barrier.star:11:30", "peer_store_no_barrier.star:13:36", []string{whyGroup}}}},
-	{name: "peer_store_barrier", label: "race-free", modes: thread},
-	{name: "notify_wait_handoff", label: "race-free", modes: thread},
-	{name: "notify_wait_one_word_off", label: "racy", modes: thread, exit: 66,
+	{name: "peer_store_barrier", label: "race-free", modes: both},
+	{name: "notify_wait_handoff", label: "race-free", modes: both},
+	{name: "notify_wait_one_word_off", label: "racy", modes: both, exit: 66,
 		races: []raceWant{{"notify_wait_one_word_off.star:15:59", "notify_wait_one_word_off.star:18:36", []string{whyGroup}}}},
-	{name: "output_existing_two_writers", label: "racy", modes: thread, exit: 66,
+	{name: "output_existing_two_writers", label: "racy", modes: both, exit: 66,
 		races: []raceWant{{"output_existing_two_writers.star:9:24", "output_existing_two_writers.star:9:24", []string{whyInsertOnly}}}},
-	{name: "war_no_dependency", label: "racy", modes: thread, exit: 66,
+	{name: "war_no_dependency", label: "racy", modes: both, exit: 66,
 		races: []raceWant{{"war_no_dependency.star:10:45", "war_no_dependency.star:13:24", []string{whyWAR}}}},
-	// The same pair with the writer's store first in time. Its right
-	// Unordered line names upstream's write-after-read rule, as above; the
-	// detector looks its note up for the later access's task only, and
-	// today says "no tensor tag links them": this case fails until that
-	// is fixed in internal/race.
-	{name: "war_writer_first", label: "racy", modes: thread, exit: 66,
+	// The same pair with the writer's store first in time: the note is
+	// found whichever task came first.
+	{name: "war_writer_first", label: "racy", modes: both, exit: 66,
 		races: []raceWant{{"war_writer_first.star:15:45", "war_writer_first.star:18:24", []string{whyWAR}}}},
-	{name: "war_order_hazards", label: "racy", modes: thread, exit: 66,
+	{name: "war_order_hazards", label: "racy", modes: both, exit: 66,
 		races: []raceWant{{"war_order_hazards.star:9:45", "war_order_hazards.star:12:24", []string{whyWAROrdered}}}},
 	// Which access comes first in time depends on how soon the task starts:
 	// either way the pair is one report, with the line for its order.
-	{name: "readback_before_wait", label: "racy", modes: thread, exit: 66,
+	{name: "readback_before_wait", label: "racy", modes: both, exit: 66,
 		races: []raceWant{{"readback_before_wait.star:7:24", "readback_before_wait.star:15:19", []string{whyMainSubmits, whyMainNoWait}}}},
-	{name: "orch_write_after_submit", label: "racy", modes: thread, exit: 66,
+	{name: "orch_write_after_submit", label: "racy", modes: both, exit: 66,
 		races: []raceWant{{"orch_write_after_submit.star:10:45", "orch_write_after_submit.star:29:12", []string{whyMainSubmits, whyMainNoWait}}}},
-	{name: "signal_reuse_no_reset", label: "racy", modes: thread, exit: 66,
+	{name: "signal_reuse_no_reset", label: "racy", modes: both, exit: 66,
 		races: []raceWant{{"signal_reuse_no_reset.star:25:34", "signal_reuse_no_reset.star:35:40", []string{whyGroup}}}},
-	{name: "window_after_release", label: "racy", modes: thread, exit: 66,
+	{name: "window_after_release", label: "racy", modes: both, exit: 66,
 		races: []raceWant{{"window_after_release.star:14:49", "window_after_release.star:17:24", []string{whyWAR}}}},
-	{name: "window_after_release_ok", label: "race-free", modes: thread},
-	{name: "atomics_add", label: "race-free", modes: thread},
-	{name: "atomics_vs_plain", label: "racy", modes: thread, exit: 66,
+	{name: "window_after_release_ok", label: "race-free", modes: both},
+	{name: "atomics_add", label: "race-free", modes: both},
+	{name: "atomics_vs_plain", label: "racy", modes: both, exit: 66,
 		races: []raceWant{{"atomics_vs_plain.star:9:19", "atomics_vs_plain.star:11:20", []string{whyGroup}}}},
-	{name: "uninit_alloc", label: "racy (uninitialized read)", modes: thread, exit: 66,
+	{name: "uninit_alloc", label: "racy (uninitialized read)", modes: both, exit: 66,
 		uninit: []string{"uninit_alloc.star:10:45", "uninit_alloc.star:13:45"}},
-	{name: "atomic_flag_both_sides", label: "race-free", modes: thread},
-	{name: "atomic_flag_one_side", label: "racy", modes: thread, exit: 66,
+	{name: "atomic_flag_both_sides", label: "race-free", modes: both},
+	{name: "atomic_flag_one_side", label: "racy", modes: both, exit: 66,
 		races: []raceWant{{"atomic_flag_one_side.star:14:24", "atomic_flag_one_side.star:10:21", []string{whyNoTag}}}},
-	{name: "strided_disjoint_columns", label: "race-free", modes: thread},
-	{name: "strided_overlap_columns", label: "racy", modes: thread, exit: 66,
+	{name: "strided_disjoint_columns", label: "race-free", modes: both},
+	{name: "strided_overlap_columns", label: "racy", modes: both, exit: 66,
 		races:    []raceWant{{"strided_overlap_columns.star:8:24", "strided_overlap_columns.star:11:24", []string{whyInsertOnly}}},
 		repeated: "simpler: the race between strided_overlap_columns.star:11:24 and strided_overlap_columns.star:8:24 happened 4 times"},
-	{name: "loop_races_1000_times", label: "racy", modes: thread, exit: 66,
+	{name: "loop_races_1000_times", label: "racy", modes: both, exit: 66,
 		races:    []raceWant{{"loop_races_1000_times.star:7:24", "loop_races_1000_times.star:12:15", []string{whyNoTag}}},
 		repeated: "simpler: the race between loop_races_1000_times.star:12:15 and loop_races_1000_times.star:7:24 happened 1000 times"},
-	{name: "sub_vs_chip_writers", label: "racy", modes: thread, exit: 66,
+	{name: "sub_vs_chip_writers", label: "racy", modes: both, exit: 66,
 		races: []raceWant{{"sub_vs_chip_writers.star:8:24", "sub_vs_chip_writers.star:16:24", []string{whyInsertOnly}}}},
-	// The right Unordered line names the level-4 tag rule that left the two
-	// node tasks unordered; the detector keeps its notes per level-3 run
-	// and today says "different runs or workers that nothing orders": this
-	// case fails until internal/race and engine/race.go carry the note down.
+	// The Unordered line names the level-4 tag rule that left the two
+	// node tasks unordered.
 	{name: "nested_l4_writers", label: "racy", modes: thread, exit: 66,
 		races: []raceWant{{"nested_l4_writers.star:9:24", "nested_l4_writers.star:9:24", []string{whyInsertOnlyRule}}}},
-	// Every report must say what memory it is; device memory from
-	// o.malloc is "memory no one named" today: this case fails until
-	// engine/race.go names it.
-	{name: "device_memory_unordered", label: "racy", modes: thread, exit: 66,
-		races: []raceWant{{"device_memory_unordered.star:11:24", "device_memory_unordered.star:14:45", []string{whyNoTag}}}},
-	// A false positive today: a passed barrier with a remote member is
-	// reported as a DEADLOCK (see the program's header). Race-free is right.
+	// Every report says what memory it is: device memory from o.malloc too.
+	{name: "device_memory_unordered", label: "racy", modes: both, exit: 66,
+		races: []raceWant{{"device_memory_unordered.star:10:24", "device_memory_unordered.star:13:45", []string{whyNoTag}}}},
+	// A passed barrier with a remote member is not a deadlock: the
+	// detector asks the barrier itself.
 	{name: "global_barrier_remote", label: "race-free", modes: thread},
-	{name: "runs_ordered", label: "race-free", modes: thread},
-	{name: "atomics_add_handoff", label: "race-free", modes: thread},
+	{name: "runs_ordered", label: "race-free", modes: both},
+	{name: "atomics_add_handoff", label: "race-free", modes: both},
 	{name: "deadlock_barrier_skipped", label: "deadlock", modes: thread, exit: 1, plainExit: -1,
 		deadlock: []string{
 			"kernel (task 1, member 0, run 1, on chip_worker 0 (device 0)), rank 0 of domain \"pair\"\n" +
@@ -143,7 +143,7 @@ var raceCases = []raceCase{
 		deadlock: []string{
 			"rank 0 of domain \"pair\"\n  waits in comm.barrier() #1 of domain \"pair\" (2 ranks); not arrived: rank(s) 1\n  kernel()\n      racy_and_deadlock.star:16:21\n",
 		}},
-	{name: "racy_then_fails", label: "racy, fails", modes: thread, exit: 1, plainExit: 1,
+	{name: "racy_then_fails", label: "racy, fails", modes: both, exit: 1, plainExit: 1,
 		races:  []raceWant{{"racy_then_fails.star:7:24", "racy_then_fails.star:7:24", []string{whyInsertOnly}}},
 		stderr: []string{"racy_then_fails.star:20:9: in main\n", "\nRuntimeError: the script's own failure\n"}},
 }

@@ -430,3 +430,10 @@ func LoadWord(b []byte) int64 {
 	}
 	return atomic.LoadInt64((*int64)(unsafe.Pointer(unsafe.SliceData(b))))
 }
+
+// BarrierRound is the round the domain's barrier is in: it changes once
+// every rank has arrived. A rank that reads it before it arrives can
+// tell, later, that the barrier it arrived at has passed.
+func (v *View) BarrierRound() uint32 {
+	return atomic.LoadUint32(futex.Word32(v.hdr, hdrBarrier)) >> 16
+}
