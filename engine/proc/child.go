@@ -269,6 +269,9 @@ func (c *child) task(req []byte) ([]byte, error) {
 	default:
 		return nil, engine.Errorf(engine.RuntimeError, "task op %d does not fit a child of role %d", op, c.role)
 	}
+	if err != nil && rec != nil {
+		return nil, &loggedError{err: err, log: rec.Log()}
+	}
 	if err != nil {
 		return nil, err
 	}

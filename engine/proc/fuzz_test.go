@@ -96,6 +96,7 @@ func FuzzDecodeReply(f *testing.F) {
 		errors.New("no kind at all"),
 		engine.Wrap(engine.Errorf(engine.KeyError, "inner"), "outer"),
 		&engine.TaskError{TaskID: 3, Worker: "chip_worker 1", Callable: "k", Err: engine.Errorf(engine.TimeoutError, "slow")},
+		&loggedError{err: engine.Errorf(engine.RuntimeError, "failed"), log: []byte{1, 0, 0}},
 	} {
 		f.Add(encodeError(err))
 	}
@@ -113,7 +114,7 @@ func FuzzDecodeReply(f *testing.F) {
 			if r, err := wire.DecodeCommAllocReply(d.Rest()); err == nil {
 				canonical(t, b[1:], func(e *wire.Encoder) error { r.Encode(e); return nil })
 			}
-		case *engine.Error, *engine.TaskError:
+		case *engine.Error, *engine.TaskError, *loggedError:
 			canonical(t, b, func(e *wire.Encoder) error { e.Raw(encodeError(err)); return nil })
 		}
 	})

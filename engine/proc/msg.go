@@ -38,9 +38,31 @@ const (
 	statusOK      = 0
 	statusErr     = 1
 	statusTaskErr = 2 // a TaskError: its path, task and callable, then kind and message
+	// The same two, then the race log of the member that failed (a blob):
+	// what it did before it failed is checked too (--race).
+	statusErrLog     = 3
+	statusTaskErrLog = 4
 )
 
+// loggedError is a failed member's error with its race log. Only the
+// task lane carries it, and process.run takes it apart: the engine never
+// sees it.
+type loggedError struct {
+	err error
+	log []byte
+}
+
+func (e *loggedError) Error() string { return e.err.Error() }
+
 func encodeError(err error) []byte {
+	if le, ok := err.(*loggedError); ok {
+		b := encodeError(le.err)
+		b[0] += statusErrLog - statusErr
+		var e wire.Encoder
+		e.Raw(b)
+		e.Blob(le.log)
+		return e.Bytes()
+	}
 	var e wire.Encoder
 	if te, ok := err.(*engine.TaskError); ok {
 		e.U8(statusTaskErr)
@@ -64,11 +86,12 @@ func encodeError(err error) []byte {
 func decodeReply(b []byte) (*wire.Decoder, error) {
 	d := wire.NewDecoder(b)
 	var te *engine.TaskError
-	switch d.U8() {
+	status := d.U8()
+	switch status {
 	case statusOK:
 		return d, d.Err()
-	case statusErr:
-	case statusTaskErr:
+	case statusErr, statusErrLog:
+	case statusTaskErr, statusTaskErrLog:
 		te = &engine.TaskError{Worker: d.String(), TaskID: d.Int(1 << 40), Callable: d.String()}
 	default:
 		d.Fail("bad reply status")
@@ -78,14 +101,22 @@ func decodeReply(b []byte) (*wire.Decoder, error) {
 	if d.Err() == nil && !kind.Known(k) {
 		d.FailBounds("unknown error kind %q", k)
 	}
+	var log []byte
+	if status >= statusErrLog {
+		log = d.Blob(wire.MaxRaceLog)
+	}
 	if err := d.Finish(); err != nil {
 		return nil, err
 	}
-	if te == nil {
-		return nil, &engine.Error{Kind: k, Msg: msg}
+	var err error = &engine.Error{Kind: k, Msg: msg}
+	if te != nil {
+		te.Err = err
+		err = te
 	}
-	te.Err = &engine.Error{Kind: k, Msg: msg}
-	return nil, te
+	if status >= statusErrLog {
+		return nil, &loggedError{err: err, log: log}
+	}
+	return nil, err
 }
 
 // hostRef names host memory by shared-memory object, so a child can map it

@@ -312,6 +312,9 @@ func (p *process) run(h *engine.Handle, args *engine.TaskArgs, cfg *engine.CallC
 	}
 	m.RaceTag = uint64(raceTag)
 	d, err := p.call(laneTask, wire.Payload(m), time.Time{})
+	if le, ok := err.(*loggedError); ok { // the member failed, after doing what its log says
+		return le.log, le.err
+	}
 	if err != nil || raceTag == 0 {
 		return nil, err
 	}
