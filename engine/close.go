@@ -73,6 +73,9 @@ func (w *Worker) Close() error {
 // grace either, the child processes and remote sessions behind them are
 // ended. It returns an error naming what had to be forced, or nil.
 func (w *Worker) drainRuns(runs []*Run) error {
+	if w.cfg.Det != nil && w.cfg.Det.S.Running() != nil {
+		return w.detDrainRuns(runs)
+	}
 	deadline := time.Now().Add(w.cfg.CloseTimeout)
 	var late []*Run
 	for _, r := range runs {
@@ -101,6 +104,23 @@ func (w *Worker) drainRuns(runs []*Run) error {
 		}
 	}
 	return Errorf(RuntimeError, "%s", what)
+}
+
+// detDrainRuns is drainRuns under the schedule: the waits are the
+// running Proc's, in virtual time.
+func (w *Worker) detDrainRuns(runs []*Run) error {
+	var late []string
+	for _, r := range runs {
+		if r.Wait(w.cfg.CloseTimeout); !r.Done() {
+			late = append(late, fmt.Sprint(r.id))
+			r.Cancel()
+			r.Wait(3 * StopGrace)
+		}
+	}
+	if len(late) == 0 {
+		return nil
+	}
+	return Errorf(RuntimeError, "close: run %s still running after close_timeout_s=%v: cancelled", strings.Join(late, ", "), w.cfg.CloseTimeout)
 }
 
 // killChildren ends every child process and remote session at once, so

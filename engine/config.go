@@ -75,6 +75,9 @@ type Config struct {
 	// Race is the data-race and deadlock detector (--race) the Worker
 	// reports to (race.go); nil: off, at the cost of a nil check per hook.
 	Race *race.Detector
+	// Det is the deterministic schedule (--seed) the Worker's members and
+	// waits run under (det.go); nil: the OS schedules them.
+	Det *Det
 }
 
 // checkGlobalRanks checks explicit global device ranks: none, or one per

@@ -88,6 +88,7 @@ func (e *loopEndpoint) loop() {
 		if !ok {
 			return
 		}
+		proc := e.w.detStart(a)
 		err := ErrNotStarted // stopped before it started: nothing of it ran
 		var rc *race.Ctx
 		if e.stop.begin(memberKey{a.Task, a.Member}) {
@@ -116,6 +117,9 @@ func (e *loopEndpoint) loop() {
 			e.raceCtx = nil
 		} else {
 			e.w.raceQueue(-1)
+		}
+		if proc != nil {
+			proc.Exit()
 		}
 	}
 }
@@ -226,6 +230,10 @@ func (w *Worker) started(a Assignment) {
 		return
 	}
 	k := memberKey{t, a.Member}
+	if w.cfg.Det != nil { // a virtual deadline: it fires at a scheduling point
+		w.cfg.Det.after(k, d, func() { w.expired(a, d) })
+		return
+	}
 	w.mu.Lock()
 	w.deadlines[k] = time.AfterFunc(d, func() { w.expired(a, d) })
 	w.mu.Unlock()
@@ -294,6 +302,9 @@ func (w *Worker) completed(a Assignment, err error, scratch *[]Assignment) (afte
 	if scratch != nil {
 		eff.Assign = (*scratch)[:0]
 	}
+	if w.cfg.Det != nil {
+		w.cfg.Det.cancel(memberKey{t, a.Member})
+	}
 	w.mu.Lock()
 	if len(w.deadlines) > 0 { // most tasks have none: no hashing for them
 		k := memberKey{t, a.Member}
@@ -326,6 +337,7 @@ func (w *Worker) completed(a Assignment, err error, scratch *[]Assignment) (afte
 // route hands assignments to their endpoints.
 func (w *Worker) route(out []Assignment) {
 	w.raceQueue(len(out))
+	w.detSpawn(out)
 	for _, a := range out {
 		w.endpoint(a).Start(a)
 	}

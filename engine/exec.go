@@ -22,6 +22,9 @@ func (w *Worker) workerName(p Pool, id int) string {
 // space when a core step says something they wait for changed. Caller
 // holds w.mu.
 func (w *Worker) wake(eff Effects) {
+	if eff.Wake && w.cfg.Det != nil {
+		w.detWakes++ // what detWait's Procs wait for
+	}
 	if eff.Wake && w.waiters > 0 {
 		w.cond.Broadcast()
 	}

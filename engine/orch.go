@@ -455,6 +455,10 @@ func (o *Orchestrator) failedFast(op string) error {
 
 // wait blocks on the retire condition. Caller holds w.mu.
 func (w *Worker) wait() {
+	if w.cfg.Det != nil {
+		w.detWait()
+		return
+	}
 	w.waiters++
 	w.cond.Wait()
 	w.waiters--

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"simpler/internal/race"
 	"time"
 )
@@ -108,7 +109,7 @@ func (w *Worker) submit(build func(o *Orchestrator) (any, error), parent *Stoppe
 		w.finish(r)
 	}
 	if r.buildErr != nil {
-		<-r.done
+		r.Wait(-1)
 		if panicked != nil { // re-raised only now that the run is fenced and cleaned up
 			panic(panicked.value)
 		}
@@ -186,6 +187,9 @@ func (r *Run) Done() bool {
 // means no limit; zero polls: done or a TimeoutError at once), and returns
 // the first root task failure.
 func (r *Run) Wait(timeout time.Duration) error {
+	if d := r.w.cfg.Det; d != nil && d.S.Running() != nil {
+		return r.detWait(timeout)
+	}
 	// A short run is done soon: poll first (spin.go), in thread mode only,
 	// where the run's kernels are this process's goroutines.
 	spin := (timeout < 0 || timeout > spinFor) && r.w.cfg.Mode == "thread"
@@ -204,6 +208,25 @@ func (r *Run) Wait(timeout time.Duration) error {
 	case <-t.C:
 		return r.notDone(timeout)
 	}
+}
+
+// detWait is Wait under the schedule: the running Proc blocks, for at
+// most timeout of virtual time.
+func (r *Run) detWait(timeout time.Duration) error {
+	if r.Done() {
+		return r.waitErr
+	}
+	if timeout == 0 {
+		return r.notDone(timeout)
+	}
+	timedOut, err := r.w.cfg.Det.Block(fmt.Sprintf("run %d", r.id), r.Done, max(timeout, 0))
+	switch {
+	case err != nil:
+		return Wrap(err, fmt.Sprintf("waiting for run %d", r.id))
+	case timedOut:
+		return r.notDone(timeout)
+	}
+	return r.waitErr
 }
 
 // notDone is Wait's TimeoutError: how many tasks the run has left.

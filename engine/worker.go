@@ -74,6 +74,10 @@ type Worker struct {
 	// tasks start after (race.go); raceMu guards it.
 	raceMu   sync.Mutex
 	raceDone race.Clock
+
+	// detWakes counts the core steps that woke waiters, under --seed
+	// (det.go); guarded by mu.
+	detWakes uint64
 	poisoned error // a cleanup that could not complete; refuses later work
 	attached bool  // added to a parent; the parent drives its lifecycle
 
@@ -286,6 +290,9 @@ func (w *Worker) canStart() error {
 		return Errorf(RuntimeError, "init: worker is already initialised")
 	case stateClosed:
 		return Errorf(RuntimeError, "init: worker is closed")
+	}
+	if err := w.detSupported(); err != nil {
+		return err
 	}
 	return w.cfg.Platform.Check()
 }

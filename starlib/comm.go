@@ -170,6 +170,7 @@ func (c *Comm) notify(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tu
 	if err != nil {
 		return nil, err
 	}
+	detPoint("comm.notify")
 	if rc := raceOf(th); rc != nil {
 		return starlark.None, c.raceNotify(th, rc, rank, base+off, width, value, op)
 	}
@@ -200,7 +201,12 @@ func (c *Comm) wait(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tupl
 		return nil, err
 	}
 	done := c.raceWait(th, t.t.Addr, width, value, cmp)
-	got, err := c.v.WaitStop(t.t.Addr, width, value, cmp, timeout, halt.Of(th))
+	var got int64
+	if d := activeDet.Load(); d != nil {
+		got, err = c.detWait(d, th, t.t.Addr, width, value, cmp, timeout)
+	} else {
+		got, err = c.v.WaitStop(t.t.Addr, width, value, cmp, timeout, halt.Of(th))
+	}
 	done(got, err)
 	if err != nil {
 		return nil, err
@@ -218,7 +224,11 @@ func (c *Comm) barrier(th *starlark.Thread, args starlark.Tuple, kw []starlark.T
 		return nil, err
 	}
 	done := c.raceBarrier(th)
-	err = c.v.BarrierStop(timeout, halt.Of(th))
+	if d := activeDet.Load(); d != nil {
+		err = c.detBarrier(d, th, timeout)
+	} else {
+		err = c.v.BarrierStop(timeout, halt.Of(th))
+	}
 	done(err)
 	return starlark.None, err
 }

@@ -73,6 +73,7 @@ func touch(th *starlark.Thread, mem []byte, k race.Kind, op string) {
 // chip's own memory is keyed by its device address (race.DeviceKey), so
 // that a chip's process and the parent agree on it.
 func (t *Tensor) touch(th *starlark.Thread, span []byte, k race.Kind, op string) {
+	detPoint(op) // under --seed every access is a scheduling point
 	rc := raceOf(th)
 	if rc == nil || len(span) == 0 {
 		return

@@ -31,6 +31,7 @@ import (
 
 	"simpler/engine"
 	"simpler/engine/hostmem"
+	"simpler/internal/dsched"
 	"simpler/internal/halt"
 	"simpler/internal/race"
 )
@@ -60,6 +61,10 @@ type Session struct {
 	// the script makes reports to it, and every thread carries its
 	// context (race.go). Nil: off.
 	Race *race.Detector
+	// Det is the deterministic schedule (--seed) the script runs under:
+	// its main thread is the schedule's first process (det.go). Nil: the
+	// OS schedules.
+	Det *engine.Det
 
 	// shipped is set for a remote node's session (NewSourceResolver): its
 	// code came over the wire, and may not reach the host (shipped.go).
@@ -73,6 +78,7 @@ type Session struct {
 	workers   []*Worker
 	main      *starlark.Thread // the thread running main(ctx), for Interrupt
 	mainHalt  *halt.Signal     // main's stop signal (halt), for Interrupt
+	detMain   *dsched.Proc     // main's process of the schedule, under --seed
 	sinceGC   int              // bytes of host tensors allocated since the last collection (hostalloc.go)
 }
 
@@ -95,8 +101,11 @@ func (s *Session) newThread(name string) *starlark.Thread {
 	if s.Race != nil {
 		bindRace(th, s.Race.Main())
 	}
-	if n := s.loader.maxSteps; n != 0 {
-		boundSteps(th, n, fmt.Sprintf("RuntimeError: too many steps (--max-steps %d)", n))
+	reason := fmt.Sprintf("RuntimeError: too many steps (--max-steps %d)", s.loader.maxSteps)
+	if s.Det != nil {
+		s.detThread(th, s.loader.maxSteps, reason)
+	} else if n := s.loader.maxSteps; n != 0 {
+		boundSteps(th, n, reason)
 	}
 	return th
 }
@@ -193,11 +202,24 @@ func (s *Session) Close() error {
 	if err := s.space.Close(); err != nil && first == nil {
 		first = err
 	}
+	if s.detMain != nil {
+		activeDet.CompareAndSwap(s.Det, nil)
+		s.detMain.Exit() // the schedule ends with the script
+		s.detMain = nil
+	}
 	return first
 }
 
 // RunFile loads path and calls its main(ctx).
 func (s *Session) RunFile(path string) error {
+	if s.Det != nil && s.detMain == nil {
+		p, err := s.Det.S.Main("main")
+		if err != nil {
+			return err
+		}
+		s.detMain = p
+		activeDet.Store(s.Det)
+	}
 	name := displayName(path)
 	s.loader.root, s.loader.main = filepath.Dir(name), name
 	m, err := s.loader.load(name)

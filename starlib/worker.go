@@ -197,7 +197,7 @@ func (s *Session) newWorker(th *starlark.Thread, b *starlark.Builtin, args starl
 	cfg := engine.Config{
 		Level: level, Platform: p, DeviceIDs: devices, NumSubWorkers: numSub,
 		Mode: mode, EnableSDMA: enableSDMA, HeapRingSize: heapRing, CommProfile: commProfile,
-		OrderHazards: orderHazards, Race: s.Race,
+		OrderHazards: orderHazards, Race: s.Race, Det: s.Det,
 	}
 	if globalRanks != starlark.None {
 		if cfg.GlobalDeviceRanks, err = intList("Worker", "global_device_ranks", globalRanks); err != nil {

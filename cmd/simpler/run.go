@@ -122,9 +122,15 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	f := &rc.opts
 	devices, err := f.check()
+	if err == nil {
+		err = f.det.parse(f.mode)
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 2
+	}
+	if f.det.exploreN > 0 || f.det.checkReplay {
+		return f.det.runChildren(rc.script, childArgs(rc.given), stdout, stderr)
 	}
 	rc.warnMisplacedFlags(stderr)
 	shm.SweepDead() // objects of simpler processes that died without cleaning up
@@ -139,6 +145,11 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	s := starlib.NewSession(f.platform, devices, f.mode, rc.argv, stdout, stderr)
 	s.Launcher = launcher()
 	s.SetMaxSteps(f.maxSteps)
+	if err := f.det.attach(s, f.det.seedN, stderr); err != nil {
+		fmt.Fprintln(stderr, err)
+		s.Close()
+		return 2
+	}
 	if err := f.apply(s); err != nil {
 		fmt.Fprintln(stderr, err)
 		s.Close()
@@ -158,6 +169,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		err = cerr
 	}
 	sig := intr.stop()
+	writeSchedule(s.Det, f.det.decisions)
 	if terr := obs.finish(); terr != nil {
 		fmt.Fprintln(stderr, terr)
 		if err == nil && sig == nil {

@@ -328,6 +328,12 @@ func (v *View) WaitStop(addr uint64, width int, value int64, cmp string, timeout
 	return seen, v.waitTimeout(timeout, cmp, value, seen)
 }
 
+// WaitTimeout is the TimeoutError of a comm.wait that waited timeout for
+// value and saw seen last (a scheduler that waits for it says the same).
+func (v *View) WaitTimeout(timeout time.Duration, cmp string, value, seen int64) error {
+	return v.waitTimeout(timeout, cmp, value, seen)
+}
+
 func (v *View) waitTimeout(timeout time.Duration, cmp string, value, seen int64) error {
 	return kind.Errorf(kind.TimeoutError, "comm.wait on domain %s rank %d: waited %v for value %s %d, observed %d",
 		v.domain(), v.rank, timeout, cmp, value, seen)
@@ -355,37 +361,58 @@ func (v *View) BarrierStop(timeout time.Duration, stop *halt.Signal) error {
 		return kind.Errorf(kind.ValueError, "%s: timeout must be > 0, got %v", name, timeout)
 	}
 	deadline := time.Now().Add(timeout)
+	gen, done := v.BarrierArrive()
+	if done {
+		return nil
+	}
+	w := futex.Word32(v.hdr, hdrBarrier)
+	passed := func() bool { return atomic.LoadUint32(w)>>16 != gen }
+	if futex.SpinUntil(w, nil, deadline, spinFor, func() bool { return passed() || stop.Stopped() }) && passed() {
+		return nil
+	}
+	return v.BarrierGiveUp(gen, timeout, stop.Err(fmt.Sprintf("%s on domain %s rank %d", name, v.domain(), v.rank)))
+}
+
+// BarrierArrive is the rank's arrival at the barrier: it returns the
+// round it arrived in, and whether it was the last, which passed it.
+// Whoever arrived and was not the last waits until BarrierRound changes
+// (BarrierStop does; a deterministic scheduler blocks on it), or gives up
+// (BarrierGiveUp).
+func (v *View) BarrierArrive() (round uint32, passed bool) {
 	// The word packs generation<<16 | arrived, so that arriving, the last
 	// arrival's reset-and-advance, and a withdrawal are each one CAS and
 	// cannot mix rounds.
 	w := futex.Word32(v.hdr, hdrBarrier)
 	slot := futex.Word32(v.hdr, rankWord(v.rank, rankBarrier))
 	n := uint32(v.size)
-	var gen uint32
 	for {
 		x := atomic.LoadUint32(w)
-		gen = x >> 16
+		gen := x >> 16
 		atomic.StoreUint32(slot, gen+1) // for messages only: who arrived in this round
 		if x&0xffff+1 == n {
 			if atomic.CompareAndSwapUint32(w, x, (gen+1)&0xffff<<16) {
 				futex.Wake(w)
-				return nil
+				return gen, true
 			}
 		} else if atomic.CompareAndSwapUint32(w, x, x+1) {
-			break
+			return gen, false
 		}
 	}
-	passed := func() bool { return atomic.LoadUint32(w)>>16 != gen }
-	if futex.SpinUntil(w, nil, deadline, spinFor, func() bool { return passed() || stop.Stopped() }) && passed() {
-		return nil
-	}
-	if !withdraw(w, gen) {
+}
+
+// BarrierGiveUp withdraws the rank's arrival at round, which did not pass
+// in timeout: nil if it passed after all, else stopErr if the task was
+// stopped (not nil), else the TimeoutError naming the ranks that did not
+// arrive.
+func (v *View) BarrierGiveUp(round uint32, timeout time.Duration, stopErr error) error {
+	const name = "comm.barrier"
+	if !withdraw(futex.Word32(v.hdr, hdrBarrier), round) {
 		return nil // the round completed as we gave up
 	}
-	arrived, miss := missingRanks(v.hdr, v.size, rankBarrier, gen+1)
-	atomic.StoreUint32(slot, (gen+1)|gaveUp)
-	if err := stop.Err(fmt.Sprintf("%s on domain %s rank %d", name, v.domain(), v.rank)); err != nil {
-		return err
+	arrived, miss := missingRanks(v.hdr, v.size, rankBarrier, round+1)
+	atomic.StoreUint32(futex.Word32(v.hdr, rankWord(v.rank, rankBarrier)), (round+1)|gaveUp)
+	if stopErr != nil {
+		return stopErr
 	}
 	return kind.Errorf(kind.TimeoutError, "%s on domain %s rank %d: waited %v; %d of %d ranks arrived%s",
 		name, v.domain(), v.rank, timeout, arrived, v.size, miss)
@@ -437,3 +464,7 @@ func LoadWord(b []byte) int64 {
 func (v *View) BarrierRound() uint32 {
 	return atomic.LoadUint32(futex.Word32(v.hdr, hdrBarrier)) >> 16
 }
+
+// Alive refuses a released domain, as every call of a View does first:
+// for a caller that drives a wait itself (a deterministic scheduler).
+func (v *View) Alive(op string) error { return v.alive(op) }

@@ -128,6 +128,7 @@ type Segment struct {
 	unlinked bool
 	closed   bool
 	dev, ino uint64 // the object's identity, so Reopen finds this one only
+	placed   bool   // mapped where PlaceDeterministically's counter said (place.go)
 }
 
 // Create makes a fresh object named Prefix()+tag+"-"+<16 random hex
@@ -215,11 +216,11 @@ func createHeld(name string, size int) (*Segment, error) {
 		unix.Unlink(path)
 		return nil, err
 	}
-	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	mem, placed, err := mapObject(fd, size)
 	if err != nil {
 		return fail("map", err)
 	}
-	s := &Segment{Name: name, Mem: mem, owner: true, dev: st.Dev, ino: st.Ino}
+	s := &Segment{Name: name, Mem: mem, owner: true, dev: st.Dev, ino: st.Ino, placed: placed}
 	s.listMapping()
 	return s, nil
 }
@@ -335,11 +336,11 @@ func mapChecked(fd int, st unix.Stat_t, name string, size int) (*Segment, error)
 	if int64(size) > st.Size {
 		return nil, fmt.Errorf("shm: open %s: want %d bytes but the object has %d: %w", name, size, st.Size, ErrTooSmall)
 	}
-	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	mem, placed, err := mapObject(fd, size)
 	if err != nil {
 		return nil, fmt.Errorf("shm: map %s: %w", name, err)
 	}
-	s := &Segment{Name: name, Mem: mem, dev: st.Dev, ino: st.Ino}
+	s := &Segment{Name: name, Mem: mem, dev: st.Dev, ino: st.Ino, placed: placed}
 	s.listMapping()
 	return s, nil
 }
@@ -390,7 +391,7 @@ func (s *Segment) Close() error {
 	s.closed = true
 	var first error
 	s.unlistMapping()
-	if err := unix.Munmap(s.Mem); err != nil {
+	if err := unmapObject(s.Mem, s.placed); err != nil {
 		first = fmt.Errorf("shm: unmap %s: %w", s.Name, err)
 	}
 	if s.owner && !s.unlinked {

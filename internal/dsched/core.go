@@ -22,6 +22,7 @@ type core struct {
 	live    []*Proc // the Procs that have not exited, in id order
 	cur     *Proc   // the Proc that holds the token; nil before the first and after the last
 	now     time.Duration
+	quantum time.Duration // virtual time per decision
 	steps   int
 	hash    uint64
 	trace   func(Decision)
@@ -134,6 +135,7 @@ func (c *core) exit() (next *Proc, deadlock []Wait) {
 // wakes with the deadlock error, and the waits are returned for the
 // report. next is nil only when every Proc has exited.
 func (c *core) decide(point string) (next *Proc, deadlock []Wait) {
+	c.now += c.quantum
 	c.wake()
 	c.collect()
 	if len(c.runnable) == 0 {

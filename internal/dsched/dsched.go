@@ -91,6 +91,10 @@ type Options struct {
 	// Trace is called at every decision, by the goroutine that made it
 	// (for a replay check that names the first step two runs differ at).
 	Trace func(Decision)
+	// Quantum is the virtual time every decision takes (0: none), so that
+	// a Proc that never blocks (a kernel spinning on a flag) still sees
+	// deadlines pass, at the same step of every replay.
+	Quantum time.Duration
 }
 
 // Sched is one deterministic schedule over a set of Procs.
@@ -126,6 +130,7 @@ type Proc struct {
 func New(strat Strategy, opts Options) *Sched {
 	c := newCore(strat)
 	c.trace = opts.Trace
+	c.quantum = opts.Quantum
 	return &Sched{
 		core:       c,
 		onDeadlock: opts.OnDeadlock,
@@ -243,6 +248,10 @@ func (p *Proc) Name() string { return p.name }
 
 // ID is p's number: 0 for Main's, then 1, 2, … in creation order.
 func (p *Proc) ID() int { return p.id }
+
+// Running is the Proc that holds the token, nil once every Proc exited.
+// Code on a Proc's goroutine gets its own Proc from it.
+func (s *Sched) Running() *Proc { return s.holder.Load() }
 
 // Now is the virtual time.
 func (s *Sched) Now() time.Duration { return s.core.now }

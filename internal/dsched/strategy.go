@@ -87,7 +87,17 @@ type PCT struct {
 	depth   int
 	prio    []uint64 // by Proc id
 	changes []int    // changes[i] is the step of change point i+1
+
+	// A Proc picked spinBound times in a row while others could run is
+	// spinning (a kernel polling a flag another Proc sets): it drops to
+	// the lowest priority, so that the others run. Plain PCT would let it
+	// starve them for ever.
+	last, streak int
 }
+
+// spinBound is how many decisions in a row PCT lets one Proc take while
+// others are runnable.
+const spinBound = 64
 
 // NewPCT returns the PCT strategy for seed, looking for bugs of depth up
 // to depth (>= 1) in runs of about steps (>= 1) decisions.
@@ -98,7 +108,7 @@ func NewPCT(seed uint64, depth, steps int) (*PCT, error) {
 	if steps < 1 {
 		return nil, kind.Errorf(kind.ValueError, "dsched: PCT steps %d: want 1 or more", steps)
 	}
-	s := &PCT{r: rng{state: seed}, depth: depth, changes: make([]int, depth-1)}
+	s := &PCT{r: rng{state: seed}, depth: depth, changes: make([]int, depth-1), last: -1}
 	for i := range s.changes {
 		s.changes[i] = 1 + s.r.intn(steps)
 	}
@@ -119,6 +129,23 @@ func (s *PCT) Pick(step, running int, runnable []int) int {
 			s.prio[running] = uint64(i + 1)
 		}
 	}
+	best := s.highest(runnable)
+	switch {
+	case runnable[best] != s.last || len(runnable) == 1:
+		s.streak = 0
+	case s.streak+1 < spinBound:
+		s.streak++
+	default: // spinning: let the others run
+		s.prio[s.last], s.streak = 0, 0
+		best = s.highest(runnable)
+	}
+	s.last = runnable[best]
+	return best
+}
+
+// highest is the index in runnable of the Proc of highest priority (the
+// first among ties).
+func (s *PCT) highest(runnable []int) int {
 	best := 0
 	for i, id := range runnable {
 		if s.prio[id] > s.prio[runnable[best]] {
