@@ -83,6 +83,7 @@ func (s *session) bundle(b wire.Bundle) error {
 		return err
 	}
 	s.forwardPrints(r) // before any of its code runs
+	s.raceResolver(r)
 	s.mu.Lock()
 	s.resolve = r
 	s.mu.Unlock()
