@@ -186,18 +186,43 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 // race detector's: a failure of its own, beside a script's error (1).
 const exitRace = 66
 
-// raceSummary prints what --race found, if anything, and reports whether
-// it found something. A script's own failure keeps its status: the
-// summary never hides it.
+// raceSummary prints what --race found, if anything, here and on the
+// remote nodes (each node's count came in its COMPLETIONs), and reports
+// whether it found something. A node whose daemon runs without --race is
+// named once, as not checked. A script's own failure keeps its status:
+// the summary never hides it.
 func raceSummary(s *starlib.Session, stderr io.Writer) bool {
 	if s.Race == nil {
 		return false
 	}
-	sum := s.Race.Summary()
-	if sum == "" {
-		return false
+	nodes := remote.RemoteRaces()
+	for _, n := range nodes {
+		if !n.Checked {
+			fmt.Fprintf(stderr, "simpler: warning: %s was not checked for data races: its remote-l3-worker daemon runs without --race\n", n.Node)
+		}
 	}
-	fmt.Fprintln(stderr, sum)
+	sum, remoteN, where := s.Race.Summary(), 0, []string(nil)
+	for _, n := range nodes {
+		if n.Races > 0 {
+			remoteN += n.Races
+			where = append(where, fmt.Sprintf("%d on %s", n.Races, n.Node))
+		}
+	}
+	if remoteN == 0 {
+		if sum == "" {
+			return false
+		}
+		fmt.Fprintln(stderr, sum)
+		return true
+	}
+	// The local summary's lines of repeated pairs stay; its closing
+	// count becomes the total, and a line says where the rest were.
+	if i := strings.LastIndex(sum, "\n"); i >= 0 {
+		fmt.Fprintln(stderr, sum[:i])
+	}
+	local := s.Race.Races()
+	fmt.Fprintf(stderr, "simpler: found %d data race(s)\n", local+remoteN)
+	fmt.Fprintf(stderr, "simpler: %s, %d in this process\n", strings.Join(where, ", "), local)
 	return true
 }
 

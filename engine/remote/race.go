@@ -2,6 +2,7 @@ package remote
 
 import (
 	"fmt"
+	"io"
 	"sync"
 	"unsafe"
 
@@ -20,6 +21,15 @@ import (
 // session's RaceCount (whether it checks, and the distinct races so far),
 // and the parent keeps each node's latest (RemoteRaces), which the CLI
 // adds to its own detector's to decide the exit status.
+
+// raceOutput is where the session's detector writes its reports: to the
+// parent, as stderr lines of the session's code, within the same bound.
+// Not to the daemon's log as well: the parent that asked for the work is
+// who reads them, and a daemon a script started shares the script's
+// stderr, where each report would then show twice.
+func (s *session) raceOutput() io.Writer {
+	return &sessionPrint{stream: wire.StreamStderr, local: io.Discard, budget: s.stderr.budget}
+}
 
 // raceCount is what the session's detector found so far, for a
 // COMPLETION.

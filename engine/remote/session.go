@@ -120,7 +120,7 @@ const maxExports = 1 << 16
 func runSession(conn net.Conn, l *link, start wire.Link, daemonMem ledgerEntry, newResolver SourceResolver, onLost func(), raceOn bool) error {
 	s := newSession(conn, l, start, newResolver, onLost)
 	if raceOn {
-		s.race = race.New(s.stderr)
+		s.race = race.New(s.raceOutput())
 	}
 	s.mem.daemon = daemonMem
 	defer s.close()
