@@ -1,0 +1,135 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// raceRemoteScript is a level-4 program whose remote node 0 runs two
+// chip tasks writing one remote buffer: the first OUTPUT_EXISTING, the
+// second with tag second. Two OUTPUT_EXISTING writers are not ordered by
+// upstream's tag rules (a race, found on the node); an INOUT second is
+// ordered after the first (race-free). header is the script's first line.
+func raceRemoteScript(header, second string) string {
+	return header + `
+def put(chip, args):
+    args.tensor(0).fill(1)
+
+def node_two_writers(o, args, cfg):
+    t = args.tensor(0)
+    o.submit_next_level(put, TaskArgs(tensors = [(t, OUTPUT_EXISTING)]), worker = 0)
+    o.submit_next_level(put, TaskArgs(tensors = [(t, ` + second + `)]), worker = 0)
+
+def main(ctx):
+    w = Worker(level = 4, platform = ctx.platform)
+    node = w.add_remote_worker(endpoint = ctx.argv[0], platform = ctx.platform, device_ids = [0])
+    for f in [put, node_two_writers]:
+        w.register(f)
+    w.init()
+    buf = w.remote_malloc(worker = node, nbytes = 16)
+    def orch(o, args, cfg):
+        o.submit_next_level(node_two_writers, TaskArgs(tensors = [(RemoteTensorRef(buf, shape = [4], dtype = INT32), INOUT)]), worker = node)
+    w.run(orch)
+    w.run(orch)
+    w.remote_free(buf)
+    w.close()
+    print("done")
+`
+}
+
+// runRaceCLI runs the CLI with args in dir and returns its exit status,
+// stdout and stderr; it checks the run left no shared memory.
+func runRaceCLI(t *testing.T, dir string, args ...string) (int, string, string) {
+	t.Helper()
+	exe, _ := os.Executable()
+	run := exec.Command(exe, args...)
+	env := cliEnv("NO_COLOR=1")
+	run.Dir, run.Env = dir, env
+	var stdout, stderr strings.Builder
+	run.Stdout, run.Stderr = &stdout, &stderr
+	err := run.Run()
+	if _, exited := err.(*exec.ExitError); err != nil && !exited {
+		t.Fatalf("%v: %v", args, err)
+	}
+	checkNoShm(t, env)
+	return run.ProcessState.ExitCode(), stdout.String(), stderr.String()
+}
+
+// checkRemoteRaceReport checks stderr of a run whose node 0 found the
+// script's one race (twice, in two runs: one report, counted once): a
+// report block whose every line is whole, tagged with the node and in
+// order, then the summary counting it.
+func checkRemoteRaceReport(t *testing.T, what string, stderr string) {
+	t.Helper()
+	want := []string{"==================", "WARNING: DATA RACE", "Write of bytes [0, 16) of remote buffer 1 (generation 1) of this node by put (task 2",
+		"  put()", "      s.star:", "", "Previous write of bytes [0, 16) of remote buffer 1 (generation 1) of this node by put (task 1",
+		"  put()", "      s.star:", "", "Unordered: no task dependency: an OUTPUT or OUTPUT_EXISTING", "=================="}
+	lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
+	if len(lines) != len(want)+2 {
+		t.Fatalf("%s: stderr has %d lines, want the %d of one report and 2 of the summary:\n%s", what, len(lines), len(want), stderr)
+	}
+	for i, w := range want {
+		body, ok := strings.CutPrefix(lines[i], "[node 0] ")
+		if !ok || !strings.HasPrefix(body, w) || (w == "" && body != "") {
+			t.Fatalf("%s: line %d is %q, want [node 0] %s...\n%s", what, i, lines[i], w, stderr)
+		}
+	}
+	if got := lines[len(want):]; got[0] != "simpler: found 1 data race(s)" || got[1] != "simpler: 1 on node 0, 0 in this process" {
+		t.Errorf("%s: summary %q", what, got)
+	}
+}
+
+// simpler run --race against a daemon started with --race: the node
+// checks what runs on it; its report reaches the level-4 process's
+// stderr tagged [node 0], the summary counts it and the run exits 66,
+// whether the level-4 worker runs in thread or process mode. The same
+// program made race-free exits 0 with nothing on stderr.
+func TestRaceRemoteNodeReportsToTheParent(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"s.star": raceRemoteScript("", "OUTPUT_EXISTING"), "clean.star": raceRemoteScript("", "INOUT")})
+	_, addr, _ := startDaemonWith(t, []string{"--race"}, nil)
+	for _, mode := range []string{"thread", "process"} {
+		code, stdout, stderr := runRaceCLI(t, dir, "run", "--race", "--mode", mode, "s.star", addr)
+		if code != exitRace || stdout != "done\n" {
+			t.Fatalf("%s: exit %d, stdout %q, want %d and done\n%s", mode, code, stdout, exitRace, stderr)
+		}
+		checkRemoteRaceReport(t, mode, stderr)
+		code, stdout, stderr = runRaceCLI(t, dir, "run", "--race", "--mode", mode, "clean.star", addr)
+		if code != 0 || stdout != "done\n" || stderr != "" {
+			t.Errorf("%s, race-free: exit %d, stdout %q, stderr %q; want 0, done, nothing", mode, code, stdout, stderr)
+		}
+	}
+}
+
+// A daemon started without --race serving a parent with --race: the run
+// is not failed, and says once that the node was not checked.
+func TestRaceRemoteUncheckedNodeIsNamed(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"s.star": raceRemoteScript("", "OUTPUT_EXISTING")})
+	_, addr, _ := startDaemonWith(t, nil, nil)
+	code, stdout, stderr := runRaceCLI(t, dir, "run", "--race", "s.star", addr)
+	warning := "simpler: warning: node 0 was not checked for data races: its remote-l3-worker daemon runs without --race\n"
+	if code != 0 || stdout != "done\n" || stderr != warning {
+		t.Errorf("exit %d, stdout %q, stderr %q; want 0, done and the one warning", code, stdout, stderr)
+	}
+}
+
+// The daemons a script's # simpler-daemons: header asks for inherit
+// --race from simpler run: the race on the node is found and counted
+// (exit 66). Without --race they check nothing and the run exits 0.
+func TestRaceScriptDaemonsInheritRace(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"s.star": raceRemoteScript("# simpler-daemons: 1\n", "OUTPUT_EXISTING")})
+	code, stdout, stderr := runRaceCLI(t, dir, "run", "--race", "s.star")
+	if code != exitRace || stdout != "done\n" {
+		t.Fatalf("exit %d, stdout %q, want %d and done\n%s", code, stdout, exitRace, stderr)
+	}
+	checkRemoteRaceReport(t, "# simpler-daemons: 1", stderr)
+	code, stdout, stderr = runRaceCLI(t, dir, "run", "s.star")
+	if code != 0 || stdout != "done\n" || stderr != "" {
+		t.Errorf("without --race: exit %d, stdout %q, stderr %q; want 0, done, nothing", code, stdout, stderr)
+	}
+}
+
