@@ -133,3 +133,20 @@ func TestRaceScriptDaemonsInheritRace(t *testing.T) {
 	}
 }
 
+
+// simpler test --race starts a script's # simpler-daemons: with --race
+// too: the race on the node fails the script (its exit status and report
+// differ from the golden file), which passes without --race.
+func TestRaceSimplerTestDaemonsInheritRace(t *testing.T) {
+	t.Setenv(asCLI, "1") // the scripts and daemons started through os.Executable() are this binary
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"s.star": raceRemoteScript("# simpler-daemons: 1\n", "OUTPUT_EXISTING"),
+		"s.golden": "-- exit --\n0\n-- stdout --\ndone\n-- stderr --\n"})
+	if code, out, errs := runCLI(t, "test", dir); code != 0 {
+		t.Fatalf("without --race: exit %d\n%s%s", code, out, errs)
+	}
+	code, out, errs := runCLI(t, "test", "--race", dir)
+	if code != 1 || !strings.Contains(out, "+66\n") || !strings.Contains(out, "+[node 0] WARNING: DATA RACE\n") || !strings.Contains(out, "+simpler: 1 on node 0, 0 in this process\n") {
+		t.Errorf("with --race: exit %d, want 1 with the node's report in the diff\n%s%s", code, out, errs)
+	}
+}
