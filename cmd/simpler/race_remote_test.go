@@ -133,7 +133,6 @@ func TestRaceScriptDaemonsInheritRace(t *testing.T) {
 	}
 }
 
-
 // simpler test --race starts a script's # simpler-daemons: with --race
 // too: the race on the node fails the script (its exit status and report
 // differ from the golden file), which passes without --race.
