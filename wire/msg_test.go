@@ -561,3 +561,21 @@ func maxSpans() []Span {
 	}
 	return s
 }
+
+// A node process's OpRaceCount reply: what Encode wrote reads back, and
+// a count from a node that does not check, or a trailing byte, is refused.
+func TestRaceCountReply(t *testing.T) {
+	var e Encoder
+	RaceCount{Checked: true, Races: 7}.Encode(&e)
+	if r, err := DecodeRaceCount(NewDecoder(e.Bytes())); err != nil || r != (RaceCount{true, 7}) {
+		t.Errorf("round trip: %+v, %v", r, err)
+	}
+	var bad Encoder
+	RaceCount{Races: 1}.Encode(&bad)
+	if _, err := DecodeRaceCount(NewDecoder(bad.Bytes())); !errors.Is(err, ErrBounds) {
+		t.Errorf("unchecked with races: %v", err)
+	}
+	if _, err := DecodeRaceCount(NewDecoder(append(e.Bytes(), 0))); err == nil {
+		t.Errorf("trailing byte accepted")
+	}
+}

@@ -323,12 +323,24 @@ func (c *Completion) Encode(e *Encoder) {
 		e.I64(sp.Start)
 		e.I64(sp.Dur)
 	}
-	e.Bool(c.Race.Checked)
-	e.U32(c.Race.Races)
+	c.Race.Encode(e)
 }
 
-// decodeRaceCount reads a COMPLETION's race count: a node that does
-// not check has found nothing.
+// Encode writes the count (a COMPLETION's field, a node process's
+// OpRaceCount reply).
+func (r RaceCount) Encode(e *Encoder) {
+	e.Bool(r.Checked)
+	e.U32(r.Races)
+}
+
+// DecodeRaceCount reads what RaceCount.Encode wrote, as the rest of d.
+func DecodeRaceCount(d *Decoder) (RaceCount, error) {
+	r := decodeRaceCount(d)
+	return r, d.Finish()
+}
+
+// decodeRaceCount reads a race count: a node that does not check has
+// found nothing.
 func decodeRaceCount(d *Decoder) RaceCount {
 	r := RaceCount{Checked: d.Bool(), Races: d.U32()}
 	switch {
