@@ -149,3 +149,60 @@ func TestRaceSimplerTestDaemonsInheritRace(t *testing.T) {
 		t.Errorf("with --race: exit %d, want 1 with the node's report in the diff\n%s%s", code, out, errs)
 	}
 }
+
+// raceNodeScript is raceRemoteScript's program on a local level-3 node
+// (a node process when the level-4 worker runs in process mode), on a
+// host tensor of the script.
+func raceNodeScript(second string) string {
+	return `
+def put(chip, args):
+    args.tensor(0).fill(1)
+
+def node_two_writers(o, args, cfg):
+    t = args.tensor(0)
+    o.submit_next_level(put, TaskArgs(tensors = [(t, OUTPUT_EXISTING)]), worker = 0)
+    o.submit_next_level(put, TaskArgs(tensors = [(t, ` + second + `)]), worker = 0)
+
+def main(ctx):
+    w = Worker(level = 4, platform = ctx.platform, mode = ctx.mode)
+    w.add_worker(Worker(level = 3, platform = ctx.platform, device_ids = [0], mode = "thread"))
+    for f in [put, node_two_writers]:
+        w.register(f)
+    w.init()
+    x = host_tensor(shape = [4], dtype = INT32)
+    def orch(o, args, cfg):
+        o.submit_next_level(node_two_writers, TaskArgs(tensors = [(x, INOUT)]), worker = 0)
+    w.run(orch)
+    w.run(orch)
+    w.close()
+    print("done")
+`
+}
+
+// A level-4 worker in process mode runs its level-3 node as a process:
+// under --race the node process gets a detector (its NodeConfig says so),
+// its report reaches the parent's stderr (inherited), and its count comes
+// back by message at its close: the summary counts it on the node process
+// and the run exits 66, as the same program does in thread mode. The
+// race-free program exits 0 with nothing on stderr.
+func TestRaceNodeProcessReportsToTheParent(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"s.star": raceNodeScript("OUTPUT_EXISTING"), "clean.star": raceNodeScript("INOUT")})
+	for _, c := range []struct{ mode, where string }{
+		{"thread", ""},
+		{"process", "simpler: 1 on node process 0, 0 in this process\n"},
+	} {
+		code, stdout, stderr := runRaceCLI(t, dir, "run", "--race", "--mode", c.mode, "s.star")
+		if code != exitRace || stdout != "done\n" {
+			t.Fatalf("%s: exit %d, stdout %q, want %d and done\n%s", c.mode, code, stdout, exitRace, stderr)
+		}
+		if strings.Count(stderr, "WARNING: DATA RACE\n") != 1 || !strings.Contains(stderr, "\nUnordered: no task dependency: an OUTPUT or OUTPUT_EXISTING") ||
+			!strings.HasSuffix(stderr, "simpler: found 1 data race(s)\n"+c.where) {
+			t.Errorf("%s: want one report and the count of 1 (%q):\n%s", c.mode, c.where, stderr)
+		}
+		code, stdout, stderr = runRaceCLI(t, dir, "run", "--race", "--mode", c.mode, "clean.star")
+		if code != 0 || stdout != "done\n" || stderr != "" {
+			t.Errorf("%s, race-free: exit %d, stdout %q, stderr %q; want 0, done, nothing", c.mode, code, stdout, stderr)
+		}
+	}
+}

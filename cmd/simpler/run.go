@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"simpler/engine"
+	"simpler/engine/proc"
 	"simpler/engine/remote"
 	"simpler/hal"
 	"simpler/hal/shm"
@@ -186,26 +187,47 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 // race detector's: a failure of its own, beside a script's error (1).
 const exitRace = 66
 
+// nodeRaces is what --race found on one node outside this process.
+type nodeRaces struct {
+	node    string
+	checked bool
+	races   int
+}
+
+// otherNodesRaces are the counts of the remote nodes (each came in its
+// node's COMPLETIONs) and of the level-3 node processes (each asked at
+// its close).
+func otherNodesRaces() []nodeRaces {
+	var all []nodeRaces
+	for _, n := range remote.RemoteRaces() {
+		all = append(all, nodeRaces{n.Node, n.Checked, n.Races})
+	}
+	for _, n := range proc.NodeProcessRaces() {
+		all = append(all, nodeRaces{n.Node, n.Checked, n.Races})
+	}
+	return all
+}
+
 // raceSummary prints what --race found, if anything, here and on the
-// remote nodes (each node's count came in its COMPLETIONs), and reports
-// whether it found something. A node whose daemon runs without --race is
-// named once, as not checked. A script's own failure keeps its status:
-// the summary never hides it.
+// other nodes (otherNodesRaces), and reports whether it found something.
+// A remote node whose daemon runs without --race is named once, as not
+// checked. A script's own failure keeps its status: the summary never
+// hides it.
 func raceSummary(s *starlib.Session, stderr io.Writer) bool {
 	if s.Race == nil {
 		return false
 	}
-	nodes := remote.RemoteRaces()
+	nodes := otherNodesRaces()
 	for _, n := range nodes {
-		if !n.Checked {
-			fmt.Fprintf(stderr, "simpler: warning: %s was not checked for data races: its remote-l3-worker daemon runs without --race\n", n.Node)
+		if !n.checked {
+			fmt.Fprintf(stderr, "simpler: warning: %s was not checked for data races: its remote-l3-worker daemon runs without --race\n", n.node)
 		}
 	}
 	sum, remoteN, where := s.Race.Summary(), 0, []string(nil)
 	for _, n := range nodes {
-		if n.Races > 0 {
-			remoteN += n.Races
-			where = append(where, fmt.Sprintf("%d on %s", n.Races, n.Node))
+		if n.races > 0 {
+			remoteN += n.races
+			where = append(where, fmt.Sprintf("%d on %s", n.races, n.node))
 		}
 	}
 	if remoteN == 0 {

@@ -185,6 +185,7 @@ func (p *process) Close() error {
 	select {
 	case <-in.exited:
 	default:
+		p.askRaces()
 		p.call(laneControl, []byte{opShutdown}, time.Now().Add(2*time.Second))
 		select {
 		case <-in.exited:

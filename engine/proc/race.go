@@ -1,0 +1,101 @@
+package proc
+
+import (
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"simpler/engine"
+	"simpler/internal/race"
+	"simpler/wire"
+)
+
+// --race for level-3 node processes (the children of a level-4 Worker in
+// process mode). The node's NodeConfig says the parent runs with --race;
+// the node process then checks its kernels, SUB callables and
+// orchestration with a detector of its own, as a remote session does,
+// reporting on its stderr (the parent's, which it inherits). Its count
+// comes back by message, not text: before the parent shuts a node
+// process down it asks OpRaceCount and keeps the answer (NodeRaces),
+// which the CLI adds to its own detector's. A node process killed before
+// its close loses its count; its reports are on stderr all the same.
+
+// raceDetector is the detector a node process built from n runs with,
+// nil without --race.
+func raceDetector(n wire.NodeConfig) *race.Detector {
+	if !n.Race {
+		return nil
+	}
+	return race.New(os.Stderr)
+}
+
+// raceResolver gives the node's resolver its detector, so that host code
+// names the memory it makes (starlib's resolver takes one).
+func raceResolver(r engine.Resolver, d *race.Detector) {
+	if rs, ok := r.(interface{ SetRace(*race.Detector) }); ok && d != nil {
+		rs.SetRace(d)
+	}
+}
+
+// waitRun waits for the node's run r; under --race the node's
+// orchestration is ordered after r's tasks once it returns, so the next
+// task's orchestration reads what they wrote without a race.
+func (c *child) waitRun(r *engine.Run) error {
+	if c.race != nil {
+		defer r.RaceWait(c.race.Main())()
+	}
+	return r.Wait(-1)
+}
+
+// raceCount answers OpRaceCount.
+func (c *child) raceCount() []byte {
+	var n wire.RaceCount
+	if c.race != nil {
+		n = wire.RaceCount{Checked: true, Races: uint32(min(c.race.Races(), wire.MaxRaces))}
+	}
+	return ok(n.Encode)
+}
+
+// NodeRaces is what one node process's detector found, as it said when
+// its parent closed it.
+type NodeRaces struct {
+	Node    string // "node process 0"
+	Checked bool
+	Races   int
+}
+
+// raceTally is every node process of this process that was asked: a
+// process-wide record, so that it outlives the Workers (the CLI reads it
+// after the script closed them).
+var raceTally struct {
+	mu    sync.Mutex
+	nodes []NodeRaces
+}
+
+// NodeProcessRaces is what every node process closed so far found, in
+// the order they were closed.
+func NodeProcessRaces() []NodeRaces {
+	raceTally.mu.Lock()
+	defer raceTally.mu.Unlock()
+	return append([]NodeRaces(nil), raceTally.nodes...)
+}
+
+// askRaces asks a node process of a parent under --race what its
+// detector found, before it is shut down, and records the answer.
+func (p *process) askRaces() {
+	if p.init.Role != roleNode || !p.init.Node.Race {
+		return
+	}
+	d, err := p.call(laneControl, []byte{wire.OpRaceCount}, time.Now().Add(p.timeout))
+	if err != nil {
+		return // gone or stuck: its reports are on stderr, its count is lost
+	}
+	n, err := wire.DecodeRaceCount(d)
+	if err != nil {
+		return
+	}
+	raceTally.mu.Lock()
+	defer raceTally.mu.Unlock()
+	raceTally.nodes = append(raceTally.nodes, NodeRaces{Node: fmt.Sprintf("node process %d", p.init.WorkerID), Checked: n.Checked, Races: int(n.Races)})
+}
