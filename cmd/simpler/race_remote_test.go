@@ -85,7 +85,8 @@ func checkRemoteRaceReport(t *testing.T, what string, stderr string) {
 // checks what runs on it; its report reaches the level-4 process's
 // stderr tagged [node 0], the summary counts it and the run exits 66,
 // whether the level-4 worker runs in thread or process mode. The same
-// program made race-free exits 0 with nothing on stderr.
+// program made race-free exits 0 with nothing on stderr. What the node
+// found counts even when the level-4 run has no --race of its own.
 func TestRaceRemoteNodeReportsToTheParent(t *testing.T) {
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{"s.star": raceRemoteScript("", "OUTPUT_EXISTING"), "clean.star": raceRemoteScript("", "INOUT")})
@@ -101,6 +102,12 @@ func TestRaceRemoteNodeReportsToTheParent(t *testing.T) {
 			t.Errorf("%s, race-free: exit %d, stdout %q, stderr %q; want 0, done, nothing", mode, code, stdout, stderr)
 		}
 	}
+	// What the node's daemon checked counts without --race here too.
+	code, stdout, stderr := runRaceCLI(t, dir, "run", "s.star", addr)
+	if code != exitRace || stdout != "done\n" {
+		t.Fatalf("without --race here: exit %d, stdout %q, want %d and done\n%s", code, stdout, exitRace, stderr)
+	}
+	checkRemoteRaceReport(t, "without --race here", stderr)
 }
 
 // A daemon started without --race serving a parent with --race: the run

@@ -210,20 +210,18 @@ func otherNodesRaces() []nodeRaces {
 
 // raceSummary prints what --race found, if anything, here and on the
 // other nodes (otherNodesRaces), and reports whether it found something.
-// A remote node whose daemon runs without --race is named once, as not
-// checked. A script's own failure keeps its status: the summary never
-// hides it.
+// Under --race a remote node whose daemon runs without it is named once,
+// as not checked; without --race here, what a node's daemon checked
+// still counts. A script's own failure keeps its status: the summary
+// never hides it.
 func raceSummary(s *starlib.Session, stderr io.Writer) bool {
-	if s.Race == nil {
-		return false
-	}
 	nodes := otherNodesRaces()
-	for _, n := range nodes {
-		if !n.checked {
-			fmt.Fprintf(stderr, "simpler: warning: %s was not checked for data races: its remote-l3-worker daemon runs without --race\n", n.node)
-		}
+	sum, local := "", 0
+	if s.Race != nil {
+		warnUnchecked(nodes, stderr)
+		sum, local = s.Race.Summary(), s.Race.Races()
 	}
-	sum, remoteN, where := s.Race.Summary(), 0, []string(nil)
+	remoteN, where := 0, []string(nil)
 	for _, n := range nodes {
 		if n.races > 0 {
 			remoteN += n.races
@@ -242,10 +240,18 @@ func raceSummary(s *starlib.Session, stderr io.Writer) bool {
 	if i := strings.LastIndex(sum, "\n"); i >= 0 {
 		fmt.Fprintln(stderr, sum[:i])
 	}
-	local := s.Race.Races()
 	fmt.Fprintf(stderr, "simpler: found %d data race(s)\n", local+remoteN)
 	fmt.Fprintf(stderr, "simpler: %s, %d in this process\n", strings.Join(where, ", "), local)
 	return true
+}
+
+// warnUnchecked names, once each, the nodes that ran without a detector.
+func warnUnchecked(nodes []nodeRaces, stderr io.Writer) {
+	for _, n := range nodes {
+		if !n.checked {
+			fmt.Fprintf(stderr, "simpler: warning: %s was not checked for data races: its remote-l3-worker daemon runs without --race\n", n.node)
+		}
+	}
 }
 
 // interrupts watches SIGINT, SIGTERM and SIGHUP while a script runs. The
