@@ -152,14 +152,21 @@ func (s *session) global(c wire.Control, r *wire.ControlReply) error {
 		s.mu.Lock()
 		s.windows[id] = need
 		s.mu.Unlock()
+		if !had {
+			s.raceOutside(1)
+		}
 		return nil
 	}
 	err := s.inner.GlobalCommand(c, r)
 	if err == nil && (c.Cmd == wire.CmdAbort || c.Cmd == wire.CmdReleaseDomain) {
 		s.mu.Lock()
+		_, had := s.windows[id]
 		s.mem.release(s.windows[id])
 		delete(s.windows, id)
 		s.mu.Unlock()
+		if had {
+			s.raceOutside(-1)
+		}
 	}
 	return err
 }
