@@ -153,6 +153,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	obs.attach(s)
 	remote.SetForwardedOutput(s.Stdout, s.Stderr, !rc.opts.noTags) // what remote nodes print, where the script's goes
+	remote.SetGroupRace(f.race)                                    // the ranks of its worker groups check themselves too
 	intr := watchInterrupts(s, stopDaemons, stderr)
 	err = s.RunFile(rc.script)
 	if cerr := s.Close(); err == nil && cerr != nil {

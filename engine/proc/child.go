@@ -44,8 +44,9 @@ type child struct {
 	role     uint8
 	workerID int
 	chip     hal.Chip
-	node     *engine.Worker // roleNode
-	race     *race.Detector // roleNode under --race (race.go)
+	node     *engine.Worker  // roleNode
+	race     *race.Detector  // roleNode under --race (race.go)
+	raceDoms map[uint64]bool // the global domains live here, under --race (race.go)
 	resolver engine.Resolver
 	prefix   string // the parent's shm prefix, for domain names
 	ppid     int
@@ -316,6 +317,7 @@ func (c *child) control(req []byte) ([]byte, error) {
 		if err := c.node.GlobalCommand(r.Global, &reply); err != nil {
 			return nil, err
 		}
+		c.raceGlobal(r.Global)
 		return ok(reply.Encode), nil
 	}
 	if c.chip == nil {

@@ -48,6 +48,32 @@ func (c *child) waitRun(r *engine.Run) error {
 	return r.Wait(-1)
 }
 
+// raceGlobal follows the global domains prepared on this node after a
+// command that succeeded. Their other ranks run in other processes, which
+// this detector cannot see: while one is live, a rank here that waits
+// for them is not stuck as far as it knows (the detector's Queue says
+// so), and their deadlocks come at the wait's timeout instead of as a
+// false report of ranks that wait for another node's.
+func (c *child) raceGlobal(g wire.Control) {
+	if c.race == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.raceDoms == nil {
+		c.raceDoms = map[uint64]bool{}
+	}
+	id, live := g.Domain.ID, c.raceDoms[g.Domain.ID]
+	switch {
+	case (g.Cmd == wire.CmdPrepare || g.Cmd == wire.CmdReattach) && !live:
+		c.raceDoms[id] = true
+		c.race.Queue(1)
+	case (g.Cmd == wire.CmdAbort || g.Cmd == wire.CmdReleaseDomain) && live:
+		delete(c.raceDoms, id)
+		c.race.Queue(-1)
+	}
+}
+
 // raceCount answers OpRaceCount.
 func (c *child) raceCount() []byte {
 	var n wire.RaceCount

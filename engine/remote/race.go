@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"simpler/engine"
@@ -95,6 +96,23 @@ func (s *session) raceForgetBuffer(b *sbuf) {
 		return
 	}
 	s.race.Forget(memAddr(b.bytes()), b.len)
+}
+
+// groupRace says the ranks this process starts for its worker groups
+// run with --race (SetGroupRace).
+var groupRace atomic.Bool
+
+// SetGroupRace says whether the ranks this process starts for worker
+// groups (add_worker_group's launcher) run with --race: simpler run
+// --race sets it, as it starts a script's daemons with --race.
+func SetGroupRace(on bool) { groupRace.Store(on) }
+
+// groupRaceArgs are the flags a rank gets for --race.
+func groupRaceArgs() []string {
+	if groupRace.Load() {
+		return []string{"--race"}
+	}
+	return nil
 }
 
 // NodeRaces is what one remote node's detector found, as its latest
