@@ -48,7 +48,7 @@ type session struct {
 	onLost      func()         // the parent went away without a SHUTDOWN
 	race        *race.Detector // --race: checks what runs here (nil: off)
 	stdout      *sessionPrint  // the print of the session's code, forwarded to the parent
-	stderr      *sessionPrint  // its stderr, where the detector's reports go too
+	stderr      *sessionPrint  // its stderr; the detector's reports share its bound (raceOutput)
 	spans       taskSpans      // what the running task did, for the parent's trace
 
 	wmu      sync.Mutex  // serialises frames written: one is written whole before the next
