@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // raceRemoteScript is a level-4 program whose remote node 0 runs two
@@ -236,5 +237,53 @@ func TestRaceRemoteGlobalDomainsRunClean(t *testing.T) {
 		if code != 0 || plainCode != 0 || stderr != "" || stdout != plain {
 			t.Errorf("%s --mode %s: exit %d (without --race %d), stdout %q (without --race %q), stderr:\n%s", c.name, c.mode, code, plainCode, stdout, plain, stderr)
 		}
+	}
+}
+
+// raceDeadlockScript: on remote node 0, rank 0 of a domain over its two
+// chips waits in a barrier that rank 1 skips.
+const raceDeadlockScript = `
+def half_barrier(chip, args):
+    comm = chip.comm(args.scalar(0))
+    if comm.rank == 0:
+        comm.barrier()
+
+def node_orch(o, args, cfg):
+    h = o.allocate_domain(name = "half", workers = [0, 1], window_size = 4096)
+    o.submit_next_level_group(half_barrier, [TaskArgs(scalars = [h[c].device_ctx]) for c in [0, 1]], workers = [0, 1])
+    h.release()
+
+def main(ctx):
+    w = Worker(level = 4, platform = ctx.platform)
+    node = w.add_remote_worker(endpoint = ctx.argv[0], platform = ctx.platform, device_ids = [0, 1])
+    for f in [half_barrier, node_orch]:
+        w.register(f)
+    w.init()
+    w.run(lambda o, args, cfg: o.submit_next_level(node_orch, TaskArgs(), worker = node))
+    w.close()
+`
+
+// A deadlock on a remote node (a domain of the node's own chips) is
+// reported by the node's detector at once, not at a timeout: the report
+// reaches the parent tagged [node 0], naming the rank that waits and the
+// one that never arrived, and the run fails with the deadlock's
+// RuntimeError (exit 1: the script's own failure, no race).
+func TestRaceRemoteNodeDeadlock(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"dl.star": raceDeadlockScript})
+	_, addr, _ := startDaemonWith(t, []string{"--race"}, nil)
+	start := time.Now()
+	code, _, stderr := runRaceCLI(t, dir, "run", "--race", "dl.star", addr)
+	for _, want := range []string{
+		"[node 0] DEADLOCK: every kernel that runs waits, and nothing left to run could wake one\n",
+		"[node 0]   waits in comm.barrier() #1 of domain \"half\" (2 ranks); not arrived: rank(s) 1\n",
+		"RuntimeError: remote_worker 0 > chip_worker 0 (device 0): task 1 running \"half_barrier\" failed: comm.barrier on domain \"half\" rank 0: stopped: deadlock: rank 0 waits in comm.barrier()",
+	} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr)
+		}
+	}
+	if code != 1 || time.Since(start) > 10*time.Second {
+		t.Errorf("exit %d after %v, want 1 at once", code, time.Since(start))
 	}
 }
