@@ -310,5 +310,6 @@ func (p *process) run(h *engine.Handle, args *engine.TaskArgs, cfg *engine.CallC
 		return err
 	}
 	_, err = p.call(laneTask, wire.Payload(m), time.Time{})
+	p.askRaces() // a node process's count after each of its tasks, under --race (race.go)
 	return err
 }

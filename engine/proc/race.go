@@ -16,10 +16,10 @@ import (
 // the node process then checks its kernels, SUB callables and
 // orchestration with a detector of its own, as a remote session does,
 // reporting on its stderr (the parent's, which it inherits). Its count
-// comes back by message, not text: before the parent shuts a node
-// process down it asks OpRaceCount and keeps the answer (NodeRaces),
-// which the CLI adds to its own detector's. A node process killed before
-// its close loses its count; its reports are on stderr all the same.
+// comes back by message, not text: after each task of a node process,
+// and before it shuts one down, the parent asks OpRaceCount and keeps the
+// latest answer (NodeProcessRaces), which the CLI adds to its own
+// detector's.
 
 // raceDetector is the detector a node process built from n runs with,
 // nil without --race.
@@ -96,19 +96,27 @@ type NodeRaces struct {
 // after the script closed them).
 var raceTally struct {
 	mu    sync.Mutex
-	nodes []NodeRaces
+	nodes []*NodeRaces
+	of    map[*process]*NodeRaces
 }
 
-// NodeProcessRaces is what every node process closed so far found, in
-// the order they were closed.
+// NodeProcessRaces is what every node process asked so far found, in the
+// order they were first asked.
 func NodeProcessRaces() []NodeRaces {
 	raceTally.mu.Lock()
 	defer raceTally.mu.Unlock()
-	return append([]NodeRaces(nil), raceTally.nodes...)
+	out := make([]NodeRaces, len(raceTally.nodes))
+	for i, n := range raceTally.nodes {
+		out[i] = *n
+	}
+	return out
 }
 
 // askRaces asks a node process of a parent under --race what its
-// detector found, before it is shut down, and records the answer.
+// detector found, after each of its tasks and before it is shut down,
+// and keeps the latest answer. The count only grows: a restarted node
+// process starts from 0 again, and what its killed incarnation found is
+// kept.
 func (p *process) askRaces() {
 	if p.init.Role != roleNode || !p.init.Node.Race {
 		return
@@ -123,5 +131,14 @@ func (p *process) askRaces() {
 	}
 	raceTally.mu.Lock()
 	defer raceTally.mu.Unlock()
-	raceTally.nodes = append(raceTally.nodes, NodeRaces{Node: fmt.Sprintf("node process %d", p.init.WorkerID), Checked: n.Checked, Races: int(n.Races)})
+	r := raceTally.of[p]
+	if r == nil {
+		if raceTally.of == nil {
+			raceTally.of = map[*process]*NodeRaces{}
+		}
+		r = &NodeRaces{Node: fmt.Sprintf("node process %d", p.init.WorkerID)}
+		raceTally.of[p], raceTally.nodes = r, append(raceTally.nodes, r)
+	}
+	r.Checked = r.Checked || n.Checked
+	r.Races = max(r.Races, int(n.Races))
 }
