@@ -191,9 +191,9 @@ def main(ctx):
 // A level-4 worker in process mode runs its level-3 node as a process:
 // under --race the node process gets a detector (its NodeConfig says so),
 // its report reaches the parent's stderr (inherited), and its count comes
-// back by message after each of its tasks: the summary counts it on the node process
-// and the run exits 66, as the same program does in thread mode. The
-// race-free program exits 0 with nothing on stderr.
+// back by message after each of its tasks: the summary counts it on the
+// node process and the run exits 66, as the same program does in thread
+// mode. The race-free program exits 0 with nothing on stderr.
 func TestRaceNodeProcessReportsToTheParent(t *testing.T) {
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{"s.star": raceNodeScript("OUTPUT_EXISTING"), "clean.star": raceNodeScript("INOUT")})
