@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -285,5 +286,74 @@ func TestRaceRemoteNodeDeadlock(t *testing.T) {
 	}
 	if code != 1 || time.Since(start) > 10*time.Second {
 		t.Errorf("exit %d after %v, want 1 at once", code, time.Since(start))
+	}
+}
+
+// raceSuiteScript runs body as the orchestration of remote node 0, once,
+// with t a remote buffer of four INT32 and x a host tensor of the node's.
+func raceSuiteScript(body string) string {
+	return `
+def put(chip, args):
+    args.tensor(0).fill(1)
+
+def put_atomic(chip, args):
+    args.tensor(0).as_atomic().fill(1)
+
+def get(chip, args):
+    args.tensor(0).read()
+
+def node_orch(o, args, cfg):
+    t = args.tensor(0)
+    x = host_tensor(shape = [4], dtype = INT32)
+` + body + `
+def main(ctx):
+    w = Worker(level = 4, platform = ctx.platform)
+    node = w.add_remote_worker(endpoint = ctx.argv[0], platform = ctx.platform, device_ids = [0])
+    for f in [put, put_atomic, get, node_orch]:
+        w.register(f)
+    w.init()
+    buf = w.remote_malloc(worker = node, nbytes = 16)
+    ref = RemoteTensorRef(buf, shape = [4], dtype = INT32)
+    w.run(lambda o, args, cfg: o.submit_next_level(node_orch, TaskArgs(tensors = [(ref, INOUT)]), worker = node))
+    w.remote_free(buf)
+    w.close()
+`
+}
+
+// Small programs on a remote node, each labelled racy or race-free, run
+// against a daemon with --race: a racy one exits 66 with one report
+// tagged [node 0] naming what it says; a race-free one exits 0 with
+// nothing on stderr.
+func TestRaceRemoteSuite(t *testing.T) {
+	task := func(k, tensor, tag string) string {
+		return "    o.submit_next_level(" + k + ", TaskArgs(tensors = [(" + tensor + ", " + tag + ")]), worker = 0)\n"
+	}
+	cases := []struct {
+		name, body, report string // report: "" for race-free, else a line of the report
+	}{
+		{"two writers through OUTPUT_EXISTING", task("put", "t", "OUTPUT_EXISTING") + task("put", "t", "OUTPUT_EXISTING"),
+			"Unordered: no task dependency: an OUTPUT or OUTPUT_EXISTING (insert-only) does not wait for an earlier writer"},
+		{"reader then writer without a dependency", task("get", "t", "INPUT") + task("put", "t", "OUTPUT_EXISTING"),
+			"Unordered: no task dependency: a writer (OUTPUT, OUTPUT_EXISTING or INOUT) does not wait for an earlier reader"},
+		{"writer then reader", task("put", "t", "OUTPUT_EXISTING") + task("get", "t", "INPUT"), ""},
+		{"atomics vs atomics", task("put_atomic", "t", "OUTPUT_EXISTING") + task("put_atomic", "t", "OUTPUT_EXISTING"), ""},
+		{"atomic vs plain store", task("put_atomic", "t", "OUTPUT_EXISTING") + task("put", "t", "OUTPUT_EXISTING"),
+			"Write of bytes [0, 16) of remote buffer 1 (generation 1) of this node by put"},
+		{"the node's orchestration reads a host tensor a task may still write", task("put", "x", "OUTPUT_EXISTING") + "    x.read()\n",
+			"Unordered: the orchestration"}, // which of the two came second varies
+		{"the node's orchestration reads before it submits the writer", "    x.read()\n" + task("put", "x", "OUTPUT_EXISTING"), ""},
+	}
+	dir := t.TempDir()
+	_, addr, _ := startDaemonWith(t, []string{"--race"}, nil)
+	for i, c := range cases {
+		name := fmt.Sprintf("p%d.star", i)
+		writeFiles(t, dir, map[string]string{name: raceSuiteScript(c.body)})
+		code, _, stderr := runRaceCLI(t, dir, "run", "--race", name, addr)
+		switch {
+		case c.report == "" && (code != 0 || stderr != ""):
+			t.Errorf("%s (race-free): exit %d, stderr:\n%s", c.name, code, stderr)
+		case c.report != "" && (code != exitRace || strings.Count(stderr, "[node 0] WARNING: DATA RACE\n") != 1 || !strings.Contains(stderr, "[node 0] "+c.report)):
+			t.Errorf("%s (racy): exit %d, want %d and one report with %q:\n%s", c.name, code, exitRace, c.report, stderr)
+		}
 	}
 }
