@@ -289,9 +289,20 @@ func TestRaceRemoteNodeDeadlock(t *testing.T) {
 	}
 }
 
-// raceSuiteScript runs body as the orchestration of remote node 0, once,
-// with t a remote buffer of four INT32 and x a host tensor of the node's.
-func raceSuiteScript(body string) string {
+// raceSuiteScript runs body as the orchestration of node 0, once, with t
+// four INT32 the level-4 script gives it and x a host tensor of the
+// node's own. On a remote node (remote) t is a remote buffer; on a local
+// node (a node process in process mode) a host tensor of the script.
+func raceSuiteScript(remote bool, body string) string {
+	node := `w.add_worker(Worker(level = 3, platform = ctx.platform, device_ids = [0], mode = "thread"))`
+	tensor := `t = host_tensor(shape = [4], dtype = INT32)`
+	free := ""
+	if remote {
+		node = `w.add_remote_worker(endpoint = ctx.argv[0], platform = ctx.platform, device_ids = [0])`
+		tensor = `buf = w.remote_malloc(worker = node, nbytes = 16)
+    t = RemoteTensorRef(buf, shape = [4], dtype = INT32)`
+		free = "    w.remote_free(buf)\n"
+	}
 	return `
 def put(chip, args):
     args.tensor(0).fill(1)
@@ -307,38 +318,36 @@ def node_orch(o, args, cfg):
     x = host_tensor(shape = [4], dtype = INT32)
 ` + body + `
 def main(ctx):
-    w = Worker(level = 4, platform = ctx.platform)
-    node = w.add_remote_worker(endpoint = ctx.argv[0], platform = ctx.platform, device_ids = [0])
+    w = Worker(level = 4, platform = ctx.platform, mode = ctx.mode)
     for f in [put, put_atomic, get, node_orch]:
         w.register(f)
+    node = ` + node + `
     w.init()
-    buf = w.remote_malloc(worker = node, nbytes = 16)
-    ref = RemoteTensorRef(buf, shape = [4], dtype = INT32)
-    w.run(lambda o, args, cfg: o.submit_next_level(node_orch, TaskArgs(tensors = [(ref, INOUT)]), worker = node))
-    w.remote_free(buf)
-    w.close()
+    ` + tensor + `
+    w.run(lambda o, args, cfg: o.submit_next_level(node_orch, TaskArgs(tensors = [(t, INOUT)]), worker = node))
+` + free + `    w.close()
 `
 }
 
-// Small programs on a remote node, each labelled racy or race-free, run
-// against a daemon with --race: a racy one exits 66 with one report
-// tagged [node 0] naming what it says; a race-free one exits 0 with
-// nothing on stderr.
+// Small programs on a node, each labelled racy or race-free, run under
+// --race on a remote node (a daemon with --race) and on a level-3 node
+// process (a level-4 worker in process mode): a racy one exits 66 with
+// one report saying why the two accesses are unordered, tagged [node 0]
+// on the remote node; a race-free one exits 0 with nothing on stderr.
 func TestRaceRemoteSuite(t *testing.T) {
 	task := func(k, tensor, tag string) string {
 		return "    o.submit_next_level(" + k + ", TaskArgs(tensors = [(" + tensor + ", " + tag + ")]), worker = 0)\n"
 	}
+	const writers = "Unordered: no task dependency: an OUTPUT or OUTPUT_EXISTING (insert-only) does not wait for an earlier writer"
 	cases := []struct {
 		name, body, report string // report: "" for race-free, else a line of the report
 	}{
-		{"two writers through OUTPUT_EXISTING", task("put", "t", "OUTPUT_EXISTING") + task("put", "t", "OUTPUT_EXISTING"),
-			"Unordered: no task dependency: an OUTPUT or OUTPUT_EXISTING (insert-only) does not wait for an earlier writer"},
+		{"two writers through OUTPUT_EXISTING", task("put", "t", "OUTPUT_EXISTING") + task("put", "t", "OUTPUT_EXISTING"), writers},
 		{"reader then writer without a dependency", task("get", "t", "INPUT") + task("put", "t", "OUTPUT_EXISTING"),
 			"Unordered: no task dependency: a writer (OUTPUT, OUTPUT_EXISTING or INOUT) does not wait for an earlier reader"},
 		{"writer then reader", task("put", "t", "OUTPUT_EXISTING") + task("get", "t", "INPUT"), ""},
 		{"atomics vs atomics", task("put_atomic", "t", "OUTPUT_EXISTING") + task("put_atomic", "t", "OUTPUT_EXISTING"), ""},
-		{"atomic vs plain store", task("put_atomic", "t", "OUTPUT_EXISTING") + task("put", "t", "OUTPUT_EXISTING"),
-			"Write of bytes [0, 16) of remote buffer 1 (generation 1) of this node by put"},
+		{"atomic vs plain store", task("put_atomic", "t", "OUTPUT_EXISTING") + task("put", "t", "OUTPUT_EXISTING"), writers},
 		{"the node's orchestration reads a host tensor a task may still write", task("put", "x", "OUTPUT_EXISTING") + "    x.read()\n",
 			"Unordered: the orchestration"}, // which of the two came second varies
 		{"the node's orchestration reads before it submits the writer", "    x.read()\n" + task("put", "x", "OUTPUT_EXISTING"), ""},
@@ -346,14 +355,21 @@ func TestRaceRemoteSuite(t *testing.T) {
 	dir := t.TempDir()
 	_, addr, _ := startDaemonWith(t, []string{"--race"}, nil)
 	for i, c := range cases {
-		name := fmt.Sprintf("p%d.star", i)
-		writeFiles(t, dir, map[string]string{name: raceSuiteScript(c.body)})
-		code, _, stderr := runRaceCLI(t, dir, "run", "--race", name, addr)
-		switch {
-		case c.report == "" && (code != 0 || stderr != ""):
-			t.Errorf("%s (race-free): exit %d, stderr:\n%s", c.name, code, stderr)
-		case c.report != "" && (code != exitRace || strings.Count(stderr, "[node 0] WARNING: DATA RACE\n") != 1 || !strings.Contains(stderr, "[node 0] "+c.report)):
-			t.Errorf("%s (racy): exit %d, want %d and one report with %q:\n%s", c.name, code, exitRace, c.report, stderr)
+		for _, where := range []string{"remote node", "node process"} {
+			remote := where == "remote node"
+			name := fmt.Sprintf("p%d_%v.star", i, remote)
+			writeFiles(t, dir, map[string]string{name: raceSuiteScript(remote, c.body)})
+			args, tag := []string{"run", "--race", "--mode", "process", name}, ""
+			if remote {
+				args, tag = []string{"run", "--race", name, addr}, "[node 0] "
+			}
+			code, _, stderr := runRaceCLI(t, dir, args...)
+			switch {
+			case c.report == "" && (code != 0 || stderr != ""):
+				t.Errorf("%s, %s (race-free): exit %d, stderr:\n%s", c.name, where, code, stderr)
+			case c.report != "" && (code != exitRace || strings.Count(stderr, tag+"WARNING: DATA RACE\n") != 1 || !strings.Contains(stderr, tag+c.report)):
+				t.Errorf("%s, %s (racy): exit %d, want %d and one report with %q:\n%s", c.name, where, code, exitRace, c.report, stderr)
+			}
 		}
 	}
 }
