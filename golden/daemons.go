@@ -25,13 +25,14 @@ const listeningPrefix = "simpler remote-l3-worker: listening on "
 // StartDaemons starts n `remote-l3-worker` daemons of binary on free
 // loopback ports, each with a token it generates (a client of the same
 // user finds it), and waits until each says it listens. env is added to
-// the environment; the daemons' stderr goes to stderr. Each runs in a
+// the environment and flags to each daemon's command line (simpler run
+// --race gives --race); the daemons' stderr goes to stderr. Each runs in a
 // process group of its own (a terminal's Ctrl-C is for the script, which
 // then stops them) and gets SIGTERM if this process dies first. stop
 // interrupts them and waits for them to exit, killing any that take more
 // than a few seconds; it may be called more than once, from any goroutine (later calls
 // wait for the first).
-func StartDaemons(binary string, env []string, n int, stderr io.Writer) (addrs []string, stop func(), err error) {
+func StartDaemons(binary string, env []string, n int, stderr io.Writer, flags ...string) (addrs []string, stop func(), err error) {
 	var cmds []*exec.Cmd
 	var once sync.Once
 	stop = func() {
@@ -45,7 +46,7 @@ func StartDaemons(binary string, env []string, n int, stderr io.Writer) (addrs [
 		})
 	}
 	for i := 0; i < n; i++ {
-		c, addr, err := startDaemon(binary, env, stderr)
+		c, addr, err := startDaemon(binary, env, stderr, flags)
 		if c != nil {
 			cmds = append(cmds, c)
 		}
@@ -60,8 +61,8 @@ func StartDaemons(binary string, env []string, n int, stderr io.Writer) (addrs [
 
 // startDaemon starts one daemon and reads its address. c is non-nil once
 // the process runs, even with an error, so that the caller stops it.
-func startDaemon(binary string, env []string, stderr io.Writer) (c *exec.Cmd, addr string, err error) {
-	c = exec.Command(binary, "remote-l3-worker", "--listen", "127.0.0.1:0", "--quiet-sessions")
+func startDaemon(binary string, env []string, stderr io.Writer, flags []string) (c *exec.Cmd, addr string, err error) {
+	c = exec.Command(binary, append([]string{"remote-l3-worker", "--listen", "127.0.0.1:0", "--quiet-sessions"}, flags...)...)
 	c.Env = append(os.Environ(), env...)
 	c.Stderr = stderr
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}

@@ -157,7 +157,11 @@ func (r *Runner) Run(script string) (res Result, leaks []string, err error) {
 	}
 	args = append(args, filepath.Base(script))
 	if n := ScriptDaemons(src); n > 0 {
-		addrs, stop, err := StartDaemons(r.Binary, r.Env, n, os.Stderr)
+		var flags []string
+		if slices.Contains(r.Args, "--race") {
+			flags = append(flags, "--race") // the script's daemons check what runs on them too, as simpler run's do
+		}
+		addrs, stop, err := StartDaemons(r.Binary, r.Env, n, os.Stderr, flags...)
 		if err != nil {
 			return res, nil, fmt.Errorf("%s: %v", script, err)
 		}

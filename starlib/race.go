@@ -140,3 +140,7 @@ func tensorAsAtomic(th *starlark.Thread, b *starlark.Builtin, args starlark.Tupl
 // memAddr is the address of mem's first byte in this process: the
 // identity the detector keys bytes by.
 func memAddr(mem []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(mem))) }
+
+// SetRace gives a shipped bundle's resolver (a remote session's) the
+// session's detector, so that its host code names what it makes.
+func (r *resolver) SetRace(d *race.Detector) { r.s.Race = d }

@@ -32,7 +32,9 @@ const Magic = "SMPL"
 // its level-4 worker: JOIN, with mutual proofs) and the node's host in an
 // accepted HELLO_REPLY. Version 4 added OUTPUT (what a node's code
 // prints) and the spans of a COMPLETION (what the node did, for traces).
-const ProtocolVersion uint16 = 4
+// Version 5 added a COMPLETION's race count (whether the node runs a
+// --race detector, and what it found so far).
+const ProtocolVersion uint16 = 5
 
 // MaxPayload bounds any frame's payload: a 64 MiB bulk copy (MaxCopy) plus
 // its command fields fits in one frame, so copies are never chunked inside

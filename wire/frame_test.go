@@ -59,7 +59,7 @@ func TestHeaderRejections(t *testing.T) {
 		{"bad magic", func(b []byte) { b[0] = 'X' }, ErrMagic},
 		{"version 0", func(b []byte) { binary.LittleEndian.PutUint16(b[4:], 0) }, ErrVersion},
 		{"version 3", func(b []byte) { binary.LittleEndian.PutUint16(b[4:], 3) }, ErrVersion},
-		{"version 5", func(b []byte) { binary.LittleEndian.PutUint16(b[4:], 5) }, ErrVersion},
+		{"next version", func(b []byte) { binary.LittleEndian.PutUint16(b[4:], ProtocolVersion+1) }, ErrVersion},
 		{"type 0", func(b []byte) { b[6] = 0 }, ErrType},
 		{"type unknown", func(b []byte) { b[6] = uint8(numTypes) }, ErrType},
 		{"unknown flag", func(b []byte) { b[7] = 0x80 }, ErrFlags},
@@ -108,11 +108,11 @@ func TestHeaderRejections(t *testing.T) {
 	// A frame of another version still shows its fields, so a daemon can
 	// refuse it by name.
 	h := goodHeader()
-	h.Version = 5
+	h.Version = 9
 	b = EncodeHeader(h)
 	got, err := DecodeHeader(b[:])
-	if !errors.Is(err, ErrVersion) || got != h || !strings.Contains(err.Error(), "version 5") {
-		t.Errorf("version 5: %+v, %v", got, err)
+	if !errors.Is(err, ErrVersion) || got != h || !strings.Contains(err.Error(), "version 9") {
+		t.Errorf("version 9: %+v, %v", got, err)
 	}
 }
 

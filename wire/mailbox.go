@@ -40,6 +40,7 @@ const (
 	OpGlobalRank                   // MailboxControl: GlobalRank, one step of one rank
 	OpCancel                       // MailboxControl: Task, Reason; stop that task if the task lane still runs it
 	OpPing                         // MailboxControl: nothing; a health probe
+	OpRaceCount                    // MailboxControl: nothing → RaceCount, what a level-3 node's --race detector found
 )
 
 // The roles a child takes up (MailboxInit.Role).
@@ -318,6 +319,9 @@ type NodeConfig struct {
 	ControlTimeout, TaskTimeout, HealthTimeout, CloseTimeout time.Duration
 	// OrderHazards is the node's Worker(order_hazards=) setting.
 	OrderHazards bool
+	// Race says the parent runs with --race: the node process checks what
+	// runs in it with a detector of its own (OpRaceCount asks its count).
+	Race bool
 }
 
 func (c *NodeConfig) encode(e *Encoder) {
@@ -336,6 +340,7 @@ func (c *NodeConfig) encode(e *Encoder) {
 		e.I64(int64(t))
 	}
 	e.Bool(c.OrderHazards)
+	e.Bool(c.Race)
 }
 
 func decodeNodeConfig(d *Decoder) NodeConfig {
@@ -355,6 +360,7 @@ func decodeNodeConfig(d *Decoder) NodeConfig {
 		*t = time.Duration(d.I64())
 	}
 	c.OrderHazards = d.Bool()
+	c.Race = d.Bool()
 	return c
 }
 

@@ -60,7 +60,7 @@ func DecodeMailboxControl(b []byte) (MailboxControl, error) {
 	d := NewDecoder(b)
 	c := MailboxControl{Op: d.U8()}
 	switch c.Op {
-	case OpShutdown, OpPing:
+	case OpShutdown, OpPing, OpRaceCount:
 	case OpCancel:
 		c.Task = d.U64()
 		c.Reason = d.StringMax(MaxReason)

@@ -67,7 +67,7 @@ func sampleHostRef() HostRef { return HostRef{Name: "simpler-1-host-1", Size: 40
 func sampleNodeConfig() NodeConfig {
 	return NodeConfig{Level: 3, Platform: "a2a3sim", DeviceIDs: []int{0, 1, 2, 3}, NumSubWorkers: 2, Mode: "process",
 		EnableSDMA: true, HeapRingSize: 64 << 20, TaskWindow: 128, StartupTimeout: 30 * time.Second, CommProfile: "sim",
-		GlobalDeviceRanks: []int{4, 5, 6, 7}, OrderHazards: true}
+		GlobalDeviceRanks: []int{4, 5, 6, 7}, OrderHazards: true, Race: true}
 }
 
 func sampleMailboxTask() *MailboxTask {
@@ -165,6 +165,7 @@ func mailboxSamples() []sample {
 		{"call-config", &callConfigMsg{CallConfig{BlockDim: MaxBlockDim, EnableProfiling: true}}, decCallConfig},
 		{"control/cancel", &MailboxControl{Op: OpCancel, Task: 7, Reason: "run 3 cancelled"}, decMailboxControl},
 		{"control/ping", &MailboxControl{Op: OpPing}, decMailboxControl},
+		{"control/race-count", &MailboxControl{Op: OpRaceCount}, decMailboxControl},
 	}
 	for step := RankPrepare; step <= RankRelease; step++ {
 		g := sampleGlobalRank(step)

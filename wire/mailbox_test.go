@@ -45,7 +45,7 @@ func TestMailboxRoundTrips(t *testing.T) {
 			}
 		}
 	}
-	for op := OpInit; op <= OpPing; op++ {
+	for op := OpInit; op <= OpRaceCount; op++ {
 		if !ops[op] {
 			t.Errorf("no sample of op %d", op)
 		}

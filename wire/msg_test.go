@@ -365,6 +365,8 @@ func TestSmallBounds(t *testing.T) {
 	mutate(t, "spans", &Completion{Seq: 1, Spans: make([]Span, MaxSpans+1)}, func(*Completion) {}, decCompletion, "exceed their bound")
 	mutate(t, "span name", &Completion{Seq: 1, Spans: []Span{{Lane: strings.Repeat("l", MaxSpanName+1)}}}, func(*Completion) {}, decCompletion, "exceeds its bound")
 	mutate(t, "span time", &Completion{Seq: 1, Spans: []Span{{Dur: -1}}}, func(*Completion) {}, decCompletion, "outside 0..")
+	mutate(t, "races", &Completion{Seq: 1}, func(c *Completion) { c.Race = RaceCount{Checked: true, Races: MaxRaces + 1} }, decCompletion, "exceed their bound")
+	mutate(t, "races unchecked", &Completion{Seq: 1}, func(c *Completion) { c.Race = RaceCount{Races: 1} }, decCompletion, "does not check")
 	mutate(t, "output line", &Output{Stream: StreamStdout, Line: make([]byte, MaxOutputLine+1)}, func(*Output) {}, decOutput, "exceeds its bound")
 	mutate(t, "output stream", &Output{Stream: 3}, func(*Output) {}, decOutput, "neither stdout")
 	mutate(t, "shutdown reason", &Shutdown{Reason: strings.Repeat("r", MaxReason+1)}, func(*Shutdown) {}, decShutdown, "exceeds its bound")
@@ -418,7 +420,7 @@ func TestMaximalMessagesFit(t *testing.T) {
 		{TypeHelloReply, &HelloReply{Session: 1, Version: 1, CommProfile: long(MaxIdent), Err: &ErrorBody{kind, long(MaxMessage)}}, decHelloReply},
 		{TypeTask, maxTask, decTask},
 		{TypeCompletion, &Completion{Seq: 1, Err: &TaskFailure{kind, long(MaxMessage), long(MaxName), MaxTaskID, long(MaxName), true}}, decCompletion},
-		{TypeCompletion, &Completion{Seq: 1, Err: &TaskFailure{kind, long(MaxMessage), long(MaxName), MaxTaskID, long(MaxName), true}, Took: MaxSpanNanos, Spans: maxSpans()}, decCompletion},
+		{TypeCompletion, &Completion{Seq: 1, Err: &TaskFailure{kind, long(MaxMessage), long(MaxName), MaxTaskID, long(MaxName), true}, Took: MaxSpanNanos, Spans: maxSpans(), Race: RaceCount{true, MaxRaces}}, decCompletion},
 		{TypeControl, &Control{Cmd: CmdCopyTo, Buffer: BufferRef{1, 1}, Data: make([]byte, MaxCopy)}, decControl},
 		{TypeControl, &Control{Cmd: CmdRegister, Digest: digest, Module: long(MaxName), Name: long(MaxName)}, decControl},
 		{TypeControl, &Control{Cmd: CmdBundle, Bundle: bundle}, decControl},
@@ -558,4 +560,22 @@ func maxSpans() []Span {
 		s[i] = Span{Lane: strings.Repeat("l", MaxSpanName), Callable: strings.Repeat("c", MaxSpanName), Start: MaxSpanNanos, Dur: MaxSpanNanos}
 	}
 	return s
+}
+
+// A node process's OpRaceCount reply: what Encode wrote reads back, and
+// a count from a node that does not check, or a trailing byte, is refused.
+func TestRaceCountReply(t *testing.T) {
+	var e Encoder
+	RaceCount{Checked: true, Races: 7}.Encode(&e)
+	if r, err := DecodeRaceCount(NewDecoder(e.Bytes())); err != nil || r != (RaceCount{true, 7}) {
+		t.Errorf("round trip: %+v, %v", r, err)
+	}
+	var bad Encoder
+	RaceCount{Races: 1}.Encode(&bad)
+	if _, err := DecodeRaceCount(NewDecoder(bad.Bytes())); !errors.Is(err, ErrBounds) {
+		t.Errorf("unchecked with races: %v", err)
+	}
+	if _, err := DecodeRaceCount(NewDecoder(append(e.Bytes(), 0))); err == nil {
+		t.Errorf("trailing byte accepted")
+	}
 }

@@ -123,6 +123,8 @@ func samples() []sample {
 		{"completion/ok", &Completion{Seq: 3}, decCompletion},
 		{"completion/spans", &Completion{Seq: 4, Took: 5000, Spans: []Span{{Lane: "chip_worker 0 (device 0)", Callable: "add", Start: 100, Dur: 2000}}}, decCompletion},
 		{"completion/err", &Completion{Seq: 4, Err: &TaskFailure{Kind: "ValueError", Message: "boom", Path: "chip_worker 0 (device 0)", TaskID: 2, Callable: "k"}}, decCompletion},
+		{"completion/race", &Completion{Seq: 6, Race: RaceCount{Checked: true, Races: 2}}, decCompletion},
+		{"completion/race-clean", &Completion{Seq: 7, Race: RaceCount{Checked: true}}, decCompletion},
 		{"completion/err-no-task", &Completion{Seq: 5, Err: &TaskFailure{Kind: "KeyError", Message: "unknown digest"}}, decCompletion},
 		{"control/register", &Control{Cmd: CmdRegister, Digest: "sha256:abc", Module: "main.star", Name: "k"}, decControl},
 		{"control/unregister", &Control{Cmd: CmdUnregister, Digest: "sha256:abc"}, decControl},

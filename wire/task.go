@@ -267,7 +267,22 @@ type Completion struct {
 	Err   *TaskFailure
 	Took  int64 // nanoseconds, 0..MaxSpanNanos
 	Spans []Span
+	Race  RaceCount // what the node's race detector found so far (version 5)
 }
+
+// RaceCount is what a node's --race detector says in each COMPLETION:
+// whether the node checks at all (its daemon runs with --race), and the
+// distinct races it reported so far, in every task of the session. The
+// count only grows, so the parent keeps the latest; it is a number, not
+// text the parent would have to match in the node's output.
+type RaceCount struct {
+	Checked bool
+	Races   uint32 // ≤ MaxRaces; 0 when not checked
+}
+
+// MaxRaces bounds a RaceCount's races: a detector reports each pair of
+// code locations once, so a real count stays far below it.
+const MaxRaces = 1 << 30
 
 // Span is one piece of work a node did for a task: a chip task (Lane
 // names the chip's endpoint on the node) or the task's orchestration.
@@ -308,6 +323,34 @@ func (c *Completion) Encode(e *Encoder) {
 		e.I64(sp.Start)
 		e.I64(sp.Dur)
 	}
+	c.Race.Encode(e)
+}
+
+// Encode writes the count (a COMPLETION's field, a node process's
+// OpRaceCount reply).
+func (r RaceCount) Encode(e *Encoder) {
+	e.Bool(r.Checked)
+	e.U32(r.Races)
+}
+
+// DecodeRaceCount reads what RaceCount.Encode wrote, as the rest of d.
+func DecodeRaceCount(d *Decoder) (RaceCount, error) {
+	r := decodeRaceCount(d)
+	return r, d.Finish()
+}
+
+// decodeRaceCount reads a race count: a node that does not check has
+// found nothing.
+func decodeRaceCount(d *Decoder) RaceCount {
+	r := RaceCount{Checked: d.Bool(), Races: d.U32()}
+	switch {
+	case d.err != nil:
+	case r.Races > MaxRaces:
+		d.FailBounds("%d races exceed their bound of %d", r.Races, MaxRaces)
+	case !r.Checked && r.Races != 0:
+		d.FailBounds("%d races from a node that does not check", r.Races)
+	}
+	return r
 }
 
 // DecodeCompletion reads a COMPLETION payload.
@@ -332,6 +375,7 @@ func DecodeCompletion(b []byte) (Completion, error) {
 	for i := 0; d.err == nil && i < int(n); i++ {
 		c.Spans = append(c.Spans, Span{Lane: d.StringMax(MaxSpanName), Callable: d.StringMax(MaxSpanName), Start: decodeNanos(d), Dur: decodeNanos(d)})
 	}
+	c.Race = decodeRaceCount(d)
 	if err := d.Finish(); err != nil {
 		return Completion{}, err
 	}

@@ -39,6 +39,7 @@ type remoteOptions struct {
 	maxPending        int
 	maxOutput         uint64
 	quietSessions     bool
+	race              bool
 	rank              rankOptions
 }
 
@@ -65,6 +66,7 @@ func (o *remoteOptions) register(fs *flag.FlagSet) {
 	fs.Uint64Var(&o.lim.LoadSteps, "max-load-steps", o.lim.LoadSteps, "Starlark `STEPS` of one shipped module's top-level code")
 	fs.IntVar(&o.maxSessions, "max-sessions", 64, "`N` sessions served at once")
 	fs.IntVar(&o.maxPending, "max-pending", 64, "`N` connections that have not sent their proof, at once; half of that from one address (beyond, the oldest of the address with the most is dropped)")
+	fs.BoolVar(&o.race, "race", false, "check every session's kernels, SUB callables and orchestration for data races (docs/race.md); the reports go to the parent tagged with the node, and its count to its exit status")
 	fs.BoolVar(&o.quietSessions, "quiet-sessions", false, "log no line for each session that ends (simpler run and simpler test start their daemons so)")
 	fs.Uint64Var(&o.maxOutput, "max-output-bytes", remote.DefaultOutputBytes, "`BYTES` of output one session passes to the daemon's, as tagged lines (the rest is dropped, and counted)")
 	fs.StringVar(&o.rank.connect, "connect", "", "dial the level-4 worker at `HOST:PORT` as a rank of its worker group (add_worker_group), instead of listening; needs --token-file")
@@ -135,12 +137,24 @@ func cmdRemote(args []string, stdout, stderr io.Writer) int {
 		return fail(1, "%v", err)
 	}
 	d, err := remote.NewDaemon(ln, remote.DaemonConfig{Token: tok, Log: stderr, Limits: o.lim, TotalBytes: o.totalBytes, MaxSessions: o.maxSessions, MaxPending: o.maxPending, MaxOutputBytes: o.maxOutput, QuietSessions: o.quietSessions,
-		Session: &engine.Launcher{Path: exe, Args: []string{sessionCommand}, Stdout: stdout, Stderr: stderr}})
+		Session: &engine.Launcher{Path: exe, Args: o.sessionArgs(), Stdout: stdout, Stderr: stderr}})
 	if err != nil {
 		ln.Close()
 		return fail(1, "%v", err)
 	}
 	return serveDaemon(d, ln, tokenPath, stdout, stderr)
+}
+
+// sessionRace is the session command's flag that gives it a detector.
+const sessionRace = "--race"
+
+// sessionArgs start a session process as the daemon's flags say: with a
+// race detector under --race.
+func (o *remoteOptions) sessionArgs() []string {
+	if o.race {
+		return []string{sessionCommand, sessionRace}
+	}
+	return []string{sessionCommand}
 }
 
 // daemonToken checks --listen against --token-file and reads the token
@@ -219,10 +233,12 @@ func serveDaemon(d *remote.Daemon, ln net.Listener, tokenPath string, stdout, st
 	return 0
 }
 
-// cmdSession serves one session (started by the daemon).
+// cmdSession serves one session (started by the daemon), with a race
+// detector when the daemon runs with --race.
 func cmdSession(args []string, stderr io.Writer) int {
-	if len(args) != 0 {
-		fmt.Fprintln(stderr, "simpler session: started by remote-l3-worker, takes no arguments")
+	raceOn := len(args) == 1 && args[0] == sessionRace
+	if len(args) != 0 && !raceOn {
+		fmt.Fprintln(stderr, "simpler session: started by remote-l3-worker, takes no arguments but --race")
 		return 2
 	}
 	// The resolver's session holds the host memory kernels made here
@@ -238,7 +254,7 @@ func cmdSession(args []string, stderr io.Writer) int {
 			mu.Unlock()
 		}
 		return r, err
-	})
+	}, raceOn)
 	mu.Lock()
 	defer mu.Unlock()
 	for _, c := range made {
@@ -275,7 +291,7 @@ func cmdRank(o *remoteOptions, stdout, stderr io.Writer) int {
 		return fail(1, "%v", err)
 	}
 	cfg.Daemon = remote.DaemonConfig{Log: stderr, Limits: o.lim, TotalBytes: o.totalBytes, MaxOutputBytes: o.maxOutput,
-		Session: &engine.Launcher{Path: exe, Args: []string{sessionCommand}, Stdout: stdout, Stderr: stderr}}
+		Session: &engine.Launcher{Path: exe, Args: o.sessionArgs(), Stdout: stdout, Stderr: stderr}}
 	shm.SweepDead()
 	// SIGINT or SIGTERM (mpirun ending its job) ends the session.
 	stop, done := make(chan struct{}), make(chan struct{})

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"simpler/engine"
+	"simpler/engine/proc"
 	"simpler/engine/remote"
 	"simpler/hal"
 	"simpler/hal/shm"
@@ -163,6 +164,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	obs.attach(s)
 	remote.SetForwardedOutput(s.Stdout, s.Stderr, !rc.opts.noTags) // what remote nodes print, where the script's goes
+	remote.SetGroupRace(f.race)                                    // the ranks of its worker groups check themselves too
 	intr := watchInterrupts(s, stopDaemons, stderr)
 	err = s.RunFile(rc.script)
 	if cerr := s.Close(); err == nil && cerr != nil {
@@ -198,19 +200,71 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 // race detector's: a failure of its own, beside a script's error (1).
 const exitRace = 66
 
-// raceSummary prints what --race found, if anything, and reports whether
-// it found something. A script's own failure keeps its status: the
-// summary never hides it.
+// nodeRaces is what --race found on one node outside this process.
+type nodeRaces struct {
+	node    string
+	checked bool
+	races   int
+}
+
+// otherNodesRaces are the counts of the remote nodes (each came in its
+// node's COMPLETIONs) and of the level-3 node processes (each asked at
+// its close).
+func otherNodesRaces() []nodeRaces {
+	var all []nodeRaces
+	for _, n := range remote.RemoteRaces() {
+		all = append(all, nodeRaces{n.Node, n.Checked, n.Races})
+	}
+	for _, n := range proc.NodeProcessRaces() {
+		all = append(all, nodeRaces{n.Node, n.Checked, n.Races})
+	}
+	return all
+}
+
+// raceSummary prints what --race found, if anything, here and on the
+// other nodes (otherNodesRaces), and reports whether it found something.
+// Under --race a remote node whose daemon runs without it is named once,
+// as not checked; without --race here, what a node's daemon checked
+// still counts. A script's own failure keeps its status: the summary
+// never hides it.
 func raceSummary(s *starlib.Session, stderr io.Writer) bool {
-	if s.Race == nil {
-		return false
+	nodes := otherNodesRaces()
+	sum, local := "", 0
+	if s.Race != nil {
+		warnUnchecked(nodes, stderr)
+		sum, local = s.Race.Summary(), s.Race.Races()
 	}
-	sum := s.Race.Summary()
-	if sum == "" {
-		return false
+	remoteN, where := 0, []string(nil)
+	for _, n := range nodes {
+		if n.races > 0 {
+			remoteN += n.races
+			where = append(where, fmt.Sprintf("%d on %s", n.races, n.node))
+		}
 	}
-	fmt.Fprintln(stderr, sum)
+	if remoteN == 0 {
+		if sum == "" {
+			return false
+		}
+		fmt.Fprintln(stderr, sum)
+		return true
+	}
+	// The local summary's lines of repeated pairs stay; its closing
+	// count becomes the total, and a line says where the rest were.
+	if i := strings.LastIndex(sum, "\n"); i >= 0 {
+		fmt.Fprintln(stderr, sum[:i])
+	}
+	fmt.Fprintf(stderr, "simpler: found %d data race(s)\n", local+remoteN)
+	fmt.Fprintf(stderr, "simpler: %s, %d in this process\n", strings.Join(where, ", "), local)
 	return true
+}
+
+// warnUnchecked names, once each, the nodes that ran without a detector.
+func warnUnchecked(nodes []nodeRaces, stderr io.Writer) {
+	for _, n := range nodes {
+		if !n.checked {
+			fmt.Fprintf(stderr, "simpler: warning: %s was not checked for data races: its remote-l3-worker daemon runs without --race\n", n.node)
+		}
+	}
 }
 
 // interrupts watches SIGINT, SIGTERM and SIGHUP while a script runs. The

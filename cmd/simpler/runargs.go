@@ -168,7 +168,11 @@ func (rc *runCommand) startDaemons(stderr io.Writer) (stop func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("RuntimeError: cannot start the script's daemons: %v", err)
 	}
-	addrs, stop, err := golden.StartDaemons(bin, nil, rc.daemons, stderr)
+	var flags []string
+	if rc.opts.race {
+		flags = append(flags, "--race") // the daemons check what runs on them too
+	}
+	addrs, stop, err := golden.StartDaemons(bin, nil, rc.daemons, stderr, flags...)
 	if err != nil {
 		return nil, fmt.Errorf("RuntimeError: %s asks for %d remote-l3-worker daemon(s) (# simpler-daemons: %d): %v", rc.script, rc.daemons, rc.daemons, err)
 	}

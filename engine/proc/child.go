@@ -45,7 +45,9 @@ type child struct {
 	role     uint8
 	workerID int
 	chip     hal.Chip
-	node     *engine.Worker // roleNode
+	node     *engine.Worker  // roleNode
+	race     *race.Detector  // roleNode under --race (race.go)
+	raceDoms map[uint64]bool // the global domains live here, under --race (race.go)
 	resolver engine.Resolver
 	prefix   string // the parent's shm prefix, for domain names
 	ppid     int
@@ -160,6 +162,7 @@ func (c *child) init(req []byte, newResolver func([]byte) (engine.Resolver, erro
 		// The node's own chips are processes too if its mode says so:
 		// this binary again, by the same transport.
 		cfg.Launcher, cfg.Spawn = &engine.Launcher{Path: m.Path, Args: m.Args, Bundle: m.Bundle}, Spawner{}
+		c.race = cfg.Race // the node's detector under --race (configOf made it)
 		if c.node, err = engine.NewWorker(cfg); err != nil {
 			return err
 		}
@@ -169,7 +172,9 @@ func (c *child) init(req []byte, newResolver func([]byte) (engine.Resolver, erro
 			return err
 		}
 	}
-	c.resolver, err = newResolver(m.Bundle)
+	if c.resolver, err = newResolver(m.Bundle); err == nil {
+		raceResolver(c.resolver, c.race)
+	}
 	return err
 }
 
@@ -258,7 +263,7 @@ func (c *child) task(req []byte) ([]byte, error) {
 		}
 		var r *engine.Run
 		if r, err = c.node.SubmitStoppable(func(o *engine.Orchestrator) (any, error) { return nil, oc.RunOrch(o, args, &cfg) }, &c.taskStop); err == nil {
-			err = r.Wait(-1)
+			err = c.waitRun(r)
 		}
 	case op == opRunSub && c.role == roleSub:
 		s, isSub := fn.(engine.SubCallable)
@@ -305,6 +310,8 @@ func (c *child) control(req []byte) ([]byte, error) {
 		return ok(nil), nil
 	case opShutdown, wire.OpPing:
 		return ok(nil), nil
+	case wire.OpRaceCount:
+		return c.raceCount(), nil
 	case wire.OpCancel:
 		c.mu.Lock()
 		current := c.tasks == r.Task
@@ -321,6 +328,7 @@ func (c *child) control(req []byte) ([]byte, error) {
 		if err := c.node.GlobalCommand(r.Global, &reply); err != nil {
 			return nil, err
 		}
+		c.raceGlobal(r.Global)
 		return ok(reply.Encode), nil
 	}
 	if c.chip == nil {

@@ -14,6 +14,7 @@ import (
 	"simpler/hal/dtype"
 	"simpler/hal/shm"
 	"simpler/internal/bounds"
+	"simpler/internal/race"
 	"simpler/wire"
 )
 
@@ -203,7 +204,7 @@ func sampleConfigs(tb testing.TB) []engine.Config {
 		{Level: 3, Platform: p},
 		{Level: 3, Platform: p, DeviceIDs: []int{0, 1, 2, 3}, NumSubWorkers: 2, Mode: "process", EnableSDMA: true,
 			HeapRingSize: 64 << 20, TaskWindow: 128, StartupTimeout: 30 * time.Second, CommProfile: "sim",
-			GlobalDeviceRanks: []int{4, 5, 6, 7}},
+			GlobalDeviceRanks: []int{4, 5, 6, 7}, Race: race.New(nil)},
 	}
 }
 

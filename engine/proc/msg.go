@@ -201,7 +201,7 @@ func nodeConfig(c engine.Config) wire.NodeConfig {
 		Mode: c.Mode, EnableSDMA: c.EnableSDMA, HeapRingSize: c.HeapRingSize, TaskWindow: c.TaskWindow,
 		StartupTimeout: c.StartupTimeout, CommProfile: c.CommProfile, GlobalDeviceRanks: c.GlobalDeviceRanks,
 		ControlTimeout: c.ControlTimeout, TaskTimeout: c.TaskTimeout, HealthTimeout: c.HealthTimeout, CloseTimeout: c.CloseTimeout,
-		OrderHazards: c.OrderHazards}
+		OrderHazards: c.OrderHazards, Race: c.Race != nil}
 }
 
 // configOf is the Config a node process builds its worker from. The
@@ -220,5 +220,5 @@ func configOf(n wire.NodeConfig) (engine.Config, error) {
 		Mode: n.Mode, EnableSDMA: n.EnableSDMA, HeapRingSize: n.HeapRingSize, TaskWindow: n.TaskWindow,
 		StartupTimeout: n.StartupTimeout, CommProfile: n.CommProfile, GlobalDeviceRanks: n.GlobalDeviceRanks,
 		ControlTimeout: n.ControlTimeout, TaskTimeout: n.TaskTimeout, HealthTimeout: n.HealthTimeout, CloseTimeout: n.CloseTimeout,
-		OrderHazards: n.OrderHazards}, nil
+		OrderHazards: n.OrderHazards, Race: raceDetector(n)}, nil
 }

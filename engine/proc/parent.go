@@ -185,6 +185,7 @@ func (p *process) Close() error {
 	select {
 	case <-in.exited:
 	default:
+		p.askRaces()
 		p.call(laneControl, []byte{opShutdown}, time.Now().Add(2*time.Second))
 		select {
 		case <-in.exited:
@@ -311,11 +312,19 @@ func (p *process) run(h *engine.Handle, args *engine.TaskArgs, cfg *engine.CallC
 		return nil, err
 	}
 	m.RaceTag = uint64(raceTag)
+	log, err := p.callTask(m, raceTag != 0)
+	p.askRaces() // a node process's count after each of its tasks, under --race (race.go)
+	return log, err
+}
+
+// callTask sends a task request and returns its outcome and, if record,
+// the member's race log (also from a member that failed).
+func (p *process) callTask(m *wire.MailboxTask, record bool) ([]byte, error) {
 	d, err := p.call(laneTask, wire.Payload(m), time.Time{})
 	if le, ok := err.(*loggedError); ok { // the member failed, after doing what its log says
 		return le.log, le.err
 	}
-	if err != nil || raceTag == 0 {
+	if err != nil || !record {
 		return nil, err
 	}
 	log := d.Blob(wire.MaxRaceLog)

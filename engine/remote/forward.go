@@ -129,8 +129,7 @@ func (s *session) forwardPrints(r any) {
 	if !ok {
 		return
 	}
-	stdout, stderr := newSessionPrints(s.sendOutput, DefaultOutputBytes, os.Stdout, os.Stderr)
-	o.SetOutput(stdout, stderr)
+	o.SetOutput(s.stdout, s.stderr)
 }
 
 // osStdout and osStderr are the default destinations (a test restores

@@ -109,6 +109,7 @@ func startGroup(cfg StarterConfig, req engine.GroupRequest) (*group, error) {
 	g := &group{name: req.Name}
 	if spec.Launcher != engine.LauncherNone {
 		rank := append(slices.Clone(cfg.Rank), rankArgs(spec, addr, tokenFile, time.Until(req.Deadline))...)
+		rank = append(rank, groupRaceArgs()...)
 		if g.launch, err = startLauncher(launchArgs(spec, rank, isLoopbackAddr(addr)), cfg.Env); err != nil {
 			return nil, engine.Wrap(err, req.Name)
 		}

@@ -112,7 +112,7 @@ func (sessionResolver) Resolve(digest, module, name string) (engine.Callable, er
 }
 
 func runTestSession() int {
-	err := ServeSessionFD(func(wire.Bundle, uint64) (engine.Resolver, error) { return sessionResolver{}, nil })
+	err := ServeSessionFD(func(wire.Bundle, uint64) (engine.Resolver, error) { return sessionResolver{}, nil }, os.Getenv(sessionRaceEnv) != "")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "test session:", err)
 		return 1

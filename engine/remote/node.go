@@ -31,7 +31,9 @@ import (
 // level-4 Worker drives.
 type node struct {
 	name    string
+	who     string             // "node 1", "rank 0": who it is in the lines it prints and in RemoteRaces
 	tag     string             // "[node 1] ", "[rank 0] ": what the lines it prints are tagged with
+	races   *NodeRaces         // its latest race count (under raceTally.mu); nil before its first COMPLETION
 	events  func(engine.Event) // the Worker's observer of what the node did (nil: none)
 	id      int
 	spec    engine.RemoteSpec
@@ -104,7 +106,7 @@ func dial(req engine.DialRequest) (*node, error) {
 // code. The lines the node prints are tagged with who ("node 1", "rank
 // 0"). On failure conn is closed.
 func attach(conn net.Conn, req engine.DialRequest, joinNonce *[32]byte, who string) (*node, error) {
-	n := &node{name: req.Name, tag: "[" + who + "] ", events: req.Events, id: req.ID, spec: req.Spec, conn: conn, timeout: req.Timeout, wait: map[uint64]chan rreply{}, tasks: map[uint64]taskDone{}, seqOf: map[any]uint64{}, sinks: map[uint64][]byte{}, gone: make(chan struct{}), big: make(chan []byte, 1)}
+	n := &node{name: req.Name, who: who, tag: "[" + who + "] ", events: req.Events, id: req.ID, spec: req.Spec, conn: conn, timeout: req.Timeout, wait: map[uint64]chan rreply{}, tasks: map[uint64]taskDone{}, seqOf: map[any]uint64{}, sinks: map[uint64][]byte{}, gone: make(chan struct{}), big: make(chan []byte, 1)}
 	n.big <- nil
 	n.session = randomID()
 	where := fmt.Sprintf("%s at %s", n.name, n.spec.Endpoint)
@@ -537,6 +539,7 @@ func (n *node) completion(r rreply) error {
 		return n.dead
 	}
 	n.reportSpans(c)
+	n.noteRaces(c.Race)
 	if c.Err == nil {
 		return nil
 	}

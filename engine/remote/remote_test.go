@@ -21,6 +21,10 @@ import (
 // connection on fd 3 with the test kernels.
 const sessionEnv = "SIMPLER_REMOTE_TEST_SESSION"
 
+// sessionRaceEnv, set beside sessionEnv, starts the test session with a
+// race detector, as a daemon run with --race does.
+const sessionRaceEnv = "SIMPLER_REMOTE_TEST_SESSION_RACE"
+
 // startDaemon serves sessions on a free loopback port until the test ends,
 // with a token it writes where a client on this host finds it.
 func startDaemon(t testing.TB, env ...string) (*Daemon, string) {

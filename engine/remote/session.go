@@ -17,6 +17,7 @@ import (
 	"simpler/internal/hostid"
 	"simpler/internal/netspin"
 	"simpler/internal/orphan"
+	"simpler/internal/race"
 	"simpler/kind"
 	"simpler/wire"
 )
@@ -44,8 +45,11 @@ type session struct {
 	link        *link
 	inner       *engine.Worker
 	newResolver SourceResolver
-	onLost      func()    // the parent went away without a SHUTDOWN
-	spans       taskSpans // what the running task did, for the parent's trace
+	onLost      func()         // the parent went away without a SHUTDOWN
+	race        *race.Detector // --race: checks what runs here (nil: off)
+	stdout      *sessionPrint  // the print of the session's code, forwarded to the parent
+	stderr      *sessionPrint  // its stderr; the detector's reports share its bound (raceOutput)
+	spans       taskSpans      // what the running task did, for the parent's trace
 
 	wmu      sync.Mutex  // serialises frames written: one is written whole before the next
 	writeErr error       // the first write that failed (under wmu): nothing is written after it
@@ -110,9 +114,14 @@ const maxExports = 1 << 16
 
 // runSession serves one session on conn, authenticated by the daemon that
 // sent start over l, until the parent shuts it down or goes away; onLost
-// is called when the parent goes away without a SHUTDOWN.
-func runSession(conn net.Conn, l *link, start wire.Link, daemonMem ledgerEntry, newResolver SourceResolver, onLost func()) error {
+// is called when the parent goes away without a SHUTDOWN. With raceOn
+// the session checks what runs on it (--race), reporting on the stderr
+// its parent is forwarded.
+func runSession(conn net.Conn, l *link, start wire.Link, daemonMem ledgerEntry, newResolver SourceResolver, onLost func(), raceOn bool) error {
 	s := newSession(conn, l, start, newResolver, onLost)
+	if raceOn {
+		s.race = race.New(s.raceOutput())
+	}
 	s.mem.daemon = daemonMem
 	defer s.close()
 	if err := s.handshake(start.Hello); err != nil {
@@ -131,6 +140,7 @@ func newSession(conn net.Conn, l *link, start wire.Link, newResolver SourceResol
 		linkDone: make(chan struct{})}
 	s.mem.bound = start.Limits.BufferBytes
 	s.big <- nil
+	s.stdout, s.stderr = newSessionPrints(s.sendOutput, DefaultOutputBytes, os.Stdout, os.Stderr)
 	go s.serveLink()
 	return s
 }
@@ -206,7 +216,7 @@ func (s *session) accept(hello wire.Hello) error {
 		return engine.Wrap(err, "HELLO")
 	}
 	s.inner, err = engine.NewWorker(engine.Config{Level: 3, Platform: p, DeviceIDs: hello.DeviceIDs, NumSubWorkers: hello.NumSubWorkers,
-		CommProfile: hello.CommProfile, GlobalDeviceRanks: hello.GlobalDeviceRanks})
+		CommProfile: hello.CommProfile, GlobalDeviceRanks: hello.GlobalDeviceRanks, Race: s.race})
 	if err != nil {
 		return err
 	}
@@ -515,8 +525,9 @@ func (s *session) readBulk(h wire.Header) (frame, error) {
 
 // ServeSessionFD runs the session whose connection is file descriptor 3,
 // whose link to the daemon is descriptor 4 and whose daemon's memory
-// ledger is descriptor 5 (how Daemon starts it).
-func ServeSessionFD(newResolver SourceResolver) error {
+// ledger is descriptor 5 (how Daemon starts it). With raceOn (the
+// daemon's --race) a detector checks what runs on the node.
+func ServeSessionFD(newResolver SourceResolver, raceOn bool) error {
 	// No sweep: names carry no pid to collide with, the daemon swept at
 	// its start and sweeps each session's prefix once the session is gone.
 	mem, err := openLedger(os.NewFile(ledgerFD, "ledger"))
@@ -552,7 +563,7 @@ func ServeSessionFD(newResolver SourceResolver) error {
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	closeConn := func() { conn.Close() }
 	end := orphan.Watch(sig, closeConn)
-	err = runSession(conn, l, start, entry, newResolver, func() { orphan.Abandon(closeConn) })
+	err = runSession(conn, l, start, entry, newResolver, func() { orphan.Abandon(closeConn) }, raceOn)
 	signal.Stop(sig)
 	end()
 	return err

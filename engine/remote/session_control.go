@@ -83,6 +83,7 @@ func (s *session) bundle(b wire.Bundle) error {
 		return err
 	}
 	s.forwardPrints(r) // before any of its code runs
+	s.raceResolver(r)
 	s.mu.Lock()
 	s.resolve = r
 	s.mu.Unlock()
@@ -151,14 +152,21 @@ func (s *session) global(c wire.Control, r *wire.ControlReply) error {
 		s.mu.Lock()
 		s.windows[id] = need
 		s.mu.Unlock()
+		if !had {
+			s.raceOutside(1)
+		}
 		return nil
 	}
 	err := s.inner.GlobalCommand(c, r)
 	if err == nil && (c.Cmd == wire.CmdAbort || c.Cmd == wire.CmdReleaseDomain) {
 		s.mu.Lock()
+		_, had := s.windows[id]
 		s.mem.release(s.windows[id])
 		delete(s.windows, id)
 		s.mu.Unlock()
+		if had {
+			s.raceOutside(-1)
+		}
 	}
 	return err
 }

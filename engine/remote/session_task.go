@@ -47,7 +47,7 @@ func (s *session) runTasks(f frame) {
 func (s *session) refuseTask(seq uint64, queued int) {
 	fail := &wire.TaskFailure{Kind: string(engine.RuntimeError), Message: fmt.Sprintf(
 		"this node has %d tasks (or %d bytes of them) queued, its bound (the daemon's --max-queued-tasks, --max-queued-bytes)", queued, s.limits.QueuedBytes)}
-	s.write(wire.TypeCompletion, seq, &wire.Completion{Seq: seq, Err: fail})
+	s.write(wire.TypeCompletion, seq, &wire.Completion{Seq: seq, Err: fail, Race: s.raceCount()})
 }
 
 // task runs one orchestration callable on the inner worker.
@@ -56,6 +56,7 @@ func (s *session) task(f frame) {
 	s.spans.begin()
 	err := s.runTask(f.payload)
 	c.Took, c.Spans = s.spans.end()
+	c.Race = s.raceCount()
 	if err != nil {
 		fail := &wire.TaskFailure{}
 		if te, ok := err.(*engine.TaskError); ok {
@@ -103,6 +104,7 @@ func (s *session) runTask(payload []byte) error {
 	if err != nil {
 		return err
 	}
+	defer s.raceWait(r)()
 	return r.Wait(-1)
 }
 
@@ -123,7 +125,7 @@ func (s *session) cancel(seq uint64) error {
 			s.mu.Unlock()
 			f.done()
 			fail := &wire.TaskFailure{Kind: string(engine.RuntimeError), Message: "cancelled before it ran", NotStarted: true}
-			return s.write(wire.TypeCompletion, seq, &wire.Completion{Seq: seq, Err: fail})
+			return s.write(wire.TypeCompletion, seq, &wire.Completion{Seq: seq, Err: fail, Race: s.raceCount()})
 		}
 	}
 	s.mu.Unlock()

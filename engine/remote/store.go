@@ -81,7 +81,9 @@ func (s *session) malloc(n uint64, r *wire.ControlReply) error {
 		return engine.Errorf(engine.RuntimeError, "REMOTE_MALLOC of %d bytes: %v", n, err)
 	}
 	hostmem.Register(seg)
-	r.Buffer = s.add(&sbuf{seg: seg, len: int(n), access: wire.AccessReadWrite, owned: true, charge: n})
+	b := &sbuf{seg: seg, len: int(n), access: wire.AccessReadWrite, owned: true, charge: n}
+	r.Buffer = s.add(b)
+	s.raceNameBuffer(b, r.Buffer, false)
 	return nil
 }
 
@@ -195,7 +197,9 @@ func (s *session) importExport(c wire.Control, r *wire.ControlReply) error {
 		access = c.Access
 	}
 	hostmem.Register(seg)
-	r.Buffer = s.add(&sbuf{seg: seg, off: int(g.m.Offset), len: int(g.m.NBytes), access: access, charge: size})
+	b := &sbuf{seg: seg, off: int(g.m.Offset), len: int(g.m.NBytes), access: access, charge: size}
+	r.Buffer = s.add(b)
+	s.raceNameBuffer(b, r.Buffer, true)
 	return nil
 }
 
@@ -364,6 +368,7 @@ func (s *session) letGo(b *sbuf) {
 // unmap closes a buffer's mapping and only then returns its bytes: memory
 // is counted while it is mapped.
 func (s *session) unmap(b *sbuf) error {
+	s.raceForgetBuffer(b)
 	hostmem.Unregister(b.seg)
 	err := b.seg.Close()
 	s.release(b.charge)
