@@ -2,6 +2,8 @@ package starlib
 
 import (
 	"fmt"
+	"io"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -10,6 +12,8 @@ import (
 
 	"simpler/engine"
 	"simpler/hal/comm"
+	"simpler/hal/shm"
+	"simpler/internal/dsched"
 	"simpler/internal/halt"
 )
 
@@ -24,6 +28,96 @@ import (
 //     virtual time;
 //   - time.now() is the virtual clock (from a fixed epoch), so that a
 //     replay prints what the first run printed.
+
+// Schedule is how a session's schedule is made (Session.Schedule).
+type Schedule struct {
+	Seed     uint64
+	Strategy string // "pct" (the default) or "random"
+	Depth    int    // PCT's depth; 0: dsched.DefaultPCTDepth
+	Trace    func(dsched.Decision)
+}
+
+// Schedule puts the script under a deterministic schedule: from now on
+// its Workers' members and waits, and the calling goroutine (the main
+// thread, which becomes the schedule's first process), run one at a
+// time in the order seed decides. Objects are mapped at deterministic
+// addresses from now on too. A deadlock is reported on Stderr.
+func (s *Session) Schedule(c Schedule) error {
+	if s.Det != nil {
+		return errorf(engine.ValueError, "the script already runs under seed %d", s.detSeed)
+	}
+	var strat dsched.Strategy = dsched.NewRandom(c.Seed)
+	if c.Strategy == "" || c.Strategy == "pct" {
+		depth := c.Depth
+		if depth == 0 {
+			depth = dsched.DefaultPCTDepth
+		}
+		pct, err := dsched.NewPCT(c.Seed, depth, dsched.DefaultPCTSteps)
+		if err != nil {
+			return err
+		}
+		strat = pct
+	}
+	sched := dsched.New(strat, dsched.Options{
+		OnDeadlock: func(waits []dsched.Wait) { s.reportDeadlock(c.Seed, waits) },
+		Trace:      c.Trace,
+		Quantum:    detQuantum,
+	})
+	s.Det, s.detSeed = engine.NewDet(sched), c.Seed
+	shm.PlaceDeterministically() // host addresses repeat in a replay too
+	return nil
+}
+
+// detQuantum is the virtual time a scheduling decision takes: about what
+// the detSteps Starlark steps between two points take for real, so that
+// a timeout in a script fires after about as much work as it would.
+const detQuantum = 100 * time.Microsecond
+
+// reportDeadlock prints a deadlock the schedule found: nothing can run,
+// and nothing waits with a deadline.
+func (s *Session) reportDeadlock(seed uint64, waits []dsched.Wait) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "==================\nDEADLOCK (seed %d): no process can run, and none waits with a deadline\n", seed)
+	for _, w := range waits {
+		fmt.Fprintf(&b, "  %s\n      waits in %s\n", w.Proc, w.What)
+	}
+	b.WriteString("==================\n")
+	s.outMu.Lock()
+	defer s.outMu.Unlock()
+	io.WriteString(s.Stderr, b.String())
+}
+
+// workerSeed is Worker(seed = S): the script puts itself under the
+// schedule of seed S, as --seed S does, before its first Worker; with
+// --seed it must name the same seed.
+func (s *Session) workerSeed(th *starlark.Thread, v starlark.Value) error {
+	if v == starlark.None {
+		return nil
+	}
+	var seed64 uint64
+	if err := starlark.AsInt(v, &seed64); err != nil {
+		return errorf(engine.ValueError, "Worker: seed must be a non-negative int below 2^64, got %s", v)
+	}
+	switch {
+	case s.Det != nil && s.detSeed == seed64:
+		return nil
+	case s.Det != nil:
+		return errorf(engine.ValueError, "Worker: seed=%d, but the script runs under seed %d already", seed64, s.detSeed)
+	case len(s.workers) > 0 || th != s.main:
+		return errorf(engine.ValueError, "Worker: seed= puts the whole script under one schedule: give it to the first Worker, made in main() (or run with simpler run --seed %d)", seed64)
+	}
+	if err := s.Schedule(Schedule{Seed: seed64}); err != nil {
+		return err
+	}
+	p, err := s.Det.S.Main("main")
+	if err != nil {
+		return err
+	}
+	s.detMain = p
+	activeDet.Store(s.Det)
+	s.detThread(th, s.loader.maxSteps, fmt.Sprintf("RuntimeError: too many steps (--max-steps %d)", s.loader.maxSteps))
+	return nil
+}
 
 // detSteps is how many Starlark steps a thread runs between scheduling
 // points when it reaches none of its own.

@@ -79,6 +79,7 @@ type Session struct {
 	main      *starlark.Thread // the thread running main(ctx), for Interrupt
 	mainHalt  *halt.Signal     // main's stop signal (halt), for Interrupt
 	detMain   *dsched.Proc     // main's process of the schedule, under --seed
+	detSeed   uint64           // the schedule's seed
 	sinceGC   int              // bytes of host tensors allocated since the last collection (hostalloc.go)
 }
 
@@ -206,6 +207,7 @@ func (s *Session) Close() error {
 		activeDet.CompareAndSwap(s.Det, nil)
 		s.detMain.Exit() // the schedule ends with the script
 		s.detMain = nil
+		s.Det.S.Close() // frees any goroutine still parked in it (a member a deadlock left)
 	}
 	return first
 }

@@ -167,7 +167,7 @@ func (s *Session) newWorker(th *starlark.Thread, b *starlark.Builtin, args starl
 	enableSDMA, orderHazards := false, false
 	var controlT, startupT, sessionT, taskT, healthT, closeT starlark.Value = starlark.None, starlark.None, starlark.None, starlark.None, starlark.None, starlark.None
 	commProfile := "sim"
-	var globalRanks starlark.Value = starlark.None
+	var globalRanks, seedV starlark.Value = starlark.None, starlark.None
 	if err := deviceKwargHint(kw); err != nil {
 		return nil, err
 	}
@@ -177,7 +177,10 @@ func (s *Session) newWorker(th *starlark.Thread, b *starlark.Builtin, args starl
 		"heap_ring_size?", &heapRing, "control_timeout_s?", &controlT, "startup_timeout_s?", &startupT,
 		"remote_session_timeout_s?", &sessionT, "comm_profile?", &commProfile,
 		"global_device_ranks?", &globalRanks, "task_timeout_s?", &taskT, "health_timeout_s?", &healthT,
-		"close_timeout_s?", &closeT, "order_hazards?", &orderHazards); err != nil {
+		"close_timeout_s?", &closeT, "order_hazards?", &orderHazards, "seed?", &seedV); err != nil {
+		return nil, err
+	}
+	if err := s.workerSeed(th, seedV); err != nil {
 		return nil, err
 	}
 	durations, err := workerSeconds(map[string]starlark.Value{"control_timeout_s": controlT, "startup_timeout_s": startupT, "remote_session_timeout_s": sessionT,

@@ -12,10 +12,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"simpler/engine"
-	"simpler/hal/shm"
 	"simpler/internal/dsched"
 	"simpler/kind"
 	"simpler/starlib"
@@ -76,37 +74,6 @@ func (o *detOptions) parse(mode string) error {
 	return nil
 }
 
-// schedule makes the schedule of one run with seed, and the Det the
-// session's Workers run under. Deadlocks are reported on stderr.
-func (o *detOptions) schedule(seed uint64, stderr io.Writer, trace func(dsched.Decision)) (*engine.Det, error) {
-	var strat dsched.Strategy = dsched.NewRandom(seed)
-	if o.strategy == "pct" {
-		pct, err := dsched.NewPCT(seed, o.depth, dsched.DefaultPCTSteps)
-		if err != nil {
-			return nil, err
-		}
-		strat = pct
-	}
-	s := dsched.New(strat, dsched.Options{
-		OnDeadlock: func(waits []dsched.Wait) { reportDetDeadlock(stderr, seed, waits) },
-		Trace:      trace,
-		Quantum:    100 * time.Microsecond,
-	})
-	return engine.NewDet(s), nil
-}
-
-// reportDetDeadlock prints a deadlock the schedule found: nothing can
-// run, and nothing waits with a deadline.
-func reportDetDeadlock(w io.Writer, seed uint64, waits []dsched.Wait) {
-	var b strings.Builder
-	fmt.Fprintf(&b, "==================\nDEADLOCK (seed %d): no process can run, and none waits with a deadline\n", seed)
-	for _, wt := range waits {
-		fmt.Fprintf(&b, "  %s\n      waits in %s\n", wt.Proc, wt.What)
-	}
-	b.WriteString("==================\n")
-	io.WriteString(w, b.String())
-}
-
 // attach gives a session its schedule, for a run with seed.
 func (o *detOptions) attach(s *starlib.Session, seed uint64, stderr io.Writer) error {
 	if !o.scheduled {
@@ -118,13 +85,7 @@ func (o *detOptions) attach(s *starlib.Session, seed uint64, stderr io.Writer) e
 			o.decisions = append(o.decisions, fmt.Sprintf("%d %s: %s -> %s", d.Step, d.Point, d.FromName, d.ToName))
 		}
 	}
-	det, err := o.schedule(seed, stderr, trace)
-	if err != nil {
-		return err
-	}
-	s.Det = det
-	shm.PlaceDeterministically() // host addresses repeat in a replay too
-	return nil
+	return s.Schedule(starlib.Schedule{Seed: seed, Strategy: o.strategy, Depth: o.depth, Trace: trace})
 }
 
 // childArgs are the flags of the command line a child run repeats: every
