@@ -33,6 +33,7 @@ type testOptions struct {
 	loadPath        pathList
 	maxSteps        uint64
 	race            bool
+	explore         exploreOptions
 	runPattern      string
 	json            bool   // one JSON event per line instead of text
 	junit           string // also write a JUnit XML report to this file
@@ -55,6 +56,8 @@ func (o *testOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.mode, "mode", "thread", "--mode each script runs with; thread,process runs each in both and checks both against one golden file (`MODES`)")
 	fs.Var(&o.loadPath, "load-path", "--load-path `DIR` each script runs with (repeatable)")
 	fs.Uint64Var(&o.maxSteps, "max-steps", 0, "--max-steps `N` each script runs with; 0: no bound")
+	fs.StringVar(&o.explore.explore, "explore", "", "run every script `N` times under the deterministic scheduler, seeds S0, S0+1, ... (thread mode), and stop at the first seed whose outcome differs from the golden file, printing the command that replays it")
+	fs.StringVar(&o.explore.seed, "seed", "", "the first seed `S0` of --explore (default 0)")
 	fs.BoolVar(&o.race, "race", false, "run each script with --race: a data race or deadlock it reports fails the script (its report and exit status 66 differ from the golden file)")
 	fs.BoolVar(&o.json, "json", false, "print one JSON event per line (run, output, pass, fail, skip), as go test -json does")
 	fs.StringVar(&o.junit, "junit", "", "also write a JUnit XML report to `FILE`, for CI systems")
@@ -120,6 +123,9 @@ func cmdTest(args []string, stdout, stderr io.Writer) int {
 		Parallel: opts.parallel,
 		FailFast: opts.failFast,
 	}
+	if opts.explore.n > 0 {
+		return explore(&opts.explore, suite, scripts, opts.runArgs, stdout, newPainter(stdout))
+	}
 	rep := newTestReporter(opts, stdout)
 	passed, failed := suite.Run(suite.Jobs(scripts), rep.outcome)
 	rep.finish(passed, failed)
@@ -151,6 +157,9 @@ func parseTestFlags(args []string, stdout, stderr io.Writer) (opts *testOptions,
 	}
 	var err error
 	if opts.modes, err = testModes(opts.mode); err != nil {
+		return fail(err)
+	}
+	if err = opts.explore.parse(); err != nil {
 		return fail(err)
 	}
 	if opts.runArgs, err = scriptRunArgs(opts.platform, opts.devices, opts.loadPath, opts.maxSteps, opts.race); err != nil {

@@ -97,7 +97,7 @@ type PCT struct {
 
 // spinBound is how many decisions in a row PCT lets one Proc take while
 // others are runnable.
-const spinBound = 64
+const spinBound = 2048
 
 // NewPCT returns the PCT strategy for seed, looking for bugs of depth up
 // to depth (>= 1) in runs of about steps (>= 1) decisions.
