@@ -73,13 +73,24 @@ func (s *Session) Schedule(c Schedule) error {
 // a timeout in a script fires after about as much work as it would.
 const detQuantum = 100 * time.Microsecond
 
-// reportDeadlock prints a deadlock the schedule found: nothing can run,
-// and nothing waits with a deadline.
+// reportDeadlock prints a deadlock the schedule found: nothing can run.
+// When a wait has a deadline, the earliest then times out.
 func (s *Session) reportDeadlock(seed uint64, waits []dsched.Wait) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "==================\nDEADLOCK (seed %d): no process can run, and none waits with a deadline\n", seed)
+	fmt.Fprintf(&b, "==================\nDEADLOCK (seed %d): no process can run\n", seed)
+	var ends time.Duration
 	for _, w := range waits {
-		fmt.Fprintf(&b, "  %s\n      waits in %s\n", w.Proc, w.What)
+		fmt.Fprintf(&b, "  %s\n      waits in %s", w.Proc, w.What)
+		if w.Deadline > 0 {
+			fmt.Fprintf(&b, " (times out at %v of virtual time)", w.Deadline)
+			if ends == 0 || w.Deadline < ends {
+				ends = w.Deadline
+			}
+		}
+		b.WriteString("\n")
+	}
+	if ends > 0 {
+		fmt.Fprintf(&b, "Virtual time jumps to %v, where the first of these waits times out.\n", ends)
 	}
 	b.WriteString("==================\n")
 	s.outMu.Lock()

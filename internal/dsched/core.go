@@ -55,6 +55,9 @@ type Wait struct {
 	ID   int
 	Proc string // the Proc's name
 	What string // what it waits for, as it told Block
+	// Deadline, if not 0, is when this wait times out: the deadlock ends
+	// there (virtual time jumps to the earliest), not in an error.
+	Deadline time.Duration
 }
 
 // FNV-1a, 64 bits.
@@ -139,7 +142,13 @@ func (c *core) decide(point string) (next *Proc, deadlock []Wait) {
 	c.wake()
 	c.collect()
 	if len(c.runnable) == 0 {
-		if !c.advance() {
+		// Nothing can run: a deadlock, reported at once; if a wait has a
+		// deadline, time jumps there and that wait times out, else every
+		// wait ends in the deadlock's error.
+		waits := c.waits()
+		if c.advance() {
+			deadlock = waits
+		} else {
 			deadlock = c.deadlock()
 		}
 		c.collect()
@@ -221,22 +230,28 @@ func (c *core) advance() bool {
 // deadlock wakes every blocked Proc with the deadlock error and returns
 // their waits in id order; nil if none is blocked (every Proc exited).
 func (c *core) deadlock() []Wait {
-	var waits []Wait
-	var stuck []*Proc
-	for _, p := range c.live {
-		if p.state == blocked {
-			waits = append(waits, Wait{ID: p.id, Proc: p.name, What: p.what})
-			stuck = append(stuck, p)
-		}
-	}
+	waits := c.waits()
 	if waits == nil {
 		return nil
 	}
 	err := deadlockError(waits)
-	for _, p := range stuck {
-		c.unblock(p, false, err)
+	for _, p := range c.live {
+		if p.state == blocked {
+			c.unblock(p, false, err)
+		}
 	}
 	c.mixUint('d', uint64(len(waits)))
+	return waits
+}
+
+// waits is every blocked Proc's wait, in id order.
+func (c *core) waits() []Wait {
+	var waits []Wait
+	for _, p := range c.live {
+		if p.state == blocked {
+			waits = append(waits, Wait{ID: p.id, Proc: p.name, What: p.what, Deadline: p.deadline})
+		}
+	}
 	return waits
 }
 

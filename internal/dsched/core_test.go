@@ -43,32 +43,37 @@ func TestCoreSpawnKeepsTheRunner(t *testing.T) {
 func TestCoreVirtualTime(t *testing.T) {
 	c, ps := steppedCore(lowest{}, "m", "a", "b")
 	m, a, b := ps[0], ps[1], ps[2]
-	step := func(next *Proc, dl []Wait) *Proc {
-		t.Helper()
-		if dl != nil {
-			t.Fatalf("deadlock %v", dl)
+	// step returns the Proc picked, checking that the decision reported
+	// the waits stuck (nothing could run) exactly when stuck says.
+	step := func(stuck []Wait) func(next *Proc, dl []Wait) *Proc {
+		return func(next *Proc, dl []Wait) *Proc {
+			t.Helper()
+			if !reflect.DeepEqual(dl, stuck) {
+				t.Fatalf("reported %v, want %v", dl, stuck)
+			}
+			return next
 		}
-		return next
 	}
-	if next := step(c.block("m", nil, 30*time.Millisecond)); next != a {
+	if next := step(nil)(c.block("m", nil, 30*time.Millisecond)); next != a {
 		t.Fatalf("picked %v", next.name)
 	}
-	if next := step(c.block("a", nil, 10*time.Millisecond)); next != b {
+	if next := step(nil)(c.block("a", nil, 10*time.Millisecond)); next != b {
 		t.Fatalf("picked %v", next.name)
 	}
-	// Nothing can run: time jumps to the earliest deadline, and of a and
-	// b, tied at 10ms, a (the lower id) wakes alone.
-	if next := step(c.block("b", nil, 10*time.Millisecond)); next != a || !a.timedOut || c.now != 10*time.Millisecond || b.state != blocked {
+	// Nothing can run: reported at once, then time jumps to the earliest
+	// deadline, and of a and b, tied at 10ms, a (the lower id) wakes alone.
+	all := []Wait{{0, "m", "m", 30 * time.Millisecond}, {1, "a", "a", 10 * time.Millisecond}, {2, "b", "b", 10 * time.Millisecond}}
+	if next := step(all)(c.block("b", nil, 10*time.Millisecond)); next != a || !a.timedOut || c.now != 10*time.Millisecond || b.state != blocked {
 		t.Fatalf("picked %s timedOut %v at %v, b state %d", next.name, a.timedOut, c.now, b.state)
 	}
 	// b's deadline has come: it wakes at the next point, with no jump.
-	if next := step(c.exit()); next != b || !b.timedOut || c.now != 10*time.Millisecond {
+	if next := step(nil)(c.exit()); next != b || !b.timedOut || c.now != 10*time.Millisecond {
 		t.Fatalf("picked %s timedOut %v at %v", next.name, b.timedOut, c.now)
 	}
-	if next := step(c.exit()); next != m || !m.timedOut || c.now != 30*time.Millisecond {
+	if next := step([]Wait{{0, "m", "m", 30 * time.Millisecond}})(c.exit()); next != m || !m.timedOut || c.now != 30*time.Millisecond {
 		t.Fatalf("picked %s timedOut %v at %v", next.name, m.timedOut, c.now)
 	}
-	if next := step(c.exit()); next != nil || c.cur != nil {
+	if next := step(nil)(c.exit()); next != nil || c.cur != nil {
 		t.Fatalf("every Proc exited, yet %v runs", next)
 	}
 }
@@ -89,7 +94,7 @@ func TestCoreDeadlockWakesEveryWaitWithTheError(t *testing.T) {
 	c.exit() // m; a runs
 	c.block("x", func() bool { return false }, 0)
 	next, dl := c.block("y", nil, 0) // b
-	want := []Wait{{1, "a", "x"}, {2, "b", "y"}}
+	want := []Wait{{1, "a", "x", 0}, {2, "b", "y", 0}}
 	if !reflect.DeepEqual(dl, want) {
 		t.Fatalf("waits %v, want %v", dl, want)
 	}

@@ -31,12 +31,13 @@
 //     run and some blocked Proc has a deadline; it then jumps to the
 //     earliest deadline and that Proc (the lowest id among ties) wakes
 //     timed out. So a timeout fires at the same point of every replay.
-//   - Deadlock is exact: no Proc can run, none waits with a deadline, and
-//     some wait. The OnDeadlock handler is then called once with every
-//     blocked Proc's wait (id order), and every one of those Blocks
-//     returns an error for which errors.Is(err, ErrDeadlock) (a
-//     RuntimeError naming the waits): the Procs run on to fail what they
-//     were doing.
+//   - Deadlock is exact: no Proc can run and some wait. The OnDeadlock
+//     handler is then called at once with every blocked Proc's wait (id
+//     order). If a wait has a deadline, time jumps to the earliest and
+//     that wait times out (the program goes on to fail, or recover, as a
+//     timeout makes it); if none has, every one of those Blocks returns an
+//     error for which errors.Is(err, ErrDeadlock) (a RuntimeError naming
+//     the waits): the Procs run on to fail what they were doing.
 //   - Hash is an FNV-1a hash of every decision (its point and the Proc
 //     picked), every Proc created (id and name) and every jump of virtual
 //     time, and Steps counts the decisions: two runs of one program and
@@ -86,7 +87,8 @@ var ErrClosed = kind.New(kind.RuntimeError, "dsched: the scheduler was closed")
 // Options are a Sched's hooks; both may be nil.
 type Options struct {
 	// OnDeadlock is called, by the goroutine that found it and before any
-	// Proc runs on, with every blocked Proc's wait in id order.
+	// Proc runs on, with every blocked Proc's wait in id order: nothing
+	// could run (a wait with a Deadline then times out).
 	OnDeadlock func(waits []Wait)
 	// Trace is called at every decision, by the goroutine that made it
 	// (for a replay check that names the first step two runs differ at).

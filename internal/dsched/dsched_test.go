@@ -134,7 +134,7 @@ func TestDeadlockReportedAtOnceWithEveryWait(t *testing.T) {
 	if len(w.waits) != 1 {
 		t.Fatalf("%d deadlock reports, want 1: %v", len(w.waits), w.waits)
 	}
-	want := []Wait{{0, "main", "a's flag"}, {1, "a", "b's flag"}, {2, "b", "main's flag"}}
+	want := []Wait{{0, "main", "a's flag", 0}, {1, "a", "b's flag", 0}, {2, "b", "main's flag", 0}}
 	if !reflect.DeepEqual(w.waits[0], want) {
 		t.Errorf("report %v, want %v", w.waits[0], want)
 	}
