@@ -40,7 +40,7 @@ type detOptions struct {
 func (o *detOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.seed, "seed", "", "run under the deterministic scheduler with seed `S` (thread mode): the same seed replays the same interleaving and output")
 	fs.StringVar(&o.explore, "explore", "", "run the script `N` times with seeds S, S+1, ... (S from --seed, else 0) and stop at the first whose exit status is not 0, printing the command that replays it")
-	fs.StringVar(&o.strategy, "strategy", "pct", "how the scheduler picks at each point: `pct` (probabilistic concurrency testing) or random")
+	fs.StringVar(&o.strategy, "strategy", "pct", "how the scheduler picks at each point (`NAME`): pct (probabilistic concurrency testing) or random")
 	fs.StringVar(&o.pctDepth, "pct-depth", "3", "PCT's depth `d`: the number of ordering constraints a bug it looks for needs")
 	fs.BoolVar(&o.checkReplay, "check-replay", false, "run --seed S twice and check both made the same schedule and output")
 }
