@@ -48,6 +48,13 @@ func NewDet(s *dsched.Sched) *Det {
 	return &Det{S: s, procs: map[memberKey]*dsched.Proc{}}
 }
 
+// detEpoch is the clock's reading at virtual time 0.
+var detEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// Clock is the schedule's virtual time as a date: what time.now() says
+// under --seed, and when the engine's events (a trace's) happen.
+func (d *Det) Clock() time.Time { return detEpoch.Add(d.S.Now()) }
+
 // Yield is a scheduling point of the running Proc (a builtin's access,
 // every few Starlark steps); after it, the deadlines virtual time has
 // reached fire, in order.

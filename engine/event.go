@@ -53,9 +53,18 @@ func (w *Worker) Observe(fn Observer) {
 	w.observer = fn
 }
 
+// now is when things happen: the wall clock, or the schedule's virtual
+// time under --seed (so a trace replays too).
+func (w *Worker) now() time.Time {
+	if w.cfg.Det != nil {
+		return w.cfg.Det.Clock()
+	}
+	return time.Now()
+}
+
 func (w *Worker) emit(e Event) {
 	if w.observer != nil {
-		e.At = time.Now()
+		e.At = w.now()
 		w.observer(e)
 	}
 }

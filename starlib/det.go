@@ -134,9 +134,6 @@ func (s *Session) workerSeed(th *starlark.Thread, v starlark.Value) error {
 // points when it reaches none of its own.
 const detSteps = 1000
 
-// detEpoch is what time.now() says at virtual time 0.
-var detEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
-
 // detThread makes th a thread of the schedule: it yields every detSteps
 // steps (within the --max-steps bound, if any) and reads virtual time.
 func (s *Session) detThread(th *starlark.Thread, bound uint64, reason string) {
@@ -157,7 +154,7 @@ func (s *Session) detThread(th *starlark.Thread, bound uint64, reason string) {
 		d.Yield("steps")
 		th.SetMaxExecutionSteps(next())
 	}
-	starlarktime.SetNow(th, func() (time.Time, error) { return detEpoch.Add(d.S.Now()), nil })
+	starlarktime.SetNow(th, func() (time.Time, error) { return d.Clock(), nil })
 }
 
 // activeDet is the schedule of the script this process runs under

@@ -162,6 +162,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		s.Close()
 		return 2
 	}
+	if s.Det != nil {
+		obs.useClock(s.Det.Clock)
+	}
 	obs.attach(s)
 	remote.SetForwardedOutput(s.Stdout, s.Stderr, !rc.opts.noTags) // what remote nodes print, where the script's goes
 	remote.SetGroupRace(f.race)                                    // the ranks of its worker groups check themselves too

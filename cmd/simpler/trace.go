@@ -99,6 +99,7 @@ type tracer struct {
 	f     *os.File // created by newTracer, written by write
 	mu    sync.Mutex
 	t0    time.Time
+	clock func() time.Time // time.Now, or the schedule's virtual time
 	procs []*traceProc
 	marks []traceEvent // instants, in arrival order
 }
@@ -159,7 +160,15 @@ func newTracer(path string) (*tracer, error) {
 		}
 		return nil, fmt.Errorf("ValueError: --trace %s: cannot create the file: %v", path, err)
 	}
-	return &tracer{path: path, f: f, t0: time.Now()}, nil
+	return &tracer{path: path, f: f, t0: time.Now(), clock: time.Now}, nil
+}
+
+// useClock makes the observers read clock instead of the wall clock (the
+// schedule's virtual time under --seed), from its reading now.
+func (ro *runObservers) useClock(clock func() time.Time) {
+	if ro.trace != nil {
+		ro.trace.clock, ro.trace.t0 = clock, clock()
+	}
 }
 
 // addWorker gives w a process id in the trace and names it.
@@ -328,7 +337,7 @@ func (p *traceProc) layout(now int64) {
 func (t *tracer) events() []traceEvent {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	now := t.ns(time.Now())
+	now := t.ns(t.clock())
 	var out []traceEvent
 	flow := 0
 	for _, p := range t.procs {
