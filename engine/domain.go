@@ -299,11 +299,23 @@ func (w *Worker) runRanks(d *Domain, req comm.Request, reuse bool) error {
 			}
 		}
 	} else {
+		// Under --seed the ranks place their windows one after another
+		// (each starts once the one before has mapped its own), so that
+		// every window gets the same address in every replay.
+		placed := make([]chan struct{}, n)
 		var wg sync.WaitGroup
 		for r, id := range d.spec.Workers {
+			placed[r] = make(chan struct{})
+			req := req
+			if w.cfg.Det != nil {
+				req.Placed = func() { close(placed[r]) }
+			}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				if w.cfg.Det != nil && r > 0 {
+					<-placed[r-1]
+				}
 				d.ranks[r], errs[r] = w.allocateRank(req, r, id)
 			}()
 		}

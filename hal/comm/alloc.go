@@ -39,6 +39,12 @@ type Request struct {
 	// visible once a process has made any object, and the namespace and
 	// allocation id are a counter.
 	Key string
+	// Placed, if set, is called once the rank's header and window are
+	// mapped into its chip, before it waits for its peers: a caller that
+	// starts the ranks one after another (a deterministic schedule, which
+	// wants every window at the same address in every replay) starts the
+	// next one then. Allocate calls it on failure too, at the latest.
+	Placed func()
 }
 
 // keyLen is the length of a Request's key: 128 bits in hex.
@@ -141,6 +147,12 @@ func Allocate(req Request, rank int, chip hal.Chip) (*Rank, error) {
 			return r, err
 		}
 	}
+	if req.Placed != nil {
+		var once sync.Once
+		placed := req.Placed
+		req.Placed = func() { once.Do(placed) }
+		defer req.Placed()
+	}
 	r := &Rank{Rank: rank, Size: req.Ranks, WindowSize: req.WindowSize, req: req,
 		core: newRankCore(chip, req.prefix(), req.Name, req.AllocationID, rank, req.Ranks, req.WindowSize)}
 	if err := r.setup(time.Now().Add(req.Timeout)); err != nil {
@@ -165,6 +177,9 @@ func (r *Rank) setup(deadline time.Time) error {
 	}
 	if err := c.makeWindow(names[r.Rank], true); err != nil {
 		return c.errorf(kind.RuntimeError, "window: %v", err)
+	}
+	if r.req.Placed != nil {
+		r.req.Placed()
 	}
 	// The window is zero now; only from here on may peers store into it.
 	if err := r.join(deadline); err != nil {
