@@ -44,7 +44,7 @@ type Request struct {
 	// starts the ranks one after another (a deterministic schedule, which
 	// wants every window at the same address in every replay) starts the
 	// next one then. Allocate calls it on failure too, at the latest.
-	Placed func()
+	Placed func() `json:"-"`
 }
 
 // keyLen is the length of a Request's key: 128 bits in hex.
