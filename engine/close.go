@@ -189,8 +189,8 @@ func (w *Worker) closeTree() error {
 	if forced != nil {
 		err = forced // what had to be forced comes first: it says why the rest may be missing
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	// The worker is closed and its endpoints stopped: nothing takes these
+	// any more, so they are unmapped outside w.mu.
 	if e := w.closeHostBuffers(); e != nil && err == nil {
 		err = e
 	}
@@ -199,8 +199,11 @@ func (w *Worker) closeTree() error {
 			err = e
 		}
 	}
-	if w.heap != nil {
-		if e := w.heap.close(); e != nil && err == nil {
+	w.mu.Lock()
+	heap := w.heap
+	w.mu.Unlock()
+	if heap != nil {
+		if e := heap.close(); e != nil && err == nil {
 			err = e
 		}
 	}

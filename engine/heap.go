@@ -42,6 +42,36 @@ func newRunHeap(size int) *runHeap {
 	return h
 }
 
+// ensureRing makes the segment of the ring of scope depth depth, if it
+// has none yet, outside w.mu: creating and mapping a ring of
+// heap_ring_size bytes is I/O, which no completion should wait behind.
+// Another submit may make it meanwhile; then this one's is closed.
+func (w *Worker) ensureRing(depth int) error {
+	w.mu.Lock()
+	if w.heap == nil { // not initialised: the submit is refused under w.mu
+		w.mu.Unlock()
+		return nil
+	}
+	r := w.heap.rings[ringForDepth(depth)]
+	have := r.seg != nil
+	w.mu.Unlock()
+	if have {
+		return nil
+	}
+	seg, err := shm.Create(fmt.Sprintf("heap%d", r.index), r.size)
+	if err != nil {
+		return Wrap(err, "heap ring")
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if r.seg != nil {
+		return seg.Close()
+	}
+	hostmem.Register(seg)
+	r.seg = seg
+	return nil
+}
+
 // alloc takes a zeroed block of n bytes from the ring of scope depth
 // depth; nil, nil when that ring has no room now.
 func (h *runHeap) alloc(depth, n int) (*heapBlock, error) {

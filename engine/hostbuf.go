@@ -24,21 +24,35 @@ func (w *Worker) CreateHostBuffer(nbytes int) (*HostBuffer, error) {
 	if nbytes <= 0 {
 		return nil, Errorf(ValueError, "create_host_buffer: nbytes must be > 0, got %d", nbytes)
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if err := w.usable("create_host_buffer"); err != nil {
+	if err := w.usableNow("create_host_buffer"); err != nil {
 		return nil, err
 	}
+	// The object is made and mapped outside w.mu, which every completion
+	// takes; a close that came meanwhile is checked again under it.
 	seg, err := shm.Create("hostbuf", nbytes)
 	if err != nil {
 		return nil, Wrap(err, "create_host_buffer")
+	}
+	w.mu.Lock()
+	if err := w.usable("create_host_buffer"); err != nil {
+		w.mu.Unlock()
+		seg.Close()
+		return nil, err
 	}
 	hostmem.Register(seg)
 	w.bufSeq++
 	b := &HostBuffer{Token: w.bufSeq, NBytes: nbytes, seg: seg}
 	w.hostBufs[b.Token] = b
 	w.hostBufSegs[seg] = b
+	w.mu.Unlock()
 	return b, nil
+}
+
+// usableNow is usable, taking w.mu for it.
+func (w *Worker) usableNow(op string) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.usable(op)
 }
 
 // FreeHostBuffer frees a host buffer; freeing it again is a no-op. A
@@ -51,17 +65,19 @@ func (w *Worker) FreeHostBuffer(b *HostBuffer) error {
 // asks (release_buffer frees the same kind of buffer), for its errors.
 func (w *Worker) ReleaseHostBuffer(op string, b *HostBuffer) error {
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	if w.hostBufs[b.Token] != b {
+		w.mu.Unlock()
 		return nil
 	}
 	if b.refs > 0 {
+		w.mu.Unlock()
 		return Errorf(RuntimeError, "%s: host buffer %d is used by %d task(s) still in flight; wait for their run first", op, b.Token, b.refs)
 	}
 	delete(w.hostBufs, b.Token)
 	delete(w.hostBufSegs, b.seg)
 	b.freed = true
-	return b.close()
+	w.mu.Unlock()
+	return b.close() // no task holds it and no submit can take it now: unmapped outside w.mu
 }
 
 // Freed reports whether the buffer was freed: a view of it must not be
@@ -98,16 +114,23 @@ func (b *HostBuffer) close() error {
 	return b.seg.Close()
 }
 
-// closeHostBuffers frees every buffer still held. Caller holds w.mu.
+// closeHostBuffers frees every buffer still held: it takes them under
+// w.mu and unmaps them outside it.
 func (w *Worker) closeHostBuffers() error {
-	var first error
+	w.mu.Lock()
+	var held []*HostBuffer
 	for tok, b := range w.hostBufs {
-		if err := b.close(); err != nil && first == nil {
-			first = err
-		}
 		b.freed = true
 		delete(w.hostBufs, tok)
 		delete(w.hostBufSegs, b.seg)
+		held = append(held, b)
+	}
+	w.mu.Unlock()
+	var first error
+	for _, b := range held {
+		if err := b.close(); err != nil && first == nil {
+			first = err
+		}
 	}
 	return first
 }

@@ -263,6 +263,11 @@ func (o *Orchestrator) submit(op string, h *Handle, job schedJob, argsList []*Ta
 		cfg = &DefaultCallConfig
 	}
 	w := o.w
+	if needsHeap(argsList) {
+		if err := w.ensureRing(o.depth()); err != nil {
+			return nil, Wrap(err, op)
+		}
+	}
 	w.mu.Lock()
 	if err := o.building(op); err != nil {
 		w.mu.Unlock()
@@ -317,6 +322,9 @@ func (o *Orchestrator) submit(op string, h *Handle, job schedJob, argsList []*Ta
 // run heap and writes the address back into the caller's TaskArgs, so a
 // later submit can consume it. Caller holds w.mu.
 func (o *Orchestrator) allocOutputs(op string, argsList []*TaskArgs) error {
+	if !needsHeap(argsList) {
+		return nil
+	}
 	for _, a := range argsList {
 		if a == nil {
 			continue
@@ -334,6 +342,23 @@ func (o *Orchestrator) allocOutputs(op string, argsList []*TaskArgs) error {
 		}
 	}
 	return nil
+}
+
+// needsHeap reports whether a submit of argsList takes heap blocks: a
+// host OUTPUT with no address yet.
+func needsHeap(argsList []*TaskArgs) bool {
+	for _, a := range argsList {
+		if a == nil {
+			continue
+		}
+		for i := range a.Tensors {
+			t := &a.Tensors[i]
+			if t.Addr == 0 && !t.ChildMemory && t.Remote == nil && t.Inline == nil {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // heapAlloc takes a block for the current scope from the ring of its
@@ -379,6 +404,9 @@ func (o *Orchestrator) refHeap(t *Task) {
 // the current scope ends and every task using it has retired.
 func (o *Orchestrator) Alloc(shape []int, dt dtype.DType) (Tensor, error) {
 	t := Tensor{Shape: append([]int(nil), shape...), DType: dt}
+	if err := o.w.ensureRing(o.depth()); err != nil {
+		return Tensor{}, Wrap(err, "alloc")
+	}
 	o.w.mu.Lock()
 	defer o.w.mu.Unlock()
 	if err := o.building("alloc"); err != nil {

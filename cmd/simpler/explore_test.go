@@ -95,9 +95,9 @@ func TestSeedReplaysExamplesAndGolden(t *testing.T) {
 	for _, script := range scripts {
 		abs, _ := filepath.Abs(script)
 		for _, seed := range seeds {
-			_, _, stderr := runChild(t, filepath.Dir(abs), "run", "--seed", seed, "--check-replay", filepath.Base(abs))
-			if strings.Contains(stderr, unschedulable) {
-				break // remote nodes or process mode: refused, as docs/explore.md says
+			code, _, stderr := runChild(t, filepath.Dir(abs), "run", "--seed", seed, "--check-replay", filepath.Base(abs))
+			if strings.Contains(stderr, unschedulable) || code == 2 {
+				break // remote nodes or process mode, refused as docs/explore.md says; or a command line refused before it runs
 			}
 			if !strings.Contains(stderr, "simpler run --check-replay: seed "+seed+" replayed exactly (schedule ") {
 				t.Errorf("%s, seed %s did not replay:\n%s", script, seed, stderr)

@@ -89,7 +89,7 @@ func (d *Detector) reportUninit(a *access, g *seg) {
 	b.WriteString("==================\nWARNING: UNINITIALIZED READ\n")
 	fmt.Fprintf(&b, "Read of %s by %s (%s):\n", d.where(lo, hi), a.ctx.desc(), a.op)
 	writeStack(&b, a.st)
-	b.WriteString("\nNo one wrote these bytes since they were allocated (the run heap is not cleared).\n==================\n")
+	b.WriteString("\nNo one wrote these bytes since they were allocated: on hardware the run heap is not cleared (here it is, so the read saw zeros).\n==================\n")
 	d.emit(b.String())
 }
 
