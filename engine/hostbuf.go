@@ -69,9 +69,9 @@ func (w *Worker) ReleaseHostBuffer(op string, b *HostBuffer) error {
 		w.mu.Unlock()
 		return nil
 	}
-	if b.refs > 0 {
+	if refs := b.refs; refs > 0 {
 		w.mu.Unlock()
-		return Errorf(RuntimeError, "%s: host buffer %d is used by %d task(s) still in flight; wait for their run first", op, b.Token, b.refs)
+		return Errorf(RuntimeError, "%s: host buffer %d is used by %d task(s) still in flight; wait for their run first", op, b.Token, refs)
 	}
 	delete(w.hostBufs, b.Token)
 	delete(w.hostBufSegs, b.seg)

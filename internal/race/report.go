@@ -47,13 +47,9 @@ func (d *Detector) NoEdge(owner any, run uint64, later, earlier int, why string)
 // report prints the race between a and the earlier access e over segment
 // g, the first time its pair of locations is seen.
 func (d *Detector) report(a, e *access, g *seg) {
-	k := pairKey{a.loc(), e.loc(), a.kind, e.kind}
-	if p := d.pairs[k]; p != nil {
-		p.count++
+	if !d.firstSeen(pairKey{a.loc(), e.loc(), a.kind, e.kind}) {
 		return
 	}
-	d.pairs[k] = &pair{count: 1}
-	d.order = append(d.order, k)
 	d.races++
 	lo, hi := max(a.lo, e.lo, g.lo), min(a.hi, e.hi, g.hi)
 	var b strings.Builder
@@ -73,16 +69,24 @@ func (d *Detector) report(a, e *access, g *seg) {
 	d.emit(b.String())
 }
 
-// reportUninit prints a read of bytes no one wrote since they were
-// allocated, once per code location.
-func (d *Detector) reportUninit(a *access, g *seg) {
-	k := pairKey{later: a.loc(), earlier: "uninitialized"}
+// firstSeen counts one more occurrence of k and reports whether it is
+// the first: only the first is printed.
+func (d *Detector) firstSeen(k pairKey) bool {
 	if p := d.pairs[k]; p != nil {
 		p.count++
-		return
+		return false
 	}
 	d.pairs[k] = &pair{count: 1}
 	d.order = append(d.order, k)
+	return true
+}
+
+// reportUninit prints a read of bytes no one wrote since they were
+// allocated, once per code location.
+func (d *Detector) reportUninit(a *access, g *seg) {
+	if !d.firstSeen(pairKey{later: a.loc(), earlier: "uninitialized"}) {
+		return
+	}
 	d.uninit++
 	lo, hi := max(a.lo, g.lo), min(a.hi, g.hi)
 	var b strings.Builder
