@@ -1,0 +1,15 @@
+// Package layering holds the test that keeps simpler's packages in their
+// layers: which package may import which, checked on the import graph
+// `go list` reports. It has no code of its own.
+//
+// The rules (layering_test.go):
+//
+//   - engine never imports engine/proc or engine/remote: they implement
+//     the engine's interfaces, and Config brings them in;
+//   - engine/proc and engine/remote never import each other;
+//   - nothing below starlib imports the Starlark interpreter: the engine,
+//     hal, wire, kind and internal (but internal/mpitest, a test helper
+//     that parses scripts) know nothing of scripts;
+//   - the detectors and the scheduler (internal/race, internal/dsched,
+//     internal/halt) import nothing of engine or starlib, which call them.
+package layering
