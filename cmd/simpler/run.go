@@ -143,29 +143,11 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if stopDaemons != nil {
 		defer stopDaemons()
 	}
-	s := starlib.NewSession(f.platform, devices, f.mode, rc.argv, stdout, stderr)
-	s.Launcher = launcher()
-	s.SetMaxSteps(f.maxSteps)
-	if err := f.det.attach(s, f.det.seedN, stderr); err != nil {
-		fmt.Fprintln(stderr, err)
-		s.Close()
-		return 2
-	}
-	if err := f.apply(s); err != nil {
-		fmt.Fprintln(stderr, err)
-		s.Close()
-		return 2
-	}
-	obs, err := newRunObservers(f.trace, stderr)
+	s, obs, err := rc.openSession(devices, stdout, stderr)
 	if err != nil { // before the script runs, not after it
 		fmt.Fprintln(stderr, err)
-		s.Close()
 		return 2
 	}
-	if s.Det != nil {
-		obs.useClock(s.Det.Clock)
-	}
-	obs.attach(s)
 	remote.SetForwardedOutput(s.Stdout, s.Stderr, !rc.opts.noTags) // what remote nodes print, where the script's goes
 	remote.SetGroupRace(f.race)                                    // the ranks of its worker groups check themselves too
 	intr := watchInterrupts(s, stopDaemons, stderr)
@@ -197,6 +179,41 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		return exitRace
 	}
 	return 0
+}
+
+// openSession makes the script's session as the flags say, with its
+// schedule (--seed), load roots, detector (--race) and observers. An
+// error is the command line's (exit 2), and leaves nothing open.
+func (rc *runCommand) openSession(devices []int, stdout, stderr io.Writer) (*starlib.Session, *runObservers, error) {
+	f := &rc.opts
+	s := starlib.NewSession(f.platform, devices, f.mode, rc.argv, stdout, stderr)
+	s.Launcher = launcher()
+	s.SetMaxSteps(f.maxSteps)
+	obs, err := rc.prepare(s, stderr)
+	if err != nil {
+		s.Close()
+		return nil, nil, err
+	}
+	return s, obs, nil
+}
+
+func (rc *runCommand) prepare(s *starlib.Session, stderr io.Writer) (*runObservers, error) {
+	f := &rc.opts
+	if err := f.det.attach(s, f.det.seedN, stderr); err != nil {
+		return nil, err
+	}
+	if err := f.apply(s); err != nil {
+		return nil, err
+	}
+	obs, err := newRunObservers(f.trace, stderr)
+	if err != nil {
+		return nil, err
+	}
+	if s.Det != nil {
+		obs.useClock(s.Det.Clock) // a seed's trace replays too
+	}
+	obs.attach(s)
+	return obs, nil
 }
 
 // exitRace is the exit status of a run that found a data race, as Go's
