@@ -2,7 +2,6 @@ package dsched
 
 import (
 	"errors"
-	"fmt"
 	"reflect"
 	"runtime"
 	"strings"
@@ -440,32 +439,4 @@ func BenchmarkYieldSwitch(b *testing.B) {
 	stop = true
 	m.Exit()
 	<-finished
-}
-
-func TestDivergeNamesTheFirstDifferentDecision(t *testing.T) {
-	a := runMixed(t, NewRandom(11))
-	if step, why := Diverge(a.trace, runMixed(t, NewRandom(11)).trace); step != 0 || why != "" {
-		t.Fatalf("one seed diverged at step %d: %s", step, why)
-	}
-	var other outcome
-	for seed := uint64(12); seed < 40; seed++ {
-		if other = runMixed(t, NewRandom(seed)); other.hash != a.hash {
-			break
-		}
-	}
-	step, why := Diverge(a.trace, other.trace)
-	if step < 1 || a.trace[step-1] == other.trace[step-1] && step <= len(a.trace) && step <= len(other.trace) {
-		t.Fatalf("diverged at step %d: %s", step, why)
-	}
-	for i := 0; i < step-1; i++ {
-		if a.trace[i] != other.trace[i] {
-			t.Fatalf("step %d differs, before the reported step %d", i+1, step)
-		}
-	}
-	if !strings.Contains(why, fmt.Sprintf("step %d: the first run ran ", step)) || !strings.Contains(why, "(proc ") {
-		t.Errorf("why = %q", why)
-	}
-	if step, why := Diverge(a.trace, a.trace[:3]); step != 4 || !strings.Contains(why, "the second run had ended") {
-		t.Errorf("a short run: step %d, %q", step, why)
-	}
 }
