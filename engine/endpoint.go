@@ -315,6 +315,7 @@ func (w *Worker) completed(a Assignment, err error, scratch *[]Assignment) (afte
 	}
 	w.core.complete(a, err, &eff)
 	w.wake(eff)
+	local := eff.Fenced != nil && eff.Fenced.finishesLocally()
 	w.mu.Unlock()
 	if scratch != nil {
 		*scratch = eff.Assign
@@ -327,7 +328,7 @@ func (w *Worker) completed(a Assignment, err error, scratch *[]Assignment) (afte
 	if r == nil {
 		return nil
 	}
-	if w.finishesLocally(r) {
+	if local {
 		w.finish(r)
 		return nil
 	}

@@ -255,11 +255,15 @@ func (r *Run) Tasks() int {
 
 // finishesLocally reports whether finishing r needs no reply from a remote
 // node: no remote buffer to drop, no cleanup, no global domain to free.
-func (w *Worker) finishesLocally(r *Run) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
+// Caller holds w.mu.
+func (r *Run) finishesLocally() bool {
 	return len(r.captured) == 0 && len(r.cleanups) == 0 && len(r.globals) == 0
 }
+
+// fenceOnly reports whether r's fence has nothing to do outside w.mu: it
+// finishes locally and allocated no domain. Such a run (most runs) takes
+// the lock once to pass its fence. Caller holds w.mu.
+func (r *Run) fenceOnly() bool { return r.finishesLocally() && len(r.domains) == 0 }
 
 // finish runs after the fence without w.mu: it ends the root scope, runs
 // the cleanups last-registered first (also after a failure), then releases
@@ -274,6 +278,13 @@ func (w *Worker) finish(r *Run) {
 	}
 	if r.cut() {
 		r.waitErr = r.cancelError()
+	}
+	if len(cleanups) == 0 && r.fenceOnly() {
+		r.retired = true
+		eff := w.closeRun(r)
+		w.mu.Unlock()
+		w.route(eff.Assign)
+		return
 	}
 	w.mu.Unlock()
 	if err := w.dropCaptured(r); err != nil && r.waitErr == nil {
@@ -294,6 +305,15 @@ func (w *Worker) finish(r *Run) {
 		r.waitErr = err
 	}
 	w.mu.Lock()
+	eff := w.closeRun(r)
+	w.mu.Unlock()
+	w.route(eff.Assign)
+}
+
+// closeRun ends r once its fence work is done: waiters are released and
+// the runs after it may dispatch (the returned assignments). Caller holds
+// w.mu.
+func (w *Worker) closeRun(r *Run) Effects {
 	delete(w.runs, r)
 	w.raceRunDone(r)
 	w.emit(Event{Kind: RunFenced, Run: r.id, Err: r.waitErr})
@@ -301,8 +321,7 @@ func (w *Worker) finish(r *Run) {
 	var eff Effects
 	w.core.done(r, &eff)
 	w.wake(eff)
-	w.mu.Unlock()
-	w.route(eff.Assign)
+	return eff
 }
 
 // AddCleanup registers work to run after the run's fence.
