@@ -134,6 +134,18 @@ func (c *core) add(t *Task, eff *Effects) {
 	}
 }
 
+// unhold lets a task run that its submit held (while its heap blocks were
+// zeroed outside the lock): the hold counted as one more pending producer.
+// A task a cancel retired meanwhile is left alone.
+func (c *core) unhold(t *Task, eff *Effects) {
+	if t.done {
+		return
+	}
+	if t.pending--; t.pending == 0 {
+		c.publish(t, eff)
+	}
+}
+
 // complete records that an endpoint has reported a member back: its
 // endpoint is free again, and unless the member was settled already (past
 // its deadline), its outcome counts: as it ran, or, for a member asked to

@@ -72,7 +72,7 @@ func (w *Worker) ensureRing(depth int) error {
 	return nil
 }
 
-// alloc takes a zeroed block of n bytes from the ring of scope depth
+// alloc takes a block of n bytes from the ring of scope depth
 // depth; nil, nil when that ring has no room now.
 func (h *runHeap) alloc(depth, n int) (*heapBlock, error) {
 	return h.rings[ringForDepth(depth)].alloc(n)
@@ -140,8 +140,10 @@ func newHeapRing(size int) *heapRing {
 	return &heapRing{size: size, byAddr: map[uint64]*heapBlock{}}
 }
 
-// alloc returns a zeroed block of n bytes, or nil when the ring has no room
-// now (a caller may wait for tasks to free some).
+// alloc returns a block of n bytes, or nil when the ring has no room now
+// (a caller may wait for tasks to free some). Its bytes are whatever the
+// block before it left: the caller zeroes them (zero) outside w.mu,
+// before anything can read them.
 func (r *heapRing) alloc(n int) (*heapBlock, error) {
 	need := max(heapAlign, (n+heapAlign-1)&^(heapAlign-1))
 	if need > r.size { // compare the aligned size: it is what place must fit
@@ -161,13 +163,16 @@ func (r *heapRing) alloc(n int) (*heapBlock, error) {
 		return nil, nil
 	}
 	b := &heapBlock{ring: r, addr: r.seg.Addr() + uint64(off), off: off, size: n, refs: 1}
-	clear(r.seg.Mem[off : off+n])
 	r.head = off + n
 	r.blocks = append(r.blocks, b)
 	r.byAddr[b.addr] = b
 	r.used += n
 	return b, nil
 }
+
+// zero clears the block. It needs no lock: the block is reserved, and
+// nothing reads it before its submit or alloc has returned.
+func (b *heapBlock) zero() { clear(b.ring.seg.Mem[b.off : b.off+b.size]) }
 
 // place finds room for n bytes after head, wrapping to the start when the
 // oldest live block leaves room there.

@@ -17,6 +17,9 @@ type Orchestrator struct {
 	// Orchestrator, not per Worker: submit routes them after unlocking, when
 	// a concurrent run's submit could otherwise reuse the same array.
 	dispatch []Assignment
+	// zeroing is the heap blocks the submit in progress took, which it
+	// zeroes once it has released w.mu.
+	zeroing []*heapBlock
 }
 
 // OnStop registers how to stop the orchestration function (its
@@ -291,6 +294,7 @@ func (o *Orchestrator) submit(op string, h *Handle, job schedJob, argsList []*Ta
 		t.args = make([]TaskArgs, len(argsList))
 	}
 	if err := o.allocOutputs(op, argsList); err != nil {
+		o.zeroing = o.zeroing[:0] // taken by the scope, which frees them
 		w.mu.Unlock()
 		return nil, err
 	}
@@ -309,13 +313,38 @@ func (o *Orchestrator) submit(op string, h *Handle, job schedJob, argsList []*Ta
 	if w.observer != nil {
 		w.emit(Event{Kind: TaskSubmitted, Run: r.id, Task: t.ID, Members: len(argsList), Callable: h.Name(), Deps: t.deps})
 	}
+	hold := len(o.zeroing) > 0
+	if hold {
+		t.pending++ // held until its heap blocks are zeroed, outside the lock
+	}
 	eff := Effects{Assign: o.dispatch[:0]}
 	w.core.add(t, &eff)
 	w.wake(eff)
 	o.dispatch = eff.Assign[:0]
 	w.mu.Unlock()
 	w.route(eff.Assign)
+	if hold {
+		o.zeroAndRelease(t)
+	}
 	return t, nil
+}
+
+// zeroAndRelease zeroes the heap blocks t's submit took, outside w.mu (a
+// 16 MiB OUTPUT is a millisecond no completion should wait behind), then
+// lets t run.
+func (o *Orchestrator) zeroAndRelease(t *Task) {
+	for _, b := range o.zeroing {
+		b.zero()
+	}
+	clear(o.zeroing)
+	o.zeroing = o.zeroing[:0]
+	w := o.w
+	w.mu.Lock()
+	var eff Effects
+	w.core.unhold(t, &eff)
+	w.wake(eff)
+	w.mu.Unlock()
+	w.route(eff.Assign)
 }
 
 // allocOutputs gives every host OUTPUT without an address a block of the
@@ -338,6 +367,7 @@ func (o *Orchestrator) allocOutputs(op string, argsList []*TaskArgs) error {
 			if err != nil {
 				return err
 			}
+			o.zeroing = append(o.zeroing, b)
 			t.Addr = b.addr
 		}
 	}
@@ -416,6 +446,9 @@ func (o *Orchestrator) Alloc(shape []int, dt dtype.DType) (Tensor, error) {
 	if err != nil {
 		return Tensor{}, err
 	}
+	o.w.mu.Unlock()
+	b.zero() // outside the lock; no task has the block before a submit names it
+	o.w.mu.Lock()
 	t.Addr = b.addr
 	return t, nil
 }
