@@ -189,31 +189,75 @@ type Dialer func(req DialRequest) (RemoteNode, error)
 type remoteEndpoint struct {
 	w *Worker
 	n RemoteNode
+
+	// stops is the members asked to stop (Cancel) that have not completed,
+	// with why: a stop can come before the member's Start (its sibling in
+	// a group failed first), when the node does not know it yet.
+	mu    sync.Mutex
+	stops map[memberKey]string
 }
 
 func (e *remoteEndpoint) Start(a Assignment) {
 	e.w.started(a)
 	t := a.Task
-	err := e.n.Start(memberKey{t, a.Member}, t.handle, &t.args[a.Member], &t.cfg, func(err error) func() {
+	k := memberKey{t, a.Member}
+	if _, stopped := e.stop(k); stopped { // asked to stop before it started: it never runs
+		e.completeOff(a, ErrNotStarted)
+		return
+	}
+	err := e.n.Start(k, t.handle, &t.args[a.Member], &t.cfg, func(err error) func() {
 		defer e.w.raceQueue(-1)
+		e.forget(k)
 		return e.w.completed(a, err, nil)
 	})
 	if err != nil { // not sent: report it off this goroutine, which may hold a caller's state
-		e.w.remoteFailed.Add(1)
-		go func() {
-			defer e.w.remoteFailed.Done()
-			defer e.w.raceQueue(-1)
-			if after := e.w.completed(a, err, nil); after != nil {
-				after()
-			}
-		}()
+		e.completeOff(a, err)
+		return
 	}
+	if reason, stopped := e.stop(k); stopped { // the stop came while it was being sent
+		e.n.Cancel(k, reason)
+	}
+}
+
+// completeOff reports a member that never reached the node, off this
+// goroutine, which may hold a caller's state.
+func (e *remoteEndpoint) completeOff(a Assignment, err error) {
+	e.forget(memberKey{a.Task, a.Member})
+	e.w.remoteFailed.Add(1)
+	go func() {
+		defer e.w.remoteFailed.Done()
+		defer e.w.raceQueue(-1)
+		if after := e.w.completed(a, err, nil); after != nil {
+			after()
+		}
+	}()
+}
+
+// stop reports whether k was asked to stop, and why.
+func (e *remoteEndpoint) stop(k memberKey) (string, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	reason, ok := e.stops[k]
+	return reason, ok
+}
+
+func (e *remoteEndpoint) forget(k memberKey) {
+	e.mu.Lock()
+	delete(e.stops, k)
+	e.mu.Unlock()
 }
 
 func (e *remoteEndpoint) Stop() {}
 
 func (e *remoteEndpoint) Cancel(a Assignment, reason string) {
-	e.n.Cancel(memberKey{a.Task, a.Member}, reason)
+	k := memberKey{a.Task, a.Member}
+	e.mu.Lock()
+	if e.stops == nil {
+		e.stops = map[memberKey]string{}
+	}
+	e.stops[k] = reason
+	e.mu.Unlock()
+	e.n.Cancel(k, reason) // nothing if the node does not know k yet: Start sees the stop
 }
 
 // started records that a starts on its endpoint, and arms its deadline.
