@@ -220,25 +220,11 @@ func (rc *runCommand) prepare(s *starlib.Session, stderr io.Writer) (*runObserve
 // race detector's: a failure of its own, beside a script's error (1).
 const exitRace = 66
 
-// nodeRaces is what --race found on one node outside this process.
-type nodeRaces struct {
-	node    string
-	checked bool
-	races   int
-}
-
 // otherNodesRaces are the counts of the remote nodes (each came in its
 // node's COMPLETIONs) and of the level-3 node processes (each asked at
 // its close).
-func otherNodesRaces() []nodeRaces {
-	var all []nodeRaces
-	for _, n := range remote.RemoteRaces() {
-		all = append(all, nodeRaces{n.Node, n.Checked, n.Races})
-	}
-	for _, n := range proc.NodeProcessRaces() {
-		all = append(all, nodeRaces{n.Node, n.Checked, n.Races})
-	}
-	return all
+func otherNodesRaces() []race.NodeCount {
+	return append(remote.RemoteRaces(), proc.NodeProcessRaces()...)
 }
 
 // raceSummary prints what --race found, if anything, here and on the
@@ -256,9 +242,9 @@ func raceSummary(s *starlib.Session, stderr io.Writer) bool {
 	}
 	remoteN, where := 0, []string(nil)
 	for _, n := range nodes {
-		if n.races > 0 {
-			remoteN += n.races
-			where = append(where, fmt.Sprintf("%d on %s", n.races, n.node))
+		if n.Races > 0 {
+			remoteN += n.Races
+			where = append(where, fmt.Sprintf("%d on %s", n.Races, n.Node))
 		}
 	}
 	if remoteN == 0 {
@@ -279,10 +265,10 @@ func raceSummary(s *starlib.Session, stderr io.Writer) bool {
 }
 
 // warnUnchecked names, once each, the nodes that ran without a detector.
-func warnUnchecked(nodes []nodeRaces, stderr io.Writer) {
+func warnUnchecked(nodes []race.NodeCount, stderr io.Writer) {
 	for _, n := range nodes {
-		if !n.checked {
-			fmt.Fprintf(stderr, "simpler: warning: %s was not checked for data races: its remote-l3-worker daemon runs without --race\n", n.node)
+		if !n.Checked {
+			fmt.Fprintf(stderr, "simpler: warning: %s was not checked for data races: its remote-l3-worker daemon runs without --race\n", n.Node)
 		}
 	}
 }

@@ -3,7 +3,6 @@ package proc
 import (
 	"fmt"
 	"os"
-	"sync"
 	"time"
 
 	"simpler/engine"
@@ -83,34 +82,13 @@ func (c *child) raceCount() []byte {
 	return ok(n.Encode)
 }
 
-// NodeRaces is what one node process's detector found, as it said when
-// its parent closed it.
-type NodeRaces struct {
-	Node    string // "node process 0"
-	Checked bool
-	Races   int
-}
-
-// raceTally is every node process of this process that was asked: a
-// process-wide record, so that it outlives the Workers (the CLI reads it
-// after the script closed them).
-var raceTally struct {
-	mu    sync.Mutex
-	nodes []*NodeRaces
-	of    map[*process]*NodeRaces
-}
+// raceTally is every node process of this process that was asked, kept
+// for the whole run (the CLI reads it after the script closed them).
+var raceTally race.Tally
 
 // NodeProcessRaces is what every node process asked so far found, in the
 // order they were first asked.
-func NodeProcessRaces() []NodeRaces {
-	raceTally.mu.Lock()
-	defer raceTally.mu.Unlock()
-	out := make([]NodeRaces, len(raceTally.nodes))
-	for i, n := range raceTally.nodes {
-		out[i] = *n
-	}
-	return out
-}
+func NodeProcessRaces() []race.NodeCount { return raceTally.Counts() }
 
 // askRaces asks a node process of a parent under --race what its
 // detector found, after each of its tasks and before it is shut down,
@@ -129,16 +107,5 @@ func (p *process) askRaces() {
 	if err != nil {
 		return
 	}
-	raceTally.mu.Lock()
-	defer raceTally.mu.Unlock()
-	r := raceTally.of[p]
-	if r == nil {
-		if raceTally.of == nil {
-			raceTally.of = map[*process]*NodeRaces{}
-		}
-		r = &NodeRaces{Node: fmt.Sprintf("node process %d", p.init.WorkerID)}
-		raceTally.of[p], raceTally.nodes = r, append(raceTally.nodes, r)
-	}
-	r.Checked = r.Checked || n.Checked
-	r.Races = max(r.Races, int(n.Races))
+	raceTally.Note(p, fmt.Sprintf("node process %d", p.init.WorkerID), n.Checked, int(n.Races))
 }

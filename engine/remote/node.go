@@ -33,7 +33,6 @@ type node struct {
 	name    string
 	who     string             // "node 1", "rank 0": who it is in the lines it prints and in RemoteRaces
 	tag     string             // "[node 1] ", "[rank 0] ": what the lines it prints are tagged with
-	races   *NodeRaces         // its latest race count (under raceTally.mu); nil before its first COMPLETION
 	events  func(engine.Event) // the Worker's observer of what the node did (nil: none)
 	id      int
 	spec    engine.RemoteSpec

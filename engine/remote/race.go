@@ -3,7 +3,6 @@ package remote
 import (
 	"fmt"
 	"io"
-	"sync"
 	"sync/atomic"
 	"unsafe"
 
@@ -115,59 +114,27 @@ func groupRaceArgs() []string {
 	return nil
 }
 
-// NodeRaces is what one remote node's detector found, as its latest
-// COMPLETION said.
-type NodeRaces struct {
-	Node    string // as its output lines are tagged: "node 0", "rank 1"
-	Checked bool   // its daemon runs with --race
-	Races   int    // distinct races (and uninitialised reads) it reported
-}
+// raceTally is every remote node of this process that completed a task:
+// process-wide, as the forwarded output is, so that it outlives the
+// Workers.
+var raceTally race.Tally
 
-// raceTally is every remote node of this process that completed a task,
-// in the order they first did: a process-wide record, as the forwarded
-// output is, so that it outlives the Workers (the CLI reads it after the
-// script closed them).
-var raceTally struct {
-	mu    sync.Mutex
-	nodes []*NodeRaces
-}
-
-// noteRaces records c, the latest count node n sent. Counts only grow; a
-// smaller one (impossible from a real session) is ignored.
-func (n *node) noteRaces(c wire.RaceCount) {
-	raceTally.mu.Lock()
-	defer raceTally.mu.Unlock()
-	if n.races == nil {
-		n.races = &NodeRaces{Node: n.who}
-		raceTally.nodes = append(raceTally.nodes, n.races)
-	}
-	n.races.Checked = n.races.Checked || c.Checked
-	n.races.Races = max(n.races.Races, int(c.Races))
-}
+// noteRaces records c, the latest count node n sent.
+func (n *node) noteRaces(c wire.RaceCount) { raceTally.Note(n, n.who, c.Checked, int(c.Races)) }
 
 // RaceCount is what node n's detector found so far (nil before its first
 // COMPLETION).
-func (n *node) RaceCount() *NodeRaces {
-	raceTally.mu.Lock()
-	defer raceTally.mu.Unlock()
-	if n.races == nil {
+func (n *node) RaceCount() *race.NodeCount {
+	c, ok := raceTally.Of(n)
+	if !ok {
 		return nil
 	}
-	c := *n.races
 	return &c
 }
 
 // RemoteRaces is what every remote node of this process that ran a task
 // found, in the order they first completed one.
-func RemoteRaces() []NodeRaces {
-	raceTally.mu.Lock()
-	defer raceTally.mu.Unlock()
-	out := make([]NodeRaces, len(raceTally.nodes))
-	for i, r := range raceTally.nodes {
-		out[i] = *r
-	}
-	return out
-}
+func RemoteRaces() []race.NodeCount { return raceTally.Counts() }
 
 // memAddr is the address of mem's first byte in this process: the
 // identity the detector keys bytes by (starlib's accesses use the same).

@@ -51,7 +51,7 @@ func twoWrites(o *engine.Orchestrator, a *engine.TaskArgs, second engine.Tag) er
 // raceRun runs node orchestration name on node 0 of a level-4 worker over
 // a daemon at addr, on a remote buffer, twice (the count must not grow
 // with a pair already reported), and returns node 0's race count.
-func raceRun(t *testing.T, addr, name string) *NodeRaces {
+func raceRun(t *testing.T, addr, name string) *race.NodeCount {
 	t.Helper()
 	w := remoteWorker(t, addr)
 	register(t, w, procKernel{"racewrite"})
@@ -132,7 +132,7 @@ func TestRaceCountReachesTheParent(t *testing.T) {
 	}
 }
 
-func slicesContain(all []NodeRaces, n NodeRaces) bool {
+func slicesContain(all []race.NodeCount, n race.NodeCount) bool {
 	for _, x := range all {
 		if x == n {
 			return true
