@@ -76,7 +76,7 @@ func (w *Worker) allocateRank(req commRequest, rank, id int) (DomainRank, error)
 	}
 	dr := DomainRank{DeviceCtx: r.DeviceCtx, WindowBase: r.WindowBase, WindowSize: r.WindowSize, Release: r.Release}
 	if win := w.hostView(id, r.WindowBase, r.WindowSize); win != nil {
-		dr.RaceKey = race.Key(hostAddr(win))
+		dr.RaceKey = race.Key(race.Addr(win))
 	}
 	return dr, nil
 }

@@ -266,7 +266,8 @@ func (o *Orchestrator) submit(op string, h *Handle, job schedJob, argsList []*Ta
 		cfg = &DefaultCallConfig
 	}
 	w := o.w
-	if needsHeap(argsList) {
+	heap := needsHeap(argsList) // one walk of the tensors answers it for the whole submit
+	if heap {
 		if err := w.ensureRing(o.depth()); err != nil {
 			return nil, Wrap(err, op)
 		}
@@ -293,10 +294,12 @@ func (o *Orchestrator) submit(op string, h *Handle, job schedJob, argsList []*Ta
 	} else {
 		t.args = make([]TaskArgs, len(argsList))
 	}
-	if err := o.allocOutputs(op, argsList); err != nil {
-		o.zeroing = o.zeroing[:0] // taken by the scope, which frees them
-		w.mu.Unlock()
-		return nil, err
+	if heap {
+		if err := o.allocOutputs(op, argsList); err != nil {
+			o.zeroing = o.zeroing[:0] // taken by the scope, which frees them
+			w.mu.Unlock()
+			return nil, err
+		}
 	}
 	for m, a := range argsList {
 		t.args[m] = a.clone()
@@ -351,9 +354,6 @@ func (o *Orchestrator) zeroAndRelease(t *Task) {
 // run heap and writes the address back into the caller's TaskArgs, so a
 // later submit can consume it. Caller holds w.mu.
 func (o *Orchestrator) allocOutputs(op string, argsList []*TaskArgs) error {
-	if !needsHeap(argsList) {
-		return nil
-	}
 	for _, a := range argsList {
 		if a == nil {
 			continue

@@ -3,7 +3,6 @@ package engine
 import (
 	"fmt"
 	"sync"
-	"unsafe"
 
 	"simpler/internal/race"
 )
@@ -368,9 +367,5 @@ func (w *Worker) raceNameHeap(b *heapBlock, op string) {
 		return
 	}
 	mem := b.ring.seg.Mem[b.off : b.off+b.size]
-	w.cfg.Race.Name(hostAddr(mem), len(mem), fmt.Sprintf("run-heap block at %#x (%s)", b.addr, op), false)
+	w.cfg.Race.Name(race.Addr(mem), len(mem), fmt.Sprintf("run-heap block at %#x (%s)", b.addr, op), false)
 }
-
-// hostAddr is the address of b's first byte in this process: the identity
-// the detector keys bytes by.
-func hostAddr(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }

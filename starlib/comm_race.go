@@ -23,7 +23,7 @@ func (c *Comm) raceNotify(th *starlark.Thread, rc *race.Ctx, rank int, addr uint
 	if err != nil {
 		return c.v.Notify(rank, addr, width, value, op) // its error says why
 	}
-	return rc.Notify(memAddr(word), width, op == "add", value, "comm.notify", stackOf(th), func() (int64, error) {
+	return rc.Notify(race.Addr(word), width, op == "add", value, "comm.notify", stackOf(th), func() (int64, error) {
 		if err := c.v.Notify(rank, addr, width, value, op); err != nil {
 			return 0, err
 		}
@@ -46,7 +46,7 @@ func (c *Comm) raceWait(th *starlark.Thread, addr uint64, width int, value int64
 	}
 	st := stackOf(th)
 	rc.Block(&race.Wait{
-		Addr: memAddr(word), Width: width, Value: value, Cmp: cmp, Rank: c.v.Rank(), St: st,
+		Addr: race.Addr(word), Width: width, Value: value, Cmp: cmp, Rank: c.v.Rank(), St: st,
 		Load:  func() int64 { return comm.LoadWord(word) },
 		Holds: func(seen int64) bool { return holds(seen, value) },
 		Stop:  halt.Of(th).Stop,
@@ -54,7 +54,7 @@ func (c *Comm) raceWait(th *starlark.Thread, addr uint64, width int, value int64
 	return func(got int64, err error) {
 		rc.Unblock()
 		if err == nil {
-			rc.Waited(memAddr(word), width, got, "comm.wait", st)
+			rc.Waited(race.Addr(word), width, got, "comm.wait", st)
 		}
 	}
 }
@@ -89,7 +89,7 @@ func (c *Comm) domainKey() string {
 	var at uintptr
 	if base, err := c.v.Base(0); err == nil {
 		if b, err := c.chip.ctx.Chip.Bytes(base, 1); err == nil {
-			at = race.Key(memAddr(b))
+			at = race.Key(race.Addr(b))
 		}
 	}
 	return fmt.Sprintf("%#x/%d/%s", at, c.v.AllocationID(), c.v.Name())

@@ -2,7 +2,6 @@ package starlib
 
 import (
 	"sync/atomic"
-	"unsafe"
 
 	"go.starlark.net/starlark"
 
@@ -63,7 +62,7 @@ func touch(th *starlark.Thread, mem []byte, k race.Kind, op string) {
 	if c == nil || len(mem) == 0 {
 		return
 	}
-	c.Access(memAddr(mem), len(mem), k, op, stackOf(th))
+	c.Access(race.Addr(mem), len(mem), k, op, stackOf(th))
 }
 
 // touch reports th's access of kind k to span, t's memory from its first
@@ -86,7 +85,7 @@ func (t *Tensor) touch(th *starlark.Thread, span []byte, k race.Kind, op string)
 			k = race.AtomicWrite
 		}
 	}
-	device := t.t.ChildMemory && !race.Shared(memAddr(span))
+	device := t.t.ChildMemory && !race.Shared(race.Addr(span))
 	at := func(lo, hi int) {
 		if device {
 			if key := rc.DeviceKey(t.t.Addr + uint64(lo)); key != 0 {
@@ -94,7 +93,7 @@ func (t *Tensor) touch(th *starlark.Thread, span []byte, k race.Kind, op string)
 				return
 			}
 		}
-		rc.Access(memAddr(span[lo:]), hi-lo, k, op, stackOf(th))
+		rc.Access(race.Addr(span[lo:]), hi-lo, k, op, stackOf(th))
 	}
 	if t.t.Strides == nil {
 		at(0, len(span))
@@ -136,10 +135,6 @@ func tensorAsAtomic(th *starlark.Thread, b *starlark.Builtin, args starlark.Tupl
 	t.atomic = true
 	return &t, nil
 }
-
-// memAddr is the address of mem's first byte in this process: the
-// identity the detector keys bytes by.
-func memAddr(mem []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(mem))) }
 
 // SetRace gives a shipped bundle's resolver (a remote session's) the
 // session's detector, so that its host code names what it makes.

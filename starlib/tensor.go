@@ -528,7 +528,7 @@ func (s *Session) hostTensor(th *starlark.Thread, b *starlark.Builtin, args star
 	s.allocated(n)
 	et.Addr = addr
 	if s.Race != nil {
-		s.Race.Name(memAddr(mem), n, fmt.Sprintf("host tensor at %#x (shape %v, %s)", addr, shape, dt.ConstName()), true)
+		s.Race.Name(race.Addr(mem), n, fmt.Sprintf("host tensor at %#x (shape %v, %s)", addr, shape, dt.ConstName()), true)
 	}
 	if init != nil {
 		touch(th, mem, race.Write, "host_tensor")

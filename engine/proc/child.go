@@ -6,7 +6,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"unsafe"
 
 	"simpler/engine"
 	"simpler/engine/hostmem"
@@ -391,7 +390,7 @@ func (c *child) commAlloc(a *wire.CommAlloc) ([]byte, error) {
 	c.mu.Unlock()
 	reply := wire.CommAllocReply{DeviceCtx: rank.DeviceCtx, WindowBase: rank.WindowBase, WindowSize: rank.WindowSize}
 	if win, err := c.chip.Bytes(rank.WindowBase, rank.WindowSize); err == nil && len(win) > 0 {
-		reply.WindowKey = uint64(race.Key(uintptr(unsafe.Pointer(unsafe.SliceData(win)))))
+		reply.WindowKey = uint64(race.Key(race.Addr(win)))
 	}
 	return ok(reply.Encode), nil
 }

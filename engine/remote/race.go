@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"sync/atomic"
-	"unsafe"
 
 	"simpler/engine"
 	"simpler/internal/race"
@@ -85,7 +84,7 @@ func (s *session) raceNameBuffer(b *sbuf, ref wire.BufferRef, imported bool) {
 	if imported {
 		what = fmt.Sprintf("imported remote buffer %d (generation %d) on this node", ref.ID, ref.Generation)
 	}
-	s.race.Name(memAddr(b.bytes()), b.len, what, true)
+	s.race.Name(race.Addr(b.bytes()), b.len, what, true)
 }
 
 // raceForgetBuffer drops what the detector knows of b's bytes: it is
@@ -94,7 +93,7 @@ func (s *session) raceForgetBuffer(b *sbuf) {
 	if s.race == nil || b.len == 0 {
 		return
 	}
-	s.race.Forget(memAddr(b.bytes()), b.len)
+	s.race.Forget(race.Addr(b.bytes()), b.len)
 }
 
 // groupRace says the ranks this process starts for its worker groups
@@ -135,7 +134,3 @@ func (n *node) RaceCount() *race.NodeCount {
 // RemoteRaces is what every remote node of this process that ran a task
 // found, in the order they first completed one.
 func RemoteRaces() []race.NodeCount { return raceTally.Counts() }
-
-// memAddr is the address of mem's first byte in this process: the
-// identity the detector keys bytes by (starlib's accesses use the same).
-func memAddr(mem []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(mem))) }

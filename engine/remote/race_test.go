@@ -19,7 +19,7 @@ func init() {
 	procKernels["racewrite"] = func(a *engine.TaskArgs, c *engine.ChipCtx, stop *engine.Stopper) error {
 		b := taskBytes(a, c, 0)
 		if c.Race != nil {
-			c.Race.Access(memAddr(b), len(b), race.Write, "racewrite", nil)
+			c.Race.Access(race.Addr(b), len(b), race.Write, "racewrite", nil)
 		}
 		b[0]++
 		return nil

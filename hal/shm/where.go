@@ -3,7 +3,6 @@ package shm
 import (
 	"sort"
 	"sync"
-	"unsafe"
 )
 
 // Every mapping a Segment makes is listed here, so that an address can be
@@ -27,7 +26,7 @@ func (s *Segment) listMapping() {
 	if len(s.Mem) == 0 {
 		return
 	}
-	lo := uintptr(unsafe.Pointer(unsafe.SliceData(s.Mem)))
+	lo := uintptr(s.Addr())
 	m := mapping{lo: lo, hi: lo + uintptr(len(s.Mem)), ino: s.ino}
 	mappings.Lock()
 	defer mappings.Unlock()
@@ -41,7 +40,7 @@ func (s *Segment) unlistMapping() {
 	if len(s.Mem) == 0 {
 		return
 	}
-	lo := uintptr(unsafe.Pointer(unsafe.SliceData(s.Mem)))
+	lo := uintptr(s.Addr())
 	mappings.Lock()
 	defer mappings.Unlock()
 	i := sort.Search(len(mappings.list), func(i int) bool { return mappings.list[i].lo >= lo })

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"unsafe"
 
 	"simpler/hal/shm"
 )
@@ -349,3 +350,7 @@ func (r *logReader) event() event {
 	}
 	return e
 }
+
+// Addr is the address of b's first byte in this process, which the
+// detector's methods take (and key by Key).
+func Addr(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
