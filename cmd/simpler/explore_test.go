@@ -73,7 +73,7 @@ func TestPlantedBugsPassFreeRuns(t *testing.T) {
 // Without the soak flag, every third script under one seed (the suite's
 // time budget).
 func TestSeedReplaysExamplesAndGolden(t *testing.T) {
-	seeds, every := []string{"1"}, 3
+	seeds, every := []string{"1"}, 5
 	if os.Getenv("SIMPLER_EXPLORE_SOAK") != "" {
 		seeds, every = nil, 1
 		for s := 0; s < 20; s++ {
