@@ -70,7 +70,7 @@ func TestPlantedBugsPassFreeRuns(t *testing.T) {
 // Every example and golden script the scheduler can order gives, for a
 // seed, the same exit status, stdout, stderr and schedule (its hash and
 // every decision) every time: --check-replay runs it twice and compares.
-// Without the soak flag, every third script under one seed (the suite's
+// Without the soak flag, every fifth script under one seed (the suite's
 // time budget).
 func TestSeedReplaysExamplesAndGolden(t *testing.T) {
 	seeds, every := []string{"1"}, 5
