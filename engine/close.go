@@ -174,11 +174,17 @@ func (w *Worker) closeTree() error {
 	forced := w.drainRuns(runs)
 	gerr := w.closeGlobalDomains()
 	w.CloseGlobals()
+	if e := w.runClose(CloseAfterDrain); e != nil && gerr == nil {
+		gerr = e
+	}
 	// Endpoints report to w.mu as they stop: wait for them outside it.
 	if !w.stopEndpointsWithin(StopGrace) && forced == nil {
 		forced = Errorf(RuntimeError, "close: a kernel of this worker did not stop; its goroutine is abandoned")
 	}
 	werr := w.dropWarm() // before the chips close: parked ranks are mapped in them
+	if e := w.runClose(CloseBeforeTeardown); e != nil && werr == nil {
+		werr = e
+	}
 	err := w.teardown()
 	if err == nil {
 		err = gerr

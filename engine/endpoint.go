@@ -515,8 +515,8 @@ func (w *Worker) stopEndpointsWithin(d time.Duration) bool {
 // Node is a level-3 node as its level-4 parent commands it (the global
 // domain transaction and staging): a remote session, a level-3 worker in
 // a child process (a NodeProcess), or one in this process. Every kind of
-// node serves the commands with the same code (Worker.GlobalCommand, on
-// the node).
+// node serves the commands with the same code (Worker.Command, on the
+// node, which hands each to the role registered for it).
 type Node interface {
 	Command(c *wire.Control) (wire.ControlReply, error)
 }
@@ -526,7 +526,7 @@ type localNode struct{ w *Worker }
 
 func (n localNode) Command(c *wire.Control) (wire.ControlReply, error) {
 	r := wire.ControlReply{Cmd: c.Cmd}
-	err := n.w.GlobalCommand(*c, &r)
+	err := n.w.Command(*c, &r)
 	return r, err
 }
 

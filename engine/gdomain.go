@@ -295,7 +295,7 @@ var gtxnCommands = map[gtxnOp]wire.Command{opGlobalCommInit: wire.CmdCommInit, o
 // command's fault point for that node: over CONTROL for a remote node,
 // through the mailbox for a process-mode local one, and by a call for a
 // local node in this process. Every kind of node serves the same commands
-// with the same code (GlobalCommand), and the broker times each one (a
+// with the same code (globalCommand), and the broker times each one (a
 // GlobalStep event).
 func (d *GlobalDomain) nodeCmd(node int, c *wire.Control) (wire.ControlReply, error) {
 	w := d.w

@@ -340,7 +340,7 @@ func TestGlobalDomainTopology(t *testing.T) {
 	node := w.children[1]
 	initCmd := func(table []byte) error {
 		c := wire.Control{Cmd: wire.CmdCommInit, Domain: wire.Domain{ID: 99, Generation: 1, Size: 4, Ranks: []wire.DomainRank{{Rank: 2, Worker: 0}}, Table: table}}
-		return node.GlobalCommand(c, &wire.ControlReply{})
+		return node.Command(c, &wire.ControlReply{})
 	}
 	if err := initCmd(nodeTopology{Cluster: 7, NodeRank: 1, Nodes: 2, Hash: "sha256:x", DeviceRanks: []int{2}}.encode()); err != nil {
 		t.Errorf("a consistent COMM_INIT: %v", err)

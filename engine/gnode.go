@@ -343,16 +343,21 @@ func decodeDescs(b []byte) ([]comm.Descriptor, error) {
 
 // globalFaultPoints names the fault point of each global-domain command;
 // the broker hits it for the node it sends to (nodeCmd), and a node hits
-// its bare form for itself (GlobalCommand). Staging has none.
+// its bare form for itself (globalCommand). Staging has none.
 var globalFaultPoints = map[wire.Command]string{wire.CmdCommInit: "global.comm_init", wire.CmdPrepare: "global.prepare",
 	wire.CmdImportTable: "global.import", wire.CmdCommit: "global.commit", wire.CmdAbort: "global.abort", wire.CmdReleaseDomain: "global.release",
 	wire.CmdReattach: "global.reattach"}
 
-// GlobalCommand serves a global-domain CONTROL command on a level-3 node:
+func init() {
+	RegisterControl(globalCommand, wire.CmdCommInit, wire.CmdPrepare, wire.CmdImportTable, wire.CmdCommit,
+		wire.CmdStageTo, wire.CmdStageFrom, wire.CmdReattach, wire.CmdAbort, wire.CmdReleaseDomain)
+}
+
+// globalCommand serves a global-domain CONTROL command on a level-3 node:
 // every kind of node runs it (in this process, in a child process, in a
-// remote session, whose package reaches it only through this method). A
+// remote session, whose package reaches it only through Worker.Command). A
 // daemon applies bare fault points to itself.
-func (w *Worker) GlobalCommand(c wire.Control, r *wire.ControlReply) error {
+func globalCommand(w *Worker, c wire.Control, r *wire.ControlReply) error {
 	if err := fault.Hit(globalFaultPoints[c.Cmd], -1); err != nil {
 		return err
 	}

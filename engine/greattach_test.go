@@ -198,7 +198,7 @@ func TestReattachRefusals(t *testing.T) {
 	good := WireDescriptors(entry.table(99, 1, 4096))
 	reattach := func(c *wire.Control) error {
 		r := wire.ControlReply{Cmd: c.Cmd}
-		return node.GlobalCommand(*c, &r)
+		return node.Command(*c, &r)
 	}
 	bad := d.command(gtxnStep{Op: opGlobalReattach, Node: 1, Gen: 1}, places, good)
 	bad.Domain.Table = []byte("junk")
@@ -223,7 +223,7 @@ func TestReattachRefusals(t *testing.T) {
 	if err := reattach(d.command(gtxnStep{Op: opGlobalReattach, Node: 1, Gen: 1}, places, good)); err != nil {
 		t.Fatalf("the remembered windows: %v", err)
 	}
-	if err := node.GlobalCommand(wire.Control{Cmd: wire.CmdReleaseDomain, Domain: wire.Domain{ID: 99, Generation: 1}}, &wire.ControlReply{}); err != nil {
+	if err := node.Command(wire.Control{Cmd: wire.CmdReleaseDomain, Domain: wire.Domain{ID: 99, Generation: 1}}, &wire.ControlReply{}); err != nil {
 		t.Fatal(err)
 	}
 	w.gwarm.idle(entry)

@@ -28,16 +28,17 @@ type Run struct {
 	buildErr  error
 	result    any
 	root      *scope
-	rootScope scope           // root's storage: one allocation less per run
-	cleanups  []Cleanup       // run after the fence, last registered first
-	domains   []*Domain       // allocated by this run, in allocation order
-	captured  []*RemoteBuffer // slot refs taken by this run's tasks
-	globals   []*GlobalDomain // brokered by this run
-	retired   bool            // past the fence: a release frees at once
-	held      []*Task         // ready tasks waiting for the runs before this one
-	failSeen  bool            // the orchestrator has seen a failure (drain): later submits are refused
-	observed  bool            // the Worker has an observer: tasks keep their producers' ids
-	stop      Stopper         // stops the orchestration function while it runs (Cancel)
+	rootScope scope                     // root's storage: one allocation less per run
+	cleanups  []Cleanup                 // run after the fence, last registered first
+	fence     [nFencePhases][]fenceHook // roles' work after the fence (hooks.go)
+	domains   []*Domain                 // allocated by this run, in allocation order
+	captured  []*RemoteBuffer           // slot refs taken by this run's tasks
+	globals   []*GlobalDomain           // brokered by this run
+	retired   bool                      // past the fence: a release frees at once
+	held      []*Task                   // ready tasks waiting for the runs before this one
+	failSeen  bool                      // the orchestrator has seen a failure (drain): later submits are refused
+	observed  bool                      // the Worker has an observer: tasks keep their producers' ids
+	stop      Stopper                   // stops the orchestration function while it runs (Cancel)
 	done      chan struct{}
 	waitErr   error    // set before done is closed
 	race      *raceRun // nil without --race
@@ -257,7 +258,7 @@ func (r *Run) Tasks() int {
 // node: no remote buffer to drop, no cleanup, no global domain to free.
 // Caller holds w.mu.
 func (r *Run) finishesLocally() bool {
-	return len(r.captured) == 0 && len(r.cleanups) == 0 && len(r.globals) == 0
+	return len(r.captured) == 0 && len(r.cleanups) == 0 && len(r.globals) == 0 && !r.hasFenceWork()
 }
 
 // fenceOnly reports whether r's fence has nothing to do outside w.mu: it
@@ -290,6 +291,7 @@ func (w *Worker) finish(r *Run) {
 	if err := w.dropCaptured(r); err != nil && r.waitErr == nil {
 		r.waitErr = err
 	}
+	r.runFence(FenceRemote)
 	for i := len(cleanups) - 1; i >= 0; i-- {
 		if err := cleanups[i].Fn(); err != nil {
 			w.Poison(Wrap(err, cleanups[i].Name))
@@ -301,9 +303,11 @@ func (w *Worker) finish(r *Run) {
 	if err := w.freeGlobals(r); err != nil && r.waitErr == nil {
 		r.waitErr = err // retryable: the domain stays released, and close tries again (lifetime.go)
 	}
+	r.runFence(FenceGlobal)
 	if err := w.freeDomains(r); err != nil && r.waitErr == nil {
 		r.waitErr = err
 	}
+	r.runFence(FenceLocal)
 	w.mu.Lock()
 	eff := w.closeRun(r)
 	w.mu.Unlock()

@@ -99,7 +99,7 @@ type ChipProcess interface {
 }
 
 // NodeProcess is a level-3 node in a process of its own: Command runs a
-// global-domain command there (Worker.GlobalCommand, as every node does).
+// global-domain command there (Worker.Command, as every node does).
 type NodeProcess interface {
 	Process
 	Node

@@ -131,6 +131,10 @@ type Worker struct {
 	bufSeq      uint64
 
 	observer Observer // nil: no events
+
+	closeHooks [nClosePhases][]closeHook // roles' work at close (hooks.go)
+	roleMu     sync.Mutex                // guards roles; taken under no other lock of w
+	roles      map[any]any               // roles' state, by key (Worker.Role)
 	// deadlines are the timers of running members with a deadline.
 	deadlines map[memberKey]*time.Timer
 }

@@ -324,7 +324,7 @@ func (c *child) control(req []byte) ([]byte, error) {
 			return nil, engine.Errorf(engine.RuntimeError, "a global-domain command needs a level-3 node; this child is a chip or SUB worker")
 		}
 		reply := wire.ControlReply{Seq: 1, Cmd: r.Global.Cmd} // the mailbox has no sequence; the codec wants one
-		if err := c.node.GlobalCommand(r.Global, &reply); err != nil {
+		if err := c.node.Command(r.Global, &reply); err != nil {
 			return nil, err
 		}
 		c.raceGlobal(r.Global)

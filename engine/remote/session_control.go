@@ -143,7 +143,7 @@ func (s *session) global(c wire.Control, r *wire.ControlReply) error {
 		if err != nil {
 			return err
 		}
-		if err := s.inner.GlobalCommand(c, r); err != nil {
+		if err := s.inner.Command(c, r); err != nil {
 			if !had {
 				s.release(need)
 			}
@@ -157,7 +157,7 @@ func (s *session) global(c wire.Control, r *wire.ControlReply) error {
 		}
 		return nil
 	}
-	err := s.inner.GlobalCommand(c, r)
+	err := s.inner.Command(c, r)
 	if err == nil && (c.Cmd == wire.CmdAbort || c.Cmd == wire.CmdReleaseDomain) {
 		s.mu.Lock()
 		_, had := s.windows[id]
