@@ -1,6 +1,8 @@
 // Package layering holds the test that keeps simpler's packages in their
 // layers: which package may import which, checked on the import graph
-// `go list` reports. It has no code of its own.
+// `go list` reports, and the structure measures of the engine split
+// (structure_test.go): a package's file cycles, and the files a submit
+// walks through. It has no code of its own.
 //
 // The rules (layering_test.go):
 //

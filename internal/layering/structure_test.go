@@ -1,0 +1,322 @@
+package layering
+
+import (
+	"go/ast"
+	"go/build"
+	"go/importer"
+	"go/parser"
+	"go/token"
+	"go/types"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// The measures of issue 27 that a reader can rerun: which files of a
+// package reference each other in a cycle, and which files a submit walks
+// through. `go test ./internal/layering/ -run Structure -v` prints them.
+
+// pkgInfo is one package of the module, type-checked from source.
+type pkgInfo struct {
+	fset  *token.FileSet
+	files []*ast.File
+	info  *types.Info
+	pkg   *types.Package
+}
+
+// load type-checks the non-test files of the package in dir (relative to
+// the module root).
+func load(t *testing.T, dir string) *pkgInfo {
+	t.Helper()
+	fset := token.NewFileSet()
+	full := filepath.Join("..", "..", dir)
+	entries, err := os.ReadDir(full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files []*ast.File
+	for _, e := range entries {
+		n := e.Name()
+		if !strings.HasSuffix(n, ".go") || strings.HasSuffix(n, "_test.go") {
+			continue
+		}
+		if ok, err := build.Default.MatchFile(full, n); err != nil || !ok {
+			continue // left out of a default build (the invariants tag's file)
+		}
+		f, err := parser.ParseFile(fset, filepath.Join(full, n), nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	info := &types.Info{Uses: map[*ast.Ident]types.Object{}, Defs: map[*ast.Ident]types.Object{}, Types: map[ast.Expr]types.TypeAndValue{}, Selections: map[*ast.SelectorExpr]*types.Selection{}}
+	conf := types.Config{Importer: importer.ForCompiler(fset, "source", nil)}
+	pkg, err := conf.Check("simpler/"+dir, fset, files, info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &pkgInfo{fset, files, info, pkg}
+}
+
+// fileOf is the base name of the file that declares obj, or "" when it is
+// not declared in this package.
+func (p *pkgInfo) fileOf(obj types.Object) string {
+	if obj == nil || obj.Pkg() != p.pkg || !obj.Pos().IsValid() {
+		return ""
+	}
+	return filepath.Base(p.fset.Position(obj.Pos()).Filename)
+}
+
+// fileGraph is, for each file of the package, the other files whose
+// declarations it uses.
+func (p *pkgInfo) fileGraph() map[string]map[string]bool {
+	g := map[string]map[string]bool{}
+	for _, f := range p.files {
+		from := filepath.Base(p.fset.Position(f.Pos()).Filename)
+		g[from] = map[string]bool{}
+		ast.Inspect(f, func(n ast.Node) bool {
+			id, ok := n.(*ast.Ident)
+			if !ok {
+				return true
+			}
+			if to := p.fileOf(p.info.Uses[id]); to != "" && to != from {
+				g[from][to] = true
+			}
+			return true
+		})
+	}
+	return g
+}
+
+// cycles is the strongly connected components of g with more than one
+// file (Tarjan's algorithm), each sorted, largest first.
+func cycles(g map[string]map[string]bool) [][]string {
+	index, low, on := map[string]int{}, map[string]int{}, map[string]bool{}
+	var stack []string
+	var out [][]string
+	var visit func(v string)
+	visit = func(v string) {
+		index[v], low[v] = len(index), len(index)
+		stack = append(stack, v)
+		on[v] = true
+		for w := range g[v] {
+			if _, seen := index[w]; !seen {
+				visit(w)
+				low[v] = min(low[v], low[w])
+			} else if on[w] {
+				low[v] = min(low[v], index[w])
+			}
+		}
+		if low[v] != index[v] {
+			return
+		}
+		var comp []string
+		for {
+			w := stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
+			on[w] = false
+			comp = append(comp, w)
+			if w == v {
+				break
+			}
+		}
+		if len(comp) > 1 {
+			sort.Strings(comp)
+			out = append(out, comp)
+		}
+	}
+	names := make([]string, 0, len(g))
+	for v := range g {
+		names = append(names, v)
+	}
+	sort.Strings(names)
+	for _, v := range names {
+		if _, seen := index[v]; !seen {
+			visit(v)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
+	return out
+}
+
+// decls maps each function and method of the package to its declaration.
+func (p *pkgInfo) decls() map[types.Object]*ast.FuncDecl {
+	m := map[types.Object]*ast.FuncDecl{}
+	for _, f := range p.files {
+		for _, d := range f.Decls {
+			if fd, ok := d.(*ast.FuncDecl); ok && fd.Body != nil {
+				m[p.info.Defs[fd.Name]] = fd
+			}
+		}
+	}
+	return m
+}
+
+// callee is the function or method a call names statically (nil: a call
+// through an interface, a function value or a builtin).
+func (p *pkgInfo) callee(call *ast.CallExpr) *types.Func {
+	switch fun := ast.Unparen(call.Fun).(type) {
+	case *ast.Ident:
+		f, _ := p.info.Uses[fun].(*types.Func)
+		return f
+	case *ast.SelectorExpr:
+		if sel := p.info.Selections[fun]; sel != nil {
+			if sel.Kind() != types.MethodVal || types.IsInterface(sel.Recv()) {
+				return nil
+			}
+			f, _ := sel.Obj().(*types.Func)
+			return f
+		}
+		f, _ := p.info.Uses[fun.Sel].(*types.Func) // pkg.Func
+		return f
+	}
+	return nil
+}
+
+// walk follows the calls from root in source order, entering each
+// function of the module once, and returns the files it passes through in
+// order (a file once for each stay). Functions of other packages of the
+// module count as a stay in their file; the walk does not enter them.
+func (p *pkgInfo) walk(root *types.Func) []string {
+	decls := p.decls()
+	seen := map[*types.Func]bool{}
+	var trail []string
+	stay := func(file string) {
+		if len(trail) == 0 || trail[len(trail)-1] != file {
+			trail = append(trail, file)
+		}
+	}
+	var enter func(f *types.Func)
+	enter = func(f *types.Func) {
+		seen[f] = true
+		file := filepath.Base(p.fset.Position(f.Pos()).Filename)
+		stay(file)
+		d := decls[f]
+		if d == nil {
+			return
+		}
+		var visit func(n ast.Node) bool
+		visit = func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.FuncLit:
+				return false // a closure runs later, elsewhere
+			case *ast.IfStmt:
+				if p.offPath(n) { // its condition runs; its body is off the path
+					if n.Init != nil {
+						ast.Inspect(n.Init, visit)
+					}
+					ast.Inspect(n.Cond, visit)
+					return false
+				}
+			case *ast.ReturnStmt:
+				if p.failing(n) {
+					return false
+				}
+			case *ast.CallExpr:
+				if g := p.callee(n); g != nil && !seen[g] && g.Pkg() != nil && strings.HasPrefix(g.Pkg().Path(), "simpler") {
+					enter(g)
+					stay(file)
+				}
+			}
+			return true
+		}
+		ast.Inspect(d.Body, visit)
+	}
+	enter(root)
+	return trail
+}
+
+// offPath reports whether an if statement's body is off a successful
+// submit's path with the tools off: its condition asks whether a tool
+// (--race, --seed, an observer, the invariants build) is on, or its body
+// ends by returning an error.
+func (p *pkgInfo) offPath(s *ast.IfStmt) bool {
+	tool := false
+	ast.Inspect(s.Cond, func(n ast.Node) bool {
+		if id, ok := n.(*ast.Ident); ok {
+			switch id.Name {
+			case "invariants", "Race", "Det", "race", "det", "observer", "observed":
+				tool = true
+			}
+		}
+		return true
+	})
+	if tool {
+		return true
+	}
+	if len(s.Body.List) == 0 {
+		return false
+	}
+	ret, ok := s.Body.List[len(s.Body.List)-1].(*ast.ReturnStmt)
+	return ok && p.failing(ret)
+}
+
+// failing reports whether a return statement returns an error that is not
+// nil: a refusal, not the path of a submit that succeeds.
+func (p *pkgInfo) failing(r *ast.ReturnStmt) bool {
+	if len(r.Results) == 0 {
+		return false
+	}
+	last := r.Results[len(r.Results)-1]
+	if id, ok := last.(*ast.Ident); ok && id.Name == "nil" {
+		return false
+	}
+	tv, ok := p.info.Types[last]
+	return ok && types.Identical(tv.Type, types.Universe.Lookup("error").Type())
+}
+
+// returns counts, per file, how often a trail comes back to it after
+// leaving it.
+func returns(trail []string) map[string]int {
+	seen, back := map[string]bool{}, map[string]int{}
+	for _, f := range trail {
+		if seen[f] {
+			back[f]++
+		}
+		seen[f] = true
+	}
+	return back
+}
+
+// method finds a method of a named type of p.
+func (p *pkgInfo) method(typ, name string) *types.Func {
+	obj := p.pkg.Scope().Lookup(typ)
+	if obj == nil {
+		return nil
+	}
+	m, _, _ := types.LookupFieldOrMethod(types.NewPointer(obj.Type()), true, p.pkg, name)
+	f, _ := m.(*types.Func)
+	return f
+}
+
+// TestStructureMeasures prints the engine's file cycles: the measure the
+// issue quotes ("27 of 36 files in one cycle").
+func TestStructureMeasures(t *testing.T) {
+	p := load(t, "engine")
+	g := p.fileGraph()
+	cs := cycles(g)
+	if len(g) < 10 {
+		t.Fatalf("engine has %d files?", len(g))
+	}
+	largest := 0
+	if len(cs) > 0 {
+		largest = len(cs[0])
+		t.Logf("engine: the largest file cycle has %d of %d files: %s", largest, len(g), strings.Join(cs[0], " "))
+	}
+	submit := p.method("Orchestrator", "SubmitNext")
+	if submit == nil {
+		t.Fatal("no Orchestrator.SubmitNext")
+	}
+	trail := p.walk(submit)
+	files := map[string]bool{}
+	for _, f := range trail {
+		files[f] = true
+	}
+	back, total := returns(trail), 0
+	for _, n := range back {
+		total += n
+	}
+	t.Logf("a submit walks %d files, comes back %d times %v: %s", len(files), total, back, strings.Join(trail, " > "))
+}
