@@ -163,7 +163,8 @@ func (s *Session) newWorker(th *starlark.Thread, b *starlark.Builtin, args starl
 	mode := s.Mode
 	var deviceID starlark.Value = starlark.None
 	var deviceIDs starlark.Value = starlark.None
-	numSub, heapRing := 0, 0
+	numSub := 0
+	var heapRingV starlark.Value = starlark.None
 	enableSDMA, orderHazards := false, false
 	var controlT, startupT, sessionT, taskT, healthT, closeT starlark.Value = starlark.None, starlark.None, starlark.None, starlark.None, starlark.None, starlark.None
 	commProfile := "sim"
@@ -174,13 +175,17 @@ func (s *Session) newWorker(th *starlark.Thread, b *starlark.Builtin, args starl
 	if err := starlark.UnpackArgs("Worker", args, kw,
 		"level?", &level, "platform?", &platform, "device_id?", &deviceID, "device_ids?", &deviceIDs,
 		"num_sub_workers?", &numSub, "mode?", &mode, "enable_sdma?", &enableSDMA,
-		"heap_ring_size?", &heapRing, "control_timeout_s?", &controlT, "startup_timeout_s?", &startupT,
+		"heap_ring_size?", &heapRingV, "control_timeout_s?", &controlT, "startup_timeout_s?", &startupT,
 		"remote_session_timeout_s?", &sessionT, "comm_profile?", &commProfile,
 		"global_device_ranks?", &globalRanks, "task_timeout_s?", &taskT, "health_timeout_s?", &healthT,
 		"close_timeout_s?", &closeT, "order_hazards?", &orderHazards, "seed?", &seedV); err != nil {
 		return nil, err
 	}
 	if err := s.workerSeed(th, seedV); err != nil {
+		return nil, err
+	}
+	heapRing, err := noneOrInt("heap_ring_size", heapRingV) // None: the default, as upstream
+	if err != nil {
 		return nil, err
 	}
 	durations, err := workerSeconds(map[string]starlark.Value{"control_timeout_s": controlT, "startup_timeout_s": startupT, "remote_session_timeout_s": sessionT,
@@ -501,4 +506,17 @@ func deviceAndHost(op string, devV, hostV starlark.Value, size int) (uint64, []b
 		return 0, nil, engine.Wrap(err, op)
 	}
 	return dev, host, nil
+}
+
+// noneOrInt is Worker's integer parameter name: None gives 0, the
+// engine's default.
+func noneOrInt(name string, v starlark.Value) (int, error) {
+	if v == starlark.None {
+		return 0, nil
+	}
+	var n int
+	if err := starlark.AsInt(v, &n); err != nil {
+		return 0, engine.Errorf(engine.TypeError, "Worker: for parameter %q: got %s, want int or None", name, v.Type())
+	}
+	return n, nil
 }
