@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	"simpler/hal"
 	"simpler/hal/shm"
 	"simpler/internal/race"
+	"simpler/kind"
 	"simpler/starlib"
 )
 
@@ -151,9 +153,18 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	remote.SetForwardedOutput(s.Stdout, s.Stderr, !rc.opts.noTags) // what remote nodes print, where the script's goes
 	remote.SetGroupRace(f.race)                                    // the ranks of its worker groups check themselves too
 	intr := watchInterrupts(s, stopDaemons, stderr)
+	stopProfile, err := startProfile(f.profile)
+	if err != nil {
+		s.Close()
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
 	err = s.RunFile(rc.script)
 	if cerr := s.Close(); err == nil && cerr != nil {
 		err = cerr
+	}
+	if perr := stopProfile(); err == nil && perr != nil {
+		err = perr
 	}
 	sig := intr.stop()
 	writeSchedule(s.Det, f.det.decisions)
@@ -179,6 +190,26 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		return exitRace
 	}
 	return 0
+}
+
+// startProfile starts --cpuprofile's CPU profile into file ("": none)
+// and returns what ends it.
+func startProfile(file string) (stop func() error, err error) {
+	if file == "" {
+		return func() error { return nil }, nil
+	}
+	out, err := os.Create(file)
+	if err != nil {
+		return nil, kind.Errorf(kind.ValueError, "--cpuprofile: %v", err)
+	}
+	if err := pprof.StartCPUProfile(out); err != nil {
+		out.Close()
+		return nil, kind.Errorf(kind.RuntimeError, "--cpuprofile: %v", err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return out.Close()
+	}, nil
 }
 
 // openSession makes the script's session as the flags say, with its

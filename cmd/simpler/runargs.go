@@ -19,6 +19,7 @@ import (
 type runOptions struct {
 	runFlags
 	trace    string
+	profile  string // --cpuprofile
 	maxSteps uint64
 	noTags   bool // --no-tag-output
 	det      detOptions
@@ -28,6 +29,7 @@ func (o *runOptions) register(fs *flag.FlagSet) {
 	o.runFlags.register(fs)
 	o.det.register(fs)
 	fs.StringVar(&o.trace, "trace", "", "write a Chrome/Perfetto trace (JSON) of every task to `FILE`")
+	fs.StringVar(&o.profile, "cpuprofile", "", "write a CPU profile of the whole run (go tool pprof) to `FILE`")
 	fs.BoolVar(&o.noTags, "no-tag-output", false, "write the lines remote nodes print without their [node N] or [rank R] tag")
 	fs.Uint64Var(&o.maxSteps, "max-steps", 0, "bound each Starlark thread of the script (main, each task of a thread-mode kernel, each module top level) to `N` steps; 0: no bound")
 }
