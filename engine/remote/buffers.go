@@ -14,8 +14,17 @@ package remote
 // gated: it sends nothing while a task still holds the buffer, and frees
 // after.
 //
+// Nothing is left for close: a node's session ends with the Worker, and
+// the buffers it holds with it; a handle released after close finds its
+// node gone ("remote worker N is gone"), as before the role left the
+// Worker.
+//
 // Lock order: a role's mu is a leaf. It is never held while calling into
-// the Worker or a node; commands go out with no lock held.
+// the Worker or a node; commands go out with no lock held. A handle's holds
+// are counted by the engine (atomically, under its own lock) and read
+// here under mu. A release on another goroutine between a submit's check
+// that the handle is live and its capture is not ordered against that
+// submit, now as when both took the Worker's lock.
 
 import (
 	"sync"
@@ -26,9 +35,9 @@ import (
 	"simpler/wire"
 )
 
-// Buffers is one Worker's remote buffers: its registry, and the commands
+// buffers is one Worker's remote buffers: its registry, and the commands
 // that carry its decisions out.
-type Buffers struct {
+type buffers struct {
 	w  *engine.Worker
 	mu sync.Mutex // guards reg
 	// reg is the handles from their malloc or import until their physical
@@ -39,14 +48,14 @@ type Buffers struct {
 // buffersKey names the role among the Worker's roles.
 type buffersKey struct{}
 
-// BuffersOf is w's remote buffers, made on first use.
-func BuffersOf(w *engine.Worker) *Buffers {
-	return w.Role(buffersKey{}, func() any { return &Buffers{w: w, reg: newRegistry()} }).(*Buffers)
+// buffersOf is w's remote buffers, made on first use.
+func buffersOf(w *engine.Worker) *buffers {
+	return w.Role(buffersKey{}, func() any { return &buffers{w: w, reg: newRegistry()} }).(*buffers)
 }
 
 // ledgerOf is the role that made h.
-func ledgerOf(op string, h *engine.RemoteBuffer) (*Buffers, error) {
-	b, ok := h.Ledger.(*Buffers)
+func ledgerOf(op string, h *engine.RemoteBuffer) (*buffers, error) {
+	b, ok := h.Ledger.(*buffers)
 	if !ok {
 		return nil, engine.Errorf(engine.ValueError, "%s: this handle was not made by remote_malloc or remote_import", op)
 	}
@@ -85,7 +94,7 @@ func ReleaseImport(h *engine.RemoteBuffer) error {
 // Freed reports whether h's physical action was issued and not undone:
 // the free of an owner allocation, the release of an imported view.
 func Freed(h *engine.RemoteBuffer) bool {
-	b, ok := h.Ledger.(*Buffers)
+	b, ok := h.Ledger.(*buffers)
 	if !ok {
 		return false
 	}
@@ -94,7 +103,7 @@ func Freed(h *engine.RemoteBuffer) bool {
 	return b.reg.freed(h)
 }
 
-func (b *Buffers) release(h *engine.RemoteBuffer) error {
+func (b *buffers) release(h *engine.RemoteBuffer) error {
 	b.mu.Lock()
 	acts := b.reg.release(h)
 	b.mu.Unlock()
@@ -104,7 +113,7 @@ func (b *Buffers) release(h *engine.RemoteBuffer) error {
 // Drop is the engine's call after a run's fence with the handles its
 // tasks held (engine.RemoteLedger): a free or release deferred until now
 // goes ahead here.
-func (b *Buffers) Drop(bufs []*engine.RemoteBuffer) error {
+func (b *buffers) Drop(bufs []*engine.RemoteBuffer) error {
 	b.mu.Lock()
 	var acts []action
 	for _, h := range bufs {
@@ -117,7 +126,7 @@ func (b *Buffers) Drop(bufs []*engine.RemoteBuffer) error {
 // carryOut sends the registry's physical actions, with no lock held. An
 // owner free that fails leaves its handle live (failed), so remote_free
 // can be tried again; everything else it did is forgotten.
-func (b *Buffers) carryOut(acts []action) error {
+func (b *buffers) carryOut(acts []action) error {
 	var first error
 	errs := make([]error, len(acts))
 	for i, a := range acts {
@@ -149,7 +158,7 @@ func ref(h *engine.RemoteBuffer) wire.BufferRef {
 }
 
 // command runs c on remote node id, if the Worker still holds it.
-func (b *Buffers) command(id int, c *wire.Control) error {
+func (b *buffers) command(id int, c *wire.Control) error {
 	n := b.w.RemoteNode(id)
 	if n == nil {
 		return engine.Errorf(engine.RuntimeError, "remote worker %d is gone", id)
@@ -159,7 +168,7 @@ func (b *Buffers) command(id int, c *wire.Control) error {
 }
 
 // node is NEXT_LEVEL id's remote node for op, refusing other ids.
-func (b *Buffers) node(op string, id int) (engine.RemoteNode, error) {
+func (b *buffers) node(op string, id int) (engine.RemoteNode, error) {
 	if !b.w.IsRemote(id) {
 		return nil, engine.Errorf(engine.ValueError, "%s: worker %d is not a remote node", op, id)
 	}

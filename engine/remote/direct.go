@@ -12,12 +12,12 @@ import (
 // passes the engine's gate before it sends anything.
 type Direct struct {
 	gate engine.DirectControl
-	b    *Buffers
+	b    *buffers
 }
 
 // DirectIn is the remote-buffer calls of d's Worker, from where d is.
 func DirectIn(d engine.DirectControl) Direct {
-	return Direct{gate: d, b: BuffersOf(d.Worker())}
+	return Direct{gate: d, b: buffersOf(d.Worker())}
 }
 
 // Malloc allocates nbytes on remote node worker and returns the owner
@@ -85,7 +85,7 @@ func (d Direct) CopyFrom(h *engine.RemoteBuffer, dst []byte, offset int) error {
 
 // copyFrom reads owner buffer h at offset into dst, a bounded copy at a
 // time.
-func (b *Buffers) copyFrom(op string, h *engine.RemoteBuffer, dst []byte, offset int) error {
+func (b *buffers) copyFrom(op string, h *engine.RemoteBuffer, dst []byte, offset int) error {
 	n, err := b.node(op, h.Owner)
 	if err != nil {
 		return err
