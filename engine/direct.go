@@ -69,12 +69,11 @@ func (w *Worker) directRule(op string, r *Run) (directStep, error) {
 // Worker is the Worker d controls.
 func (d DirectControl) Worker() *Worker { return d.w }
 
-// Gate blocks until op may go ahead, or returns why it may not. Roles
-// with direct control of their own (engine/remote's remote buffers) call
-// it before each call. The wait
+// Gate blocks until op may go ahead, or returns why it may not. The wait
 // for earlier runs is woken when a run finishes or r is cancelled
 // (Run.Cancel wakes it), and each time it also checks that the Worker is
-// still usable (not closed or poisoned).
+// still usable (not closed or poisoned). A role with direct control of its
+// own (engine/remote's remote buffers) calls it before each such call.
 func (d DirectControl) Gate(op string) error {
 	w := d.w
 	w.mu.Lock()
