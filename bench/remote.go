@@ -351,11 +351,12 @@ func measureCopies(addr string) (c copyTimes, err error) {
 	if err := top.Init(); err != nil {
 		return c, err
 	}
-	h, err := top.RemoteMalloc(0, copyBytes)
+	bufs := remote.DirectIn(top.DirectIn(nil))
+	h, err := bufs.Malloc(0, copyBytes)
 	if err != nil {
 		return c, err
 	}
-	defer top.RemoteFree(h)
+	defer remote.Free(h)
 	raw, err := loopbulk.Dial(copyBytes)
 	if err != nil {
 		return c, err
@@ -370,8 +371,8 @@ func measureCopies(addr string) (c copyTimes, err error) {
 		run   func() error
 	}{
 		{&c.raw, raw.Send},
-		{&c.to, func() error { return top.RemoteCopyTo(h, host, 0) }},
-		{&c.from, func() error { return top.RemoteCopyFrom(h, host, 0) }},
+		{&c.to, func() error { return bufs.CopyTo(h, host, 0) }},
+		{&c.from, func() error { return bufs.CopyFrom(h, host, 0) }},
 	}
 	for i := -1; i < copyRounds; i++ { // round -1 warms up: first touches, socket buffers
 		for _, s := range steps {

@@ -1,10 +1,9 @@
 package engine
 
-import "simpler/wire"
-
-// Direct control (malloc, free, copy_to, copy_from on a chip, and the
-// remote_* buffer calls) travels the control path, not the task queue, so
-// it is ordered against runs here, by where it is called from:
+// Direct control (malloc, free, copy_to, copy_from on a chip, and
+// engine/remote's remote_* buffer calls) travels the control path, not the
+// task queue, so it is ordered against runs here, by where it is called
+// from:
 //
 //   - inside the orchestration function of run r, before r's first submit,
 //     the call belongs to r: it waits until every earlier run of the Worker
@@ -67,11 +66,15 @@ func (w *Worker) directRule(op string, r *Run) (directStep, error) {
 	return directGo, nil
 }
 
-// gate blocks until op may go ahead, or returns why it may not. The wait
+// Worker is the Worker d controls.
+func (d DirectControl) Worker() *Worker { return d.w }
+
+// Gate blocks until op may go ahead, or returns why it may not. The wait
 // for earlier runs is woken when a run finishes or r is cancelled
 // (Run.Cancel wakes it), and each time it also checks that the Worker is
-// still usable (not closed or poisoned).
-func (d DirectControl) gate(op string) error {
+// still usable (not closed or poisoned). A role with direct control of its
+// own (engine/remote's remote buffers) calls it before each such call.
+func (d DirectControl) Gate(op string) error {
 	w := d.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -93,7 +96,7 @@ func (d DirectControl) gate(op string) error {
 
 // Malloc reserves size bytes of device memory on chip worker.
 func (d DirectControl) Malloc(op string, worker, size int) (uint64, error) {
-	if err := d.gate(op); err != nil {
+	if err := d.Gate(op); err != nil {
 		return 0, err
 	}
 	return d.w.malloc(op, worker, size)
@@ -101,7 +104,7 @@ func (d DirectControl) Malloc(op string, worker, size int) (uint64, error) {
 
 // Free releases device memory on chip worker.
 func (d DirectControl) Free(op string, worker int, ptr uint64) error {
-	if err := d.gate(op); err != nil {
+	if err := d.Gate(op); err != nil {
 		return err
 	}
 	return d.w.free(op, worker, ptr)
@@ -109,7 +112,7 @@ func (d DirectControl) Free(op string, worker int, ptr uint64) error {
 
 // CopyTo copies host bytes into chip worker's memory at dst.
 func (d DirectControl) CopyTo(op string, worker int, dst uint64, src []byte) error {
-	if err := d.gate(op); err != nil {
+	if err := d.Gate(op); err != nil {
 		return err
 	}
 	return d.w.copyTo(op, worker, dst, src)
@@ -117,81 +120,10 @@ func (d DirectControl) CopyTo(op string, worker int, dst uint64, src []byte) err
 
 // CopyFrom copies chip worker's memory at src into dst.
 func (d DirectControl) CopyFrom(op string, worker int, dst []byte, src uint64) error {
-	if err := d.gate(op); err != nil {
+	if err := d.Gate(op); err != nil {
 		return err
 	}
 	return d.w.copyFrom(op, worker, dst, src)
-}
-
-// RemoteMalloc allocates nbytes on remote node worker and returns the
-// owner handle.
-func (d DirectControl) RemoteMalloc(worker, nbytes int) (*RemoteBuffer, error) {
-	const op = "remote_malloc"
-	if nbytes <= 0 || nbytes > wire.MaxBufferBytes {
-		return nil, Errorf(ValueError, "%s: nbytes must be in 1..%d, got %d", op, wire.MaxBufferBytes, nbytes)
-	}
-	if err := d.gate(op); err != nil {
-		return nil, err
-	}
-	return d.w.remoteMalloc(op, worker, nbytes)
-}
-
-// RemoteCopyTo copies src into owner buffer h at offset.
-func (d DirectControl) RemoteCopyTo(h *RemoteBuffer, src []byte, offset int) error {
-	const op = "remote_copy_to"
-	if err := ownerHandle(op, h, offset, len(src)); err != nil {
-		return err
-	}
-	if err := d.gate(op); err != nil {
-		return err
-	}
-	return d.w.remoteCopyTo(op, h, src, offset)
-}
-
-// RemoteCopyFrom copies owner buffer h at offset into dst.
-func (d DirectControl) RemoteCopyFrom(h *RemoteBuffer, dst []byte, offset int) error {
-	const op = "remote_copy_from"
-	if err := ownerHandle(op, h, offset, len(dst)); err != nil {
-		return err
-	}
-	if err := d.gate(op); err != nil {
-		return err
-	}
-	return d.w.remoteCopyFrom(op, h, dst, offset)
-}
-
-// RemoteExportRange exports [offset, offset+nbytes) of owner handle h.
-func (d DirectControl) RemoteExportRange(h *RemoteBuffer, offset, nbytes int, access Access) (*RemoteExport, error) {
-	const op = "remote_export"
-	if err := ownerHandle(op, h, offset, nbytes); err != nil {
-		return nil, err
-	}
-	if access&^h.Access != 0 {
-		return nil, Errorf(ValueError, "%s: %s access of a %s handle", op, access, h.Access)
-	}
-	if err := d.gate(op); err != nil {
-		return nil, err
-	}
-	return d.w.remoteExport(op, h, offset, nbytes, access)
-}
-
-// RemoteImport makes export e usable on node worker; access 0 means as
-// exported.
-func (d DirectControl) RemoteImport(e *RemoteExport, worker int, access Access) (*RemoteBuffer, error) {
-	const op = "remote_import"
-	if e.owner.Released() {
-		return nil, UsedAfterRelease(op, "the exported buffer")
-	}
-	if access == 0 {
-		access = e.access
-	}
-	if access&^e.access != 0 {
-		return nil, Errorf(ValueError, "%s: %s access of a %s export", op, access, e.access)
-	}
-	if err := d.gate(op); err != nil {
-		return nil, err
-	}
-	return d.w.remoteImport(op, e, worker, access)
 }
 
 // afterSubmit is the refusal of direct control in run r once r has

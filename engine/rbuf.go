@@ -2,8 +2,8 @@ package engine
 
 import (
 	"strconv"
+	"sync/atomic"
 
-	"simpler/internal/bounds"
 	"simpler/wire"
 )
 
@@ -32,9 +32,11 @@ func ParseAccess(s string) (Access, error) {
 }
 
 // RemoteBuffer is a handle on remote memory: an owner allocation, or an
-// imported view of one on another worker. Its lifetime is decided by the
-// registry below, a state machine with no I/O: calls return the physical
-// actions (owner frees, import releases) that their caller must carry out.
+// imported view of one on another worker. Its identity never changes once
+// made. Its lifetime is decided by its Ledger (engine/remote's remote
+// buffers of the Worker that made it); the engine keeps only the two parts
+// of it the submit path touches: the holds its tasks take, and whether the
+// user released it, which submit checks.
 type RemoteBuffer struct {
 	Worker   int    // the worker that can consume it
 	Owner    int    // the worker that owns the memory
@@ -44,89 +46,86 @@ type RemoteBuffer struct {
 	NBytes   int
 	Offset   int // where an imported view starts in the owner allocation
 	Access   Access
+	Source   *RemoteBuffer // imported: the owner handle; nil for an owner
+	Ledger   RemoteLedger  // decides when the memory goes; nil: nothing does
 
-	released bool          // the user let go (remote_free / remote_release_import)
-	done     bool          // the physical free or import release was issued
-	slotRefs int           // tasks that captured it and have not reached the fence
-	imports  int           // owner: live imported views
-	source   *RemoteBuffer // imported: the owner handle
+	holds    atomic.Int32 // tasks that captured it whose run has not passed its fence
+	released atomic.Bool  // the user let go (remote_free / remote_release_import)
 }
 
 // Imported reports whether h is an imported view.
-func (h *RemoteBuffer) Imported() bool { return h.source != nil }
+func (h *RemoteBuffer) Imported() bool { return h.Source != nil }
 
 // Released reports whether the user released h.
-func (h *RemoteBuffer) Released() bool { return h.released }
+func (h *RemoteBuffer) Released() bool { return h.released.Load() }
 
-// Freed reports whether h's physical action was issued and not undone: the
-// free of an owner allocation, the release of an imported view.
-func (h *RemoteBuffer) Freed() bool { return h.done }
+// SetReleased records whether the user released h: its Ledger sets it on a
+// release, and clears it again when the free it issued failed (the memory
+// is still there).
+func (h *RemoteBuffer) SetReleased(v bool) { h.released.Store(v) }
 
-// RemoteAction is physical work the registry decided on.
-type RemoteAction struct {
-	Free          *RemoteBuffer // free this owner allocation on its owner
-	ReleaseImport *RemoteBuffer // drop this imported mapping on its importer
+// Holds is how many tasks hold h: they captured it at submit, and their
+// run has not passed its fence. A ledger defers h's free while it is not 0.
+func (h *RemoteBuffer) Holds() int { return int(h.holds.Load()) }
+
+// RemoteLedger decides when a remote buffer's memory may go. The engine
+// tells it only when a run's holds end.
+type RemoteLedger interface {
+	// Drop is called after a run's fence, outside the Worker's lock, with
+	// the buffers the run's tasks held (each once per hold, the holds
+	// already let go): a release deferred until now happens here.
+	Drop(bufs []*RemoteBuffer) error
 }
 
-// The registry's transitions, guarded by the Worker's mutex.
+// capturedKey names the fence work that ends a run's holds.
+type capturedKey struct{}
 
-// release marks h released and returns what may happen now.
-func release(h *RemoteBuffer) []RemoteAction {
-	if h.released {
-		return nil // idempotent
+// captureRemote holds every remote buffer t uses, before t can be
+// dispatched; the first hold of a run registers the run's fence work that
+// lets them go. Caller holds w.mu.
+func (r *Run) captureRemote(t *Task) {
+	for m := range t.args {
+		for _, ten := range t.args[m].Tensors {
+			if ten.Remote == nil {
+				continue
+			}
+			if len(r.captured) == 0 {
+				r.onFence(FenceRemote, capturedKey{}, r.dropCaptured)
+			}
+			ten.Remote.Buf.holds.Add(1)
+			r.captured = append(r.captured, ten.Remote.Buf)
+		}
 	}
-	h.released = true
-	return settle(h, nil)
 }
 
-// failed undoes an owner free that could not be carried out (the node
-// refused it, the connection failed, a fault point fired): the memory is
-// still there, so the handle is live again, unreleased, and a later
-// remote_free issues the free anew instead of being a no-op on a handle
-// that only looks freed. It returns whether it undid anything. An import
-// release is not undone: its owner's free may already have followed it.
-func failed(a RemoteAction) bool {
-	h := a.Free
-	if h == nil || h.Imported() || !h.done {
-		return false
+// dropCaptured lets go of r's holds at its fence and hands the buffers to
+// their ledgers, each ledger its own in one call. The fence owns r by now:
+// no task of r can capture more.
+func (r *Run) dropCaptured() error {
+	bufs := r.captured
+	r.captured = nil
+	for _, b := range bufs {
+		b.holds.Add(-1)
 	}
-	h.done, h.released = false, false
-	return true
-}
-
-// capture takes a slot ref for a task that uses h.
-func capture(h *RemoteBuffer) { h.slotRefs++ }
-
-// drop releases a slot ref at the task's run fence.
-func drop(h *RemoteBuffer) []RemoteAction {
-	h.slotRefs--
-	return settle(h, nil)
-}
-
-// importFrom records a new imported view of owner.
-func importFrom(owner *RemoteBuffer, view *RemoteBuffer) {
-	view.source = owner
-	owner.imports++
-}
-
-// settle issues h's physical action once nothing holds it: an imported
-// view when its slot refs drain (which may in turn let its owner go); an
-// owner when its slot refs and imports drain.
-func settle(h *RemoteBuffer, acts []RemoteAction) []RemoteAction {
-	if !h.released || h.done || h.slotRefs > 0 {
-		return acts
+	var first error
+	for len(bufs) > 0 {
+		l := bufs[0].Ledger
+		var mine, rest []*RemoteBuffer
+		for _, b := range bufs {
+			if b.Ledger == l {
+				mine = append(mine, b)
+			} else {
+				rest = append(rest, b)
+			}
+		}
+		if l != nil {
+			if err := l.Drop(mine); err != nil && first == nil {
+				first = err
+			}
+		}
+		bufs = rest
 	}
-	if h.source != nil {
-		h.done = true
-		acts = append(acts, RemoteAction{ReleaseImport: h})
-		h.source.imports--
-		return settle(h.source, acts)
-	}
-	if h.imports > 0 {
-		return acts
-	}
-	h.done = true
-	return append(acts, RemoteAction{Free: h})
+	return first
 }
 
 // UsedAfterRelease is the error for a remote buffer handle (or an export
@@ -159,20 +158,4 @@ func byteCount(n uint64) string {
 		return "1 byte"
 	}
 	return strconv.FormatUint(n, 10) + " bytes"
-}
-
-// checkRange is RangeError for the signed values of a call: nil when n
-// bytes at offset lie inside size bytes and n > 0.
-func checkRange(op string, offset, n, size int) error {
-	switch {
-	case offset < 0:
-		return Errorf(ValueError, "%s: offset %d is negative", op, offset)
-	case n < 0 && offset < size:
-		return Errorf(ValueError, "%s: nbytes %d is negative", op, n)
-	case n > 0 && bounds.FitsInt(offset, n, size):
-		return nil
-	case n < 0:
-		n = 0 // the offset is past the end: that is what to say
-	}
-	return RangeError(op, uint64(offset), uint64(n), uint64(max(size, 0)))
 }

@@ -32,7 +32,7 @@ type Run struct {
 	cleanups  []Cleanup                 // run after the fence, last registered first
 	fence     [nFencePhases][]fenceHook // roles' work after the fence (hooks.go)
 	domains   []*Domain                 // allocated by this run, in allocation order
-	captured  []*RemoteBuffer           // slot refs taken by this run's tasks
+	captured  []*RemoteBuffer           // remote buffers this run's tasks hold (rbuf.go)
 	globals   []*GlobalDomain           // brokered by this run
 	retired   bool                      // past the fence: a release frees at once
 	held      []*Task                   // ready tasks waiting for the runs before this one
@@ -255,10 +255,10 @@ func (r *Run) Tasks() int {
 }
 
 // finishesLocally reports whether finishing r needs no reply from a remote
-// node: no remote buffer to drop, no cleanup, no global domain to free.
-// Caller holds w.mu.
+// node: no fence hook (remote buffers its tasks hold, say), no cleanup, no
+// global domain to free. Caller holds w.mu.
 func (r *Run) finishesLocally() bool {
-	return len(r.captured) == 0 && len(r.cleanups) == 0 && len(r.globals) == 0 && !r.hasFenceWork()
+	return len(r.cleanups) == 0 && len(r.globals) == 0 && !r.hasFenceWork()
 }
 
 // fenceOnly reports whether r's fence has nothing to do outside w.mu: it
@@ -288,9 +288,6 @@ func (w *Worker) finish(r *Run) {
 		return
 	}
 	w.mu.Unlock()
-	if err := w.dropCaptured(r); err != nil && r.waitErr == nil {
-		r.waitErr = err
-	}
 	r.runFence(FenceRemote)
 	for i := len(cleanups) - 1; i >= 0; i-- {
 		if err := cleanups[i].Fn(); err != nil {

@@ -95,10 +95,9 @@ type Worker struct {
 	// remoteFailed counts goroutines completing remote tasks that could
 	// not be sent (see remoteEndpoint.Start).
 	remoteFailed sync.WaitGroup
-	groups       []*workerGroup             // add_worker_group's, in the order added (group.go)
-	rbufs        map[*RemoteBuffer]struct{} // live handles, for close
-	globals      map[uint64]*nodeGlobal     // level 3: global domains this node hosts ranks of
-	gdomains     map[uint64]*GlobalDomain   // level 4+: global domains this worker brokered, live
+	groups       []*workerGroup           // add_worker_group's, in the order added (group.go)
+	globals      map[uint64]*nodeGlobal   // level 3: global domains this node hosts ranks of
+	gdomains     map[uint64]*GlobalDomain // level 4+: global domains this worker brokered, live
 	globalSeq    uint64
 	gwarm        gwarmCache // level 4+: pooled window names of released global domains (gwarm.go)
 	cluster      uint64     // this broker's cluster id (clusterID), drawn on first use
@@ -147,7 +146,6 @@ func NewWorker(cfg Config) (*Worker, error) {
 	w := &Worker{cfg: cfg, runs: map[*Run]struct{}{}, domains: map[string]*Domain{},
 		hostBufs:    map[uint64]*HostBuffer{},
 		hostBufSegs: map[*shm.Segment]*HostBuffer{},
-		rbufs:       map[*RemoteBuffer]struct{}{},
 		globals:     map[uint64]*nodeGlobal{},
 		gdomains:    map[uint64]*GlobalDomain{},
 		deadlines:   map[memberKey]*time.Timer{},

@@ -7,6 +7,7 @@ import (
 
 	"simpler/engine"
 	"simpler/engine/hostmem"
+	"simpler/engine/remote"
 	"simpler/hal/dtype"
 	"simpler/starlib/array"
 )
@@ -56,7 +57,7 @@ func (b *RemoteBuffer) Attr(name string) (starlark.Value, error) {
 }
 
 // RemoteExport is an opaque RemoteBufferExport.
-type RemoteExport struct{ e *engine.RemoteExport }
+type RemoteExport struct{ e *remote.Export }
 
 func (x *RemoteExport) String() string {
 	off, n := x.e.Range()
@@ -252,7 +253,7 @@ func (w *Worker) remoteMalloc(th *starlark.Thread, args starlark.Tuple, kw []sta
 	if err != nil {
 		return nil, err
 	}
-	h, err := d.RemoteMalloc(worker, nbytes)
+	h, err := remote.DirectIn(d).Malloc(worker, nbytes)
 	if err != nil {
 		return nil, err
 	}
@@ -270,7 +271,7 @@ func (w *Worker) remoteFree(th *starlark.Thread, args starlark.Tuple, kw []starl
 	}
 	// A free that fails leaves the handle live: the memory is still
 	// there, and remote_free may be called again.
-	return starlark.None, w.w.RemoteFree(h)
+	return starlark.None, remote.Free(h)
 }
 
 func (w *Worker) remoteReleaseImport(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
@@ -282,7 +283,7 @@ func (w *Worker) remoteReleaseImport(th *starlark.Thread, args starlark.Tuple, k
 	if err != nil {
 		return nil, err
 	}
-	return starlark.None, w.w.RemoteReleaseImport(h)
+	return starlark.None, remote.ReleaseImport(h)
 }
 
 // remoteCopy implements remote_copy_to / remote_copy_from: the host side
@@ -316,9 +317,9 @@ func (w *Worker) remoteCopy(th *starlark.Thread, op string, args starlark.Tuple,
 		return nil, err
 	}
 	if op == "remote_copy_to" {
-		return starlark.None, d.RemoteCopyTo(h, host, offset)
+		return starlark.None, remote.DirectIn(d).CopyTo(h, host, offset)
 	}
-	return starlark.None, d.RemoteCopyFrom(h, host, offset)
+	return starlark.None, remote.DirectIn(d).CopyFrom(h, host, offset)
 }
 
 func (w *Worker) remoteCopyTo(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
@@ -355,7 +356,7 @@ func (w *Worker) remoteExport(th *starlark.Thread, args starlark.Tuple, kw []sta
 	if err != nil {
 		return nil, err
 	}
-	e, err := d.RemoteExportRange(h, offset, nbytes, a)
+	e, err := remote.DirectIn(d).Export(h, offset, nbytes, a)
 	if err != nil {
 		return nil, err
 	}
@@ -388,7 +389,7 @@ func (w *Worker) remoteImport(th *starlark.Thread, args starlark.Tuple, kw []sta
 	if err != nil {
 		return nil, err
 	}
-	h, err := d.RemoteImport(e.e, worker, a)
+	h, err := remote.DirectIn(d).Import(e.e, worker, a)
 	if err != nil {
 		return nil, err
 	}

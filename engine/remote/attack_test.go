@@ -21,13 +21,13 @@ import (
 
 // exportOn exports the whole of a fresh 8-byte buffer on node 0 of w and
 // returns the export and its id as a parent relays it.
-func exportOn(t *testing.T, w *engine.Worker) (*engine.RemoteExport, wire.ExportID) {
+func exportOn(t *testing.T, w *engine.Worker) (*Export, wire.ExportID) {
 	t.Helper()
-	owner, err := w.RemoteMalloc(0, 8)
+	owner, err := outside(w).Malloc(0, 8)
 	if err != nil {
 		t.Fatal(err)
 	}
-	exp, err := w.RemoteExportRange(owner, 0, 8, engine.AccessRW)
+	exp, err := outside(w).Export(owner, 0, 8, engine.AccessRW)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestAttackExportIDs(t *testing.T) {
 	}
 
 	// Once the buffer is freed, its id is stale.
-	if err := w.RemoteFree(exp.Owner()); err != nil {
+	if err := Free(exp.Owner()); err != nil {
 		t.Fatal(err)
 	}
 	wantRefusal(t, "a stale id", importID(n1, id.Bytes()), engine.ValueError, "no such export")
@@ -129,15 +129,15 @@ func TestAttackSessionBounds(t *testing.T) {
 	_, addr := startDaemonConfig(t, DaemonConfig{Limits: wire.Limits{BufferBytes: 64 << 20}})
 	w := remoteWorker(t, addr)
 	n := nodeOf(w, 0)
-	_, err := w.RemoteMalloc(0, 1<<40)
+	_, err := outside(w).Malloc(0, 1<<40)
 	wantRefusal(t, "a 1 TiB malloc", err, engine.RuntimeError, "beyond its bound of 67108864")
-	big := must(w.RemoteMalloc(0, 48<<20))
-	_, err = w.RemoteMalloc(0, 32<<20)
+	big := must(outside(w).Malloc(0, 48<<20))
+	_, err = outside(w).Malloc(0, 32<<20)
 	wantRefusal(t, "a malloc past the bound", err, engine.RuntimeError, "--max-buffer-bytes")
-	if err := w.RemoteFree(big); err != nil {
+	if err := Free(big); err != nil {
 		t.Fatal(err)
 	}
-	h := must(w.RemoteMalloc(0, 32<<20)) // freed memory is counted back
+	h := must(outside(w).Malloc(0, 32<<20)) // freed memory is counted back
 	ref := wire.BufferRef{ID: h.BufferID, Generation: h.Gen}
 	bulk := make([]byte, 2<<20) // above the size read straight into the buffer
 	for _, off := range []uint64{1 << 63, ^uint64(0), ^uint64(0) - uint64(len(bulk)) + 1, 32<<20 - 1} {
@@ -161,11 +161,11 @@ func TestAttackSessionBounds(t *testing.T) {
 	wantRefusal(t, "windows past the bound", err, engine.RuntimeError, "PREPARE")
 	// The session is intact: a copy round trip works.
 	src := []byte("still serving")
-	if err := w.RemoteCopyTo(h, src, 100); err != nil {
+	if err := outside(w).CopyTo(h, src, 100); err != nil {
 		t.Fatal(err)
 	}
 	dst := make([]byte, len(src))
-	if err := w.RemoteCopyFrom(h, dst, 100); err != nil || string(dst) != string(src) {
+	if err := outside(w).CopyFrom(h, dst, 100); err != nil || string(dst) != string(src) {
 		t.Fatalf("copy after the attacks: %q %v", dst, err)
 	}
 }
@@ -330,7 +330,7 @@ func TestAttackBeforeAuthentication(t *testing.T) {
 	}
 	// A legitimate parent is served.
 	w := remoteWorker(t, addr)
-	if _, err := w.RemoteMalloc(0, 8); err != nil {
+	if _, err := outside(w).Malloc(0, 8); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -390,7 +390,7 @@ func TestAttackProofGuessing(t *testing.T) {
 		t.Errorf("%d wrong proofs took %v, want at least %v", guesses, el, min)
 	}
 	w := remoteWorker(t, addr)
-	if _, err := w.RemoteMalloc(0, 8); err != nil {
+	if _, err := outside(w).Malloc(0, 8); err != nil {
 		t.Fatal(err)
 	}
 }

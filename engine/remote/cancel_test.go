@@ -37,11 +37,11 @@ func remoteRef(h *engine.RemoteBuffer) engine.Tensor {
 }
 
 // readRemote is the int64 at the start of buffer h, read also while a
-// run is in flight (WatchRemote).
+// run is in flight (Watch).
 func readRemote(t *testing.T, w *engine.Worker, h *engine.RemoteBuffer) int64 {
 	t.Helper()
 	b := make([]byte, 8)
-	if err := w.WatchRemote(h, b, 0); err != nil {
+	if err := Watch(h, b, 0); err != nil {
 		t.Fatal(err)
 	}
 	return get64(b)
@@ -64,7 +64,7 @@ func TestRemoteCancelReportsWhatRan(t *testing.T) {
 	// Node 0 runs a kernel that heeds no stop, so the task queued behind
 	// it is still queued when its own CANCEL arrives, whatever the order
 	// of the two CANCELs.
-	a, b := must(w.RemoteMalloc(0, 8)), must(w.RemoteMalloc(0, 8))
+	a, b := must(outside(w).Malloc(0, 8)), must(outside(w).Malloc(0, 8))
 	r := must(w.Submit(asBuild(func(o *engine.Orchestrator) error {
 		if _, err := o.SubmitNext(hang, mkArgs(remoteRef(a), engine.OutputExisting), nil, 0); err != nil {
 			return err
@@ -87,7 +87,7 @@ func TestRemoteCancelReportsWhatRan(t *testing.T) {
 	// Node 1 runs them.
 	bufs := make([]*engine.RemoteBuffer, 4)
 	for k := range bufs {
-		bufs[k] = must(w.RemoteMalloc(1, 8))
+		bufs[k] = must(outside(w).Malloc(1, 8))
 	}
 	outcomes := map[string]int{}
 	deadline := time.Now().Add(15 * time.Second)
@@ -151,7 +151,7 @@ func TestCloseWhileSessionStopped(t *testing.T) {
 		t.Fatal(err)
 	}
 	spin := kernelNode(t, w, "node_spin")
-	a := must(w.RemoteMalloc(0, 8))
+	a := must(outside(w).Malloc(0, 8))
 	r := must(w.Submit(asBuild(func(o *engine.Orchestrator) error {
 		_, err := o.SubmitNext(spin, mkArgs(remoteRef(a), engine.OutputExisting), nil, 0)
 		return err
@@ -195,7 +195,7 @@ func TestRemoteGroupMemberFailureStopsSiblings(t *testing.T) {
 	register(t, w, procKernel{"failOrSpin"})
 	register(t, w, procKernel{"spin"})
 	h := kernelNode(t, w, "node_failOrSpin")
-	a, b := must(w.RemoteMalloc(0, 8)), must(w.RemoteMalloc(1, 8))
+	a, b := must(outside(w).Malloc(0, 8)), must(outside(w).Malloc(1, 8))
 	start := time.Now()
 	err := runDone(t, w, func(o *engine.Orchestrator) error {
 		members := []*engine.TaskArgs{mkArgs(remoteRef(a), engine.OutputExisting, uint64(0)), mkArgs(remoteRef(b), engine.OutputExisting, uint64(1))}

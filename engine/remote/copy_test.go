@@ -25,18 +25,18 @@ func TestBulkCopiesArriveWhole(t *testing.T) {
 		t.Fatal(err)
 	}
 	const size, off = 24 << 20, 4093
-	h := must(w.RemoteMalloc(0, size))
+	h := must(outside(w).Malloc(0, size))
 	src := make([]byte, size-off-5)
 	for i := 0; i+8 <= len(src); i += 8 {
 		binary.LittleEndian.PutUint64(src[i:], uint64(i)*0x9e3779b97f4a7c15)
 	}
 	for round := 0; round < 2; round++ { // the second reuses both ends' memory
 		src[round] ^= 0xff
-		if err := w.RemoteCopyTo(h, src, off); err != nil {
+		if err := outside(w).CopyTo(h, src, off); err != nil {
 			t.Fatal(err)
 		}
 		dst := make([]byte, len(src))
-		if err := w.RemoteCopyFrom(h, dst, off); err != nil {
+		if err := outside(w).CopyFrom(h, dst, off); err != nil {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(dst, src) {
@@ -48,7 +48,7 @@ func TestBulkCopiesArriveWhole(t *testing.T) {
 		}
 	}
 	bulkFallbacks(t, nodeOf(w, 0), wire.BufferRef{ID: h.BufferID, Generation: h.Gen}, size, src[:2<<20], off)
-	if err := w.RemoteFree(h); err != nil {
+	if err := Free(h); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -84,7 +84,7 @@ func copyWorker(b *testing.B) (*engine.Worker, *engine.RemoteBuffer) {
 	if err := w.Init(); err != nil {
 		b.Fatal(err)
 	}
-	h, err := w.RemoteMalloc(0, copyBytes)
+	h, err := outside(w).Malloc(0, copyBytes)
 	if err != nil {
 		w.Close()
 		b.Fatal(err)
@@ -95,12 +95,14 @@ func copyWorker(b *testing.B) (*engine.Worker, *engine.RemoteBuffer) {
 // BenchmarkRemoteCopyTo measures a 64 MiB remote_copy_to (compare
 // BenchmarkLoopbackTCP: the raw limit).
 func BenchmarkRemoteCopyTo(b *testing.B) {
-	benchCopy(b, func(w *engine.Worker, h *engine.RemoteBuffer, buf []byte) error { return w.RemoteCopyTo(h, buf, 0) })
+	benchCopy(b, func(w *engine.Worker, h *engine.RemoteBuffer, buf []byte) error { return outside(w).CopyTo(h, buf, 0) })
 }
 
 // BenchmarkRemoteCopyFrom measures a 64 MiB remote_copy_from.
 func BenchmarkRemoteCopyFrom(b *testing.B) {
-	benchCopy(b, func(w *engine.Worker, h *engine.RemoteBuffer, buf []byte) error { return w.RemoteCopyFrom(h, buf, 0) })
+	benchCopy(b, func(w *engine.Worker, h *engine.RemoteBuffer, buf []byte) error {
+		return outside(w).CopyFrom(h, buf, 0)
+	})
 }
 
 // benchCopy times copy of a 64 MiB buffer to or from a remote buffer.

@@ -33,10 +33,10 @@ func TestRemoteDirectControlDuringARun(t *testing.T) {
 		}
 	})
 	spin := kernelNode(t, w, "node_spin")
-	mark := must(w.RemoteMalloc(0, 8))
-	owner := must(w.RemoteMalloc(0, 8))
-	view := must(w.RemoteImport(must(w.RemoteExportRange(owner, 0, 8, engine.AccessRW)), 0, 0))
-	exp := must(w.RemoteExportRange(owner, 0, 8, engine.AccessRead))
+	mark := must(outside(w).Malloc(0, 8))
+	owner := must(outside(w).Malloc(0, 8))
+	view := must(outside(w).Import(must(outside(w).Export(owner, 0, 8, engine.AccessRW)), 0, 0))
+	exp := must(outside(w).Export(owner, 0, 8, engine.AccessRead))
 	r := must(w.Submit(asBuild(func(o *engine.Orchestrator) error {
 		_, err := o.SubmitNext(spin, mkArgs(remoteRef(mark), engine.OutputExisting, remoteRef(view), engine.Input), nil, 0)
 		return err
@@ -58,12 +58,12 @@ func TestRemoteDirectControlDuringARun(t *testing.T) {
 	})
 	b := make([]byte, 8)
 	refusals := map[string]error{
-		"remote_copy_from": w.RemoteCopyFrom(mark, b, 0),
-		"remote_copy_to":   w.RemoteCopyTo(mark, b, 0),
+		"remote_copy_from": outside(w).CopyFrom(mark, b, 0),
+		"remote_copy_to":   outside(w).CopyTo(mark, b, 0),
 	}
-	_, refusals["remote_malloc"] = w.RemoteMalloc(0, 8)
-	_, refusals["remote_export"] = w.RemoteExportRange(owner, 0, 8, engine.AccessRead)
-	_, refusals["remote_import"] = w.RemoteImport(exp, 0, 0)
+	_, refusals["remote_malloc"] = outside(w).Malloc(0, 8)
+	_, refusals["remote_export"] = outside(w).Export(owner, 0, 8, engine.AccessRead)
+	_, refusals["remote_import"] = outside(w).Import(exp, 0, 0)
 	for op, err := range refusals {
 		if err == nil || !strings.Contains(err.Error(), op+": 1 run(s) still in flight") {
 			t.Errorf("%s during a run: %v", op, err)
@@ -81,20 +81,20 @@ func TestRemoteDirectControlDuringARun(t *testing.T) {
 	}
 
 	// The task uses view (and so owner): both releases are deferred.
-	if err := w.RemoteReleaseImport(view); err != nil || !view.Released() || view.Freed() {
-		t.Fatalf("deferred release of an import in use: %v (released %v, freed %v)", err, view.Released(), view.Freed())
+	if err := ReleaseImport(view); err != nil || !view.Released() || Freed(view) {
+		t.Fatalf("deferred release of an import in use: %v (released %v, freed %v)", err, view.Released(), Freed(view))
 	}
-	if err := w.RemoteFree(owner); err != nil || !owner.Released() || owner.Freed() {
-		t.Fatalf("deferred free of an owner in use: %v (released %v, freed %v)", err, owner.Released(), owner.Freed())
+	if err := Free(owner); err != nil || !owner.Released() || Freed(owner) {
+		t.Fatalf("deferred free of an owner in use: %v (released %v, freed %v)", err, owner.Released(), Freed(owner))
 	}
 	r.Cancel()
 	if err := r.Wait(10 * time.Second); err == nil || !strings.Contains(err.Error(), "cancelled") {
 		t.Fatalf("the cancelled run: %v", err)
 	}
-	if !view.Freed() || !owner.Freed() {
-		t.Errorf("after the run: import freed %v, owner freed %v; want both", view.Freed(), owner.Freed())
+	if !Freed(view) || !Freed(owner) {
+		t.Errorf("after the run: import freed %v, owner freed %v; want both", Freed(view), Freed(owner))
 	}
-	if err := w.RemoteFree(mark); err != nil {
+	if err := Free(mark); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -129,7 +129,7 @@ func TestAttackWrongProofsDoNotLockOutTheirAddress(t *testing.T) {
 	poll(t, "three refusals held for 127.0.0.1", func() bool { return len(heldFor(d, local)) == 3 })
 	start := time.Now()
 	w := remoteWorker(t, addr)
-	if _, err := w.RemoteMalloc(0, 8); err != nil {
+	if _, err := outside(w).Malloc(0, 8); err != nil {
 		t.Fatal(err)
 	}
 	served := time.Since(start)
@@ -243,7 +243,7 @@ func TestAttackGuessingFromManyAddresses(t *testing.T) {
 		t.Errorf("only %d guesses were answered: every source should have had one", guesses)
 	}
 	w := remoteWorker(t, addr)
-	if _, err := w.RemoteMalloc(0, 8); err != nil {
+	if _, err := outside(w).Malloc(0, 8); err != nil {
 		t.Fatal(err)
 	}
 }

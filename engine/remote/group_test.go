@@ -242,10 +242,10 @@ func TestGroupOfThreeRanks(t *testing.T) {
 	node, _ := w.Lookup(nodeOrch{procKernel{"node_add1"}}.Digest())
 	bufs := make([]*engine.RemoteBuffer, 3)
 	for r, id := range gt.ids {
-		bufs[r] = must(w.RemoteMalloc(id, 8))
+		bufs[r] = must(outside(w).Malloc(id, 8))
 		b := make([]byte, 8)
 		put64(b, int64(10*r))
-		if err := w.RemoteCopyTo(bufs[r], b, 0); err != nil {
+		if err := outside(w).CopyTo(bufs[r], b, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -262,22 +262,22 @@ func TestGroupOfThreeRanks(t *testing.T) {
 	})
 	for r := range gt.ids {
 		b := make([]byte, 8)
-		if err := w.RemoteCopyFrom(bufs[r], b, 0); err != nil || get64(b) != int64(10*r+2) {
+		if err := outside(w).CopyFrom(bufs[r], b, 0); err != nil || get64(b) != int64(10*r+2) {
 			t.Errorf("rank %d: %d (%v), want %d", r, get64(b), err, 10*r+2)
 		}
 	}
 	// Rank 2 writes through an import of rank 0's buffer: the ranks'
 	// processes resolve the export between them, as daemons do.
-	view := must(w.RemoteImport(must(w.RemoteExportRange(bufs[0], 0, 8, engine.AccessRW)), gt.ids[2], 0))
+	view := must(outside(w).Import(must(outside(w).Export(bufs[0], 0, 8, engine.AccessRW)), gt.ids[2], 0))
 	mustRun(t, w, func(o *engine.Orchestrator) error {
 		_, err := o.SubmitNext(node, mkArgs(engine.Tensor{Shape: []int{1}, DType: 7, Remote: &engine.RemoteRef{Buf: view}}, engine.InOut), nil, gt.ids[2])
 		return err
 	})
 	b := make([]byte, 8)
-	if err := w.RemoteCopyFrom(bufs[0], b, 0); err != nil || get64(b) != 3 {
+	if err := outside(w).CopyFrom(bufs[0], b, 0); err != nil || get64(b) != 3 {
 		t.Errorf("rank 0's buffer after rank 2 wrote through its import: %d (%v), want 3", get64(b), err)
 	}
-	if err := w.RemoteReleaseImport(view); err != nil {
+	if err := ReleaseImport(view); err != nil {
 		t.Fatal(err)
 	}
 	// A global domain across the ranks (one host's shared memory: sim).
@@ -414,7 +414,7 @@ func TestGroupRankKilledMidRun(t *testing.T) {
 		}
 	}
 	hang, _ := w.Lookup(nodeOrch{procKernel{"node_hang"}}.Digest())
-	h := must(w.RemoteMalloc(gt.ids[1], 8))
+	h := must(outside(w).Malloc(gt.ids[1], 8))
 	r, err := w.Submit(asBuild(func(o *engine.Orchestrator) error {
 		_, err := o.SubmitNext(hang, mkArgs(engine.Tensor{Shape: []int{1}, DType: 7, Remote: &engine.RemoteRef{Buf: h}}, engine.OutputExisting), nil, gt.ids[1])
 		return err
@@ -423,7 +423,7 @@ func TestGroupRankKilledMidRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := make([]byte, 8)
-	poll(t, "the kernel to start on rank 1", func() bool { return w.WatchRemote(h, b, 0) == nil && get64(b) == 1 })
+	poll(t, "the kernel to start on rank 1", func() bool { return Watch(h, b, 0) == nil && get64(b) == 1 })
 	pid := gt.group.pids[1]
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -460,13 +460,13 @@ func TestGroupWithRanksStartedByTheTest(t *testing.T) {
 	gt.init()
 	node, _ := gt.w.Lookup(nodeOrch{procKernel{"node_add1"}}.Digest())
 	for r, id := range gt.ids {
-		h := must(gt.w.RemoteMalloc(id, 8))
+		h := must(outside(gt.w).Malloc(id, 8))
 		mustRun(t, gt.w, func(o *engine.Orchestrator) error {
 			_, err := o.SubmitNext(node, mkArgs(engine.Tensor{Shape: []int{1}, DType: 7, Remote: &engine.RemoteRef{Buf: h}}, engine.InOut), nil, id)
 			return err
 		})
 		b := make([]byte, 8)
-		if err := gt.w.RemoteCopyFrom(h, b, 0); err != nil || get64(b) != 1 {
+		if err := outside(gt.w).CopyFrom(h, b, 0); err != nil || get64(b) != 1 {
 			t.Errorf("rank %d (from $%s): %d (%v)", r, RankEnv[r], get64(b), err)
 		}
 	}

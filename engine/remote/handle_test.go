@@ -18,7 +18,7 @@ import (
 func TestRemoteRangeRefusalsSayWhatIsWrong(t *testing.T) {
 	_, addr := startDaemon(t)
 	w := remoteWorker(t, addr)
-	h := must(w.RemoteMalloc(0, 64))
+	h := must(outside(w).Malloc(0, 64))
 	for _, c := range []struct {
 		offset, n int
 		want      string
@@ -31,7 +31,7 @@ func TestRemoteRangeRefusalsSayWhatIsWrong(t *testing.T) {
 		{32, 40, "remote_export: 40 bytes at offset 32 run 8 bytes past the end of the 64-byte buffer"},
 		{1, math.MaxInt, "remote_export: 9223372036854775807 bytes at offset 1 run 9223372036854775744 bytes past the end of the 64-byte buffer"},
 	} {
-		_, err := w.RemoteExportRange(h, c.offset, c.n, engine.AccessRW)
+		_, err := outside(w).Export(h, c.offset, c.n, engine.AccessRW)
 		if engine.KindOf(err) != engine.ValueError || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("export of %d bytes at %d: %v; want a ValueError with %q", c.n, c.offset, err, c.want)
 		}
@@ -55,7 +55,7 @@ func TestRemoteRangeRefusalsSayWhatIsWrong(t *testing.T) {
 	if want := "COPY_FROM: 16 bytes at offset 56 run 8 bytes past the end of the 64-byte buffer"; engine.KindOf(err) != engine.ValueError || !strings.Contains(err.Error(), want) {
 		t.Errorf("a raw COPY_FROM past the end: %v; want %q", err, want)
 	}
-	if err := w.RemoteFree(h); err != nil {
+	if err := Free(h); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -67,13 +67,13 @@ func TestRemoteHandleUsedAfterReleaseIsARuntimeError(t *testing.T) {
 	_, a := startDaemon(t)
 	_, b := startDaemon(t)
 	w := remoteWorker(t, a, b)
-	owner := must(w.RemoteMalloc(0, 8))
-	exp := must(w.RemoteExportRange(owner, 0, 8, engine.AccessRW))
-	view := must(w.RemoteImport(exp, 1, 0))
-	if err := w.RemoteReleaseImport(view); err != nil {
+	owner := must(outside(w).Malloc(0, 8))
+	exp := must(outside(w).Export(owner, 0, 8, engine.AccessRW))
+	view := must(outside(w).Import(exp, 1, 0))
+	if err := ReleaseImport(view); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.RemoteFree(owner); err != nil {
+	if err := Free(owner); err != nil {
 		t.Fatal(err)
 	}
 	node, _ := w.Lookup(nodeOrch{procKernel{"node_add1"}}.Digest())
@@ -85,10 +85,10 @@ func TestRemoteHandleUsedAfterReleaseIsARuntimeError(t *testing.T) {
 	}
 	buf := make([]byte, 8)
 	for what, err := range map[string]error{
-		"remote_copy_to":   w.RemoteCopyTo(owner, buf, 0),
-		"remote_copy_from": w.RemoteCopyFrom(owner, buf, 0),
-		"remote_export":    func() error { _, err := w.RemoteExportRange(owner, 0, 8, engine.AccessRW); return err }(),
-		"remote_import":    func() error { _, err := w.RemoteImport(exp, 1, 0); return err }(),
+		"remote_copy_to":   outside(w).CopyTo(owner, buf, 0),
+		"remote_copy_from": outside(w).CopyFrom(owner, buf, 0),
+		"remote_export":    func() error { _, err := outside(w).Export(owner, 0, 8, engine.AccessRW); return err }(),
+		"remote_import":    func() error { _, err := outside(w).Import(exp, 1, 0); return err }(),
 		"a task's owner":   task(owner, 0),
 		"a task's import":  task(view, 1),
 	} {

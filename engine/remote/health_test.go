@@ -71,14 +71,14 @@ func TestStoppedSessionNoticedWithinTheBound(t *testing.T) {
 	}
 	defer w.Close()
 	spin, _ := w.Lookup(nodeOrch{procKernel{"node_spin"}}.Digest())
-	buf := must(w.RemoteMalloc(0, 8))
+	buf := must(outside(w).Malloc(0, 8))
 	r := must(w.Submit(asBuild(func(o *engine.Orchestrator) error {
 		_, err := o.SubmitNext(spin, mkArgs(engine.Tensor{Shape: []int{1}, DType: 7, Remote: &engine.RemoteRef{Buf: buf}}, engine.OutputExisting), nil, 0)
 		return err
 	})))
 	sb := make([]byte, 8)
 	poll(t, "the kernel to start on the node", func() bool {
-		return w.WatchRemote(buf, sb, 0) == nil && get64(sb) == 1
+		return Watch(buf, sb, 0) == nil && get64(sb) == 1
 	})
 	// Alive for longer than the bound: the probes are answered.
 	running := time.Now()

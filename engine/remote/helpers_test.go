@@ -162,3 +162,6 @@ func must[T any](v T, err error) T {
 	}
 	return v
 }
+
+// outside is w's remote-buffer calls outside any run.
+func outside(w *engine.Worker) Direct { return DirectIn(w.DirectIn(nil)) }

@@ -43,7 +43,7 @@ func TestRemoteDeadlineAndCancel(t *testing.T) {
 		h, _ := w.Lookup(nodeOrch{procKernel{"node_" + k}}.Digest())
 		return h
 	}
-	buf := must(w.RemoteMalloc(0, 8))
+	buf := must(outside(w).Malloc(0, 8))
 	ref := engine.Tensor{Shape: []int{1}, DType: 7, Remote: &engine.RemoteRef{Buf: buf}}
 	start := time.Now()
 	err := runDone(t, w, func(o *engine.Orchestrator) error {

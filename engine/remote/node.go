@@ -1,6 +1,7 @@
 // Package remote is the TCP transport of remote level-3 nodes: the
 // parent's side of a session (Dial, the node a level-4 Worker drives
-// through engine.RemoteNode), and the daemon's (Daemon, its session
+// through engine.RemoteNode), the parent's remote buffers (a role of the
+// Worker: DirectIn, Free, ReleaseImport), and the daemon's (Daemon, its session
 // processes, their remote buffers and exports, the links between them and
 // to peer daemons, the proof gate). It imports engine, wire and the
 // packages below them; engine never imports it: starlib and the CLI set

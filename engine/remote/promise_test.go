@@ -105,7 +105,7 @@ func TestAProofIsGoodOnlyOnItsOwnConnection(t *testing.T) {
 	}
 	own.Close()
 	w := remoteWorker(t, addr)
-	if _, err := w.RemoteMalloc(0, 8); err != nil {
+	if _, err := outside(w).Malloc(0, 8); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -169,7 +169,7 @@ func TestHandshakeHasOneDeadline(t *testing.T) {
 	defer close(stop)
 
 	w := remoteWorker(t, addr)
-	if _, err := w.RemoteMalloc(0, 8); err != nil {
+	if _, err := outside(w).Malloc(0, 8); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(sessionProcs(d)); n != 1 {
@@ -186,7 +186,7 @@ func TestHandshakeHasOneDeadline(t *testing.T) {
 		}
 		t.Logf("the %s connection was closed %v after it arrived", c.name, el)
 	}
-	if _, err := w.RemoteMalloc(0, 8); err != nil {
+	if _, err := outside(w).Malloc(0, 8); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -240,7 +240,7 @@ func TestOrphanedSessionWithHungWorkEndsAndFreesItsMemory(t *testing.T) {
 		return len(left) == 0
 	})
 	w := remoteWorker(t, addr)
-	if _, err := w.RemoteMalloc(0, 8); err != nil {
+	if _, err := outside(w).Malloc(0, 8); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -355,8 +355,8 @@ func TestGroupListenerBeforeTheProof(t *testing.T) {
 		}()
 	}
 	gt.init()
-	r := must(gt.w.RemoteMalloc(gt.ids[0], 8))
-	if err := gt.w.RemoteFree(r); err != nil {
+	r := must(outside(gt.w).Malloc(gt.ids[0], 8))
+	if err := Free(r); err != nil {
 		t.Error(err)
 	}
 	if err := gt.w.Close(); err != nil {
@@ -401,7 +401,7 @@ func TestParentNeverEchoesAnotherServicesBytes(t *testing.T) {
 	}
 	_, addr := startDaemon(t)
 	w2 := remoteWorker(t, addr)
-	if _, err := w2.RemoteMalloc(0, 8); err != nil {
+	if _, err := outside(w2).Malloc(0, 8); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -480,7 +480,7 @@ func TestFirstFrameMustBeAHello(t *testing.T) {
 		t.Errorf("%d session processes without a HELLO", n)
 	}
 	w := remoteWorker(t, addr)
-	if _, err := w.RemoteMalloc(0, 8); err != nil {
+	if _, err := outside(w).Malloc(0, 8); err != nil {
 		t.Fatal(err)
 	}
 }

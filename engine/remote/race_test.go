@@ -56,7 +56,7 @@ func raceRun(t *testing.T, addr, name string) *race.NodeCount {
 	w := remoteWorker(t, addr)
 	register(t, w, procKernel{"racewrite"})
 	orch := register(t, w, nodeOrch{procKernel{name}})
-	h := must(w.RemoteMalloc(0, 8))
+	h := must(outside(w).Malloc(0, 8))
 	ref := engine.Tensor{Shape: []int{1}, DType: dtype.Int64, Remote: &engine.RemoteRef{Buf: h}}
 	for range 2 {
 		mustRun(t, w, func(o *engine.Orchestrator) error {
@@ -64,7 +64,7 @@ func raceRun(t *testing.T, addr, name string) *race.NodeCount {
 			return err
 		})
 	}
-	if err := w.RemoteFree(h); err != nil {
+	if err := Free(h); err != nil {
 		t.Fatal(err)
 	}
 	return nodeOf(w, 0).RaceCount()

@@ -47,14 +47,14 @@ func TestGroupRankStoppedSession(t *testing.T) {
 	register(t, gt.w, nodeOrch{procKernel{"node_spin"}})
 	register(t, gt.w, procKernel{"spin"})
 	spin, _ := gt.w.Lookup(nodeOrch{procKernel{"node_spin"}}.Digest())
-	buf := must(gt.w.RemoteMalloc(gt.ids[0], 1<<20))
+	buf := must(outside(gt.w).Malloc(gt.ids[0], 1<<20))
 	r := must(gt.w.Submit(asBuild(func(o *engine.Orchestrator) error {
 		_, err := o.SubmitNext(spin, mkArgs(engine.Tensor{Shape: []int{1}, DType: 7, Remote: &engine.RemoteRef{Buf: buf}}, engine.OutputExisting), nil, gt.ids[0])
 		return err
 	})))
 	sb := make([]byte, 8)
 	poll(t, "the kernel to start on the rank", func() bool {
-		return gt.w.WatchRemote(buf, sb, 0) == nil && get64(sb) == 1
+		return Watch(buf, sb, 0) == nil && get64(sb) == 1
 	})
 	rank := gt.ranks[0]
 	sessions := childPids(t, rank.cmd.Process.Pid)

@@ -8,29 +8,29 @@ import (
 )
 
 // End to end on a real node: the remote.free fault point fails a free;
-// RemoteFree leaves the handle live (copies still work), and the
+// Free leaves the handle live (copies still work), and the
 // retry frees it.
 func TestRemoteFreeCanBeRetried(t *testing.T) {
 	_, ep := startDaemon(t)
 	w := remoteWorker(t, ep)
-	h := must(w.RemoteMalloc(0, 16))
+	h := must(outside(w).Malloc(0, 16))
 	if err := fault.Load("remote.free"); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { fault.Load("") })
-	if err := w.RemoteFree(h); err == nil || !strings.Contains(err.Error(), "remote.free") {
+	if err := Free(h); err == nil || !strings.Contains(err.Error(), "remote.free") {
 		t.Fatalf("free with the fault armed: %v", err)
 	}
-	if h.Released() || h.Freed() {
-		t.Fatalf("after the failed free: released %v, done %v; want a live handle", h.Released(), h.Freed())
+	if h.Released() || Freed(h) {
+		t.Fatalf("after the failed free: released %v, done %v; want a live handle", h.Released(), Freed(h))
 	}
-	if err := w.RemoteCopyTo(h, make([]byte, 16), 0); err != nil {
+	if err := outside(w).CopyTo(h, make([]byte, 16), 0); err != nil {
 		t.Fatalf("a copy into the live handle: %v", err)
 	}
-	if err := w.RemoteFree(h); err != nil || !h.Released() || !h.Freed() {
-		t.Fatalf("retried free: %v (released %v, done %v)", err, h.Released(), h.Freed())
+	if err := Free(h); err != nil || !h.Released() || !Freed(h) {
+		t.Fatalf("retried free: %v (released %v, done %v)", err, h.Released(), Freed(h))
 	}
-	if err := w.RemoteCopyTo(h, make([]byte, 16), 0); err == nil || !strings.Contains(err.Error(), "released") {
+	if err := outside(w).CopyTo(h, make([]byte, 16), 0); err == nil || !strings.Contains(err.Error(), "released") {
 		t.Errorf("a copy after the free went ahead: %v", err)
 	}
 }

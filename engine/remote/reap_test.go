@@ -94,7 +94,7 @@ func TestDaemonReapsAStoppedSessionItsParentLeft(t *testing.T) {
 	var log syncBuffer
 	d, addr := startDaemonConfig(t, DaemonConfig{MaxSessions: 1, ReapGrace: grace, Log: &log})
 	w := reapWorker(t, addr)
-	must(w.RemoteMalloc(0, 1<<20))
+	must(outside(w).Malloc(0, 1<<20))
 	procs := sessionProcs(d)
 	if len(procs) != 1 {
 		t.Fatalf("%d session processes, want 1", len(procs))
@@ -139,7 +139,7 @@ func TestDaemonReapsAStoppedSessionItsParentLeft(t *testing.T) {
 	// The slot is free: the next parent is served; its session, not
 	// stopped, ends by itself when that parent leaves.
 	w = reapWorker(t, addr)
-	must(w.RemoteMalloc(0, 8))
+	must(outside(w).Malloc(0, 8))
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func TestDaemonCloseEndsAStoppedSession(t *testing.T) {
 	d, addr := startDaemonConfig(t, DaemonConfig{ReapGrace: grace})
 	w := reapWorker(t, addr)
 	defer w.Close()
-	must(w.RemoteMalloc(0, 1<<20))
+	must(outside(w).Malloc(0, 1<<20))
 	procs := sessionProcs(d)
 	if len(procs) != 1 {
 		t.Fatalf("%d session processes, want 1", len(procs))

@@ -209,9 +209,9 @@ func TestRemoteNodeRunsTasksOnRemoteBuffers(t *testing.T) {
 	w := remoteWorker(t, addr)
 	sp := newSpace(t)
 	host, hb := hostI64(t, sp, 1)
-	h := must(w.RemoteMalloc(0, 8))
+	h := must(outside(w).Malloc(0, 8))
 	put64(hb, 41)
-	if err := w.RemoteCopyTo(h, hb, 0); err != nil {
+	if err := outside(w).CopyTo(h, hb, 0); err != nil {
 		t.Fatal(err)
 	}
 	node, _ := w.Lookup(nodeOrch{procKernel{"node_add1"}}.Digest())
@@ -225,7 +225,7 @@ func TestRemoteNodeRunsTasksOnRemoteBuffers(t *testing.T) {
 		return nil
 	})
 	put64(hb, 0)
-	if err := w.RemoteCopyFrom(h, hb, 0); err != nil || get64(hb) != 43 {
+	if err := outside(w).CopyFrom(h, hb, 0); err != nil || get64(hb) != 43 {
 		t.Fatalf("remote value %d (%v), want 43", get64(hb), err)
 	}
 	// Refusals, each before anything is sent.
@@ -244,13 +244,13 @@ func TestRemoteNodeRunsTasksOnRemoteBuffers(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "a remote OUTPUT needs a RemoteTensorRef") {
 		t.Errorf("null remote OUTPUT: %v", err)
 	}
-	if err := w.RemoteCopyTo(h, make([]byte, 16), 0); err == nil || !strings.Contains(err.Error(), "16 bytes at offset 0 run 8 bytes past the end of the 8-byte buffer") {
+	if err := outside(w).CopyTo(h, make([]byte, 16), 0); err == nil || !strings.Contains(err.Error(), "16 bytes at offset 0 run 8 bytes past the end of the 8-byte buffer") {
 		t.Errorf("overrun copy: %v", err)
 	}
-	if err := w.RemoteFree(h); err != nil {
+	if err := Free(h); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.RemoteFree(h); err != nil {
+	if err := Free(h); err != nil {
 		t.Errorf("second free: %v", err)
 	}
 	err = submitRun(t, w, func(o *engine.Orchestrator) error {
@@ -268,24 +268,24 @@ func TestRemoteExportImportAcrossNodes(t *testing.T) {
 	w := remoteWorker(t, a, b)
 	sp := newSpace(t)
 	_, hb := hostI64(t, sp, 1)
-	owner := must(w.RemoteMalloc(0, 8))
+	owner := must(outside(w).Malloc(0, 8))
 	put64(hb, 7)
-	if err := w.RemoteCopyTo(owner, hb, 0); err != nil {
+	if err := outside(w).CopyTo(owner, hb, 0); err != nil {
 		t.Fatal(err)
 	}
-	exp := must(w.RemoteExportRange(owner, 0, 8, engine.AccessRW))
-	view := must(w.RemoteImport(exp, 1, 0))
+	exp := must(outside(w).Export(owner, 0, 8, engine.AccessRW))
+	view := must(outside(w).Import(exp, 1, 0))
 	if !view.Imported() || view.Worker != 1 || view.Owner != 0 {
 		t.Fatalf("view %+v", view)
 	}
-	readOnly := must(w.RemoteImport(exp, 1, engine.AccessRead))
+	readOnly := must(outside(w).Import(exp, 1, engine.AccessRead))
 	node, _ := w.Lookup(nodeOrch{procKernel{"node_add1"}}.Digest())
 	t64 := engine.Tensor{Shape: []int{1}, DType: 7} // int64
 	mustRun(t, w, func(o *engine.Orchestrator) error {
 		_, err := o.SubmitNext(node, mkArgs(engine.Tensor{Shape: t64.Shape, DType: t64.DType, Remote: &engine.RemoteRef{Buf: view}}, engine.InOut), nil, 1)
 		return err
 	})
-	if err := w.RemoteCopyFrom(owner, hb, 0); err != nil || get64(hb) != 8 {
+	if err := outside(w).CopyFrom(owner, hb, 0); err != nil || get64(hb) != 8 {
 		t.Fatalf("the owner sees %d (%v) after node 1 wrote through its import, want 8", get64(hb), err)
 	}
 	err := submitRun(t, w, func(o *engine.Orchestrator) error {
@@ -303,18 +303,18 @@ func TestRemoteExportImportAcrossNodes(t *testing.T) {
 		t.Errorf("an import used on the owner: %v", err)
 	}
 	// The owner free waits for the imports.
-	if err := w.RemoteFree(owner); err != nil {
+	if err := Free(owner); err != nil {
 		t.Fatal(err)
 	}
-	if owner.Freed() {
+	if Freed(owner) {
 		t.Fatal("the owner was freed while imports were live")
 	}
 	for _, v := range []*engine.RemoteBuffer{view, readOnly} {
-		if err := w.RemoteReleaseImport(v); err != nil {
+		if err := ReleaseImport(v); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if !owner.Freed() {
+	if !Freed(owner) {
 		t.Fatal("the owner free did not follow the last import release")
 	}
 }
@@ -379,7 +379,7 @@ func killMidTask(t *testing.T, tasks int) {
 	hang, _ := w.Lookup(nodeOrch{procKernel{"node_hang"}}.Digest())
 	bufs := make([]*engine.RemoteBuffer, tasks)
 	for i := range bufs {
-		bufs[i] = must(w.RemoteMalloc(0, 8))
+		bufs[i] = must(outside(w).Malloc(0, 8))
 	}
 	r, err := w.Submit(asBuild(func(o *engine.Orchestrator) error {
 		for _, h := range bufs {
@@ -394,7 +394,7 @@ func killMidTask(t *testing.T, tasks int) {
 	}
 	sb := make([]byte, 8)
 	poll(t, "the first kernel to start on the node", func() bool {
-		return w.WatchRemote(bufs[0], sb, 0) == nil && get64(sb) == 1
+		return Watch(bufs[0], sb, 0) == nil && get64(sb) == 1
 	})
 	if n := nodeOf(w, 0).sentTasks(); n != min(tasks, engine.RemoteDepth) {
 		t.Errorf("%d tasks on the wire, want %d", n, min(tasks, engine.RemoteDepth))
@@ -436,7 +436,7 @@ func TestDaemonSurvivesBadClients(t *testing.T) {
 	}
 	// And a well-behaved parent still gets a session.
 	w := remoteWorker(t, addr)
-	if _, err := w.RemoteMalloc(0, 8); err != nil {
+	if _, err := outside(w).Malloc(0, 8); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -489,7 +489,7 @@ func TestRemoteRegisterAndUnregisterCommands(t *testing.T) {
 	}
 	// The node checks on its own what the parent checks first, so a
 	// misbehaving parent cannot reach past a buffer either.
-	own, _ := w.RemoteMalloc(1, 16)
+	own, _ := outside(w).Malloc(1, 16)
 	ref := wire.BufferRef{ID: own.BufferID, Generation: own.Gen}
 	refusals := []struct {
 		c    wire.Control
@@ -535,8 +535,8 @@ func TestUncertainImportRetiresTheNode(t *testing.T) {
 	if err := w.Init(); err != nil {
 		t.Fatal(err)
 	}
-	owner := must(w.RemoteMalloc(0, 8))
-	exp := must(w.RemoteExportRange(owner, 0, 8, engine.AccessRW))
+	owner := must(outside(w).Malloc(0, 8))
+	exp := must(outside(w).Export(owner, 0, 8, engine.AccessRW))
 	stopped := sessionProcs(db)
 	for _, p := range stopped {
 		p.Signal(syscall.SIGSTOP) // node 1 stops answering
@@ -549,10 +549,10 @@ func TestUncertainImportRetiresTheNode(t *testing.T) {
 	for _, p := range stopped {
 		waitStopped(t, p.Pid)
 	}
-	if _, err := w.RemoteImport(exp, 1, 0); engine.KindOf(err) != engine.TimeoutError {
+	if _, err := outside(w).Import(exp, 1, 0); engine.KindOf(err) != engine.TimeoutError {
 		t.Fatalf("import on a node that stopped answering: %v", err)
 	}
-	if _, err := w.RemoteImport(exp, 1, 0); err == nil || !strings.Contains(err.Error(), "no reply to CONTROL") {
+	if _, err := outside(w).Import(exp, 1, 0); err == nil || !strings.Contains(err.Error(), "no reply to CONTROL") {
 		t.Errorf("a second import on the retired node: %v", err)
 	}
 	node, _ := w.Lookup(nodeOrch{procKernel{"node_add1"}}.Digest())
@@ -563,8 +563,8 @@ func TestUncertainImportRetiresTheNode(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "remote_worker 1 can take no more work") {
 		t.Errorf("a task for the retired node: %v", err)
 	}
-	if err := w.RemoteFree(owner); err != nil || !owner.Freed() {
-		t.Errorf("owner free on the live node: %v (freed %v)", err, owner.Freed())
+	if err := Free(owner); err != nil || !Freed(owner) {
+		t.Errorf("owner free on the live node: %v (freed %v)", err, Freed(owner))
 	}
 	mustRun(t, w, func(o *engine.Orchestrator) error { // node 0 still works
 		_, err := o.SubmitNext(node, mkArgs(engine.Tensor{Shape: []int{1}, DType: 7, Inline: make([]byte, 8)}, engine.Input), nil, 0)

@@ -121,7 +121,7 @@ func TestAttackMaxSessionsRace(t *testing.T) {
 	}
 	poll(t, "the two sessions to end", func() bool { return len(sessionProcs(d)) == 0 })
 	w := remoteWorker(t, addr)
-	if _, err := w.RemoteMalloc(0, 8); err != nil {
+	if _, err := outside(w).Malloc(0, 8); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -200,7 +200,7 @@ func TestAttackSessionOutput(t *testing.T) {
 	register(t, w, nodeOrch{procKernel{"node_shout"}})
 	register(t, w, procKernel{"shout"})
 	node, _ := w.Lookup(nodeOrch{procKernel{"node_shout"}}.Digest())
-	ref := engine.Tensor{Shape: []int{1}, DType: dtype.Int64, Remote: &engine.RemoteRef{Buf: must(w.RemoteMalloc(0, 8))}}
+	ref := engine.Tensor{Shape: []int{1}, DType: dtype.Int64, Remote: &engine.RemoteRef{Buf: must(outside(w).Malloc(0, 8))}}
 	mustRun(t, w, func(o *engine.Orchestrator) error {
 		_, err := o.SubmitNext(node, mkArgs(ref, engine.InOut), nil, 0)
 		return err
@@ -242,7 +242,7 @@ func TestAttackSessionOutput(t *testing.T) {
 		t.Errorf("%d bytes said dropped of %d printed beyond a bound of %d", dropped, printed, bound)
 	}
 	w2 := remoteWorker(t, addr)
-	if _, err := w2.RemoteMalloc(0, 8); err != nil {
+	if _, err := outside(w2).Malloc(0, 8); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -69,7 +69,7 @@ func TestAttackNameSquatting(t *testing.T) {
 	d, addr := startDaemon(t)
 	w := remoteWorker(t, addr)
 	register(t, w, nodeOrch{procKernel{"node_domain"}})
-	first := must(w.RemoteMalloc(0, 8)) // the session's prefix is in /dev/shm from now on
+	first := must(outside(w).Malloc(0, 8)) // the session's prefix is in /dev/shm from now on
 	var prefixes []string
 	var pids []int
 	d.mu.Lock()
@@ -90,7 +90,7 @@ func TestAttackNameSquatting(t *testing.T) {
 	// The session allocates buffers and domains as if nothing were there.
 	var bufs []*engine.RemoteBuffer
 	for range 32 {
-		b, err := w.RemoteMalloc(0, 8)
+		b, err := outside(w).Malloc(0, 8)
 		if err != nil {
 			t.Fatalf("REMOTE_MALLOC with the names squatted: %v", err)
 		}
@@ -106,20 +106,20 @@ func TestAttackNameSquatting(t *testing.T) {
 			return err
 		})
 	}
-	if err := w.RemoteCopyFrom(first, hb, 0); err != nil || get64(hb) != 3 {
+	if err := outside(w).CopyFrom(first, hb, 0); err != nil || get64(hb) != 3 {
 		t.Fatalf("after 3 runs that each allocated a domain: %d, %v; want 3", get64(hb), err)
 	}
 	for _, b := range bufs {
-		if err := w.RemoteFree(b); err != nil {
+		if err := Free(b); err != nil {
 			t.Fatal(err)
 		}
 	}
 
 	// A new client, with a session of its own, is served.
 	w2 := remoteWorker(t, addr)
-	b := must(w2.RemoteMalloc(0, 8))
+	b := must(outside(w2).Malloc(0, 8))
 	put64(hb, 41)
-	if err := w2.RemoteCopyTo(b, hb, 0); err != nil {
+	if err := outside(w2).CopyTo(b, hb, 0); err != nil {
 		t.Fatal(err)
 	}
 	add1, _ := w2.Lookup(nodeOrch{procKernel{"node_add1"}}.Digest())
@@ -127,7 +127,7 @@ func TestAttackNameSquatting(t *testing.T) {
 		_, err := o.SubmitNext(add1, mkArgs(engine.Tensor{Shape: []int{1}, DType: host.DType, Remote: &engine.RemoteRef{Buf: b}}, engine.InOut), nil, 0)
 		return err
 	})
-	if err := w2.RemoteCopyFrom(b, hb, 0); err != nil || get64(hb) != 42 {
+	if err := outside(w2).CopyFrom(b, hb, 0); err != nil || get64(hb) != 42 {
 		t.Fatalf("a new client after the squatting: %d, %v; want 42", get64(hb), err)
 	}
 }
@@ -184,7 +184,7 @@ func TestKilledSessionIsSwept(t *testing.T) {
 	d, addr := startDaemon(t)
 	w := remoteWorker(t, addr)
 	for range 4 {
-		must(w.RemoteMalloc(0, 4096))
+		must(outside(w).Malloc(0, 4096))
 	}
 	d.mu.Lock()
 	var prefix string
@@ -207,7 +207,7 @@ func TestKilledSessionIsSwept(t *testing.T) {
 	}
 	w.Close()
 	w2 := remoteWorker(t, addr)
-	if _, err := w2.RemoteMalloc(0, 8); err != nil {
+	if _, err := outside(w2).Malloc(0, 8); err != nil {
 		t.Fatalf("the next client: %v", err)
 	}
 }

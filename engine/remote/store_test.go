@@ -145,7 +145,7 @@ func TestAttackImportLoop(t *testing.T) {
 	if _, err := n.Control(&wire.Control{Cmd: wire.CmdReleaseImport, Buffer: imports[0]}); err != nil {
 		t.Fatal(err)
 	}
-	h, err := w.RemoteMalloc(0, size)
+	h, err := outside(w).Malloc(0, size)
 	if err != nil {
 		t.Fatalf("a malloc after an import was released: %v", err)
 	}
@@ -174,11 +174,11 @@ func importLoopStep(n *testNode, size uint64, imports *[]wire.BufferRef) error {
 func copyRoundTrip(t *testing.T, w *engine.Worker, h *engine.RemoteBuffer) {
 	t.Helper()
 	src := []byte("still serving")
-	if err := w.RemoteCopyTo(h, src, 0); err != nil {
+	if err := outside(w).CopyTo(h, src, 0); err != nil {
 		t.Fatal(err)
 	}
 	dst := make([]byte, len(src))
-	if err := w.RemoteCopyFrom(h, dst, 0); err != nil || !bytes.Equal(dst, src) {
+	if err := outside(w).CopyFrom(h, dst, 0); err != nil || !bytes.Equal(dst, src) {
 		t.Fatalf("a copy round trip: %q %v", dst, err)
 	}
 }
@@ -189,13 +189,13 @@ func copyRoundTrip(t *testing.T, w *engine.Worker, h *engine.RemoteBuffer) {
 func TestAttackDaemonWideBound(t *testing.T) {
 	d, addr := startDaemonConfig(t, DaemonConfig{Limits: wire.Limits{BufferBytes: 32 * mib}, TotalBytes: 24 * mib})
 	w := remoteWorker(t, addr, addr) // two sessions of the same daemon
-	a, err := w.RemoteMalloc(0, 16*mib)
+	a, err := outside(w).Malloc(0, 16*mib)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = w.RemoteMalloc(1, 12*mib)
+	_, err = outside(w).Malloc(1, 12*mib)
 	wantRefusal(t, "the second session past the daemon's bound", err, engine.RuntimeError, "beyond their bound of 25165824 (the daemon's --max-total-bytes)")
-	b, err := w.RemoteMalloc(1, 8*mib)
+	b, err := outside(w).Malloc(1, 8*mib)
 	if err != nil {
 		t.Fatalf("the second session within the daemon's bound: %v", err)
 	}
@@ -204,19 +204,19 @@ func TestAttackDaemonWideBound(t *testing.T) {
 	}
 	// An import counts against the importing session, and so against the
 	// daemon: 8 MiB of node 0's imported into node 1 does not fit.
-	exp, err := w.RemoteExportRange(b, 0, 8*mib, engine.AccessRW)
+	exp, err := outside(w).Export(b, 0, 8*mib, engine.AccessRW)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, err = nodeOf(w, 0).Control(&wire.Control{Cmd: wire.CmdImport, Token: nodeOf(w, 1).lastExport(), Access: wire.AccessRead})
 	wantRefusal(t, "an import past the daemon's bound", err, engine.RuntimeError, "--max-total-bytes")
-	if err := w.RemoteFree(exp.Owner()); err != nil {
+	if err := Free(exp.Owner()); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.RemoteFree(a); err != nil {
+	if err := Free(a); err != nil {
 		t.Fatal(err)
 	}
-	h, err := w.RemoteMalloc(1, 16*mib)
+	h, err := outside(w).Malloc(1, 16*mib)
 	if err != nil {
 		t.Fatalf("the second session after the first freed: %v", err)
 	}
@@ -248,7 +248,7 @@ func TestAttackCrashReturnsBytes(t *testing.T) {
 		t.Errorf("the ledger counts %d bytes after every session ended", got)
 	}
 	w := remoteWorker(t, addr)
-	h, err := w.RemoteMalloc(0, 16*mib)
+	h, err := outside(w).Malloc(0, 16*mib)
 	if err != nil {
 		t.Fatalf("a new session after the crash: %v", err)
 	}
@@ -284,7 +284,7 @@ func TestAttackForeignSessionFrame(t *testing.T) {
 		t.Errorf("the ended session left %d bytes in the ledger", got)
 	}
 	w := remoteWorker(t, addr)
-	h2, err := w.RemoteMalloc(0, 64)
+	h2, err := outside(w).Malloc(0, 64)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -450,7 +450,7 @@ func TestAttackReplyCut(t *testing.T) {
 		t.Errorf("the ended session left %d bytes in the ledger", got)
 	}
 	w := remoteWorker(t, addr)
-	h, err := w.RemoteMalloc(0, 64*mib)
+	h, err := outside(w).Malloc(0, 64*mib)
 	if err != nil {
 		t.Fatal(err)
 	}
