@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"simpler/engine/internal/lifetime"
 	"simpler/hal"
 	"simpler/hal/comm"
 	"simpler/hal/dtype"
@@ -45,7 +46,7 @@ type Domain struct {
 	ranks        []DomainRank // one per member, in rank order
 	slot         *warmSlot    // the warm slot of a task_only domain (warm.go)
 
-	life lifetime // guarded by w.mu (lifetime.go)
+	life lifetime.Life // guarded by w.mu (engine/internal/lifetime)
 }
 
 // commRequest is what every rank of an allocation is given.
@@ -103,14 +104,14 @@ func (d *Domain) Buffers() ([]BufferSpec, []int) { return d.spec.Buffers, d.offs
 func (d *Domain) Released() bool {
 	d.w.mu.Lock()
 	defer d.w.mu.Unlock()
-	return d.life.released()
+	return d.life.Released()
 }
 
 // Freed reports whether the backend windows are gone.
 func (d *Domain) Freed() bool {
 	d.w.mu.Lock()
 	defer d.w.mu.Unlock()
-	return d.life.freed()
+	return d.life.Freed()
 }
 
 // RankView is one member's view of a domain: ChipDomainContext.
@@ -390,7 +391,7 @@ func (d *Domain) Release() error {
 // markReleased is the first release's bookkeeping (w.mu held): the name
 // leaves the live list, and the event says so once.
 func (d *Domain) markReleased() {
-	if d.life.release() {
+	if d.life.Release() {
 		delete(d.w.domains, d.spec.Name)
 		d.w.emit(Event{Kind: DomainReleased, Run: d.run.id, Domain: d.spec.Name, AllocID: d.allocationID})
 	}
@@ -403,11 +404,10 @@ func (d *Domain) free() error {
 	w := d.w
 	w.mu.Lock()
 	d.markReleased() // a domain swept at the fence is released here
-	a, run := d.life.begin()
+	a, run := d.life.Begin()
 	w.mu.Unlock()
 	if !run {
-		<-a.done
-		return a.err
+		return a.Wait()
 	}
 	w.raceForgetDomain(d)
 	err := d.releaseRanks()
@@ -415,11 +415,11 @@ func (d *Domain) free() error {
 		w.warm.put(d.slot) // every rank parked, or tore down and will say so when taken back
 	}
 	const retry = false // each rank's release ran all of its teardown
-	if _, poison := outcome(err, retry); poison {
+	if _, poison := lifetime.Outcome(err, retry); poison {
 		w.Poison(err)
 	}
 	w.mu.Lock()
-	d.life.end(a, err, retry)
+	d.life.End(a, err, retry)
 	w.emit(Event{Kind: DomainFreed, Run: d.run.id, Domain: d.spec.Name, AllocID: d.allocationID, Err: err})
 	w.mu.Unlock()
 	return err
@@ -448,7 +448,7 @@ func (w *Worker) freeDomains(r *Run) error {
 	r.retired = true
 	var released, live []*Domain
 	for _, d := range r.domains {
-		if !d.life.released() {
+		if !d.life.Released() {
 			live = append(live, d)
 		} else {
 			released = append(released, d)

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"simpler/engine/internal/lifetime"
 	"simpler/hal/comm"
 	"simpler/internal/fault"
 	"simpler/wire"
@@ -40,11 +41,11 @@ type GlobalDomain struct {
 	devRanks []int
 	topology string
 
-	// mu guards life (lifetime.go). It is a leaf: nothing else is locked
+	// mu guards life (engine/internal/lifetime). It is a leaf: nothing else is locked
 	// while it is held (the name check takes it under w.mu), and it is
 	// never held across a node command.
 	mu      sync.Mutex
-	life    lifetime
+	life    lifetime.Life
 	pending bool // under w.mu: the name is reserved, the transaction not done
 	// warm is the broker's entry of this domain's pooled windows (gwarm.go),
 	// idle again once the domain is freed; nil if its windows are not all
@@ -86,8 +87,8 @@ func (d *GlobalDomain) DeviceRanks() []int { return d.devRanks }
 func (d *GlobalDomain) Topology() string { return d.topology }
 
 // Released and Freed report the handle's state.
-func (d *GlobalDomain) Released() bool { d.mu.Lock(); defer d.mu.Unlock(); return d.life.released() }
-func (d *GlobalDomain) Freed() bool    { d.mu.Lock(); defer d.mu.Unlock(); return d.life.freed() }
+func (d *GlobalDomain) Released() bool { d.mu.Lock(); defer d.mu.Unlock(); return d.life.Released() }
+func (d *GlobalDomain) Freed() bool    { d.mu.Lock(); defer d.mu.Unlock(); return d.life.Freed() }
 
 // usable refuses op on a released handle, as a released local domain
 // refuses indexing: nothing may be handed to new work once release() was
@@ -319,8 +320,8 @@ func (d *GlobalDomain) nodeCmd(node int, c *wire.Control) (wire.ControlReply, er
 // rule: lifetime).
 func (d *GlobalDomain) Release() error {
 	d.mu.Lock()
-	d.life.release()
-	freed := d.life.freed()
+	d.life.Release()
+	freed := d.life.Freed()
 	d.mu.Unlock()
 	if freed {
 		return nil
@@ -349,15 +350,14 @@ func (d *GlobalDomain) Release() error {
 // later call will (the Worker's close): then it poisons the Worker.
 func (d *GlobalDomain) free(last bool) error {
 	d.mu.Lock()
-	a, run := d.life.begin()
+	a, run := d.life.Begin()
 	d.mu.Unlock()
 	if !run {
-		<-a.done
-		return a.err
+		return a.Wait()
 	}
 	err := d.releaseOnNodes()
 	retry := !last
-	if _, poison := outcome(err, retry); poison {
+	if _, poison := lifetime.Outcome(err, retry); poison {
 		d.w.Poison(err)
 	}
 	if d.warm != nil { // its windows are idle again, or in doubt
@@ -374,7 +374,7 @@ func (d *GlobalDomain) free(last bool) error {
 		d.w.mu.Unlock()
 	}
 	d.mu.Lock()
-	d.life.end(a, err, retry)
+	d.life.End(a, err, retry)
 	d.mu.Unlock()
 	return err
 }

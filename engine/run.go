@@ -301,7 +301,7 @@ func (w *Worker) finish(r *Run) {
 		}
 	}
 	if err := w.freeGlobals(r); err != nil && r.waitErr == nil {
-		r.waitErr = err // retryable: the domain stays released, and close tries again (lifetime.go)
+		r.waitErr = err // retryable: the domain stays released, and close tries again (engine/internal/lifetime)
 	}
 	r.runFence(FenceGlobal)
 	if err := w.freeDomains(r); err != nil && r.waitErr == nil {
