@@ -167,17 +167,17 @@ func (w *Worker) validateDomain(spec *DomainSpec) ([]int, error) {
 		}
 		seen[id] = true
 	}
-	if err := w.checkWindowSize(op, spec.WindowSize); err != nil {
+	if err := w.CheckWindowSize(op, spec.WindowSize); err != nil {
 		return nil, err
 	}
-	return bufferOffsets(op, spec.Buffers, spec.WindowSize)
+	return BufferOffsets(op, spec.Buffers, spec.WindowSize)
 }
 
-// checkWindowSize bounds a domain's window_size by a chip's device memory,
+// CheckWindowSize bounds a domain's window_size by a chip's device memory,
 // before any backend work, so that a window no chip can hold is refused
 // with the same error in every mode (it used to fail late, in the comm
 // backend, with text that differed between modes).
-func (w *Worker) checkWindowSize(op string, size int) error {
+func (w *Worker) CheckWindowSize(op string, size int) error {
 	if size <= 0 {
 		return Errorf(ValueError, "%s: window_size must be > 0, got %d", op, size)
 	}
@@ -190,9 +190,9 @@ func (w *Worker) checkWindowSize(op string, size int) error {
 	return nil
 }
 
-// bufferOffsets checks named buffers against a window and returns where
+// BufferOffsets checks named buffers against a window and returns where
 // each starts: carved in declaration order from the window base.
-func bufferOffsets(op string, buffers []BufferSpec, windowSize int) ([]int, error) {
+func BufferOffsets(op string, buffers []BufferSpec, windowSize int) ([]int, error) {
 	names := map[string]bool{}
 	offsets := make([]int, len(buffers))
 	sum := 0
@@ -270,7 +270,7 @@ func (o *Orchestrator) AllocateDomain(spec DomainSpec) (*Domain, error) {
 // allocateRanks runs each rank's part of d's allocation; a task_only
 // domain goes to a warm slot (warm.go).
 func (w *Worker) allocateRanks(d *Domain) error {
-	if err := w.initComm(); err != nil {
+	if err := w.InitComm(); err != nil {
 		return err
 	}
 	if err := fault.Hit("domain.alloc", -1); err != nil {
@@ -344,9 +344,9 @@ func (w *Worker) runRanks(d *Domain, req comm.Request, reuse bool) error {
 	return first
 }
 
-// initComm initialises every chip's base communicator once per Worker, in
+// InitComm initialises every chip's base communicator once per Worker, in
 // parallel. A failure is kept and returned to later callers.
-func (w *Worker) initComm() error {
+func (w *Worker) InitComm() error {
 	w.commOnce.Do(func() {
 		errs := make([]error, len(w.chips))
 		var wg sync.WaitGroup

@@ -33,7 +33,6 @@ type Run struct {
 	fence     [nFencePhases][]fenceHook // roles' work after the fence (hooks.go)
 	domains   []*Domain                 // allocated by this run, in allocation order
 	captured  []*RemoteBuffer           // slot refs taken by this run's tasks
-	globals   []*GlobalDomain           // brokered by this run
 	retired   bool                      // past the fence: a release frees at once
 	held      []*Task                   // ready tasks waiting for the runs before this one
 	failSeen  bool                      // the orchestrator has seen a failure (drain): later submits are refused
@@ -255,10 +254,11 @@ func (r *Run) Tasks() int {
 }
 
 // finishesLocally reports whether finishing r needs no reply from a remote
-// node: no remote buffer to drop, no cleanup, no global domain to free.
+// node: no remote buffer to drop, no cleanup, no role's fence work (a
+// global domain to free, say).
 // Caller holds w.mu.
 func (r *Run) finishesLocally() bool {
-	return len(r.captured) == 0 && len(r.cleanups) == 0 && len(r.globals) == 0 && !r.hasFenceWork()
+	return len(r.captured) == 0 && len(r.cleanups) == 0 && !r.hasFenceWork()
 }
 
 // fenceOnly reports whether r's fence has nothing to do outside w.mu: it
@@ -299,9 +299,6 @@ func (w *Worker) finish(r *Run) {
 				r.waitErr = Wrap(err, cleanups[i].Name)
 			}
 		}
-	}
-	if err := w.freeGlobals(r); err != nil && r.waitErr == nil {
-		r.waitErr = err // retryable: the domain stays released, and close tries again (engine/internal/lifetime)
 	}
 	r.runFence(FenceGlobal)
 	if err := w.freeDomains(r); err != nil && r.waitErr == nil {

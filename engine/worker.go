@@ -97,13 +97,9 @@ type Worker struct {
 	remoteFailed sync.WaitGroup
 	groups       []*workerGroup             // add_worker_group's, in the order added (group.go)
 	rbufs        map[*RemoteBuffer]struct{} // live handles, for close
-	globals      map[uint64]*nodeGlobal     // level 3: global domains this node hosts ranks of
-	gdomains     map[uint64]*GlobalDomain   // level 4+: global domains this worker brokered, live
-	globalSeq    uint64
-	gwarm        gwarmCache // level 4+: pooled window names of released global domains (gwarm.go)
-	cluster      uint64     // this broker's cluster id (clusterID), drawn on first use
-	next         []Endpoint // NEXT_LEVEL slots, by id
-	subs         []Endpoint // SUB slots, by id
+	cluster      uint64                     // this worker's cluster id (ClusterID), drawn on first use
+	next         []Endpoint                 // NEXT_LEVEL slots, by id
+	subs         []Endpoint                 // SUB slots, by id
 	// epMu is held for reading while a deadline or a cancel, which come
 	// from timers and other goroutines, hands work to the endpoints, and
 	// for writing while close stops them (epStopped), so that neither
@@ -148,8 +144,6 @@ func NewWorker(cfg Config) (*Worker, error) {
 		hostBufs:    map[uint64]*HostBuffer{},
 		hostBufSegs: map[*shm.Segment]*HostBuffer{},
 		rbufs:       map[*RemoteBuffer]struct{}{},
-		globals:     map[uint64]*nodeGlobal{},
-		gdomains:    map[uint64]*GlobalDomain{},
 		deadlines:   map[memberKey]*time.Timer{},
 		namespace:   fmt.Sprintf("w%d", workerSeq.Add(1))}
 	w.cond = sync.NewCond(&w.mu)

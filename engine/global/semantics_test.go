@@ -1,38 +1,23 @@
-package engine
+package global
 
 import (
 	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"simpler/engine"
 )
 
 // l4Counted is l4Nodes with a count of the global-domain commands the
-// broker sends to its nodes.
-func l4Counted(t *testing.T) (*Worker, *atomic.Int64) {
+// broker sends to its nodes (GlobalStep events).
+func l4Counted(t *testing.T, nodes ...engine.Config) (*engine.Worker, *atomic.Int64) {
 	t.Helper()
-	w, err := NewWorker(Config{Level: 4, Platform: sim(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := l4Nodes(t, nodes...)
 	var steps atomic.Int64
-	w.Observe(func(e Event) {
-		if e.Kind == GlobalStep {
+	w.Observe(func(e engine.Event) {
+		if e.Kind == engine.GlobalStep {
 			steps.Add(1)
-		}
-	})
-	for n := 0; n < 2; n++ {
-		c, _ := NewWorker(Config{Level: 3, Platform: sim(t), DeviceIDs: []int{2 * n, 2*n + 1}})
-		if _, err := w.AddWorker(c); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := w.Init(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := w.Close(); err != nil {
-			t.Errorf("close: %v", err)
 		}
 	})
 	return w, &steps
@@ -41,25 +26,25 @@ func l4Counted(t *testing.T) (*Worker, *atomic.Int64) {
 // Point 4: global device ranks not given explicitly are assigned in node
 // order, skipping every explicit one; the example of the issue.
 func TestGlobalDeviceRanksSkipExplicit(t *testing.T) {
-	w, err := NewWorker(Config{Level: 4, Platform: sim(t)})
+	w, err := engine.NewWorker(engine.Config{Level: 4, Platform: sim(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	n0, _ := NewWorker(Config{Level: 3, Platform: sim(t), DeviceIDs: []int{0}, GlobalDeviceRanks: []int{1}})
-	n1, _ := NewWorker(Config{Level: 3, Platform: sim(t), DeviceIDs: []int{1, 2}})
+	n0, _ := engine.NewWorker(engine.Config{Level: 3, Platform: sim(t), DeviceIDs: []int{0}, GlobalDeviceRanks: []int{1}})
+	n1, _ := engine.NewWorker(engine.Config{Level: 3, Platform: sim(t), DeviceIDs: []int{1, 2}})
 	w.AddWorker(n0)
 	w.AddWorker(n1)
 	if err := w.Init(); err != nil {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	mustRun(t, w, buildErr(func(o *Orchestrator) {
-		d := must(o.AllocateGlobalDomain(GlobalSpec{Name: "g", Members: [][2]int{{1, 1}, {0, 0}, {1, 0}}, WindowSize: 64}))
+	mustRun(t, w, buildErr(func(o *engine.Orchestrator) {
+		d := must(Allocate(o, Spec{Name: "g", Members: [][2]int{{1, 1}, {0, 0}, {1, 0}}, WindowSize: 64}))
 		if !slices.Equal(d.DeviceRanks(), []int{2, 1, 0}) {
 			t.Errorf("device ranks %v, want [2 1 0] (node 1 gets [0, 2] beside node 0's explicit [1])", d.DeviceRanks())
 		}
 	}))
-	if byNode := w.globalDeviceRanks(); !slices.Equal(byNode[0], []int{1}) || !slices.Equal(byNode[1], []int{0, 2}) {
+	if byNode := deviceRanks(w); !slices.Equal(byNode[0], []int{1}) || !slices.Equal(byNode[1], []int{0, 2}) {
 		t.Errorf("per node %v", byNode)
 	}
 }
@@ -68,23 +53,20 @@ func TestGlobalDeviceRanksSkipExplicit(t *testing.T) {
 // node is sent anything, naming both; a domain that spans only one of
 // them works.
 func TestGlobalDeviceRanksExplicitDuplicate(t *testing.T) {
-	w, steps := l4Counted(t)
-	w.children[0].cfg.GlobalDeviceRanks = []int{3, 4}
-	w.children[1].cfg.GlobalDeviceRanks = []int{9, 3}
-	defer func() { w.children[0].cfg.GlobalDeviceRanks, w.children[1].cfg.GlobalDeviceRanks = nil, nil }()
-	err := submitRun(t, w, func(o *Orchestrator) error {
-		_, err := o.AllocateGlobalDomain(fourRanks(false))
+	w, steps := l4Counted(t, engine.Config{GlobalDeviceRanks: []int{3, 4}}, engine.Config{GlobalDeviceRanks: []int{9, 3}})
+	err := submitRun(t, w, func(o *engine.Orchestrator) error {
+		_, err := Allocate(o, fourRanks(false))
 		return err
 	})
 	want := "members (0, 0) and (1, 1) both have global device rank 3"
-	if KindOf(err) != ValueError || !strings.Contains(err.Error(), want) {
-		t.Errorf("got %v, want a ValueError with %q", err, want)
+	if engine.KindOf(err) != engine.ValueError || !strings.Contains(err.Error(), want) {
+		t.Errorf("got %v, want a engine.ValueError with %q", err, want)
 	}
 	if steps.Load() != 0 {
 		t.Errorf("%d node commands sent for a refused placement", steps.Load())
 	}
-	mustRun(t, w, buildErr(func(o *Orchestrator) {
-		d := must(o.AllocateGlobalDomain(GlobalSpec{Name: "one", Members: [][2]int{{0, 0}, {1, 0}}, WindowSize: 64}))
+	mustRun(t, w, buildErr(func(o *engine.Orchestrator) {
+		d := must(Allocate(o, Spec{Name: "one", Members: [][2]int{{0, 0}, {1, 0}}, WindowSize: 64}))
 		if !slices.Equal(d.DeviceRanks(), []int{3, 9}) {
 			t.Errorf("device ranks %v", d.DeviceRanks())
 		}
@@ -92,17 +74,17 @@ func TestGlobalDeviceRanksExplicitDuplicate(t *testing.T) {
 }
 
 // Point 6: a released handle refuses member(), buffer_range() and
-// staging with a RuntimeError, at once (before the fence frees it) and
+// staging with a engine.RuntimeError, at once (before the fence frees it) and
 // after; its plain attributes stay readable.
 func TestGlobalReleasedHandleRefuses(t *testing.T) {
 	w, _ := l4Counted(t)
-	var d *GlobalDomain
-	mustRun(t, w, buildErr(func(o *Orchestrator) {
-		d = must(o.AllocateGlobalDomain(fourRanks(false)))
+	var d *Domain
+	mustRun(t, w, buildErr(func(o *engine.Orchestrator) {
+		d = must(Allocate(o, fourRanks(false)))
 		if m, err := d.Member(2); err != nil || m != [2]int{1, 0} {
 			t.Errorf("member(2) while live: %v %v", m, err)
 		}
-		if _, err := d.Member(4); KindOf(err) != IndexError {
+		if _, err := d.Member(4); engine.KindOf(err) != engine.IndexError {
 			t.Errorf("member(4): %v", err)
 		}
 		if off, n, err := d.BufferRange("out"); err != nil || off != 1024 || n != 1024 {
@@ -124,12 +106,12 @@ func TestGlobalReleasedHandleRefuses(t *testing.T) {
 	}
 }
 
-func checkReleasedRefuses(t *testing.T, d *GlobalDomain, when string) {
+func checkReleasedRefuses(t *testing.T, d *Domain, when string) {
 	t.Helper()
 	released := func(what string, err error) {
 		t.Helper()
-		if KindOf(err) != RuntimeError || !strings.Contains(err.Error(), `global domain "g" was released`) {
-			t.Errorf("%s %s: got %v, want a RuntimeError", what, when, err)
+		if engine.KindOf(err) != engine.RuntimeError || !strings.Contains(err.Error(), `global domain "g" was released`) {
+			t.Errorf("%s %s: got %v, want a engine.RuntimeError", what, when, err)
 		}
 	}
 	_, err := d.Member(0)
@@ -142,43 +124,43 @@ func checkReleasedRefuses(t *testing.T, d *GlobalDomain, when string) {
 }
 
 // Point 7: a name is unique among the worker's live global domains. A
-// second allocation under a live name is a ValueError naming it, sent to
+// second allocation under a live name is a engine.ValueError naming it, sent to
 // no node and taking no domain id; a released one's name may be reused,
 // in the same run or after a retained domain is released.
 func TestGlobalDomainNamesUnique(t *testing.T) {
 	w, steps := l4Counted(t)
-	var first, retained *GlobalDomain
-	mustRun(t, w, buildErr(func(o *Orchestrator) {
-		first = must(o.AllocateGlobalDomain(fourRanks(false)))
+	var first, retained *Domain
+	mustRun(t, w, buildErr(func(o *engine.Orchestrator) {
+		first = must(Allocate(o, fourRanks(false)))
 		before := steps.Load()
-		_, err := o.AllocateGlobalDomain(GlobalSpec{Name: "g", Members: [][2]int{{1, 1}}, WindowSize: 64})
-		if KindOf(err) != ValueError || !strings.Contains(err.Error(), `a global domain named "g" is already live`) {
+		_, err := Allocate(o, Spec{Name: "g", Members: [][2]int{{1, 1}}, WindowSize: 64})
+		if engine.KindOf(err) != engine.ValueError || !strings.Contains(err.Error(), `a global domain named "g" is already live`) {
 			t.Errorf("a second live %q: %v", "g", err)
 		}
 		if steps.Load() != before {
 			t.Errorf("the refused allocation sent %d node commands", steps.Load()-before)
 		}
 		must(0, first.Release())
-		again := must(o.AllocateGlobalDomain(fourRanks(false))) // released: the name is free
+		again := must(Allocate(o, fourRanks(false))) // released: the name is free
 		if again.ID() != first.ID()+1 {
 			t.Errorf("ids %d then %d: the refusal took an id", first.ID(), again.ID())
 		}
 		spec := fourRanks(true)
 		spec.Name = "kept"
-		retained = must(o.AllocateGlobalDomain(spec))
+		retained = must(Allocate(o, spec))
 	}))
-	err := submitRun(t, w, func(o *Orchestrator) error {
-		_, err := o.AllocateGlobalDomain(GlobalSpec{Name: "kept", Members: [][2]int{{0, 0}}, WindowSize: 64})
+	err := submitRun(t, w, func(o *engine.Orchestrator) error {
+		_, err := Allocate(o, Spec{Name: "kept", Members: [][2]int{{0, 0}}, WindowSize: 64})
 		return err
 	})
-	if KindOf(err) != ValueError || !strings.Contains(err.Error(), `"kept" is already live`) {
+	if engine.KindOf(err) != engine.ValueError || !strings.Contains(err.Error(), `"kept" is already live`) {
 		t.Errorf("a retained domain's name in a later run: %v", err)
 	}
 	if err := retained.Release(); err != nil || !retained.Freed() {
 		t.Fatalf("release of the retained domain: %v", err)
 	}
-	mustRun(t, w, func(o *Orchestrator) error {
-		_, err := o.AllocateGlobalDomain(GlobalSpec{Name: "kept", Members: [][2]int{{0, 0}}, WindowSize: 64})
+	mustRun(t, w, func(o *engine.Orchestrator) error {
+		_, err := Allocate(o, Spec{Name: "kept", Members: [][2]int{{0, 0}}, WindowSize: 64})
 		return err
 	})
 	if n := nodeGlobals(w); n != 0 {
