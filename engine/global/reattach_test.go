@@ -12,7 +12,7 @@ import (
 	"simpler/wire"
 )
 
-// stepLog records the transaction commands a broker sends (engine.GlobalStep
+// stepLog records the transaction commands a broker sends (GlobalStep
 // events, staging left out).
 type stepLog struct {
 	mu    sync.Mutex

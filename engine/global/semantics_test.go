@@ -74,7 +74,7 @@ func TestGlobalDeviceRanksExplicitDuplicate(t *testing.T) {
 }
 
 // Point 6: a released handle refuses member(), buffer_range() and
-// staging with a engine.RuntimeError, at once (before the fence frees it) and
+// staging with a RuntimeError, at once (before the fence frees it) and
 // after; its plain attributes stay readable.
 func TestGlobalReleasedHandleRefuses(t *testing.T) {
 	w, _ := l4Counted(t)
@@ -124,7 +124,7 @@ func checkReleasedRefuses(t *testing.T, d *Domain, when string) {
 }
 
 // Point 7: a name is unique among the worker's live global domains. A
-// second allocation under a live name is a engine.ValueError naming it, sent to
+// second allocation under a live name is a ValueError naming it, sent to
 // no node and taking no domain id; a released one's name may be reused,
 // in the same run or after a retained domain is released.
 func TestGlobalDomainNamesUnique(t *testing.T) {
