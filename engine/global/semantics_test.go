@@ -167,3 +167,34 @@ func TestGlobalDomainNamesUnique(t *testing.T) {
 		t.Errorf("%d node domains left", n)
 	}
 }
+
+// A retained domain released from inside a later run is not freed under
+// that run's DAG, which may use it: the later run's fence frees it (its
+// own run's fence has passed), and a retained domain released before its
+// own run's fence is freed by that fence.
+func TestGlobalRetainedReleasedInLaterRun(t *testing.T) {
+	w, _ := l4Counted(t)
+	var kept, early *Domain
+	mustRun(t, w, buildErr(func(o *engine.Orchestrator) {
+		kept = must(Allocate(o, fourRanks(true)))
+		spec := fourRanks(true)
+		spec.Name = "early"
+		early = must(Allocate(o, spec))
+		must(0, early.Release())
+	}))
+	if kept.Released() || kept.Freed() || !early.Freed() {
+		t.Fatalf("after the first fence: kept released %v freed %v, early freed %v", kept.Released(), kept.Freed(), early.Freed())
+	}
+	mustRun(t, w, buildErr(func(o *engine.Orchestrator) {
+		must(0, kept.Release())
+		if !kept.Released() || kept.Freed() {
+			t.Errorf("released in a run being built: released %v freed %v, want released and not freed", kept.Released(), kept.Freed())
+		}
+		if n := nodeGlobals(w); n != 2 {
+			t.Errorf("%d node domains while the later run is built, want the kept domain's 2", n)
+		}
+	}))
+	if !kept.Freed() || nodeGlobals(w) != 0 {
+		t.Fatalf("after the later run's fence: freed %v, %d node domains left", kept.Freed(), nodeGlobals(w))
+	}
+}
