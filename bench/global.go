@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"simpler/engine"
+	"simpler/engine/global"
 	"simpler/engine/remote"
 	"simpler/hal"
 )
@@ -84,7 +85,7 @@ func Global(w io.Writer) (ok bool, err error) {
 // node commands its observer records.
 type globalBench struct {
 	top  *engine.Worker
-	spec engine.GlobalSpec
+	spec global.Spec
 
 	mu        sync.Mutex
 	steps     []globalStep
@@ -106,7 +107,7 @@ func newGlobalBench(top *engine.Worker, p hal.Platform, addr string) (*globalBen
 	if err != nil {
 		return nil, err
 	}
-	b := &globalBench{top: top, spec: engine.GlobalSpec{Name: "bench", WindowSize: 4096,
+	b := &globalBench{top: top, spec: global.Spec{Name: "bench", WindowSize: 4096,
 		Members: [][2]int{{local, 0}, {local, 1}, {remote, 0}, {remote, 1}}}}
 	top.Observe(b.observe)
 	if err := top.Init(); err != nil {
@@ -130,7 +131,7 @@ func (b *globalBench) observe(e engine.Event) {
 // handle, and the run's fence, inside Run, frees the domain on both nodes.
 func (b *globalBench) allocRelease() error {
 	_, err := b.top.Run(func(o *engine.Orchestrator) (any, error) {
-		g, err := o.AllocateGlobalDomain(b.spec)
+		g, err := global.Allocate(o, b.spec)
 		if err != nil {
 			return nil, err
 		}

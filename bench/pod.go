@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"simpler/engine"
+	"simpler/engine/global"
 	"simpler/hal"
 	"simpler/hal/comm"
 )
@@ -68,7 +69,7 @@ func measurePod(nodes, chips int) (pt podTimes, err error) {
 		}
 	}()
 	n := nodes * chips
-	spec := engine.GlobalSpec{Name: "pod", WindowSize: podWindow(n, 1024/n)}
+	spec := global.Spec{Name: "pod", WindowSize: podWindow(n, 1024/n)}
 	for r := 0; r < n; r++ {
 		spec.Members = append(spec.Members, [2]int{r / chips, r % chips})
 	}
@@ -79,7 +80,7 @@ func measurePod(nodes, chips int) (pt podTimes, err error) {
 		var ring time.Duration
 		start := time.Now()
 		_, err := top.Run(func(o *engine.Orchestrator) (any, error) {
-			d, err := o.AllocateGlobalDomain(spec)
+			d, err := global.Allocate(o, spec)
 			if err != nil {
 				return nil, err
 			}
@@ -135,14 +136,14 @@ func podWindow(n, chunk int) int { return 8 + 2*(n-1)*4*max(chunk, 1) }
 
 // podRing runs the ring allreduce of 1024 float32 per rank over domain d
 // and checks every rank's sum.
-func podRing(top *engine.Worker, d *engine.GlobalDomain, n int) error {
+func podRing(top *engine.Worker, d *global.Domain, n int) error {
 	type rank struct {
 		chip hal.Chip
 		view *comm.View
 	}
 	ranks := make([]rank, n)
 	for _, node := range top.Children() {
-		view, err := node.GlobalView(d.ID())
+		view, err := global.View(node, d.ID())
 		if err != nil {
 			return err
 		}

@@ -140,11 +140,11 @@ func TestAddRemoteWorkerChecksEveryArgument(t *testing.T) {
 // A buffer's nbytes may pad past its count elements, not fall short.
 func TestBufferCountMustFitItsBytes(t *testing.T) {
 	pad := []BufferSpec{{Name: "a", DType: dtype.Float32, Count: 4, NBytes: 64}, {Name: "b", DType: dtype.Float32, Count: 2, NBytes: 8}}
-	offsets, err := bufferOffsets("allocate_domain", pad, 128)
+	offsets, err := BufferOffsets("allocate_domain", pad, 128)
 	if err != nil || len(offsets) != 2 || offsets[1] != 64 {
 		t.Fatalf("a padded buffer: offsets %v, %v", offsets, err)
 	}
 	short := []BufferSpec{{Name: "a", DType: dtype.Float32, Count: 5, NBytes: 16}}
-	_, err = bufferOffsets("allocate_domain", short, 128)
+	_, err = BufferOffsets("allocate_domain", short, 128)
 	wantKindText(t, "count past nbytes", err, ValueError, `allocate_domain: buffer "a" has count=5 of float32, more than its nbytes=16 hold`)
 }

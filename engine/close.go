@@ -172,11 +172,7 @@ func (w *Worker) closeTree() error {
 	w.state = stateClosed // refuse new work while the runs drain
 	w.mu.Unlock()
 	forced := w.drainRuns(runs)
-	gerr := w.closeGlobalDomains()
-	w.CloseGlobals()
-	if e := w.runClose(CloseAfterDrain); e != nil && gerr == nil {
-		gerr = e
-	}
+	gerr := w.runClose(CloseAfterDrain) // global domains are freed here (engine/global)
 	// Endpoints report to w.mu as they stop: wait for them outside it.
 	if !w.stopEndpointsWithin(StopGrace) && forced == nil {
 		forced = Errorf(RuntimeError, "close: a kernel of this worker did not stop; its goroutine is abandoned")

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"simpler/engine/internal/lifetime"
 	"simpler/hal"
 	"simpler/hal/comm"
 	"simpler/hal/dtype"
@@ -45,7 +46,7 @@ type Domain struct {
 	ranks        []DomainRank // one per member, in rank order
 	slot         *warmSlot    // the warm slot of a task_only domain (warm.go)
 
-	life lifetime // guarded by w.mu (lifetime.go)
+	life lifetime.Life // guarded by w.mu (engine/internal/lifetime)
 }
 
 // commRequest is what every rank of an allocation is given.
@@ -103,14 +104,14 @@ func (d *Domain) Buffers() ([]BufferSpec, []int) { return d.spec.Buffers, d.offs
 func (d *Domain) Released() bool {
 	d.w.mu.Lock()
 	defer d.w.mu.Unlock()
-	return d.life.released()
+	return d.life.Released()
 }
 
 // Freed reports whether the backend windows are gone.
 func (d *Domain) Freed() bool {
 	d.w.mu.Lock()
 	defer d.w.mu.Unlock()
-	return d.life.freed()
+	return d.life.Freed()
 }
 
 // RankView is one member's view of a domain: ChipDomainContext.
@@ -166,17 +167,17 @@ func (w *Worker) validateDomain(spec *DomainSpec) ([]int, error) {
 		}
 		seen[id] = true
 	}
-	if err := w.checkWindowSize(op, spec.WindowSize); err != nil {
+	if err := w.CheckWindowSize(op, spec.WindowSize); err != nil {
 		return nil, err
 	}
-	return bufferOffsets(op, spec.Buffers, spec.WindowSize)
+	return BufferOffsets(op, spec.Buffers, spec.WindowSize)
 }
 
-// checkWindowSize bounds a domain's window_size by a chip's device memory,
+// CheckWindowSize bounds a domain's window_size by a chip's device memory,
 // before any backend work, so that a window no chip can hold is refused
 // with the same error in every mode (it used to fail late, in the comm
 // backend, with text that differed between modes).
-func (w *Worker) checkWindowSize(op string, size int) error {
+func (w *Worker) CheckWindowSize(op string, size int) error {
 	if size <= 0 {
 		return Errorf(ValueError, "%s: window_size must be > 0, got %d", op, size)
 	}
@@ -189,9 +190,9 @@ func (w *Worker) checkWindowSize(op string, size int) error {
 	return nil
 }
 
-// bufferOffsets checks named buffers against a window and returns where
+// BufferOffsets checks named buffers against a window and returns where
 // each starts: carved in declaration order from the window base.
-func bufferOffsets(op string, buffers []BufferSpec, windowSize int) ([]int, error) {
+func BufferOffsets(op string, buffers []BufferSpec, windowSize int) ([]int, error) {
 	names := map[string]bool{}
 	offsets := make([]int, len(buffers))
 	sum := 0
@@ -269,7 +270,7 @@ func (o *Orchestrator) AllocateDomain(spec DomainSpec) (*Domain, error) {
 // allocateRanks runs each rank's part of d's allocation; a task_only
 // domain goes to a warm slot (warm.go).
 func (w *Worker) allocateRanks(d *Domain) error {
-	if err := w.initComm(); err != nil {
+	if err := w.InitComm(); err != nil {
 		return err
 	}
 	if err := fault.Hit("domain.alloc", -1); err != nil {
@@ -343,9 +344,9 @@ func (w *Worker) runRanks(d *Domain, req comm.Request, reuse bool) error {
 	return first
 }
 
-// initComm initialises every chip's base communicator once per Worker, in
+// InitComm initialises every chip's base communicator once per Worker, in
 // parallel. A failure is kept and returned to later callers.
-func (w *Worker) initComm() error {
+func (w *Worker) InitComm() error {
 	w.commOnce.Do(func() {
 		errs := make([]error, len(w.chips))
 		var wg sync.WaitGroup
@@ -390,7 +391,7 @@ func (d *Domain) Release() error {
 // markReleased is the first release's bookkeeping (w.mu held): the name
 // leaves the live list, and the event says so once.
 func (d *Domain) markReleased() {
-	if d.life.release() {
+	if d.life.Release() {
 		delete(d.w.domains, d.spec.Name)
 		d.w.emit(Event{Kind: DomainReleased, Run: d.run.id, Domain: d.spec.Name, AllocID: d.allocationID})
 	}
@@ -403,11 +404,10 @@ func (d *Domain) free() error {
 	w := d.w
 	w.mu.Lock()
 	d.markReleased() // a domain swept at the fence is released here
-	a, run := d.life.begin()
+	a, run := d.life.Begin()
 	w.mu.Unlock()
 	if !run {
-		<-a.done
-		return a.err
+		return a.Wait()
 	}
 	w.raceForgetDomain(d)
 	err := d.releaseRanks()
@@ -415,11 +415,11 @@ func (d *Domain) free() error {
 		w.warm.put(d.slot) // every rank parked, or tore down and will say so when taken back
 	}
 	const retry = false // each rank's release ran all of its teardown
-	if _, poison := outcome(err, retry); poison {
+	if _, poison := lifetime.Outcome(err, retry); poison {
 		w.Poison(err)
 	}
 	w.mu.Lock()
-	d.life.end(a, err, retry)
+	d.life.End(a, err, retry)
 	w.emit(Event{Kind: DomainFreed, Run: d.run.id, Domain: d.spec.Name, AllocID: d.allocationID, Err: err})
 	w.mu.Unlock()
 	return err
@@ -448,7 +448,7 @@ func (w *Worker) freeDomains(r *Run) error {
 	r.retired = true
 	var released, live []*Domain
 	for _, d := range r.domains {
-		if !d.life.released() {
+		if !d.life.Released() {
 			live = append(live, d)
 		} else {
 			released = append(released, d)

@@ -540,8 +540,9 @@ func (n remoteNode) Command(c *wire.Control) (wire.ControlReply, error) {
 	return n.w.remoteCmdReply(n.id, c)
 }
 
-// nodeOf is NEXT_LEVEL slot id as a Node (level 4 and up).
-func (w *Worker) nodeOf(id int) Node {
+// Node is NEXT_LEVEL slot id as a Node (level 4 and up): what a broker
+// sends global-domain commands to.
+func (w *Worker) Node(id int) Node {
 	switch {
 	case w.IsRemote(id):
 		return remoteNode{w, id}

@@ -269,44 +269,9 @@ func (w *Worker) forgetGroups() {
 	}
 }
 
-// sameHost refuses a sim-profile global domain whose members' nodes live
-// on different hosts, before any node is sent anything: sim windows are
-// one host's shared memory, which a node elsewhere cannot map (it would
-// fail inside IMPORT).
-func (w *Worker) sameHost(op string, members [][2]int) error {
-	var hosts []hostid.ID
-	nodes := map[[32]byte][]string{} // each host's nodes, in first-member order
-	seen := map[int]bool{}
-	for _, m := range members {
-		if seen[m[0]] {
-			continue
-		}
-		seen[m[0]] = true
-		h := w.nodeHost(m[0])
-		if _, known := nodes[h.Key]; !known {
-			hosts = append(hosts, h)
-		}
-		nodes[h.Key] = append(nodes[h.Key], strconv.Itoa(m[0]))
-	}
-	if len(hosts) < 2 {
-		return nil
-	}
-	names := hostid.Names(hosts)
-	parts := make([]string, len(hosts))
-	for i, h := range hosts {
-		which := "node"
-		if len(nodes[h.Key]) > 1 {
-			which = "nodes"
-		}
-		parts[i] = fmt.Sprintf("%s (%s %s)", names[i], which, strings.Join(nodes[h.Key], ", "))
-	}
-	return Errorf(ValueError, "%s: comm profile %q keeps a domain's windows in one host's shared memory, and its members live on hosts %s; give it members of one host",
-		op, hal.SimProfile, strings.Join(parts, " and "))
-}
-
-// nodeHost is the host node runs on: a remote node's, as it said when it
-// came up; a local child's is this one.
-func (w *Worker) nodeHost(node int) hostid.ID {
+// NodeHost is the host NEXT_LEVEL node runs on: a remote node's, as it
+// said when it came up; a local child's is this one.
+func (w *Worker) NodeHost(node int) hostid.ID {
 	if w.IsRemote(node) && node < len(w.remotes) && w.remotes[node] != nil {
 		return w.remotes[node].Host()
 	}

@@ -108,7 +108,7 @@ func TestAddWorkerGroupRefusals(t *testing.T) {
 	if err != nil || !slices.Equal(ids, []int{1, 2, 3}) {
 		t.Fatalf("ids %v, %v", ids, err)
 	}
-	if got := w.nodeSpec(2).GlobalDeviceRanks; !slices.Equal(got, []int{6}) {
+	if got := w.NodeSpec(2).GlobalDeviceRanks; !slices.Equal(got, []int{6}) {
 		t.Errorf("rank 1's global device ranks %v, want [6]", got)
 	}
 	if err := w.Init(); KindOf(err) != RuntimeError || !strings.Contains(err.Error(), "no transport for worker groups (Config.StartGroup is nil") {
@@ -160,38 +160,5 @@ func TestWorkerGroupLifecycle(t *testing.T) {
 	must(w.AddWorkerGroup(GroupSpec{Ranks: 2, Launcher: LauncherNone, Platform: "a2a3sim", DeviceIDs: []int{0}, Listen: "127.0.0.1:0"}))
 	if err := w.Init(); KindOf(err) != TimeoutError {
 		t.Errorf("init of a failing group: %v", err)
-	}
-}
-
-// A sim global domain whose members live on different hosts is refused
-// before any node is sent anything, naming the hosts and their nodes.
-func TestSimGlobalDomainOnTwoHostsRefused(t *testing.T) {
-	other := hostid.ID{Name: "node-b", Key: [32]byte{1}}
-	hosts := map[int]hostid.ID{1: hostid.Local(), 2: other, 3: other}
-	w := must(NewWorker(Config{Level: 4, Platform: sim(t), Dial: func(req DialRequest) (RemoteNode, error) {
-		return &fakeNode{host: hosts[req.ID]}, nil
-	}}))
-	defer w.Close()
-	local := must(NewWorker(Config{Level: 3, Platform: sim(t), DeviceIDs: []int{0}}))
-	must(w.AddWorker(local))
-	for range 3 {
-		must(w.AddRemoteWorker(RemoteSpec{Endpoint: "127.0.0.1:7700", Platform: "a2a3sim", DeviceIDs: []int{0}, Token: []byte("0123456789abcdef")}))
-	}
-	if err := w.Init(); err != nil {
-		t.Fatal(err)
-	}
-	spec := GlobalSpec{Name: "g", Members: [][2]int{{0, 0}, {2, 0}, {1, 0}, {3, 0}}, WindowSize: 64}
-	err := submitRun(t, w, func(o *Orchestrator) error { _, err := o.AllocateGlobalDomain(spec); return err })
-	want := `allocate_global_domain: comm profile "sim" keeps a domain's windows in one host's shared memory, and its members live on hosts ` +
-		hostid.Local().Name + " (nodes 0, 1) and node-b (nodes 2, 3)"
-	if KindOf(err) != ValueError || !strings.Contains(err.Error(), want) {
-		t.Fatalf("got %v\nwant %s", err, want)
-	}
-	// Members of one host pass this check (and go on to the nodes: the
-	// fake one refuses its first command).
-	spec.Members = [][2]int{{2, 0}, {3, 0}}
-	err = submitRun(t, w, func(o *Orchestrator) error { _, err := o.AllocateGlobalDomain(spec); return err })
-	if err == nil || strings.Contains(err.Error(), "one host's shared memory") || !strings.Contains(err.Error(), "fake node: sent a command") {
-		t.Errorf("members of one host: %v", err)
 	}
 }

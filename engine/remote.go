@@ -93,7 +93,7 @@ func (w *Worker) dialRemotes() error {
 		return err
 	}
 	deadline := time.Now().Add(w.cfg.StartupTimeout)
-	parent := w.clusterID()
+	parent := w.ClusterID()
 	w.remotes = make([]RemoteNode, len(w.remoteSpecs))
 	errs := make([]error, len(w.remoteSpecs))
 	var wg sync.WaitGroup

@@ -33,7 +33,6 @@ type Run struct {
 	fence     [nFencePhases][]fenceHook // roles' work after the fence (hooks.go)
 	domains   []*Domain                 // allocated by this run, in allocation order
 	captured  []*RemoteBuffer           // remote buffers this run's tasks hold (rbuf.go)
-	globals   []*GlobalDomain           // brokered by this run
 	retired   bool                      // past the fence: a release frees at once
 	held      []*Task                   // ready tasks waiting for the runs before this one
 	failSeen  bool                      // the orchestrator has seen a failure (drain): later submits are refused
@@ -255,10 +254,10 @@ func (r *Run) Tasks() int {
 }
 
 // finishesLocally reports whether finishing r needs no reply from a remote
-// node: no fence hook (remote buffers its tasks hold, say), no cleanup, no
-// global domain to free. Caller holds w.mu.
+// node: no fence hook (remote buffers its tasks hold, a global domain to
+// free, say) and no cleanup. Caller holds w.mu.
 func (r *Run) finishesLocally() bool {
-	return len(r.cleanups) == 0 && len(r.globals) == 0 && !r.hasFenceWork()
+	return len(r.cleanups) == 0 && !r.hasFenceWork()
 }
 
 // fenceOnly reports whether r's fence has nothing to do outside w.mu: it
@@ -296,9 +295,6 @@ func (w *Worker) finish(r *Run) {
 				r.waitErr = Wrap(err, cleanups[i].Name)
 			}
 		}
-	}
-	if err := w.freeGlobals(r); err != nil && r.waitErr == nil {
-		r.waitErr = err // retryable: the domain stays released, and close tries again (lifetime.go)
 	}
 	r.runFence(FenceGlobal)
 	if err := w.freeDomains(r); err != nil && r.waitErr == nil {

@@ -95,14 +95,10 @@ type Worker struct {
 	// remoteFailed counts goroutines completing remote tasks that could
 	// not be sent (see remoteEndpoint.Start).
 	remoteFailed sync.WaitGroup
-	groups       []*workerGroup           // add_worker_group's, in the order added (group.go)
-	globals      map[uint64]*nodeGlobal   // level 3: global domains this node hosts ranks of
-	gdomains     map[uint64]*GlobalDomain // level 4+: global domains this worker brokered, live
-	globalSeq    uint64
-	gwarm        gwarmCache // level 4+: pooled window names of released global domains (gwarm.go)
-	cluster      uint64     // this broker's cluster id (clusterID), drawn on first use
-	next         []Endpoint // NEXT_LEVEL slots, by id
-	subs         []Endpoint // SUB slots, by id
+	groups       []*workerGroup // add_worker_group's, in the order added (group.go)
+	cluster      uint64         // this worker's cluster id (ClusterID), drawn on first use
+	next         []Endpoint     // NEXT_LEVEL slots, by id
+	subs         []Endpoint     // SUB slots, by id
 	// epMu is held for reading while a deadline or a cancel, which come
 	// from timers and other goroutines, hands work to the endpoints, and
 	// for writing while close stops them (epStopped), so that neither
@@ -146,8 +142,6 @@ func NewWorker(cfg Config) (*Worker, error) {
 	w := &Worker{cfg: cfg, runs: map[*Run]struct{}{}, domains: map[string]*Domain{},
 		hostBufs:    map[uint64]*HostBuffer{},
 		hostBufSegs: map[*shm.Segment]*HostBuffer{},
-		globals:     map[uint64]*nodeGlobal{},
-		gdomains:    map[uint64]*GlobalDomain{},
 		deadlines:   map[memberKey]*time.Timer{},
 		namespace:   fmt.Sprintf("w%d", workerSeq.Add(1))}
 	w.cond = sync.NewCond(&w.mu)

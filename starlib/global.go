@@ -6,11 +6,12 @@ import (
 	"go.starlark.net/starlark"
 
 	"simpler/engine"
+	"simpler/engine/global"
 	"simpler/starlib/array"
 )
 
 // GlobalDomain is a GlobalCommDomainHandle.
-type GlobalDomain struct{ d *engine.GlobalDomain }
+type GlobalDomain struct{ d *global.Domain }
 
 func (g *GlobalDomain) String() string {
 	return fmt.Sprintf("GlobalCommDomainHandle(%q, domain_id=%d, %d members)", g.d.Spec().Name, g.d.ID(), len(g.d.Spec().Members))
@@ -101,7 +102,7 @@ func (o *Orchestrator) allocateGlobalDomain(th *starlark.Thread, args starlark.T
 		"buffers?", &buffersV, "retain_after_run?", &retain); err != nil {
 		return nil, err
 	}
-	spec := engine.GlobalSpec{Name: name, WindowSize: windowSize, RetainAfterRun: retain}
+	spec := global.Spec{Name: name, WindowSize: windowSize, RetainAfterRun: retain}
 	it, ok := membersV.(starlark.Indexable)
 	if !ok {
 		return nil, errorf(engine.TypeError, "%s: members must be a list of (node, local_worker) pairs, got %s", op, membersV.Type())
@@ -121,7 +122,7 @@ func (o *Orchestrator) allocateGlobalDomain(th *starlark.Thread, args starlark.T
 		return nil, err
 	}
 	spec.Buffers = bufs
-	d, err := o.o.AllocateGlobalDomain(spec)
+	d, err := global.Allocate(o.o, spec)
 	if err != nil {
 		return nil, err
 	}
@@ -170,14 +171,14 @@ func (o *Orchestrator) getGlobalDomain(th *starlark.Thread, args starlark.Tuple,
 	if err := starlark.UnpackPositionalArgs("get_global_domain", args, kw, 1, &id); err != nil {
 		return nil, err
 	}
-	view, err := o.o.Worker().GlobalView(uint64(id))
+	view, err := global.View(o.o.Worker(), uint64(id))
 	if err != nil {
 		return nil, err
 	}
 	return &GlobalView{id: uint64(id), view: view}, nil
 }
 
-func globalHandle(op string, v starlark.Value) (*engine.GlobalDomain, error) {
+func globalHandle(op string, v starlark.Value) (*global.Domain, error) {
 	g, ok := v.(*GlobalDomain)
 	if !ok {
 		return nil, errorf(engine.TypeError, "%s: want a GlobalCommDomainHandle, got %s", op, v.Type())

@@ -397,7 +397,7 @@ func (c *child) commAlloc(a *wire.CommAlloc) ([]byte, error) {
 
 // globalRank runs one step of a global domain's rank on this chip: the
 // window is mapped into the chip here, in the chip's own process, as a
-// node in one process maps it into its chip (engine/gnode.go).
+// node in one process maps it into its chip (engine/global/node.go).
 func (c *child) globalRank(g *wire.GlobalRankReq) ([]byte, error) {
 	key := grankKey{g.DomainID, g.Generation, g.Rank}
 	if g.Step == grPrepare {

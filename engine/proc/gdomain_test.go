@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"simpler/engine"
+	"simpler/engine/global"
 	"simpler/hal/shm"
 	"simpler/internal/fault"
 )
@@ -69,8 +70,8 @@ func l4OverProcChips(t *testing.T, l4mode string, obs engine.Observer) *tree {
 	return newTree(t, l4mode, "process", obs)
 }
 
-func fourRanks(retain bool) engine.GlobalSpec {
-	return engine.GlobalSpec{Name: "g", Members: [][2]int{{0, 0}, {0, 1}, {1, 0}, {1, 1}}, WindowSize: 4096,
+func fourRanks(retain bool) global.Spec {
+	return global.Spec{Name: "g", Members: [][2]int{{0, 0}, {0, 1}, {1, 0}, {1, 1}}, WindowSize: 4096,
 		Buffers: []engine.BufferSpec{{Name: "in", NBytes: 1024}, {Name: "out", NBytes: 1024}}, RetainAfterRun: retain}
 }
 
@@ -103,11 +104,11 @@ func TestGlobalDomainOverProcessChips(t *testing.T) {
 			tr := l4OverProcChips(t, l4mode, nil)
 			w := tr.w
 			big := bytes.Repeat([]byte("0123456789abcdef"), 1<<17)
-			var d *engine.GlobalDomain
+			var d *global.Domain
 			mustRun(t, w, buildErr(func(o *engine.Orchestrator) {
 				spec := fourRanks(false)
 				spec.WindowSize = 4 << 20
-				d = must(o.AllocateGlobalDomain(spec))
+				d = must(global.Allocate(o, spec))
 				if n := len(gdomNames(t, tr)); n != 5 {
 					t.Errorf("%d window and header objects for four ranks, want 5", n)
 				}
@@ -143,10 +144,10 @@ func TestGlobalDomainWindowLivesInTheChipProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustRun(t, w, buildErr(func(o *engine.Orchestrator) {
-		d := must(o.AllocateGlobalDomain(fourRanks(false)))
+		d := must(global.Allocate(o, fourRanks(false)))
 		must(0, d.CopyToGlobal(3, []byte("in chip 3 window"), "in", 0))
 		node := w.Children()[1]
-		view := must(node.GlobalView(d.ID()))
+		view := must(global.View(node, d.ID()))
 		c := must(node.Chip(1))
 		if _, isProc := c.(*chip); !isProc {
 			t.Fatalf("chip 1 of node 1 is a %T, not a process", c)
@@ -178,7 +179,7 @@ func TestGlobalDomainProcessChipsRollbackMatrix(t *testing.T) {
 						t.Fatal(err)
 					}
 					err := submitRun(t, w, func(o *engine.Orchestrator) error {
-						_, err := o.AllocateGlobalDomain(fourRanks(false))
+						_, err := global.Allocate(o, fourRanks(false))
 						return err
 					})
 					if err == nil || !strings.Contains(err.Error(), "injected fault at "+point) {
@@ -191,7 +192,7 @@ func TestGlobalDomainProcessChipsRollbackMatrix(t *testing.T) {
 			}
 			fault.Load("")
 			mustRun(t, w, func(o *engine.Orchestrator) error {
-				_, err := o.AllocateGlobalDomain(fourRanks(false))
+				_, err := global.Allocate(o, fourRanks(false))
 				return err
 			})
 		})
@@ -206,7 +207,7 @@ func TestGlobalDomainProcessChipsAbortFailurePoisons(t *testing.T) {
 	t.Cleanup(func() { fault.Load("") })
 	fault.Load("global.commit@1,global.abort@0")
 	err := submitRun(t, w, func(o *engine.Orchestrator) error {
-		_, err := o.AllocateGlobalDomain(fourRanks(false))
+		_, err := global.Allocate(o, fourRanks(false))
 		return err
 	})
 	if err == nil || !strings.Contains(err.Error(), "global.commit@1") {
@@ -219,7 +220,7 @@ func TestGlobalDomainProcessChipsAbortFailurePoisons(t *testing.T) {
 	if n := len(gdomNames(t, tr)); n == 0 {
 		t.Error("the failed abort of node 0 released its windows anyway")
 	}
-	w.Children()[0].CloseGlobals() // what the failed abort left on node 0
+	global.ReleaseHosted(w.Children()[0]) // what the failed abort left on node 0
 	if left := gdomNames(t, tr); len(left) != 0 {
 		t.Errorf("left after releasing node 0: %v", left)
 	}
@@ -258,9 +259,9 @@ func TestGlobalDomainChipProcessDies(t *testing.T) {
 				}
 			})
 			w := tr.w
-			var d *engine.GlobalDomain
+			var d *global.Domain
 			err := submitRun(t, w, func(o *engine.Orchestrator) (err error) {
-				d, err = o.AllocateGlobalDomain(fourRanks(false))
+				d, err = global.Allocate(o, fourRanks(false))
 				return err
 			})
 			switch {
@@ -275,7 +276,7 @@ func TestGlobalDomainChipProcessDies(t *testing.T) {
 			// Not poisoned: a domain over the other node still works.
 			other := 1 - c.node
 			mustRun(t, w, func(o *engine.Orchestrator) error {
-				_, err := o.AllocateGlobalDomain(engine.GlobalSpec{Name: "after", Members: [][2]int{{other, 0}, {other, 1}}, WindowSize: 64})
+				_, err := global.Allocate(o, global.Spec{Name: "after", Members: [][2]int{{other, 0}, {other, 1}}, WindowSize: 64})
 				return err
 			})
 		})
@@ -303,11 +304,11 @@ func TestGlobalDomainOverProcessNodes(t *testing.T) {
 	w := tr.w
 	base := nodeObjects(t, tr)
 	big := bytes.Repeat([]byte("0123456789abcdef"), 1<<17) // 2 MiB: several mailbox messages
-	var d *engine.GlobalDomain
+	var d *global.Domain
 	mustRun(t, w, buildErr(func(o *engine.Orchestrator) {
 		spec := fourRanks(false)
 		spec.WindowSize = 4 << 20
-		d = must(o.AllocateGlobalDomain(spec))
+		d = must(global.Allocate(o, spec))
 		if nodeObjects(t, tr) <= base {
 			t.Error("the node processes made no windows")
 		}
@@ -331,7 +332,7 @@ func TestGlobalDomainOverProcessNodes(t *testing.T) {
 	// Warm the pool at the size the aborted allocations below use: then
 	// each abort must leave exactly what this left, nothing more.
 	mustRun(t, w, func(o *engine.Orchestrator) error {
-		_, err := o.AllocateGlobalDomain(fourRanks(false))
+		_, err := global.Allocate(o, fourRanks(false))
 		return err
 	})
 	base = nodeObjects(t, tr)
@@ -344,7 +345,7 @@ func TestGlobalDomainOverProcessNodes(t *testing.T) {
 			// runs and meets the point.
 			fault.Load("global.reattach@1," + point)
 			err := submitRun(t, w, func(o *engine.Orchestrator) error {
-				_, err := o.AllocateGlobalDomain(fourRanks(false))
+				_, err := global.Allocate(o, fourRanks(false))
 				return err
 			})
 			if err == nil || !strings.Contains(err.Error(), "injected fault at "+point) {
@@ -357,7 +358,7 @@ func TestGlobalDomainOverProcessNodes(t *testing.T) {
 	}
 	fault.Load("")
 	mustRun(t, w, func(o *engine.Orchestrator) error {
-		_, err := o.AllocateGlobalDomain(fourRanks(false))
+		_, err := global.Allocate(o, fourRanks(false))
 		return err
 	})
 }
@@ -387,7 +388,7 @@ func TestGlobalDomainWarmOverProcessNodes(t *testing.T) {
 		})
 		for i := 0; i < 3; i++ {
 			mustRun(t, tr.w, buildErr(func(o *engine.Orchestrator) {
-				d := must(o.AllocateGlobalDomain(fourRanks(false)))
+				d := must(global.Allocate(o, fourRanks(false)))
 				if got := must(d.CopyFromGlobal(3, 4, "out", 0)); string(got) != "\x00\x00\x00\x00" {
 					t.Errorf("%s chips, round %d: rank 3's window reads %q, want zeroes", c.l3mode, i, got)
 				}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"simpler/engine"
+	"simpler/engine/global"
 	"simpler/internal/fault"
 )
 
@@ -15,7 +16,7 @@ func nodeGlobals(w *engine.Worker) int {
 	n := 0
 	for _, c := range w.Children() {
 		if c != nil { // a remote node
-			n += c.HostedGlobals()
+			n += global.Hosted(c)
 		}
 	}
 	return n
@@ -47,17 +48,17 @@ func mixedNodes(t *testing.T, env ...string) *engine.Worker {
 func TestGlobalDomainRemoteRollback(t *testing.T) {
 	for _, phase := range []string{"comm_init", "prepare", "import", "commit"} {
 		w := mixedNodes(t, fault.Env+"=global."+phase)
-		spec := engine.GlobalSpec{Name: "g", Members: [][2]int{{0, 0}, {1, 0}}, WindowSize: 256}
-		err := submitRun(t, w, func(o *engine.Orchestrator) error { _, err := o.AllocateGlobalDomain(spec); return err })
+		spec := global.Spec{Name: "g", Members: [][2]int{{0, 0}, {1, 0}}, WindowSize: 256}
+		err := submitRun(t, w, func(o *engine.Orchestrator) error { _, err := global.Allocate(o, spec); return err })
 		if err == nil || !strings.Contains(err.Error(), "injected fault at global."+phase) || !strings.Contains(err.Error(), "on node 1") {
 			t.Errorf("%s: got %v", phase, err)
 		}
 		if n := nodeGlobals(w); n != 0 {
 			t.Errorf("%s: the local node kept %d domains after the abort", phase, n)
 		}
-		var d *engine.GlobalDomain
+		var d *global.Domain
 		mustRun(t, w, buildErr(func(o *engine.Orchestrator) {
-			d = must(o.AllocateGlobalDomain(spec))
+			d = must(global.Allocate(o, spec))
 			// Staging reaches the remote member's window (STAGE_TO/FROM).
 			must(0, d.CopyToGlobal(1, []byte("remote"), "", 100))
 			if got := must(d.CopyFromGlobal(1, 6, "", 100)); string(got) != "remote" {
@@ -82,8 +83,8 @@ func TestGlobalDomainRemoteRollback(t *testing.T) {
 // frees what the failed abort left when its connection closes).
 func TestGlobalDomainRemoteAbortFailurePoisons(t *testing.T) {
 	w := mixedNodes(t, fault.Env+"=global.import,global.abort")
-	spec := engine.GlobalSpec{Name: "g", Members: [][2]int{{0, 0}, {1, 0}}, WindowSize: 256}
-	err := submitRun(t, w, func(o *engine.Orchestrator) error { _, err := o.AllocateGlobalDomain(spec); return err })
+	spec := global.Spec{Name: "g", Members: [][2]int{{0, 0}, {1, 0}}, WindowSize: 256}
+	err := submitRun(t, w, func(o *engine.Orchestrator) error { _, err := global.Allocate(o, spec); return err })
 	if err == nil || !strings.Contains(err.Error(), "IMPORT on node 1") || !strings.Contains(err.Error(), "injected fault at global.import") {
 		t.Fatalf("primary error: %v", err)
 	}

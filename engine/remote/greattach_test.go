@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"simpler/engine"
+	"simpler/engine/global"
 	"simpler/internal/fault"
 )
 
@@ -35,11 +36,11 @@ func TestGlobalDomainRemoteWarm(t *testing.T) {
 		slices.Sort(s)
 		return s
 	}
-	spec := engine.GlobalSpec{Name: "g", Members: [][2]int{{0, 0}, {1, 0}}, WindowSize: 256}
-	round := func(want string) *engine.GlobalDomain {
-		var d *engine.GlobalDomain
+	spec := global.Spec{Name: "g", Members: [][2]int{{0, 0}, {1, 0}}, WindowSize: 256}
+	round := func(want string) *global.Domain {
+		var d *global.Domain
 		mustRun(t, w, buildErr(func(o *engine.Orchestrator) {
-			d = must(o.AllocateGlobalDomain(spec))
+			d = must(global.Allocate(o, spec))
 			if got := must(d.CopyFromGlobal(1, 6, "", 100)); string(got) != "\x00\x00\x00\x00\x00\x00" {
 				t.Errorf("the remote window reads %q, want zeroes", got)
 			}

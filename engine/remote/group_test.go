@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"simpler/engine"
+	"simpler/engine/global"
 	"simpler/internal/hostid"
 	"simpler/internal/mpitest"
 	"simpler/internal/token"
@@ -281,9 +282,9 @@ func TestGroupOfThreeRanks(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A global domain across the ranks (one host's shared memory: sim).
-	spec := engine.GlobalSpec{Name: "g", Members: [][2]int{{0, 0}, {1, 1}, {2, 0}}, WindowSize: 256}
+	spec := global.Spec{Name: "g", Members: [][2]int{{0, 0}, {1, 1}, {2, 0}}, WindowSize: 256}
 	mustRun(t, w, buildErr(func(o *engine.Orchestrator) {
-		d := must(o.AllocateGlobalDomain(spec))
+		d := must(global.Allocate(o, spec))
 		for r := range 3 {
 			must(0, d.CopyToGlobal(r, []byte(fmt.Sprintf("rank %d", r)), "", 8))
 		}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"simpler/engine"
+	"simpler/engine/global"
 	"simpler/hal/comm"
 	"simpler/hal/shm"
 	"simpler/wire"
@@ -155,17 +156,17 @@ func TestAttackGlobalWindowNames(t *testing.T) {
 	victim := remoteWorker(t, a, a)
 	attacker := remoteWorker(t, a, a)
 	a0 := nodeOf(attacker, 0)
-	vspec := engine.GlobalSpec{Name: "victim", Members: [][2]int{{0, 0}, {1, 0}}, WindowSize: 4096}
+	vspec := global.Spec{Name: "victim", Members: [][2]int{{0, 0}, {1, 0}}, WindowSize: 4096}
 	// Node 0 hosts rank 1: it opens rank 0's header and rank 0's and 2's
 	// windows from the table.
-	aspec := engine.GlobalSpec{Name: "attacker", Members: [][2]int{{1, 0}, {0, 0}, {1, 1}}, WindowSize: 4096}
+	aspec := global.Spec{Name: "attacker", Members: [][2]int{{1, 0}, {0, 0}, {1, 1}}, WindowSize: 4096}
 	secrets := [][]byte{[]byte("the victim's rank 0 secret"), []byte("the victim's rank 1 secret")}
 
 	// allocate runs one attacker domain; whatever comes up is its own, so
 	// its rank 0 and rank 2 windows read zeroes.
 	allocate := func() error {
 		return submitRun(t, attacker, func(o *engine.Orchestrator) error {
-			d, err := o.AllocateGlobalDomain(aspec)
+			d, err := global.Allocate(o, aspec)
 			if err != nil {
 				return err
 			}
@@ -193,7 +194,7 @@ func TestAttackGlobalWindowNames(t *testing.T) {
 
 	before := shmNames(t)
 	mustRun(t, victim, buildErr(func(o *engine.Orchestrator) {
-		d := must(o.AllocateGlobalDomain(vspec))
+		d := must(global.Allocate(o, vspec))
 		for r, s := range secrets {
 			must(0, d.CopyToGlobal(r, s, "", 0))
 		}
@@ -260,7 +261,7 @@ func TestAttackGlobalWindowNames(t *testing.T) {
 		t.Errorf("the attacker's own domain after the attacks: %v", err)
 	}
 	mustRun(t, victim, buildErr(func(o *engine.Orchestrator) {
-		d := must(o.AllocateGlobalDomain(vspec))
+		d := must(global.Allocate(o, vspec))
 		if got := must(d.CopyFromGlobal(0, 8, "", 0)); !bytes.Equal(got, make([]byte, 8)) {
 			t.Errorf("the victim's next domain reads %q, want zeroes", got)
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"simpler/engine"
+	"simpler/engine/global"
 	"simpler/wire"
 )
 
@@ -100,7 +101,7 @@ func (s *session) reset() {
 	for _, ref := range refs {
 		s.drop(ref, owned[ref])
 	}
-	s.inner.CloseGlobals()
+	global.ReleaseHosted(s.inner)
 	s.mu.Lock()
 	s.mem.held, s.windows, s.exports, s.resolve = 0, map[uint64]uint64{}, map[[16]byte]export{}, nil
 	s.mu.Unlock()

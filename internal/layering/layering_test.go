@@ -51,8 +51,11 @@ func TestLayers(t *testing.T) {
 		}
 	}
 	forbid("simpler/engine", is("simpler/engine/proc", "simpler/engine/remote"), "they implement the engine's interfaces; Config brings them in")
-	forbid("simpler/engine/proc", is("simpler/engine/remote"), "proc and remote never import each other")
-	forbid("simpler/engine/remote", is("simpler/engine/proc"), "proc and remote never import each other")
+	forbid("simpler/engine", is("simpler/engine/global"), "global domains are a role layered on the engine (its hooks and RegisterControl)")
+	forbid("simpler/engine/proc", is("simpler/engine/remote", "simpler/engine/global"), "proc, remote and global never import each other")
+	forbid("simpler/engine/remote", is("simpler/engine/proc", "simpler/engine/global"), "proc, remote and global never import each other")
+	forbid("simpler/engine/global", is("simpler/engine/proc", "simpler/engine/remote"), "proc, remote and global never import each other")
+	forbid("simpler/engine/internal/lifetime", is("simpler/engine", "simpler/hal", "simpler/wire"), "a domain's lifetime is a leaf state machine")
 	for pkg := range graph {
 		below := is("simpler/engine", "simpler/hal", "simpler/wire", "simpler/kind", "simpler/internal")(pkg)
 		if below && pkg != "simpler/internal/mpitest" {

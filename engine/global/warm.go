@@ -1,4 +1,4 @@
-package engine
+package global
 
 import (
 	"slices"
@@ -13,34 +13,34 @@ import (
 // the names of those windows by rank, kept under the domain's members and
 // window size. While no live domain uses them, the next domain over the
 // same members and window size may take them back in one REATTACH phase
-// (greattach.go, gtxn.go) instead of the full transaction. The entry is
+// (reattach.go, txn.go) instead of the full transaction. The entry is
 // only a hint: a node checks that each window is still idle in its pool
 // (and a peer's name still opens), and any miss makes the broker abort
 // the phase, forget the entry and run the full transaction.
 
-// gwarmMaxEntries bounds the entries a broker keeps (idle ones are
+// warmMaxEntries bounds the entries a broker keeps (idle ones are
 // forgotten oldest first; one in use is kept until its domain is freed).
-const gwarmMaxEntries = 64
+const warmMaxEntries = 64
 
-// gwarmEntry is one set of pooled windows, by rank.
-type gwarmEntry struct {
+// warmEntry is one set of pooled windows, by rank.
+type warmEntry struct {
 	key     string
 	handles []string
 	busy    bool   // a live domain has these windows
 	idleAt  uint64 // when it last became idle (the cache's clock)
 }
 
-// gwarmCache is a broker's entries, by key. Its zero value is empty.
-type gwarmCache struct {
+// warmCache is a broker's entries, by key. Its zero value is empty.
+type warmCache struct {
 	mu      sync.Mutex
-	entries map[string][]*gwarmEntry
+	entries map[string][]*warmEntry
 	n       int
 	clock   uint64
 }
 
-// gwarmKey is the key of a domain over members with windows of size
+// warmKey is the key of a domain over members with windows of size
 // bytes: what must be equal for its windows to serve another domain.
-func gwarmKey(members [][2]int, size int) string {
+func warmKey(members [][2]int, size int) string {
 	var e wire.Encoder
 	e.U64(uint64(size))
 	for _, m := range members {
@@ -51,7 +51,7 @@ func gwarmKey(members [][2]int, size int) string {
 }
 
 // take returns an idle entry for key, now busy, or nil.
-func (c *gwarmCache) take(key string) *gwarmEntry {
+func (c *warmCache) take(key string) *warmEntry {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, e := range c.entries[key] {
@@ -65,8 +65,8 @@ func (c *gwarmCache) take(key string) *gwarmEntry {
 
 // add remembers the windows of a domain that just came up the full way,
 // busy, if every one is pooled; it returns the entry, or nil.
-func (c *gwarmCache) add(key string, table []comm.Descriptor) *gwarmEntry {
-	e := &gwarmEntry{key: key, busy: true}
+func (c *warmCache) add(key string, table []comm.Descriptor) *warmEntry {
+	e := &warmEntry{key: key, busy: true}
 	for _, d := range table {
 		if !comm.PooledName(d.Handle) {
 			return nil
@@ -76,19 +76,19 @@ func (c *gwarmCache) add(key string, table []comm.Descriptor) *gwarmEntry {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.entries == nil {
-		c.entries = map[string][]*gwarmEntry{}
+		c.entries = map[string][]*warmEntry{}
 	}
 	c.entries[key] = append(c.entries[key], e)
 	c.n++
-	for c.n > gwarmMaxEntries && c.evictOldest() {
+	for c.n > warmMaxEntries && c.evictOldest() {
 	}
 	return e
 }
 
 // evictOldest forgets the idle entry idle longest; false if none is idle.
 // Caller holds c.mu.
-func (c *gwarmCache) evictOldest() bool {
-	var oldest *gwarmEntry
+func (c *warmCache) evictOldest() bool {
+	var oldest *warmEntry
 	for _, es := range c.entries {
 		for _, e := range es {
 			if !e.busy && (oldest == nil || e.idleAt < oldest.idleAt) {
@@ -104,7 +104,7 @@ func (c *gwarmCache) evictOldest() bool {
 }
 
 // idle makes e available again: its domain was freed on every node.
-func (c *gwarmCache) idle(e *gwarmEntry) {
+func (c *warmCache) idle(e *warmEntry) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.clock++
@@ -112,14 +112,14 @@ func (c *gwarmCache) idle(e *gwarmEntry) {
 }
 
 // drop forgets e: its windows are stale, or its domain's free failed.
-func (c *gwarmCache) drop(e *gwarmEntry) {
+func (c *warmCache) drop(e *warmEntry) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.forget(e)
 }
 
 // forget removes e if it is still there. Caller holds c.mu.
-func (c *gwarmCache) forget(e *gwarmEntry) {
+func (c *warmCache) forget(e *warmEntry) {
 	es := c.entries[e.key]
 	if i := slices.Index(es, e); i >= 0 {
 		c.entries[e.key] = slices.Delete(es, i, i+1)
@@ -135,7 +135,7 @@ func (c *gwarmCache) forget(e *gwarmEntry) {
 // a fresh secret, drawn here: each node seals its own windows with the
 // table's, so no secret of an earlier domain opens them (hal/comm:
 // GlobalRequest.ReuseSecret).
-func (e *gwarmEntry) table(id, gen uint64, size int) []comm.Descriptor {
+func (e *warmEntry) table(id, gen uint64, size int) []comm.Descriptor {
 	t := make([]comm.Descriptor, len(e.handles))
 	for r, h := range e.handles {
 		t[r] = comm.Descriptor{Profile: comm.ProfileSim, DomainID: id, Generation: gen, Rank: uint32(r),

@@ -1,4 +1,4 @@
-package engine
+package global
 
 import (
 	"slices"
@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"simpler/engine"
 	"simpler/hal/comm"
 	"simpler/internal/fault"
 	"simpler/wire"
@@ -18,10 +19,10 @@ type stepLog struct {
 	steps []string
 }
 
-func observeSteps(w *Worker) *stepLog {
+func observeSteps(w *engine.Worker) *stepLog {
 	l := &stepLog{}
-	w.Observe(func(e Event) {
-		if e.Kind == GlobalStep && !strings.HasPrefix(e.Callable, "STAGE_") {
+	w.Observe(func(e engine.Event) {
+		if e.Kind == engine.GlobalStep && !strings.HasPrefix(e.Callable, "STAGE_") {
 			l.mu.Lock()
 			l.steps = append(l.steps, e.Callable)
 			l.mu.Unlock()
@@ -41,11 +42,11 @@ func (l *stepLog) take() []string {
 }
 
 // handles is every rank's window name of domain id on w's nodes, by rank.
-func handles(t *testing.T, w *Worker, id uint64) []string {
+func handles(t *testing.T, w *engine.Worker, id uint64) []string {
 	t.Helper()
 	var hs []string
-	for _, c := range w.children {
-		g := locked(c, func() *nodeGlobal { return c.globals[id] })
+	for _, c := range w.Children() {
+		g := nodeOf(c).lookup(id)
 		if g == nil {
 			t.Fatalf("no domain %d on a node", id)
 		}
@@ -58,13 +59,14 @@ func handles(t *testing.T, w *Worker, id uint64) []string {
 
 // allocID is the allocation id in the CommContext of each rank of domain
 // id on w's nodes.
-func allocIDs(t *testing.T, w *Worker, id uint64) []uint64 {
+func allocIDs(t *testing.T, w *engine.Worker, id uint64) []uint64 {
 	t.Helper()
 	var ids []uint64
-	for _, c := range w.children {
-		g := locked(c, func() *nodeGlobal { return c.globals[id] })
+	for _, c := range w.Children() {
+		g := nodeOf(c).lookup(id)
+		chips, _ := c.LocalChips()
 		for i, p := range g.req.Places {
-			v := must(comm.Open(c.chips[p.Local], g.ranks[i].DeviceCtx()))
+			v := must(comm.Open(chips[p.Local], g.ranks[i].DeviceCtx()))
 			ids = append(ids, v.AllocationID())
 		}
 	}
@@ -80,9 +82,9 @@ func TestGlobalDomainWarmReattach(t *testing.T) {
 	w := l4Nodes(t)
 	log := observeSteps(w)
 	var first []string
-	var d1 *GlobalDomain
-	mustRun(t, w, buildErr(func(o *Orchestrator) {
-		d1 = must(o.AllocateGlobalDomain(fourRanks(false)))
+	var d1 *Domain
+	mustRun(t, w, buildErr(func(o *engine.Orchestrator) {
+		d1 = must(Allocate(o, fourRanks(false)))
 		first = handles(t, w, d1.ID())
 		must(0, d1.CopyToGlobal(3, []byte("dirty"), "out", 0))
 	}))
@@ -90,9 +92,9 @@ func TestGlobalDomainWarmReattach(t *testing.T) {
 	if len(cold) != 10 || !slices.Contains(cold, "PREPARE") {
 		t.Fatalf("the first domain sent %v, want the full transaction and its release", cold)
 	}
-	var d2 *GlobalDomain
-	mustRun(t, w, buildErr(func(o *Orchestrator) {
-		d2 = must(o.AllocateGlobalDomain(fourRanks(false)))
+	var d2 *Domain
+	mustRun(t, w, buildErr(func(o *engine.Orchestrator) {
+		d2 = must(Allocate(o, fourRanks(false)))
 		if got := log.take(); !slices.Equal(got, []string{"REATTACH", "REATTACH"}) {
 			t.Errorf("the warm domain sent %v, want REATTACH to each node", got)
 		}
@@ -108,7 +110,7 @@ func TestGlobalDomainWarmReattach(t *testing.T) {
 			t.Errorf("the reused window reads %q, want zeroes", got)
 		}
 		// The same members while d2 lives: its windows are not idle.
-		d3 := must(o.AllocateGlobalDomain(GlobalSpec{Name: "g3", Members: fourRanks(false).Members, WindowSize: 4096}))
+		d3 := must(Allocate(o, Spec{Name: "g3", Members: fourRanks(false).Members, WindowSize: 4096}))
 		if hs := handles(t, w, d3.ID()); slices.ContainsFunc(hs, func(h string) bool { return slices.Contains(first, h) }) {
 			t.Errorf("a second live domain shares windows with the first: %v and %v", hs, first)
 		}
@@ -131,10 +133,10 @@ func TestGlobalDomainWarmReattach(t *testing.T) {
 func TestGlobalDomainWarmFallback(t *testing.T) {
 	w := l4Nodes(t)
 	log := observeSteps(w)
-	alloc := func() (*GlobalDomain, error) {
-		var d *GlobalDomain
-		err := submitRun(t, w, func(o *Orchestrator) (err error) {
-			d, err = o.AllocateGlobalDomain(fourRanks(false))
+	alloc := func() (*Domain, error) {
+		var d *Domain
+		err := submitRun(t, w, func(o *engine.Orchestrator) (err error) {
+			d, err = Allocate(o, fourRanks(false))
 			if err == nil {
 				err = d.CopyToGlobal(2, []byte("x"), "in", 0)
 			}
@@ -166,10 +168,10 @@ func TestGlobalDomainWarmFallback(t *testing.T) {
 	if _, err := alloc(); err == nil || !strings.Contains(err.Error(), "global.reattach@1") {
 		t.Fatalf("primary error: %v", err)
 	}
-	if _, err := w.Submit(asBuild(func(o *Orchestrator) error { return nil })); err == nil || !strings.Contains(err.Error(), "global.abort@0") {
+	if _, err := w.Submit(asBuild(func(o *engine.Orchestrator) error { return nil })); err == nil || !strings.Contains(err.Error(), "global.abort@0") {
 		t.Fatalf("a poisoned worker accepted work: %v", err)
 	}
-	w.children[0].CloseGlobals() // what the failed abort left on node 0
+	ReleaseHosted(w.Children()[0]) // what the failed abort left on node 0
 }
 
 func countOf(s []string, v string) int {
@@ -187,44 +189,44 @@ func countOf(s []string, v string) int {
 // not idle in its pool (after taking another back: it is returned).
 func TestReattachRefusals(t *testing.T) {
 	w := l4Nodes(t)
-	node := w.children[1]
-	mustRun(t, w, func(o *Orchestrator) error { _, err := o.AllocateGlobalDomain(fourRanks(false)); return err })
-	entry := w.gwarm.take(gwarmKey(fourRanks(false).Members, 4096))
+	node := w.Children()[1]
+	mustRun(t, w, func(o *engine.Orchestrator) error { _, err := Allocate(o, fourRanks(false)); return err })
+	entry := brokerOf(w).warm.take(warmKey(fourRanks(false).Members, 4096))
 	if entry == nil {
 		t.Fatal("the broker remembered no windows")
 	}
-	d := &GlobalDomain{w: w, spec: fourRanks(false), id: 99, gen: 1, devRanks: []int{0, 1, 2, 3}, topology: "sha256:x", nodes: []int{0, 1}}
-	places := []GlobalPlace{{Rank: 2, Local: 0}, {Rank: 3, Local: 1}}
-	good := WireDescriptors(entry.table(99, 1, 4096))
+	d := &Domain{b: brokerOf(w), spec: fourRanks(false), id: 99, gen: 1, devRanks: []int{0, 1, 2, 3}, topology: "sha256:x", nodes: []int{0, 1}}
+	places := []Place{{Rank: 2, Local: 0}, {Rank: 3, Local: 1}}
+	good := engine.WireDescriptors(entry.table(99, 1, 4096))
 	reattach := func(c *wire.Control) error {
 		r := wire.ControlReply{Cmd: c.Cmd}
 		return node.Command(*c, &r)
 	}
-	bad := d.command(gtxnStep{Op: opGlobalReattach, Node: 1, Gen: 1}, places, good)
+	bad := d.command(txnStep{Op: opReattach, Node: 1, Gen: 1}, places, good)
 	bad.Domain.Table = []byte("junk")
-	if err := reattach(bad); KindOf(err) != ValueError || !strings.Contains(err.Error(), "malformed") {
+	if err := reattach(bad); engine.KindOf(err) != engine.ValueError || !strings.Contains(err.Error(), "malformed") {
 		t.Errorf("a malformed table: %v", err)
 	}
-	short := d.command(gtxnStep{Op: opGlobalReattach, Node: 1, Gen: 1}, places, wire.DescriptorTable{Descriptors: good.Descriptors[:3]})
-	if err := reattach(short); KindOf(err) != ValueError {
+	short := d.command(txnStep{Op: opReattach, Node: 1, Gen: 1}, places, wire.DescriptorTable{Descriptors: good.Descriptors[:3]})
+	if err := reattach(short); engine.KindOf(err) != engine.ValueError {
 		t.Errorf("a short table: %v", err)
 	}
 	// Rank 2's window is taken back, rank 3's is not there: rank 2's goes
 	// back to the pool.
 	stale := entry.table(99, 1, 4096)
 	stale[3].Handle = stale[3].Handle[:len(stale[3].Handle)-32] + strings.Repeat("f", 32)
-	if err := reattach(d.command(gtxnStep{Op: opGlobalReattach, Node: 1, Gen: 1}, places, WireDescriptors(stale))); KindOf(err) != KeyError {
+	if err := reattach(d.command(txnStep{Op: opReattach, Node: 1, Gen: 1}, places, engine.WireDescriptors(stale))); engine.KindOf(err) != engine.KeyError {
 		t.Errorf("windows not in the pool: %v", err)
 	}
-	if node.HostedGlobals() != 0 {
-		t.Errorf("%d domains left on the node after refusals", node.HostedGlobals())
+	if Hosted(node) != 0 {
+		t.Errorf("%d domains left on the node after refusals", Hosted(node))
 	}
 	// The real windows are still idle: the refusals took nothing.
-	if err := reattach(d.command(gtxnStep{Op: opGlobalReattach, Node: 1, Gen: 1}, places, good)); err != nil {
+	if err := reattach(d.command(txnStep{Op: opReattach, Node: 1, Gen: 1}, places, good)); err != nil {
 		t.Fatalf("the remembered windows: %v", err)
 	}
 	if err := node.Command(wire.Control{Cmd: wire.CmdReleaseDomain, Domain: wire.Domain{ID: 99, Generation: 1}}, &wire.ControlReply{}); err != nil {
 		t.Fatal(err)
 	}
-	w.gwarm.idle(entry)
+	brokerOf(w).warm.idle(entry)
 }

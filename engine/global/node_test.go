@@ -1,9 +1,10 @@
-package engine
+package global
 
 import (
 	"reflect"
 	"testing"
 
+	"simpler/engine"
 	"simpler/hal/comm"
 )
 
@@ -17,15 +18,15 @@ func globalRankDescriptor(rank uint32) comm.Descriptor {
 // (A chip process's refusal of one is engine/proc's test.)
 func TestDescriptorTableConversion(t *testing.T) {
 	ds := []comm.Descriptor{globalRankDescriptor(0), globalRankDescriptor(1)}
-	back, err := CommDescriptors(WireDescriptors(ds))
+	back, err := engine.CommDescriptors(engine.WireDescriptors(ds))
 	if err != nil || !reflect.DeepEqual(back, ds) {
 		t.Fatalf("%+v came back as %+v (%v)", ds, back, err)
 	}
-	if got, err := CommDescriptors(WireDescriptors(nil)); err != nil || got != nil {
+	if got, err := engine.CommDescriptors(engine.WireDescriptors(nil)); err != nil || got != nil {
 		t.Errorf("an empty table: %v, %v", got, err)
 	}
-	table := WireDescriptors(ds)
+	table := engine.WireDescriptors(ds)
 	table.Descriptors[1][0] ^= 0xff // the second descriptor's magic
-	_, err = CommDescriptors(table)
+	_, err = engine.CommDescriptors(table)
 	wantErrText(t, "a bad descriptor", err, "descriptor 1")
 }

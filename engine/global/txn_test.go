@@ -1,4 +1,4 @@
-package engine
+package global
 
 import (
 	"fmt"
@@ -6,14 +6,15 @@ import (
 	"strings"
 	"testing"
 
+	"simpler/engine"
 	"simpler/hal/comm"
 )
 
-// runGtxn steps a transaction batch by batch, answering each batch's
+// runTxn steps a transaction batch by batch, answering each batch's
 // steps in the order order gives (a permutation of the batch's indices,
 // or nil for batch order), failing every step named in fail ("OP@node"),
 // and returns the batches it was handed, each as "OP@node,OP@node".
-func runGtxn(t *gtxn, fail map[string]bool, order func(n int) []int) []string {
+func runTxn(t *txn, fail map[string]bool, order func(n int) []int) []string {
 	var batches []string
 	for batch, ok := t.Next(); ok; batch, ok = t.Next() {
 		if len(batch) == 0 {
@@ -40,10 +41,10 @@ func runGtxn(t *gtxn, fail map[string]bool, order func(n int) []int) []string {
 			}
 			var err error
 			if fail[names[i]] {
-				err = Errorf(RuntimeError, "injected at %s", names[i])
+				err = engine.Errorf(engine.RuntimeError, "injected at %s", names[i])
 			}
 			var descs []comm.Descriptor
-			if s.Op == opGlobalPrepare && err == nil {
+			if s.Op == opPrepare && err == nil {
 				for _, r := range t.ranks[s.Node] {
 					descs = append(descs, comm.Descriptor{Rank: uint32(r), Ranks: uint32(t.size)})
 				}
@@ -54,17 +55,17 @@ func runGtxn(t *gtxn, fail map[string]bool, order func(n int) []int) []string {
 	return batches
 }
 
-func twoNodes() *gtxn {
-	return newGtxn([]int{0, 1}, map[int][]int{0: {0, 1}, 1: {2, 3}}, 4)
+func twoNodes() *txn {
+	return newTxn([]int{0, 1}, map[int][]int{0: {0, 1}, 1: {2, 3}}, 4)
 }
 
-func threeNodes() *gtxn {
-	return newGtxn([]int{2, 0, 1}, map[int][]int{2: {0}, 0: {1, 2}, 1: {3}}, 4)
+func threeNodes() *txn {
+	return newTxn([]int{2, 0, 1}, map[int][]int{2: {0}, 0: {1, 2}, 1: {3}}, 4)
 }
 
 func TestGtxnCommitsPhaseByPhase(t *testing.T) {
 	x := twoNodes()
-	got := runGtxn(x, nil, nil)
+	got := runTxn(x, nil, nil)
 	want := []string{"COMM_INIT@0,COMM_INIT@1", "PREPARE@0,PREPARE@1", "IMPORT@0,IMPORT@1", "COMMIT@0,COMMIT@1"}
 	if !slices.Equal(got, want) || x.Err() != nil {
 		t.Fatalf("batches %v err %v", got, x.Err())
@@ -102,7 +103,7 @@ func permutations(n int) [][]int {
 // order.
 func TestGtxnRollbackMatrix(t *testing.T) {
 	nodes := []int{2, 0, 1}
-	phases := []gtxnOp{opGlobalCommInit, opGlobalPrepare, opGlobalImport, opGlobalCommit}
+	phases := []txnOp{opCommInit, opPrepare, opImport, opCommit}
 	for pi, phase := range phases {
 		for set := 1; set < 1<<len(nodes); set++ {
 			fail := map[string]bool{}
@@ -118,12 +119,12 @@ func TestGtxnRollbackMatrix(t *testing.T) {
 			}
 			for _, perm := range permutations(len(nodes)) {
 				x := threeNodes()
-				got := runGtxn(x, fail, func(int) []int { return perm })
+				got := runTxn(x, fail, func(int) []int { return perm })
 				var want []string
 				for _, p := range phases[:pi+1] {
 					want = append(want, fmt.Sprintf("%s@2,%s@0,%s@1", p, p, p))
 				}
-				if phase != opGlobalCommInit {
+				if phase != opCommInit {
 					want = append(want, "ABORT@2,ABORT@0,ABORT@1")
 				}
 				if !slices.Equal(got, want) {
@@ -144,7 +145,7 @@ func TestGtxnRollbackMatrix(t *testing.T) {
 func TestGtxnAbortFailure(t *testing.T) {
 	for _, perm := range permutations(3) {
 		x := threeNodes()
-		got := runGtxn(x, map[string]bool{"IMPORT@1": true, "ABORT@1": true, "ABORT@0": true}, func(int) []int { return perm })
+		got := runTxn(x, map[string]bool{"IMPORT@1": true, "ABORT@1": true, "ABORT@0": true}, func(int) []int { return perm })
 		if got[len(got)-1] != "ABORT@2,ABORT@0,ABORT@1" {
 			t.Fatalf("batches %v", got)
 		}
@@ -159,7 +160,7 @@ func TestGtxnRefusesWrongDescriptors(t *testing.T) {
 	for batch, ok := x.Next(); ok; batch, ok = x.Next() {
 		for _, s := range batch {
 			var descs []comm.Descriptor
-			if s.Op == opGlobalPrepare {
+			if s.Op == opPrepare {
 				descs = []comm.Descriptor{{Rank: 3}, {Rank: 2}} // swapped ranks
 			}
 			x.Done(s, descs, nil)
@@ -176,13 +177,13 @@ func TestGtxnIgnoresStrayAnswers(t *testing.T) {
 	x := twoNodes()
 	batch, _ := x.Next()
 	x.Done(batch[0], nil, nil)
-	x.Done(batch[0], nil, Errorf(RuntimeError, "a repeat"))
-	x.Done(gtxnStep{Op: opGlobalCommit, Node: 1}, nil, Errorf(RuntimeError, "not sent"))
+	x.Done(batch[0], nil, engine.Errorf(engine.RuntimeError, "a repeat"))
+	x.Done(txnStep{Op: opCommit, Node: 1}, nil, engine.Errorf(engine.RuntimeError, "not sent"))
 	if more, ok := x.Next(); !ok || more != nil {
 		t.Fatalf("moved on with COMM_INIT@1 unanswered: %v %v", more, ok)
 	}
 	x.Done(batch[1], nil, nil)
-	if next, ok := x.Next(); !ok || len(next) != 2 || next[0].Op != opGlobalPrepare {
+	if next, ok := x.Next(); !ok || len(next) != 2 || next[0].Op != opPrepare {
 		t.Fatalf("after COMM_INIT: %v %v", next, ok)
 	}
 	if x.Err() != nil {
@@ -190,15 +191,15 @@ func TestGtxnIgnoresStrayAnswers(t *testing.T) {
 	}
 }
 
-func warmTwoNodes() *gtxn {
-	return newWarmGtxn([]int{0, 1}, map[int][]int{0: {0, 1}, 1: {2, 3}}, 4)
+func warmTwoNodes() *txn {
+	return newWarmTxn([]int{0, 1}, map[int][]int{0: {0, 1}, 1: {2, 3}}, 4)
 }
 
 // A warm transaction that every node answers is one REATTACH phase, under
 // the first generation.
 func TestGtxnWarmIsOnePhase(t *testing.T) {
 	x := warmTwoNodes()
-	got := runGtxn(x, nil, nil)
+	got := runTxn(x, nil, nil)
 	if want := []string{"REATTACH@0,REATTACH@1"}; !slices.Equal(got, want) || x.Err() != nil || !x.Warm() || x.Gen() != 1 || x.WarmErr() != nil {
 		t.Fatalf("batches %v err %v warm %v gen %d", got, x.Err(), x.Warm(), x.Gen())
 	}
@@ -241,7 +242,7 @@ func TestGtxnWarmRollbackMatrix(t *testing.T) {
 				fail[f] = true
 			}
 			x := warmTwoNodes()
-			got := runGtxn(x, fail, order)
+			got := runTxn(x, fail, order)
 			has := func(err error, want string) bool {
 				if want == "" {
 					return err == nil

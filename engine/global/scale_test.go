@@ -1,4 +1,4 @@
-package engine
+package global
 
 import (
 	"encoding/binary"
@@ -7,14 +7,15 @@ import (
 	"testing"
 	"time"
 
+	"simpler/engine"
 	"simpler/hal/comm"
 )
 
 // podNodes is a level-4 worker over nodes local level-3 nodes of chips
 // chips each, in thread mode.
-func podNodes(t *testing.T, nodes, chips int) *Worker {
+func podNodes(t *testing.T, nodes, chips int) *engine.Worker {
 	t.Helper()
-	w, err := NewWorker(Config{Level: 4, Platform: sim(t)})
+	w, err := engine.NewWorker(engine.Config{Level: 4, Platform: sim(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,7 +24,7 @@ func podNodes(t *testing.T, nodes, chips int) *Worker {
 		for i := range ids {
 			ids[i] = i
 		}
-		c, err := NewWorker(Config{Level: 3, Platform: sim(t), DeviceIDs: ids})
+		c, err := engine.NewWorker(engine.Config{Level: 3, Platform: sim(t), DeviceIDs: ids})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -129,32 +130,33 @@ func TestGlobalDomain256Ranks(t *testing.T) {
 	const nodes, chips, count = 16, 16, 1024
 	n := nodes * chips
 	w := podNodes(t, nodes, chips)
-	spec := GlobalSpec{Name: "pod", WindowSize: ringWindow(n, count/n)}
+	spec := Spec{Name: "pod", WindowSize: ringWindow(n, count/n)}
 	for r := 0; r < n; r++ {
 		spec.Members = append(spec.Members, [2]int{r / chips, r % chips})
 	}
 	for round := 0; round < 2; round++ {
-		mustRun(t, w, func(o *Orchestrator) error {
-			d, err := o.AllocateGlobalDomain(spec)
+		mustRun(t, w, func(o *engine.Orchestrator) error {
+			d, err := Allocate(o, spec)
 			if err != nil {
 				return err
 			}
 			ranks := make([]ringRank, n)
 			for node := 0; node < nodes; node++ {
-				nw := w.children[node]
-				view, err := nw.GlobalView(d.ID())
+				nw := w.Children()[node]
+				chips, _ := nw.LocalChips()
+				view, err := View(nw, d.ID())
 				if err != nil {
 					return err
 				}
 				for local, rv := range view {
-					v, err := comm.Open(nw.chips[local], rv.DeviceCtx)
+					v, err := comm.Open(chips[local], rv.DeviceCtx)
 					if err != nil {
 						return err
 					}
-					if word, _ := nw.chips[local].Bytes(rv.WindowBase, 8); binary.LittleEndian.Uint64(word) != 0 {
+					if word, _ := chips[local].Bytes(rv.WindowBase, 8); binary.LittleEndian.Uint64(word) != 0 {
 						t.Errorf("round %d: rank %d's window is not zeroed", round, rv.Rank)
 					}
-					ranks[rv.Rank] = ringRank{chip: nw.chips[local], view: v}
+					ranks[rv.Rank] = ringRank{chip: chips[local], view: v}
 				}
 			}
 			vals := make([][]float32, n)

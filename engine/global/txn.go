@@ -1,8 +1,11 @@
-package engine
+package global
 
-import "simpler/hal/comm"
+import (
+	"simpler/engine"
+	"simpler/hal/comm"
+)
 
-// A global domain is brought up by a transaction the L4 worker runs over
+// A global domain is brought up by a transaction the broker runs over
 // the nodes that host its ranks, phase by phase:
 //
 //	COMM_INIT  every node re-checks capability and topology
@@ -23,8 +26,8 @@ import "simpler/hal/comm"
 // nothing can reach: AbortErr is set and the worker must refuse all
 // further work.
 //
-// A warm transaction (newWarmGtxn: the broker remembers pooled windows
-// of an earlier domain over the same members and window size, gwarm.go)
+// A warm transaction (newWarmTxn: the broker remembers pooled windows
+// of an earlier domain over the same members and window size, warm.go)
 // first tries one phase instead:
 //
 //	REATTACH   every node takes its ranks' windows back from its pool
@@ -40,40 +43,40 @@ import "simpler/hal/comm"
 // fails ends the transaction there: Err is the REATTACH failure first in
 // node order, AbortErr the ABORT's.
 //
-// gtxn is that decision logic alone: a state machine with no I/O. Next
+// txn is that decision logic alone: a state machine with no I/O. Next
 // says what to send to which nodes; Done records each answer. Tests step
-// it directly; the worker's driver does the sending.
+// it directly; Domain.transact does the sending.
 
-// gtxnOp is one node command of the transaction.
-type gtxnOp uint8
+// txnOp is one node command of the transaction.
+type txnOp uint8
 
 const (
-	opGlobalCommInit gtxnOp = iota + 1
-	opGlobalPrepare
-	opGlobalImport
-	opGlobalCommit
-	opGlobalAbort
-	opGlobalReattach
+	opCommInit txnOp = iota + 1
+	opPrepare
+	opImport
+	opCommit
+	opAbort
+	opReattach
 )
 
-func (o gtxnOp) String() string {
+func (o txnOp) String() string {
 	return [...]string{"", "COMM_INIT", "PREPARE", "IMPORT", "COMMIT", "ABORT", "REATTACH"}[o]
 }
 
-// gtxnStep is one command for one node, of generation Gen of the domain.
-type gtxnStep struct {
-	Op   gtxnOp
+// txnStep is one command for one node, of generation Gen of the domain.
+type txnStep struct {
+	Op   txnOp
 	Node int
 	Gen  uint64
 }
 
-// gtxn is the transaction's state.
-type gtxn struct {
+// txn is the transaction's state.
+type txn struct {
 	nodes    []int         // in the order commands go out
 	ranks    map[int][]int // node → the domain ranks it hosts
 	size     int           // ranks in the domain
-	phase    gtxnOp        // the phase being run, or opGlobalAbort
-	batch    []gtxnStep    // the phase's steps, sent and not all answered
+	phase    txnOp         // the phase being run, or opAbort
+	batch    []txnStep     // the phase's steps, sent and not all answered
 	answered []bool        // by index into batch
 	errs     []error       // by index into batch: the phase's failures
 	left     int           // steps of batch not answered yet
@@ -85,19 +88,19 @@ type gtxn struct {
 
 	gen      uint64 // the generation the steps carry
 	warm     bool   // REATTACH is tried first
-	aborting gtxnOp // the phase whose failure the ABORT undoes
+	aborting txnOp  // the phase whose failure the ABORT undoes
 	warmErr  error  // the REATTACH failure first in node order
 }
 
-// newGtxn starts a transaction over nodes, each hosting the given ranks,
+// newTxn starts a transaction over nodes, each hosting the given ranks,
 // under generation 1.
-func newGtxn(nodes []int, ranks map[int][]int, size int) *gtxn {
-	return &gtxn{nodes: nodes, ranks: ranks, size: size, table: make([]comm.Descriptor, size), gen: 1}
+func newTxn(nodes []int, ranks map[int][]int, size int) *txn {
+	return &txn{nodes: nodes, ranks: ranks, size: size, table: make([]comm.Descriptor, size), gen: 1}
 }
 
-// newWarmGtxn starts a transaction that tries REATTACH first.
-func newWarmGtxn(nodes []int, ranks map[int][]int, size int) *gtxn {
-	t := newGtxn(nodes, ranks, size)
+// newWarmTxn starts a transaction that tries REATTACH first.
+func newWarmTxn(nodes []int, ranks map[int][]int, size int) *txn {
+	t := newTxn(nodes, ranks, size)
 	t.warm = true
 	return t
 }
@@ -106,7 +109,7 @@ func newWarmGtxn(nodes []int, ranks map[int][]int, size int) *gtxn {
 // nil while steps of the current phase are unanswered (the driver has a
 // bug if it asks then), and false once the transaction has ended (see Err
 // and AbortErr).
-func (t *gtxn) Next() ([]gtxnStep, bool) {
+func (t *txn) Next() ([]txnStep, bool) {
 	switch {
 	case t.done:
 		return nil, false
@@ -118,15 +121,15 @@ func (t *gtxn) Next() ([]gtxnStep, bool) {
 		return nil, false
 	}
 	targets := t.nodes
-	if t.phase == opGlobalAbort {
+	if t.phase == opAbort {
 		targets = t.prepared
 	}
-	t.batch = make([]gtxnStep, 0, len(targets))
+	t.batch = make([]txnStep, 0, len(targets))
 	for _, n := range targets {
-		t.batch = append(t.batch, gtxnStep{Op: t.phase, Node: n, Gen: t.gen})
+		t.batch = append(t.batch, txnStep{Op: t.phase, Node: n, Gen: t.gen})
 	}
 	t.answered, t.errs, t.left = make([]bool, len(t.batch)), make([]error, len(t.batch)), len(t.batch)
-	if t.phase == opGlobalPrepare || t.phase == opGlobalReattach {
+	if t.phase == opPrepare || t.phase == opReattach {
 		t.prepared = append(t.prepared[:0], t.nodes...) // sent, so each may hold windows
 	}
 	if t.left == 0 { // an abort with nothing prepared
@@ -139,26 +142,26 @@ func (t *gtxn) Next() ([]gtxnStep, bool) {
 // endPhase decides, once the batch is all answered, what comes next: the
 // next phase, the abort (keeping the first failure in node order as the
 // primary error), or the end.
-func (t *gtxn) endPhase() {
+func (t *txn) endPhase() {
 	switch {
 	case t.phase == 0 && t.warm:
-		t.phase = opGlobalReattach
+		t.phase = opReattach
 		return
 	case t.phase == 0:
-		t.phase = opGlobalCommInit
+		t.phase = opCommInit
 		return
-	case t.phase == opGlobalAbort:
+	case t.phase == opAbort:
 		t.endAbort()
 		return
 	}
 	for _, err := range t.errs {
 		if err != nil {
 			t.err, t.aborting = err, t.phase
-			t.phase = opGlobalAbort
+			t.phase = opAbort
 			return
 		}
 	}
-	if t.phase == opGlobalCommit || t.phase == opGlobalReattach {
+	if t.phase == opCommit || t.phase == opReattach {
 		t.done = true
 		return
 	}
@@ -168,13 +171,13 @@ func (t *gtxn) endPhase() {
 // endAbort ends the transaction once the ABORT is answered, unless it
 // undid a REATTACH cleanly: then the full transaction starts over under
 // the next generation, from nothing.
-func (t *gtxn) endAbort() {
+func (t *txn) endAbort() {
 	for _, err := range t.errs {
 		if err != nil && t.abortErr == nil {
 			t.abortErr = err
 		}
 	}
-	if t.aborting != opGlobalReattach || t.abortErr != nil {
+	if t.aborting != opReattach || t.abortErr != nil {
 		t.done = true
 		return
 	}
@@ -182,13 +185,13 @@ func (t *gtxn) endAbort() {
 	t.gen++
 	t.prepared = nil
 	t.table = make([]comm.Descriptor, t.size)
-	t.phase = opGlobalCommInit
+	t.phase = opCommInit
 }
 
 // Done records the answer to step s of the current batch: for PREPARE,
 // the node's descriptors (one per rank it hosts, in its ranks' order). An
 // answer to a step not in the batch, or a second answer, is ignored.
-func (t *gtxn) Done(s gtxnStep, descs []comm.Descriptor, err error) {
+func (t *txn) Done(s txnStep, descs []comm.Descriptor, err error) {
 	i := -1
 	for j, b := range t.batch {
 		if b == s && !t.answered[j] {
@@ -201,7 +204,7 @@ func (t *gtxn) Done(s gtxnStep, descs []comm.Descriptor, err error) {
 	}
 	t.answered[i] = true
 	t.left--
-	if err == nil && s.Op == opGlobalPrepare {
+	if err == nil && s.Op == opPrepare {
 		err = t.record(s.Node, descs)
 	}
 	t.errs[i] = err
@@ -209,14 +212,14 @@ func (t *gtxn) Done(s gtxnStep, descs []comm.Descriptor, err error) {
 
 // record places a node's descriptors in the table, checking they are its
 // ranks'.
-func (t *gtxn) record(node int, descs []comm.Descriptor) error {
+func (t *txn) record(node int, descs []comm.Descriptor) error {
 	ranks := t.ranks[node]
 	if len(descs) != len(ranks) {
-		return Errorf(RuntimeError, "global domain: node %d returned %d descriptors for %d ranks", node, len(descs), len(ranks))
+		return engine.Errorf(engine.RuntimeError, "global domain: node %d returned %d descriptors for %d ranks", node, len(descs), len(ranks))
 	}
 	for i, r := range ranks {
 		if int(descs[i].Rank) != r {
-			return Errorf(RuntimeError, "global domain: node %d returned the descriptor of rank %d for rank %d", node, descs[i].Rank, r)
+			return engine.Errorf(engine.RuntimeError, "global domain: node %d returned the descriptor of rank %d for rank %d", node, descs[i].Rank, r)
 		}
 	}
 	for i, r := range ranks {
@@ -227,23 +230,23 @@ func (t *gtxn) record(node int, descs []comm.Descriptor) error {
 
 // Table is the complete rank-ordered descriptor table (valid once every
 // PREPARE succeeded).
-func (t *gtxn) Table() []comm.Descriptor { return t.table }
+func (t *txn) Table() []comm.Descriptor { return t.table }
 
 // Err is the transaction's primary error, nil if it committed.
-func (t *gtxn) Err() error { return t.err }
+func (t *txn) Err() error { return t.err }
 
 // AbortErr is the first ABORT failure in node order: the worker must be
 // poisoned.
-func (t *gtxn) AbortErr() error { return t.abortErr }
+func (t *txn) AbortErr() error { return t.abortErr }
 
 // Warm reports whether the transaction committed by REATTACH (or, before
 // the end, still tries it without a failure).
-func (t *gtxn) Warm() bool { return t.warm && t.err == nil }
+func (t *txn) Warm() bool { return t.warm && t.err == nil }
 
 // WarmErr is why REATTACH failed (the failure first in node order), nil
 // if it was not tried or succeeded.
-func (t *gtxn) WarmErr() error { return t.warmErr }
+func (t *txn) WarmErr() error { return t.warmErr }
 
 // Gen is the generation of the transaction's steps: 1, or 2 after a
 // REATTACH fell back to the full transaction.
-func (t *gtxn) Gen() uint64 { return t.gen }
+func (t *txn) Gen() uint64 { return t.gen }

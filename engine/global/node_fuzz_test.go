@@ -1,9 +1,10 @@
-package engine
+package global
 
 import (
 	"testing"
 
 	"simpler/hal/comm"
+	"simpler/internal/wiretest"
 	"simpler/wire"
 )
 
@@ -23,7 +24,7 @@ func FuzzDecodeDescs(f *testing.F) {
 		encodeDescs([]comm.Descriptor{sampleDescriptor(0)}),
 		encodeDescs([]comm.Descriptor{sampleDescriptor(0), sampleDescriptor(1)}),
 	}
-	fuzzCanonical(f, seeds, func(b []byte) (func(*wire.Encoder) error, error) {
+	wiretest.FuzzCanonical(f, seeds, func(b []byte) (func(*wire.Encoder) error, error) {
 		ds, err := decodeDescs(b)
 		return func(e *wire.Encoder) error { e.Raw(encodeDescs(ds)); return nil }, err
 	})

@@ -1,0 +1,103 @@
+package engine
+
+// What a role layered on a Worker (engine/global's broker and node side)
+// reads of it, besides the seams of hooks.go. Each accessor gives one
+// thing; none holds w.mu past its return.
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"time"
+
+	"simpler/hal"
+	"simpler/hal/shm"
+)
+
+// ClusterID names this worker's cluster: a broker sends it in every
+// global-domain topology, so a node can tell domains of different brokers
+// apart, and a remote node binds its exports to it as their parent. Drawn
+// once per worker, on first use.
+func (w *Worker) ClusterID() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for w.cluster == 0 {
+		var b [8]byte
+		rand.Read(b[:])
+		w.cluster = binary.LittleEndian.Uint64(b[:])
+	}
+	return w.cluster
+}
+
+// NodeSpec is what a broker knows of NEXT_LEVEL node, in the form a remote
+// node is described in: platform, chips, comm profile, global device
+// ranks. (A level-4 or deeper child has no chips.)
+func (w *Worker) NodeSpec(node int) RemoteSpec {
+	if w.IsRemote(node) {
+		return *w.remoteSpecs[node]
+	}
+	c := w.children[node].cfg
+	profile := c.CommProfile
+	if profile == "" {
+		profile = hal.SimProfile
+	}
+	return RemoteSpec{Platform: c.Platform.Name(), DeviceIDs: c.DeviceIDs, CommProfile: profile, GlobalDeviceRanks: c.GlobalDeviceRanks}
+}
+
+// Ready refuses op unless the worker is initialised, open and not
+// poisoned.
+func (w *Worker) Ready(op string) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.ready(op)
+}
+
+// LocalChips is a level-3 node's chips, and in process mode the process
+// behind each (nil in thread mode). Both are set by Init and not changed
+// until close.
+func (w *Worker) LocalChips() ([]hal.Chip, []ChipProcess) { return w.chips, w.chipProcs }
+
+// ShmPrefix starts the names of the shared-memory objects this worker
+// makes: under this process's prefix (so its leak check sees them) and
+// this worker's namespace, so that no other worker of the process makes
+// names of the same shape.
+func (w *Worker) ShmPrefix() string { return shm.Prefix() + w.namespace + "-" }
+
+// BuildingRun is a run whose orchestration function is running, or nil.
+func (w *Worker) BuildingRun() *Run {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for r := range w.runs {
+		if r.building {
+			return r
+		}
+	}
+	return nil
+}
+
+// Building refuses op unless o's run is still being built by a usable
+// worker: what may be added to a run only from inside its orchestration
+// function.
+func (o *Orchestrator) Building(op string) error {
+	o.w.mu.Lock()
+	defer o.w.mu.Unlock()
+	return o.building(op)
+}
+
+// EmitNodeStep reports a command a broker sent to NEXT_LEVEL node and its
+// outcome as an event (e's Kind, say GlobalStep), naming the node as errors
+// do; it does nothing when w has no observer.
+func (w *Worker) EmitNodeStep(node int, e Event, start time.Time) {
+	if w.observer == nil {
+		return
+	}
+	e.Worker, e.Dur = w.workerName(NextLevel, node), time.Since(start)
+	w.emit(e)
+}
+
+// Poisoned is why the worker refuses work after a cleanup that could not
+// complete (Poison), or nil.
+func (w *Worker) Poisoned() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.poisoned
+}
