@@ -37,12 +37,13 @@ type directStep int
 const (
 	directGo      directStep = iota // go ahead
 	directWait                      // an earlier run is still in flight: wait for it
-	directRefused                   // refused: see directRule's error
+	directRefused                   // refused: see rule's error
 )
 
-// directRule decides, under w.mu, what a direct-control call op may do
-// now. It changes nothing, so a test can step it directly.
-func (w *Worker) directRule(op string, r *Run) (directStep, error) {
+// rule decides, under w.mu, what a direct-control call op may do now. It
+// changes nothing, so a test can step it directly.
+func (d DirectControl) rule(op string) (directStep, error) {
+	w, r := d.w, d.run
 	if r == nil {
 		if n := len(w.runs); n > 0 {
 			return directRefused, Errorf(RuntimeError, "%s: %d run(s) still in flight; direct control outside a run cannot be ordered against them, so wait for them first (RunHandle.wait()) or call it inside an orchestration function before its first submit", op, n)
@@ -79,7 +80,7 @@ func (d DirectControl) gate(op string) error {
 		if err := w.ready(op); err != nil {
 			return err
 		}
-		step, err := w.directRule(op, d.run)
+		step, err := d.rule(op)
 		switch step {
 		case directGo:
 			w.raceDirect(d.run)
@@ -96,7 +97,7 @@ func (d DirectControl) Malloc(op string, worker, size int) (uint64, error) {
 	if err := d.gate(op); err != nil {
 		return 0, err
 	}
-	return d.w.malloc(op, worker, size)
+	return d.w.Devices().malloc(op, worker, size)
 }
 
 // Free releases device memory on chip worker.
@@ -104,7 +105,7 @@ func (d DirectControl) Free(op string, worker int, ptr uint64) error {
 	if err := d.gate(op); err != nil {
 		return err
 	}
-	return d.w.free(op, worker, ptr)
+	return d.w.Devices().free(op, worker, ptr)
 }
 
 // CopyTo copies host bytes into chip worker's memory at dst.
@@ -112,7 +113,7 @@ func (d DirectControl) CopyTo(op string, worker int, dst uint64, src []byte) err
 	if err := d.gate(op); err != nil {
 		return err
 	}
-	return d.w.copyTo(op, worker, dst, src)
+	return d.w.Devices().copyTo(op, worker, dst, src)
 }
 
 // CopyFrom copies chip worker's memory at src into dst.
@@ -120,7 +121,7 @@ func (d DirectControl) CopyFrom(op string, worker int, dst []byte, src uint64) e
 	if err := d.gate(op); err != nil {
 		return err
 	}
-	return d.w.copyFrom(op, worker, dst, src)
+	return d.w.Devices().copyFrom(op, worker, dst, src)
 }
 
 // RemoteMalloc allocates nbytes on remote node worker and returns the

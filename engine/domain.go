@@ -261,7 +261,7 @@ func (o *Orchestrator) AllocateDomain(spec DomainSpec) (*Domain, error) {
 	w.raceNameDomain(d)
 	w.mu.Lock()
 	o.run.domains = append(o.run.domains, d)
-	w.emit(Event{Kind: DomainAllocated, Run: o.run.id, Domain: d.spec.Name, AllocID: d.allocationID})
+	w.events.emit(Event{Kind: DomainAllocated, Run: o.run.id, Domain: d.spec.Name, AllocID: d.allocationID})
 	w.mu.Unlock()
 	return d, nil
 }
@@ -392,7 +392,7 @@ func (d *Domain) Release() error {
 func (d *Domain) markReleased() {
 	if d.life.release() {
 		delete(d.w.domains, d.spec.Name)
-		d.w.emit(Event{Kind: DomainReleased, Run: d.run.id, Domain: d.spec.Name, AllocID: d.allocationID})
+		d.w.events.emit(Event{Kind: DomainReleased, Run: d.run.id, Domain: d.spec.Name, AllocID: d.allocationID})
 	}
 }
 
@@ -420,7 +420,7 @@ func (d *Domain) free() error {
 	}
 	w.mu.Lock()
 	d.life.end(a, err, retry)
-	w.emit(Event{Kind: DomainFreed, Run: d.run.id, Domain: d.spec.Name, AllocID: d.allocationID, Err: err})
+	w.events.emit(Event{Kind: DomainFreed, Run: d.run.id, Domain: d.spec.Name, AllocID: d.allocationID, Err: err})
 	w.mu.Unlock()
 	return err
 }

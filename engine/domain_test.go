@@ -19,7 +19,7 @@ func domainSpec(name string, workers ...int) DomainSpec {
 // events records the domain events of w in order.
 func domainEvents(w *Worker) *recorder {
 	r := &recorder{}
-	w.Observe(func(e Event) {
+	w.Events().Observe(func(e Event) {
 		switch e.Kind {
 		case DomainAllocated:
 			r.add("alloc %s", e.Domain)

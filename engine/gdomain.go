@@ -305,8 +305,8 @@ func (d *GlobalDomain) nodeCmd(node int, c *wire.Control) (wire.ControlReply, er
 	if err == nil {
 		r, err = w.nodeOf(node).Command(c)
 	}
-	if w.observer != nil {
-		w.emit(Event{Kind: GlobalStep, Worker: w.workerName(NextLevel, node), Callable: c.Cmd.String(), Domain: d.spec.Name, AllocID: d.id, Dur: time.Since(start), Err: err})
+	if w.events.on() {
+		w.events.emit(Event{Kind: GlobalStep, Worker: w.workerName(NextLevel, node), Callable: c.Cmd.String(), Domain: d.spec.Name, AllocID: d.id, Dur: time.Since(start), Err: err})
 	}
 	return r, err
 }

@@ -16,7 +16,7 @@ func l4Counted(t *testing.T) (*Worker, *atomic.Int64) {
 		t.Fatal(err)
 	}
 	var steps atomic.Int64
-	w.Observe(func(e Event) {
+	w.Events().Observe(func(e Event) {
 		if e.Kind == GlobalStep {
 			steps.Add(1)
 		}

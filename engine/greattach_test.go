@@ -20,7 +20,7 @@ type stepLog struct {
 
 func observeSteps(w *Worker) *stepLog {
 	l := &stepLog{}
-	w.Observe(func(e Event) {
+	w.Events().Observe(func(e Event) {
 		if e.Kind == GlobalStep && !strings.HasPrefix(e.Callable, "STAGE_") {
 			l.mu.Lock()
 			l.steps = append(l.steps, e.Callable)

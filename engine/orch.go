@@ -313,8 +313,8 @@ func (o *Orchestrator) submit(op string, h *Handle, job schedJob, argsList []*Ta
 	o.refHeap(t)
 	w.refHostBufs(t)
 	r.captureRemote(t)
-	if w.observer != nil {
-		w.emit(Event{Kind: TaskSubmitted, Run: r.id, Task: t.ID, Members: len(argsList), Callable: h.Name(), Deps: t.deps})
+	if w.events.on() {
+		w.events.emit(Event{Kind: TaskSubmitted, Run: r.id, Task: t.ID, Members: len(argsList), Callable: h.Name(), Deps: t.deps})
 	}
 	hold := len(o.zeroing) > 0
 	if hold {

@@ -130,7 +130,7 @@ type Worker struct {
 	hostBufSegs map[*shm.Segment]*HostBuffer // by the object behind it
 	bufSeq      uint64
 
-	observer Observer // nil: no events
+	events Events // the observer and its clock (event.go)
 	// deadlines are the timers of running members with a deadline.
 	deadlines map[memberKey]*time.Timer
 }
@@ -149,6 +149,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 		deadlines:   map[memberKey]*time.Timer{},
 		namespace:   fmt.Sprintf("w%d", workerSeq.Add(1))}
 	w.cond = sync.NewCond(&w.mu)
+	w.events.det = cfg.Det
 	w.reg.byDigest = map[string]*Handle{}
 	return w, nil
 }

@@ -31,8 +31,8 @@ func TestBadInputIsTypedAndHarmless(t *testing.T) {
 	only0 := register(t, w, nop("only0"), 0)
 	hs := register(t, w, subK("s", func(*SubCtx, *TaskArgs) error { return nil }))
 	stranger := &Handle{Callable: nop("stranger")}
-	dev := must(w.Malloc(0, 64))
-	defer w.Free(0, dev)
+	dev := must(w.Devices().Malloc(0, 64))
+	defer w.Devices().Free(0, dev)
 	devT := func(addr uint64) Tensor {
 		return Tensor{Addr: addr, Shape: []int{8}, DType: dtype.Int64, ChildMemory: true}
 	}
@@ -92,30 +92,30 @@ func TestBadInputIsTypedAndHarmless(t *testing.T) {
 		stillWorks(t, w, h)
 	}
 
-	half := must(w.Malloc(1, 64))
-	freed := must(w.Malloc(1, 64))
-	must(0, w.Free(1, freed))
+	half := must(w.Devices().Malloc(1, 64))
+	freed := must(w.Devices().Malloc(1, 64))
+	must(0, w.Devices().Free(1, freed))
 	directCases := []struct {
 		name string
 		kind Kind
 		err  error
 	}{
-		{"free unknown", ValueError, w.Free(1, 0xdead0)},
-		{"free interior", ValueError, w.Free(1, half+8)},
-		{"double free", ValueError, w.Free(1, freed)},
-		{"copy_to out of range", ValueError, w.CopyTo(1, half, make([]byte, 65))},
-		{"copy_from out of range", ValueError, w.CopyFrom(1, make([]byte, 8), half+60)},
-		{"malloc on a missing chip", IndexError, func() error { _, err := w.Malloc(2, 8); return err }()},
+		{"free unknown", ValueError, w.Devices().Free(1, 0xdead0)},
+		{"free interior", ValueError, w.Devices().Free(1, half+8)},
+		{"double free", ValueError, w.Devices().Free(1, freed)},
+		{"copy_to out of range", ValueError, w.Devices().CopyTo(1, half, make([]byte, 65))},
+		{"copy_from out of range", ValueError, w.Devices().CopyFrom(1, make([]byte, 8), half+60)},
+		{"malloc on a missing chip", IndexError, func() error { _, err := w.Devices().Malloc(2, 8); return err }()},
 		{"register out of range", ValueError, func() error { _, err := w.Register(nop("r"), []int{2}); return err }()},
 		{"re-register with other workers", ValueError, func() error { _, err := w.Register(only0.Callable, []int{1}); return err }()},
 		{"add_worker on level 3", ValueError, func() error { _, err := w.AddWorker(&Worker{}); return err }()},
 		{"init twice", RuntimeError, w.Init()},
-		{"run(kernel) on level 3", ValueError, w.RunKernel(h, nil)},
+		{"run(kernel) on level 3", ValueError, w.Devices().RunKernel(h, nil)},
 	}
 	for _, c := range directCases {
 		wantKind(t, c.name, c.err, c.kind)
 	}
-	must(0, w.Free(1, half))
+	must(0, w.Devices().Free(1, half))
 	stillWorks(t, w, h)
 }
 
@@ -133,7 +133,7 @@ func TestConfigAndLifecycleErrors(t *testing.T) {
 	t.Cleanup(func() { w.Close() })
 	_, err = w.Submit(func(*Orchestrator) (any, error) { return nil, nil })
 	wantKind(t, "submit before init", err, RuntimeError)
-	_, err = w.Malloc(0, 8)
+	_, err = w.Devices().Malloc(0, 8)
 	wantKind(t, "malloc before init", err, RuntimeError)
 	if err := w.Init(); err != nil {
 		t.Fatal(err)
@@ -149,10 +149,10 @@ func TestConfigAndLifecycleErrors(t *testing.T) {
 	wantKind(t, "submit after close", err, RuntimeError)
 	_, err = w.Register(nop("late"), nil)
 	wantKind(t, "register after close", err, RuntimeError)
-	_, err = w.Malloc(0, 8)
+	_, err = w.Devices().Malloc(0, 8)
 	wantKind(t, "malloc after close", err, RuntimeError)
 	wantKind(t, "init after close", w.Init(), RuntimeError)
-	wantKind(t, "run after close", w.RunKernel(h, nil), RuntimeError)
+	wantKind(t, "run after close", w.Devices().RunKernel(h, nil), RuntimeError)
 }
 
 func TestLevel2RunKernel(t *testing.T) {
@@ -170,7 +170,7 @@ func TestLevel2RunKernel(t *testing.T) {
 		put64(devBytes(c, a, 1), 2*get64(devBytes(c, a, 0))+int64(a.Scalars[0]))
 		return nil
 	}))
-	if err := w.RunKernel(h, mkArgs(in, Input, out, Output, uint64(2))); err != nil {
+	if err := w.Devices().RunKernel(h, mkArgs(in, Input, out, Output, uint64(2))); err != nil {
 		t.Fatal(err)
 	}
 	if calls != 1 || get64(outMem) != 42 || get64(inMem) != 20 {
@@ -182,12 +182,12 @@ func TestLevel2RunKernel(t *testing.T) {
 	_, err := w.Submit(func(*Orchestrator) (any, error) { return nil, nil })
 	wantKind(t, "submit on level 2", err, ValueError)
 	hf := register(t, w, chipK("fails", func(*ChipCtx, *TaskArgs) error { return errors.New("l2 boom") }))
-	err = w.RunKernel(hf, nil)
+	err = w.Devices().RunKernel(hf, nil)
 	if te := taskErr(t, err); te.Worker != "chip_worker 0 (device 3)" || !strings.Contains(err.Error(), "l2 boom") {
 		t.Fatalf("got %v", err)
 	}
-	wantKind(t, "address 0 at level 2", w.RunKernel(h, mkArgs(Tensor{Shape: []int{1}, DType: dtype.Int64}, Output)), ValueError)
-	if err := w.RunKernel(h, mkArgs(in, Input, out, Output, uint64(0))); err != nil || get64(outMem) != 40 {
+	wantKind(t, "address 0 at level 2", w.Devices().RunKernel(h, mkArgs(Tensor{Shape: []int{1}, DType: dtype.Int64}, Output)), ValueError)
+	if err := w.Devices().RunKernel(h, mkArgs(in, Input, out, Output, uint64(0))); err != nil || get64(outMem) != 40 {
 		t.Fatalf("after a failure: %v, out %d", err, get64(outMem))
 	}
 }

@@ -19,7 +19,7 @@ func (r *repl) observe(w *engine.Worker) {
 	rw := &replWorker{index: len(r.workers) + 1, w: w}
 	r.workers = append(r.workers, rw)
 	r.mu.Unlock()
-	w.Observe(func(e engine.Event) {
+	w.Events().Observe(func(e engine.Event) {
 		switch e.Kind {
 		case engine.TaskSubmitted, engine.TaskStarted, engine.TaskFinished, engine.RunFenced:
 			r.mu.Lock()

@@ -42,7 +42,7 @@ func newTree(t *testing.T, l4mode, l3mode string, obs engine.Observer) *tree {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.Observe(obs)
+	w.Events().Observe(obs)
 	for n := range 2 {
 		tr.chips[n] = &spawnLog{}
 		c := engine.Config{Level: 3, DeviceIDs: []int{2 * n, 2*n + 1}, Mode: l3mode, Spawn: tr.chips[n]}

@@ -319,7 +319,7 @@ func TestControlTimeoutIsHonoured(t *testing.T) {
 	stopProcess(t, p)
 	defer p.cur.Load().cmd.Process.Signal(syscall.SIGCONT)
 	start := time.Now()
-	_, err := w.Malloc(0, 8)
+	_, err := w.Devices().Malloc(0, 8)
 	el := time.Since(start)
 	if engine.KindOf(err) != engine.TimeoutError || el < 300*time.Millisecond || el > 2*time.Second {
 		t.Errorf("malloc on a stopped chip: %v after %v", err, el)
