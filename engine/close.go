@@ -191,7 +191,7 @@ func (w *Worker) closeTree() error {
 	}
 	// The worker is closed and its endpoints stopped: nothing takes these
 	// any more, so they are unmapped outside w.mu.
-	if e := w.closeHostBuffers(); e != nil && err == nil {
+	if e := w.hostBufs.closeAll(); e != nil && err == nil {
 		err = e
 	}
 	if w.commInits.Load() > 0 {

@@ -77,12 +77,12 @@ func Example_vectorAdd() {
 	}
 	var bufs []*engine.HostBuffer
 	for chip := range 2 {
-		buf, err := w.CreateHostBuffer(3 * n * 4)
+		buf, err := w.HostBuffers().Create(3 * n * 4)
 		if err != nil {
 			fmt.Println(err)
 			return
 		}
-		defer w.FreeHostBuffer(buf)
+		defer w.HostBuffers().Free(buf)
 		mem, err := hostmem.Resolve(buf.Addr(), buf.NBytes)
 		if err != nil {
 			fmt.Println(err)

@@ -311,7 +311,7 @@ func (o *Orchestrator) submit(op string, h *Handle, job schedJob, argsList []*Ta
 	r.raceSubmit(t)
 	r.wire(t)
 	o.refHeap(t)
-	w.refHostBufs(t)
+	w.hostBufs.ref(t)
 	r.captureRemote(t)
 	if w.events.on() {
 		w.events.emit(Event{Kind: TaskSubmitted, Run: r.id, Task: t.ID, Members: len(argsList), Callable: h.Name(), Deps: t.deps})

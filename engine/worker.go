@@ -24,7 +24,6 @@ import (
 	"time"
 
 	"simpler/hal"
-	"simpler/hal/shm"
 	"simpler/internal/race"
 )
 
@@ -126,9 +125,7 @@ type Worker struct {
 	commInits atomic.Int32
 	warm      warmSlots // task_only domains' warm slots (warm.go)
 
-	hostBufs    map[uint64]*HostBuffer       // by token
-	hostBufSegs map[*shm.Segment]*HostBuffer // by the object behind it
-	bufSeq      uint64
+	hostBufs HostBuffers // (hostbuf.go)
 
 	events Events // the observer and its clock (event.go)
 	// deadlines are the timers of running members with a deadline.
@@ -141,14 +138,13 @@ func NewWorker(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	w := &Worker{cfg: cfg, runs: map[*Run]struct{}{}, domains: map[string]*Domain{},
-		hostBufs:    map[uint64]*HostBuffer{},
-		hostBufSegs: map[*shm.Segment]*HostBuffer{},
-		rbufs:       map[*RemoteBuffer]struct{}{},
-		globals:     map[uint64]*nodeGlobal{},
-		gdomains:    map[uint64]*GlobalDomain{},
-		deadlines:   map[memberKey]*time.Timer{},
-		namespace:   fmt.Sprintf("w%d", workerSeq.Add(1))}
+		rbufs:     map[*RemoteBuffer]struct{}{},
+		globals:   map[uint64]*nodeGlobal{},
+		gdomains:  map[uint64]*GlobalDomain{},
+		deadlines: map[memberKey]*time.Timer{},
+		namespace: fmt.Sprintf("w%d", workerSeq.Add(1))}
 	w.cond = sync.NewCond(&w.mu)
+	w.hostBufs = newHostBuffers(w)
 	w.events.det = cfg.Det
 	w.reg.byDigest = map[string]*Handle{}
 	return w, nil
