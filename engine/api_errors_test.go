@@ -58,9 +58,9 @@ func TestMallocSizeIsCheckedBeforeAnyConversion(t *testing.T) {
 func TestRegisterRefusesAnEmptyWorkerList(t *testing.T) {
 	w := newWorker(t, Config{})
 	k := chipK("k", func(c *ChipCtx, a *TaskArgs) error { return nil })
-	_, err := w.Register(k, []int{})
+	_, err := w.Registry().Register(k, []int{})
 	wantKindText(t, "workers=[]", err, ValueError, "register: workers must be an explicit non-empty list, or None")
-	if _, ok := w.Lookup(k.Digest()); ok {
+	if _, ok := w.Registry().Lookup(k.Digest()); ok {
 		t.Error("a refused registration left the function registered")
 	}
 	if h := register(t, w, k, 1); len(h.Workers) != 1 || h.Workers[0] != 1 {
@@ -76,17 +76,17 @@ func TestUnregisterRefusesAnotherWorkersHandle(t *testing.T) {
 	k := chipK("k", func(c *ChipCtx, a *TaskArgs) error { return nil })
 	ha := register(t, a, k)
 	hb := register(t, b, k)
-	wantKindText(t, "b's handle on a", a.Unregister(hb), ValueError, `unregister: the handle of "k" belongs to another worker`)
-	if h, ok := a.Lookup(k.Digest()); !ok || h != ha {
+	wantKindText(t, "b's handle on a", a.Registry().Unregister(hb), ValueError, `unregister: the handle of "k" belongs to another worker`)
+	if h, ok := a.Registry().Lookup(k.Digest()); !ok || h != ha {
 		t.Fatal("refusing another worker's handle unregistered this worker's")
 	}
-	if err := a.Unregister(ha); err != nil {
+	if err := a.Registry().Unregister(ha); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := a.Lookup(k.Digest()); ok {
+	if _, ok := a.Registry().Lookup(k.Digest()); ok {
 		t.Error("a's own handle was not unregistered")
 	}
-	if _, ok := b.Lookup(k.Digest()); !ok {
+	if _, ok := b.Registry().Lookup(k.Digest()); !ok {
 		t.Error("unregistering on a dropped b's registration")
 	}
 }

@@ -59,7 +59,7 @@ func Example_vectorAdd() {
 		return
 	}
 	defer w.Close()
-	add, err := w.Register(vectorAdd{}, nil) // nil: every chip may run it
+	add, err := w.Registry().Register(vectorAdd{}, nil) // nil: every chip may run it
 	if err != nil {
 		fmt.Println(err)
 		return

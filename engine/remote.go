@@ -122,7 +122,7 @@ func (w *Worker) dialRemotes() error {
 		}
 	}
 	for _, h := range w.reg.byDigest {
-		if err := w.registerRemote(h.Callable); err != nil {
+		if err := w.reg.registerRemote(h.Callable); err != nil {
 			return err
 		}
 	}

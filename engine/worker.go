@@ -110,9 +110,9 @@ type Worker struct {
 	epMu      sync.RWMutex
 	epStopped bool
 	epWG      *sync.WaitGroup
-	sched     *Sched // the core's, kept for SetDepth and tests
-	core      *core  // runs, DAG, window, scheduler: the decision logic (core.go)
-	reg       registry
+	sched     *Sched   // the core's, kept for SetDepth and tests
+	core      *core    // runs, DAG, window, scheduler: the decision logic (core.go)
+	reg       Registry // (registry.go)
 	heap      *runHeap
 	runs      map[*Run]struct{}
 	runSeq    uint64
@@ -146,7 +146,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 	w.cond = sync.NewCond(&w.mu)
 	w.hostBufs = newHostBuffers(w)
 	w.events.det = cfg.Det
-	w.reg.byDigest = map[string]*Handle{}
+	w.reg = Registry{w: w, byDigest: map[string]*Handle{}}
 	return w, nil
 }
 

@@ -106,8 +106,8 @@ func TestBadInputIsTypedAndHarmless(t *testing.T) {
 		{"copy_to out of range", ValueError, w.Devices().CopyTo(1, half, make([]byte, 65))},
 		{"copy_from out of range", ValueError, w.Devices().CopyFrom(1, make([]byte, 8), half+60)},
 		{"malloc on a missing chip", IndexError, func() error { _, err := w.Devices().Malloc(2, 8); return err }()},
-		{"register out of range", ValueError, func() error { _, err := w.Register(nop("r"), []int{2}); return err }()},
-		{"re-register with other workers", ValueError, func() error { _, err := w.Register(only0.Callable, []int{1}); return err }()},
+		{"register out of range", ValueError, func() error { _, err := w.Registry().Register(nop("r"), []int{2}); return err }()},
+		{"re-register with other workers", ValueError, func() error { _, err := w.Registry().Register(only0.Callable, []int{1}); return err }()},
 		{"add_worker on level 3", ValueError, func() error { _, err := w.AddWorker(&Worker{}); return err }()},
 		{"init twice", RuntimeError, w.Init()},
 		{"run(kernel) on level 3", ValueError, w.Devices().RunKernel(h, nil)},
@@ -147,7 +147,7 @@ func TestConfigAndLifecycleErrors(t *testing.T) {
 	}
 	_, err = w.Submit(func(*Orchestrator) (any, error) { return nil, nil })
 	wantKind(t, "submit after close", err, RuntimeError)
-	_, err = w.Register(nop("late"), nil)
+	_, err = w.Registry().Register(nop("late"), nil)
 	wantKind(t, "register after close", err, RuntimeError)
 	_, err = w.Devices().Malloc(0, 8)
 	wantKind(t, "malloc after close", err, RuntimeError)
@@ -235,7 +235,7 @@ func TestLevel4RunsChildOrchestration(t *testing.T) {
 		if o.Worker() != l3 || cfg.BlockDim != 4 {
 			return errors.New("orchestration runs on the wrong worker or config")
 		}
-		hk, ok := o.Worker().Lookup(k.Digest())
+		hk, ok := o.Worker().Registry().Lookup(k.Digest())
 		if !ok {
 			return errors.New("kernel not registered on the child")
 		}
@@ -309,7 +309,7 @@ func TestLevel4OrchestrationPanic(t *testing.T) {
 	k := register(t, l4, nop("k"))
 	var n atomic.Int32
 	ho := register(t, l4, &orchFn{newFn("orch_panics"), func(o *Orchestrator, a *TaskArgs, _ *CallConfig) error {
-		hk, _ := o.Worker().Lookup(k.Digest())
+		hk, _ := o.Worker().Registry().Lookup(k.Digest())
 		if _, err := o.SubmitNext(hk, nil, nil, 0); err != nil {
 			return err
 		}
@@ -333,10 +333,10 @@ func TestRegisterRefcount(t *testing.T) {
 	if h1 != h2 {
 		t.Fatal("registering a callable twice gave two handles")
 	}
-	must(0, w.Unregister(h1))
+	must(0, w.Registry().Unregister(h1))
 	stillWorks(t, w, h1) // one reference left
-	must(0, w.Unregister(h1))
-	wantKind(t, "unregister past zero", w.Unregister(h1), ValueError)
+	must(0, w.Registry().Unregister(h1))
+	wantKind(t, "unregister past zero", w.Registry().Unregister(h1), ValueError)
 	mustRun(t, w, func(o *Orchestrator) error {
 		_, err := o.SubmitNext(h1, nil, nil, 0)
 		wantKind(t, "submit of an unregistered handle", err, ValueError)
