@@ -178,7 +178,7 @@ func (w *Worker) closeTree() error {
 	if !w.stopEndpointsWithin(StopGrace) && forced == nil {
 		forced = Errorf(RuntimeError, "close: a kernel of this worker did not stop; its goroutine is abandoned")
 	}
-	werr := w.dropWarm() // before the chips close: parked ranks are mapped in them
+	werr := w.domains.dropWarm() // before the chips close: parked ranks are mapped in them
 	err := w.teardown()
 	if err == nil {
 		err = gerr
@@ -194,7 +194,7 @@ func (w *Worker) closeTree() error {
 	if e := w.hostBufs.closeAll(); e != nil && err == nil {
 		err = e
 	}
-	if w.commInits.Load() > 0 {
+	if w.domains.commInits.Load() > 0 {
 		if e := comm.DrainObjects(); e != nil && err == nil {
 			err = e
 		}

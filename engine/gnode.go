@@ -362,7 +362,7 @@ func (w *Worker) GlobalCommand(c wire.Control, r *wire.ControlReply) error {
 		if err := w.checkTopology(dm); err != nil {
 			return err
 		}
-		return w.initComm()
+		return w.domains.initComm()
 	case wire.CmdPrepare:
 		extra, err := wire.DecodePrepareExtra(dm.Table)
 		if err != nil {

@@ -45,7 +45,7 @@ func (w *Worker) globalReattachCmd(dm wire.Domain) error {
 	if err := w.checkNodeTopology(topologyOf(&t.Topology), dm.Ranks); err != nil {
 		return err
 	}
-	if err := w.initComm(); err != nil {
+	if err := w.domains.initComm(); err != nil {
 		return err
 	}
 	table, err := CommDescriptors(t.Descriptors)

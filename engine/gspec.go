@@ -56,7 +56,7 @@ func (w *Worker) validateGlobal(spec *GlobalSpec) ([]int, error) {
 			return nil, err
 		}
 	}
-	if err := w.checkWindowSize(op, spec.WindowSize); err != nil {
+	if err := checkWindowSize(op, spec.WindowSize, w.cfg.Platform); err != nil {
 		return nil, err
 	}
 	return bufferOffsets(op, spec.Buffers, spec.WindowSize)

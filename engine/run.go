@@ -301,7 +301,7 @@ func (w *Worker) finish(r *Run) {
 	if err := w.freeGlobals(r); err != nil && r.waitErr == nil {
 		r.waitErr = err // retryable: the domain stays released, and close tries again (lifetime.go)
 	}
-	if err := w.freeDomains(r); err != nil && r.waitErr == nil {
+	if err := w.domains.freeAtFence(r); err != nil && r.waitErr == nil {
 		r.waitErr = err
 	}
 	w.mu.Lock()

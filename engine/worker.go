@@ -117,13 +117,8 @@ type Worker struct {
 	runs      map[*Run]struct{}
 	runSeq    uint64
 
-	namespace string             // unique per Worker in this process; scopes comm names
-	domains   map[string]*Domain // live (unreleased) domains by name
-	allocSeq  uint64             // last allocation id
-	commOnce  sync.Once          // the base communicator, made at the first allocation
-	commErr   error
-	commInits atomic.Int32
-	warm      warmSlots // task_only domains' warm slots (warm.go)
+	namespace string       // unique per Worker in this process; scopes comm names
+	domains   LocalDomains // (domain.go)
 
 	hostBufs HostBuffers // (hostbuf.go)
 
@@ -137,7 +132,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 	if err := validate(&cfg); err != nil {
 		return nil, err
 	}
-	w := &Worker{cfg: cfg, runs: map[*Run]struct{}{}, domains: map[string]*Domain{},
+	w := &Worker{cfg: cfg, runs: map[*Run]struct{}{},
 		rbufs:     map[*RemoteBuffer]struct{}{},
 		globals:   map[uint64]*nodeGlobal{},
 		gdomains:  map[uint64]*GlobalDomain{},
@@ -145,6 +140,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 		namespace: fmt.Sprintf("w%d", workerSeq.Add(1))}
 	w.cond = sync.NewCond(&w.mu)
 	w.hostBufs = newHostBuffers(w)
+	w.domains = newLocalDomains(w)
 	w.events.det = cfg.Det
 	w.reg = Registry{w: w, byDigest: map[string]*Handle{}}
 	return w, nil

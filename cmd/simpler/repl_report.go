@@ -89,7 +89,7 @@ func (r *repl) snapshotDomains() {
 	}
 	var all []found
 	for _, rw := range workers {
-		for name, d := range rw.w.LiveDomains() {
+		for name, d := range rw.w.LocalDomains().Live() {
 			key := domainKey{rw.index, d.AllocationID()}
 			r.mu.Lock()
 			rec := r.domains[key]
