@@ -161,14 +161,26 @@ func (d Devices) CopyFrom(worker int, dst []byte, src uint64) error {
 	return d.w.DirectIn(nil).CopyFrom("copy_from", worker, dst, src)
 }
 
-func (d Devices) chipFor(op string, worker int) (hal.Chip, error) {
+// Chip returns the chip of NEXT_LEVEL worker id at level 3 (or the chip
+// at level 2, id 0).
+func (d Devices) Chip(id int) (hal.Chip, error) { return d.chipFor("chip", id) }
+
+// chipFor is chip id of a ready worker, for op's errors.
+func (d Devices) chipFor(op string, id int) (hal.Chip, error) {
 	w := d.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err := w.ready(op); err != nil {
 		return nil, err
 	}
-	return w.chip(op, worker)
+	if w.cfg.Level >= 4 { // as at level 3 and upstream: an id outside the (empty) chip list
+		return nil, Errorf(IndexError, "%s: worker_id %d out of range (a level-%d worker has no chips of its own; its children do)", op, id, w.cfg.Level)
+	}
+	if id < 0 || id >= len(w.chips) {
+		// An index into the worker's chips: upstream raises IndexError.
+		return nil, Errorf(IndexError, "%s: worker_id %d out of range (%s)", op, id, idRange(len(w.chips), "this worker has chips", "this worker has no chips"))
+	}
+	return w.chips[id], nil
 }
 
 // malloc checks size here, before any conversion: a process-mode chip

@@ -152,28 +152,6 @@ func (w *Worker) Level() int { return w.cfg.Level }
 // Children returns the NEXT_LEVEL child workers (level 4 and up).
 func (w *Worker) Children() []*Worker { return w.children }
 
-// Chip returns the chip of NEXT_LEVEL worker id at level 3 (or the chip at
-// level 2, id 0).
-func (w *Worker) Chip(id int) (hal.Chip, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if err := w.ready("chip"); err != nil {
-		return nil, err
-	}
-	return w.chip("chip", id)
-}
-
-func (w *Worker) chip(op string, id int) (hal.Chip, error) {
-	if w.cfg.Level >= 4 { // as at level 3 and upstream: an id outside the (empty) chip list
-		return nil, Errorf(IndexError, "%s: worker_id %d out of range (a level-%d worker has no chips of its own; its children do)", op, id, w.cfg.Level)
-	}
-	if id < 0 || id >= len(w.chips) {
-		// An index into the worker's chips: upstream raises IndexError.
-		return nil, Errorf(IndexError, "%s: worker_id %d out of range (%s)", op, id, idRange(len(w.chips), "this worker has chips", "this worker has no chips"))
-	}
-	return w.chips[id], nil
-}
-
 // nextCount is the size of the NEXT_LEVEL pool.
 func (w *Worker) nextCount() int {
 	if w.cfg.Level >= 4 {

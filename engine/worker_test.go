@@ -176,7 +176,7 @@ func TestLevel2RunKernel(t *testing.T) {
 	if calls != 1 || get64(outMem) != 42 || get64(inMem) != 20 {
 		t.Fatalf("calls %d, out %d, in %d; want 1, 42, 20", calls, get64(outMem), get64(inMem))
 	}
-	if allocs, windows := must(w.Chip(0)).Live(); allocs != 0 || windows != 0 {
+	if allocs, windows := must(w.Devices().Chip(0)).Live(); allocs != 0 || windows != 0 {
 		t.Fatalf("chip holds %d allocations and %d windows after the kernel", allocs, windows)
 	}
 	_, err := w.Submit(func(*Orchestrator) (any, error) { return nil, nil })

@@ -147,7 +147,7 @@ func TestGlobalDomainWindowLivesInTheChipProcess(t *testing.T) {
 		must(0, d.CopyToGlobal(3, []byte("in chip 3 window"), "in", 0))
 		node := w.Children()[1]
 		view := must(node.GlobalView(d.ID()))
-		c := must(node.Chip(1))
+		c := must(node.Devices().Chip(1))
 		if _, isProc := c.(*chip); !isProc {
 			t.Fatalf("chip 1 of node 1 is a %T, not a process", c)
 		}
