@@ -11,6 +11,7 @@ type HostBuffer struct {
 	Token  uint64
 	NBytes int
 	seg    *shm.Segment
+	owner  *HostBuffers
 	refs   int  // tasks in flight that use it (w.mu)
 	freed  bool // (w.mu)
 }
@@ -66,7 +67,7 @@ func (hb *HostBuffers) Create(nbytes int) (*HostBuffer, error) {
 	}
 	hostmem.Register(seg)
 	hb.seq++
-	b := &HostBuffer{Token: hb.seq, NBytes: nbytes, seg: seg}
+	b := &HostBuffer{Token: hb.seq, NBytes: nbytes, seg: seg, owner: hb}
 	hb.byToken[b.Token] = b
 	hb.bySeg[seg] = b
 	w.mu.Unlock()
@@ -101,7 +102,8 @@ func (hb *HostBuffers) Release(op string, b *HostBuffer) error {
 
 // Freed reports whether the buffer was freed: a view of it must not be
 // used any more (its memory may be another buffer's by now).
-func (b *HostBuffer) Freed(w *Worker) bool {
+func (b *HostBuffer) Freed() bool {
+	w := b.owner.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return b.freed

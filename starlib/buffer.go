@@ -59,7 +59,7 @@ func (b *Buffer) name() string {
 // isReleased reports whether the memory is gone: released, or (a host
 // buffer) freed when its worker closed.
 func (b *Buffer) isReleased() bool {
-	return b.released || b.host != nil && b.host.b.Freed(b.host.w.w)
+	return b.released || b.host != nil && b.host.b.Freed()
 }
 
 func (b *Buffer) Attr(name string) (starlark.Value, error) {

@@ -48,7 +48,7 @@ func (h *HostBuffer) tensor(th *starlark.Thread, b *starlark.Builtin, args starl
 	if err := starlark.UnpackArgs("tensor", args, kw, "shape", &shapeV, "dtype?", &dtV, "offset?", &offset); err != nil {
 		return nil, err
 	}
-	if h.b.Freed(h.w.w) {
+	if h.b.Freed() {
 		return nil, errorf(engine.RuntimeError, "tensor: host buffer %d was freed", h.b.Token)
 	}
 	shape, err := toShape("tensor", shapeV)
