@@ -43,7 +43,7 @@ func goDispatch(mode string, chips int) (Line, error) {
 	if err := w.Init(); err != nil {
 		return Line{}, err
 	}
-	h, err := w.Register(noopKernel{}, nil)
+	h, err := w.Registry().Register(noopKernel{}, nil)
 	if err != nil {
 		return Line{}, err
 	}

@@ -109,7 +109,7 @@ func newGlobalBench(top *engine.Worker, p hal.Platform, addr string) (*globalBen
 	}
 	b := &globalBench{top: top, spec: global.Spec{Name: "bench", WindowSize: 4096,
 		Members: [][2]int{{local, 0}, {local, 1}, {remote, 0}, {remote, 1}}}}
-	top.Observe(b.observe)
+	top.Events().Observe(b.observe)
 	if err := top.Init(); err != nil {
 		return nil, err
 	}

@@ -148,7 +148,7 @@ func podRing(top *engine.Worker, d *global.Domain, n int) error {
 			return err
 		}
 		for local, rv := range view {
-			chip, err := node.Chip(local)
+			chip, err := node.Devices().Chip(local)
 			if err != nil {
 				return err
 			}

@@ -20,11 +20,11 @@ func wantKindText(t *testing.T, what string, err error, k Kind, text string) {
 // is, for the Worker's direct memory calls and the orchestrator's.
 func TestChipIndexOutOfRangeIsIndexError(t *testing.T) {
 	w := newWorker(t, Config{})
-	_, err := w.Malloc(2, 16)
+	_, err := w.Devices().Malloc(2, 16)
 	wantKindText(t, "malloc on chip 2", err, IndexError, "malloc: worker_id 2 out of range (this worker has chips 0..1)")
-	wantKindText(t, "free on chip -1", w.Free(-1, 0x1000), IndexError, "free: worker_id -1 out of range")
-	wantKindText(t, "copy_to on chip 5", w.CopyTo(5, 0x1000, make([]byte, 4)), IndexError, "copy_to: worker_id 5 out of range")
-	wantKindText(t, "copy_from on chip 5", w.CopyFrom(5, make([]byte, 4), 0x1000), IndexError, "copy_from: worker_id 5 out of range")
+	wantKindText(t, "free on chip -1", w.Devices().Free(-1, 0x1000), IndexError, "free: worker_id -1 out of range")
+	wantKindText(t, "copy_to on chip 5", w.Devices().CopyTo(5, 0x1000, make([]byte, 4)), IndexError, "copy_to: worker_id 5 out of range")
+	wantKindText(t, "copy_from on chip 5", w.Devices().CopyFrom(5, make([]byte, 4), 0x1000), IndexError, "copy_from: worker_id 5 out of range")
 	err = submitRun(t, w, func(o *Orchestrator) error {
 		_, err := o.Malloc(3, 16)
 		return err
@@ -39,16 +39,16 @@ func TestMallocSizeIsCheckedBeforeAnyConversion(t *testing.T) {
 	for _, w := range []*Worker{newWorker(t, Config{})} {
 		mode := w.Config().Mode
 		for _, size := range []int{-1, 0} {
-			_, err := w.Malloc(0, size)
+			_, err := w.Devices().Malloc(0, size)
 			wantKindText(t, mode+" malloc", err, ValueError, "malloc: size must be > 0, got "+strconv.Itoa(size))
 		}
-		_, err := w.Malloc(0, 1<<40)
+		_, err := w.Devices().Malloc(0, 1<<40)
 		wantKindText(t, mode+" malloc of 1 TiB", err, ValueError, "malloc: size 1099511627776 exceeds the device memory of one a2a3sim chip (68719476736 bytes)")
-		p, err := w.Malloc(0, 64)
+		p, err := w.Devices().Malloc(0, 64)
 		if err != nil {
 			t.Fatalf("%s malloc of 64 bytes: %v", mode, err)
 		}
-		if err := w.Free(0, p); err != nil {
+		if err := w.Devices().Free(0, p); err != nil {
 			t.Errorf("%s free: %v", mode, err)
 		}
 	}
@@ -58,9 +58,9 @@ func TestMallocSizeIsCheckedBeforeAnyConversion(t *testing.T) {
 func TestRegisterRefusesAnEmptyWorkerList(t *testing.T) {
 	w := newWorker(t, Config{})
 	k := chipK("k", func(c *ChipCtx, a *TaskArgs) error { return nil })
-	_, err := w.Register(k, []int{})
+	_, err := w.Registry().Register(k, []int{})
 	wantKindText(t, "workers=[]", err, ValueError, "register: workers must be an explicit non-empty list, or None")
-	if _, ok := w.Lookup(k.Digest()); ok {
+	if _, ok := w.Registry().Lookup(k.Digest()); ok {
 		t.Error("a refused registration left the function registered")
 	}
 	if h := register(t, w, k, 1); len(h.Workers) != 1 || h.Workers[0] != 1 {
@@ -76,17 +76,17 @@ func TestUnregisterRefusesAnotherWorkersHandle(t *testing.T) {
 	k := chipK("k", func(c *ChipCtx, a *TaskArgs) error { return nil })
 	ha := register(t, a, k)
 	hb := register(t, b, k)
-	wantKindText(t, "b's handle on a", a.Unregister(hb), ValueError, `unregister: the handle of "k" belongs to another worker`)
-	if h, ok := a.Lookup(k.Digest()); !ok || h != ha {
+	wantKindText(t, "b's handle on a", a.Registry().Unregister(hb), ValueError, `unregister: the handle of "k" belongs to another worker`)
+	if h, ok := a.Registry().Lookup(k.Digest()); !ok || h != ha {
 		t.Fatal("refusing another worker's handle unregistered this worker's")
 	}
-	if err := a.Unregister(ha); err != nil {
+	if err := a.Registry().Unregister(ha); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := a.Lookup(k.Digest()); ok {
+	if _, ok := a.Registry().Lookup(k.Digest()); ok {
 		t.Error("a's own handle was not unregistered")
 	}
-	if _, ok := b.Lookup(k.Digest()); !ok {
+	if _, ok := b.Registry().Lookup(k.Digest()); !ok {
 		t.Error("unregistering on a dropped b's registration")
 	}
 }

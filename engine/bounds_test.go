@@ -37,12 +37,12 @@ func TestRunKernelRefusesOverflowingShapes(t *testing.T) {
 	for _, shape := range [][]int{{1 << 32, 1 << 32}, {1 << 62, 4}, {-1, 8}} {
 		big := in
 		big.Shape = shape
-		err := w.RunKernel(h, mkArgs(big, Input))
+		err := w.Devices().RunKernel(h, mkArgs(big, Input))
 		wantErrText(t, "shape", err, "exceeds 1099511627776 bytes")
 	}
 	noType := in
 	noType.DType = dtype.Invalid
-	wantErrText(t, "no dtype", w.RunKernel(h, mkArgs(noType, Input)), "tensor 0 has no dtype")
+	wantErrText(t, "no dtype", w.Devices().RunKernel(h, mkArgs(noType, Input)), "tensor 0 has no dtype")
 	if ran {
 		t.Error("the kernel ran")
 	}

@@ -64,8 +64,19 @@ func tensorBytes(t Tensor) (int, bool) {
 	return int(n), ok
 }
 
+// Devices is a Worker's device memory and its level-2 kernel runs: the
+// chips reached outside the task queue. It is a view of the Worker, whose
+// chips open and close with it, and keeps no state of its own. Every call
+// checks the Worker's state under w.mu and talks to the chip (a mailbox
+// round trip in process mode) after unlocking it.
+type Devices struct{ w *Worker }
+
+// Devices is the worker's device memory.
+func (w *Worker) Devices() Devices { return Devices{w} }
+
 // RunKernel runs a kernel synchronously on a level-2 worker's chip.
-func (w *Worker) RunKernel(h *Handle, args *TaskArgs) error {
+func (d Devices) RunKernel(h *Handle, args *TaskArgs) error {
+	w := d.w
 	w.mu.Lock()
 	err := w.ready("run")
 	if err == nil && w.cfg.Level != 2 {
@@ -94,7 +105,7 @@ func (w *Worker) RunKernel(h *Handle, args *TaskArgs) error {
 			return Errorf(ValueError, "run: tensor %d has no dtype", i)
 		}
 	}
-	err = w.observeKernel(h.Name(), func() error {
+	err = d.observeKernel(h.Name(), func() error {
 		if w.chipProcs != nil {
 			return w.chipProcs[0].Run(h, &a, nil, nil)
 		}
@@ -107,77 +118,112 @@ func (w *Worker) RunKernel(h *Handle, args *TaskArgs) error {
 	return nil
 }
 
+// observeKernel runs a level-2 run(kernel, args) and reports it as a run
+// of its own with one task on the chip's lane, submitted, started and
+// finished like a level-3 task: otherwise a level-2 script's trace and
+// progress line would show no task at all.
+func (d Devices) observeKernel(callable string, run func() error) error {
+	w := d.w
+	if !w.events.on() {
+		return run()
+	}
+	w.mu.Lock()
+	w.runSeq++
+	id := w.runSeq
+	w.mu.Unlock()
+	lane := w.workerName(NextLevel, 0)
+	w.events.emit(Event{Kind: TaskSubmitted, Run: id, Task: 1, Members: 1, Callable: callable})
+	w.events.emit(Event{Kind: TaskStarted, Run: id, Task: 1, Worker: lane, Callable: callable})
+	err := run()
+	w.events.emit(Event{Kind: TaskFinished, Run: id, Task: 1, Worker: lane, Callable: callable, Err: err})
+	return err
+}
+
 // Malloc reserves device memory on chip `worker`.
 // Outside any run, like Free, CopyTo and CopyFrom: refused while a run is
 // in flight (direct.go).
-func (w *Worker) Malloc(worker, size int) (uint64, error) {
-	return w.DirectIn(nil).Malloc("malloc", worker, size)
+func (d Devices) Malloc(worker, size int) (uint64, error) {
+	return d.w.DirectIn(nil).Malloc("malloc", worker, size)
 }
 
 // Free releases device memory on chip `worker`.
-func (w *Worker) Free(worker int, ptr uint64) error {
-	return w.DirectIn(nil).Free("free", worker, ptr)
+func (d Devices) Free(worker int, ptr uint64) error {
+	return d.w.DirectIn(nil).Free("free", worker, ptr)
 }
 
 // CopyTo copies host bytes into chip `worker`'s memory at dst.
-func (w *Worker) CopyTo(worker int, dst uint64, src []byte) error {
-	return w.DirectIn(nil).CopyTo("copy_to", worker, dst, src)
+func (d Devices) CopyTo(worker int, dst uint64, src []byte) error {
+	return d.w.DirectIn(nil).CopyTo("copy_to", worker, dst, src)
 }
 
 // CopyFrom copies chip `worker`'s memory at src into dst.
-func (w *Worker) CopyFrom(worker int, dst []byte, src uint64) error {
-	return w.DirectIn(nil).CopyFrom("copy_from", worker, dst, src)
+func (d Devices) CopyFrom(worker int, dst []byte, src uint64) error {
+	return d.w.DirectIn(nil).CopyFrom("copy_from", worker, dst, src)
 }
 
-func (w *Worker) chipFor(op string, worker int) (hal.Chip, error) {
+// Chip returns the chip of NEXT_LEVEL worker id at level 3 (or the chip
+// at level 2, id 0).
+func (d Devices) Chip(id int) (hal.Chip, error) { return d.chipFor("chip", id) }
+
+// chipFor is chip id of a ready worker, for op's errors.
+func (d Devices) chipFor(op string, id int) (hal.Chip, error) {
+	w := d.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err := w.ready(op); err != nil {
 		return nil, err
 	}
-	return w.chip(op, worker)
+	if w.cfg.Level >= 4 { // as at level 3 and upstream: an id outside the (empty) chip list
+		return nil, Errorf(IndexError, "%s: worker_id %d out of range (a level-%d worker has no chips of its own; its children do)", op, id, w.cfg.Level)
+	}
+	if id < 0 || id >= len(w.chips) {
+		// An index into the worker's chips: upstream raises IndexError.
+		return nil, Errorf(IndexError, "%s: worker_id %d out of range (%s)", op, id, idRange(len(w.chips), "this worker has chips", "this worker has no chips"))
+	}
+	return w.chips[id], nil
 }
 
 // malloc checks size here, before any conversion: a process-mode chip
 // gets it through the mailbox as an unsigned bounded value, so a bad size
 // must be refused the same way in both modes before it gets there.
-func (w *Worker) malloc(op string, worker, size int) (uint64, error) {
-	c, err := w.chipFor(op, worker)
+func (d Devices) malloc(op string, worker, size int) (uint64, error) {
+	c, err := d.chipFor(op, worker)
 	if err != nil {
 		return 0, err
 	}
 	if size <= 0 {
 		return 0, Errorf(ValueError, "%s: size must be > 0, got %d", op, size)
 	}
-	if max := w.cfg.Platform.Arch().DeviceMemory; int64(size) > max {
-		return 0, Errorf(ValueError, "%s: size %d exceeds the device memory of one %s chip (%d bytes)", op, size, w.cfg.Platform.Name(), max)
+	platform := d.w.cfg.Platform
+	if max := platform.Arch().DeviceMemory; int64(size) > max {
+		return 0, Errorf(ValueError, "%s: size %d exceeds the device memory of one %s chip (%d bytes)", op, size, platform.Name(), max)
 	}
 	p, err := c.Malloc(size)
 	if err == nil {
-		w.raceNameDevice(worker, p, size)
+		d.w.raceNameDevice(worker, p, size)
 	}
 	return p, Wrap(err, op)
 }
 
-func (w *Worker) free(op string, worker int, ptr uint64) error {
-	c, err := w.chipFor(op, worker)
+func (d Devices) free(op string, worker int, ptr uint64) error {
+	c, err := d.chipFor(op, worker)
 	if err != nil {
 		return err
 	}
-	w.raceForgetDevice(worker, ptr)
+	d.w.raceForgetDevice(worker, ptr)
 	return c.Free(ptr) // hal names the operation and the pointer
 }
 
-func (w *Worker) copyTo(op string, worker int, dst uint64, src []byte) error {
-	c, err := w.chipFor(op, worker)
+func (d Devices) copyTo(op string, worker int, dst uint64, src []byte) error {
+	c, err := d.chipFor(op, worker)
 	if err != nil {
 		return err
 	}
 	return Wrap(c.CopyIn(dst, src), op)
 }
 
-func (w *Worker) copyFrom(op string, worker int, dst []byte, src uint64) error {
-	c, err := w.chipFor(op, worker)
+func (d Devices) copyFrom(op string, worker int, dst []byte, src uint64) error {
+	c, err := d.chipFor(op, worker)
 	if err != nil {
 		return err
 	}

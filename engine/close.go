@@ -177,7 +177,7 @@ func (w *Worker) closeTree() error {
 	if !w.stopEndpointsWithin(StopGrace) && forced == nil {
 		forced = Errorf(RuntimeError, "close: a kernel of this worker did not stop; its goroutine is abandoned")
 	}
-	werr := w.dropWarm() // before the chips close: parked ranks are mapped in them
+	werr := w.domains.dropWarm() // before the chips close: parked ranks are mapped in them
 	if e := w.runClose(CloseBeforeTeardown); e != nil && werr == nil {
 		werr = e
 	}
@@ -193,10 +193,10 @@ func (w *Worker) closeTree() error {
 	}
 	// The worker is closed and its endpoints stopped: nothing takes these
 	// any more, so they are unmapped outside w.mu.
-	if e := w.closeHostBuffers(); e != nil && err == nil {
+	if e := w.hostBufs.closeAll(); e != nil && err == nil {
 		err = e
 	}
-	if w.commInits.Load() > 0 {
+	if w.domains.commInits.Load() > 0 {
 		if e := comm.DrainObjects(); e != nil && err == nil {
 			err = e
 		}

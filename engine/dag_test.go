@@ -155,11 +155,11 @@ func TestDeviceTensorDependency(t *testing.T) {
 		rec.add("B saw %d", get64(devBytes(c, a, 0)))
 		return nil
 	}))
-	p, err := w.Malloc(0, 8)
+	p, err := w.Devices().Malloc(0, 8)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.Free(0, p)
+	defer w.Devices().Free(0, p)
 	d := Tensor{Addr: p, Shape: []int{1}, DType: dtype.Int64, ChildMemory: true}
 	mustRun(t, w, buildErr(func(o *Orchestrator) {
 		must(o.SubmitNext(hA, mkArgs(d, Output), nil, 0))

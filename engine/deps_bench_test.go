@@ -63,7 +63,7 @@ func benchDispatch(b *testing.B, cfg Config) {
 	if err := w.Init(); err != nil {
 		b.Fatal(err)
 	}
-	h, err := w.Register(chipK("noop", func(*ChipCtx, *TaskArgs) error { return nil }), nil)
+	h, err := w.Registry().Register(chipK("noop", func(*ChipCtx, *TaskArgs) error { return nil }), nil)
 	if err != nil {
 		b.Fatal(err)
 	}

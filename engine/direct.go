@@ -36,12 +36,13 @@ type directStep int
 const (
 	directGo      directStep = iota // go ahead
 	directWait                      // an earlier run is still in flight: wait for it
-	directRefused                   // refused: see directRule's error
+	directRefused                   // refused: see rule's error
 )
 
-// directRule decides, under w.mu, what a direct-control call op may do
-// now. It changes nothing, so a test can step it directly.
-func (w *Worker) directRule(op string, r *Run) (directStep, error) {
+// rule decides, under w.mu, what a direct-control call op may do now. It
+// changes nothing, so a test can step it directly.
+func (d DirectControl) rule(op string) (directStep, error) {
+	w, r := d.w, d.run
 	if r == nil {
 		if n := len(w.runs); n > 0 {
 			return directRefused, Errorf(RuntimeError, "%s: %d run(s) still in flight; direct control outside a run cannot be ordered against them, so wait for them first (RunHandle.wait()) or call it inside an orchestration function before its first submit", op, n)
@@ -82,7 +83,7 @@ func (d DirectControl) Gate(op string) error {
 		if err := w.ready(op); err != nil {
 			return err
 		}
-		step, err := w.directRule(op, d.run)
+		step, err := d.rule(op)
 		switch step {
 		case directGo:
 			w.raceDirect(d.run)
@@ -99,7 +100,7 @@ func (d DirectControl) Malloc(op string, worker, size int) (uint64, error) {
 	if err := d.Gate(op); err != nil {
 		return 0, err
 	}
-	return d.w.malloc(op, worker, size)
+	return d.w.Devices().malloc(op, worker, size)
 }
 
 // Free releases device memory on chip worker.
@@ -107,7 +108,7 @@ func (d DirectControl) Free(op string, worker int, ptr uint64) error {
 	if err := d.Gate(op); err != nil {
 		return err
 	}
-	return d.w.free(op, worker, ptr)
+	return d.w.Devices().free(op, worker, ptr)
 }
 
 // CopyTo copies host bytes into chip worker's memory at dst.
@@ -115,7 +116,7 @@ func (d DirectControl) CopyTo(op string, worker int, dst uint64, src []byte) err
 	if err := d.Gate(op); err != nil {
 		return err
 	}
-	return d.w.copyTo(op, worker, dst, src)
+	return d.w.Devices().copyTo(op, worker, dst, src)
 }
 
 // CopyFrom copies chip worker's memory at src into dst.
@@ -123,7 +124,7 @@ func (d DirectControl) CopyFrom(op string, worker int, dst []byte, src uint64) e
 	if err := d.Gate(op); err != nil {
 		return err
 	}
-	return d.w.copyFrom(op, worker, dst, src)
+	return d.w.Devices().copyFrom(op, worker, dst, src)
 }
 
 // afterSubmit is the refusal of direct control in run r once r has

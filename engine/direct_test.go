@@ -16,7 +16,7 @@ func TestDirectRuleSteps(t *testing.T) {
 	w := newWorker(t, Config{})
 	other := newWorker(t, Config{})
 	step := func(r *Run) (directStep, error) {
-		return locked(w, func() directStep { s, _ := w.directRule("op", r); return s }), locked(w, func() error { _, err := w.directRule("op", r); return err })
+		return locked(w, func() directStep { s, _ := w.DirectIn(r).rule("op"); return s }), locked(w, func() error { _, err := w.DirectIn(r).rule("op"); return err })
 	}
 	if s, err := step(nil); s != directGo || err != nil {
 		t.Fatalf("idle worker: %v %v", s, err)
@@ -58,7 +58,7 @@ func TestDirectRuleSteps(t *testing.T) {
 	if s, err := step(r1); s != directRefused || err == nil || !strings.Contains(err.Error(), "no longer being built") {
 		t.Errorf("after the function returned: %v %v", s, err)
 	}
-	if s, err := locked(other, func() directStep { s, _ := other.directRule("op", r2); return s }), locked(other, func() error { _, err := other.directRule("op", r2); return err }); s != directRefused || err == nil {
+	if s, err := locked(other, func() directStep { s, _ := other.DirectIn(r2).rule("op"); return s }), locked(other, func() error { _, err := other.DirectIn(r2).rule("op"); return err }); s != directRefused || err == nil {
 		t.Errorf("another Worker's run: %v %v", s, err)
 	}
 }
@@ -76,7 +76,7 @@ func TestDirectControlInRunWaitsForEarlierRuns(t *testing.T) {
 		put64(devBytes(c, a, 0), 7)
 		return nil
 	}))
-	p := must(w.Malloc(0, 8))
+	p := must(w.Devices().Malloc(0, 8))
 	d := Tensor{Addr: p, Shape: []int{1}, DType: dtype.Int64, ChildMemory: true}
 	r1 := must(w.Submit(asBuild(func(o *Orchestrator) error {
 		_, err := o.SubmitNext(write, mkArgs(d, OutputExisting), nil, 0)
@@ -116,7 +116,7 @@ func TestDirectControlInRunWaitsForEarlierRuns(t *testing.T) {
 	if err := r2.Wait(deadline); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Free(0, p); err != nil {
+	if err := w.Devices().Free(0, p); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -128,7 +128,7 @@ func TestDirectControlWaitEndsWithCancel(t *testing.T) {
 	w := newWorker(t, Config{})
 	gate := make(chan struct{})
 	hold := register(t, w, chipK("hold", func(c *ChipCtx, a *TaskArgs) error { return await(gate, "gate") }))
-	p := must(w.Malloc(0, 8))
+	p := must(w.Devices().Malloc(0, 8))
 	d := Tensor{Addr: p, Shape: []int{1}, DType: dtype.Int64, ChildMemory: true}
 	r1 := must(w.Submit(asBuild(func(o *Orchestrator) error {
 		_, err := o.SubmitNext(hold, mkArgs(d, Input), nil, 0)
@@ -159,10 +159,10 @@ func TestDirectControlWaitEndsWithCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := make([]byte, 8)
-	if err := w.CopyFrom(0, b, p); err != nil || get64(b) != 0 {
+	if err := w.Devices().CopyFrom(0, b, p); err != nil || get64(b) != 0 {
 		t.Errorf("device memory after the refused copy: %d (%v), want 0", get64(b), err)
 	}
-	if err := w.Free(0, p); err != nil {
+	if err := w.Devices().Free(0, p); err != nil {
 		t.Fatal(err)
 	}
 }

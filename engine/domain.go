@@ -65,9 +65,37 @@ type DomainRank struct {
 	RaceKey uintptr
 }
 
+// LocalDomains are a level-3 Worker's communication domains over its own
+// chips: the live ones by name, the allocation ids, the chips' base
+// communicator (made once, at the first allocation; a global domain's
+// ranks on this node need it too) and the warm slots of task_only domains.
+//
+// live, allocSeq and every domain's lifetime are guarded by the Worker's
+// mu: a run's fence reads them in the section it takes anyway, and a lock
+// of their own would add one to it. The warm slots' mu is a leaf lock,
+// taken with nothing else held. No lock is held across a rank's
+// allocation or release, nor while the base communicator is made.
+type LocalDomains struct {
+	w         *Worker
+	live      map[string]*Domain // not yet released, by name (w.mu)
+	allocSeq  uint64             // the last allocation id (w.mu)
+	commOnce  sync.Once
+	commErr   error
+	commInits atomic.Int32 // base communicators made: 0 or 1
+	warm      warmSlots    // (warm.go)
+}
+
+func newLocalDomains(w *Worker) LocalDomains {
+	return LocalDomains{w: w, live: map[string]*Domain{}}
+}
+
+// LocalDomains are the worker's domains over its own chips.
+func (w *Worker) LocalDomains() *LocalDomains { return &w.domains }
+
 // allocateRank runs rank's part of an allocation on chip id: in this
 // process, or in the chip's own process.
-func (w *Worker) allocateRank(req commRequest, rank, id int) (DomainRank, error) {
+func (ld *LocalDomains) allocateRank(req commRequest, rank, id int) (DomainRank, error) {
+	w := ld.w
 	if w.chipProcs != nil {
 		return w.chipProcs[id].AllocateRank(req, rank)
 	}
@@ -148,9 +176,10 @@ func (d *Domain) Rank(worker int) (*RankView, error) {
 	return nil, Errorf(KeyError, "worker %d is not a member of domain %q (members: %s)", worker, d.spec.Name, FormatInts(d.spec.Workers))
 }
 
-// validateDomain checks a spec before any backend work.
-func (w *Worker) validateDomain(spec *DomainSpec) ([]int, error) {
+// validate checks a spec before any backend work.
+func (ld *LocalDomains) validate(spec *DomainSpec) ([]int, error) {
 	const op = "allocate_domain"
+	cfg := &ld.w.cfg
 	if spec.Name == "" {
 		return nil, Errorf(ValueError, "%s: name must not be empty", op)
 	}
@@ -159,15 +188,15 @@ func (w *Worker) validateDomain(spec *DomainSpec) ([]int, error) {
 	}
 	seen := map[int]bool{}
 	for _, id := range spec.Workers {
-		if id < 0 || id >= len(w.cfg.DeviceIDs) {
-			return nil, Errorf(ValueError, "%s: worker %d is not one of this worker's chips (0..%d)", op, id, len(w.cfg.DeviceIDs)-1)
+		if id < 0 || id >= len(cfg.DeviceIDs) {
+			return nil, Errorf(ValueError, "%s: worker %d is not one of this worker's chips (0..%d)", op, id, len(cfg.DeviceIDs)-1)
 		}
 		if seen[id] {
 			return nil, Errorf(ValueError, "%s: worker %d listed twice", op, id)
 		}
 		seen[id] = true
 	}
-	if err := w.CheckWindowSize(op, spec.WindowSize); err != nil {
+	if err := CheckWindowSize(op, spec.WindowSize, cfg.Platform); err != nil {
 		return nil, err
 	}
 	return BufferOffsets(op, spec.Buffers, spec.WindowSize)
@@ -177,15 +206,15 @@ func (w *Worker) validateDomain(spec *DomainSpec) ([]int, error) {
 // before any backend work, so that a window no chip can hold is refused
 // with the same error in every mode (it used to fail late, in the comm
 // backend, with text that differed between modes).
-func (w *Worker) CheckWindowSize(op string, size int) error {
+func CheckWindowSize(op string, size int, platform hal.Platform) error {
 	if size <= 0 {
 		return Errorf(ValueError, "%s: window_size must be > 0, got %d", op, size)
 	}
-	if w.cfg.Platform == nil {
+	if platform == nil {
 		return nil
 	}
-	if limit := w.cfg.Platform.Arch().DeviceMemory; int64(size) > limit {
-		return Errorf(ValueError, "%s: window_size=%d exceeds the %d bytes of device memory of a %s chip", op, size, limit, w.cfg.Platform.Name())
+	if limit := platform.Arch().DeviceMemory; int64(size) > limit {
+		return Errorf(ValueError, "%s: window_size=%d exceeds the %d bytes of device memory of a %s chip", op, size, limit, platform.Name())
 	}
 	return nil
 }
@@ -230,7 +259,7 @@ func (o *Orchestrator) AllocateDomain(spec DomainSpec) (*Domain, error) {
 		return nil, Errorf(ValueError, "allocate_domain: domains are over a level-3 worker's chips (this worker is level %d)", w.cfg.Level)
 	}
 	spec.Workers = append([]int(nil), spec.Workers...)
-	offsets, err := w.validateDomain(&spec)
+	offsets, err := w.domains.validate(&spec)
 	if err != nil {
 		return nil, err
 	}
@@ -244,44 +273,44 @@ func (o *Orchestrator) AllocateDomain(spec DomainSpec) (*Domain, error) {
 		w.mu.Unlock()
 		return nil, err
 	}
-	if w.domains[spec.Name] != nil {
+	if w.domains.live[spec.Name] != nil {
 		w.mu.Unlock()
 		return nil, Errorf(ValueError, "allocate_domain: a domain named %q is already live; release it first", spec.Name)
 	}
-	w.allocSeq++
-	d := &Domain{w: w, run: o.run, spec: spec, allocationID: w.allocSeq, offsets: offsets}
-	w.domains[spec.Name] = d // reserve the name while the backend works
+	w.domains.allocSeq++
+	d := &Domain{w: w, run: o.run, spec: spec, allocationID: w.domains.allocSeq, offsets: offsets}
+	w.domains.live[spec.Name] = d // reserve the name while the backend works
 	w.mu.Unlock()
 
-	if err := w.allocateRanks(d); err != nil {
+	if err := w.domains.allocateRanks(d); err != nil {
 		w.mu.Lock()
-		delete(w.domains, spec.Name)
+		delete(w.domains.live, spec.Name)
 		w.mu.Unlock()
 		return nil, err
 	}
 	w.raceNameDomain(d)
 	w.mu.Lock()
 	o.run.domains = append(o.run.domains, d)
-	w.emit(Event{Kind: DomainAllocated, Run: o.run.id, Domain: d.spec.Name, AllocID: d.allocationID})
+	w.events.emit(Event{Kind: DomainAllocated, Run: o.run.id, Domain: d.spec.Name, AllocID: d.allocationID})
 	w.mu.Unlock()
 	return d, nil
 }
 
 // allocateRanks runs each rank's part of d's allocation; a task_only
 // domain goes to a warm slot (warm.go).
-func (w *Worker) allocateRanks(d *Domain) error {
-	if err := w.InitComm(); err != nil {
+func (ld *LocalDomains) allocateRanks(d *Domain) error {
+	if err := ld.InitComm(); err != nil {
 		return err
 	}
 	if err := fault.Hit("domain.alloc", -1); err != nil {
 		return Wrap(err, "allocate_domain")
 	}
-	req := comm.Request{Namespace: w.namespace, AllocationID: d.allocationID, Name: d.spec.Name,
+	req := comm.Request{Namespace: ld.w.namespace, AllocationID: d.allocationID, Name: d.spec.Name,
 		Ranks: len(d.spec.Workers), WindowSize: d.spec.WindowSize, Timeout: CommTimeout, Key: comm.NewKey()}
 	if d.spec.TaskOnly {
-		return w.allocateWarm(d, req)
+		return ld.allocateWarm(d, req)
 	}
-	return w.runRanks(d, req, false)
+	return ld.runRanks(d, req, false)
 }
 
 // runRanks runs each rank's part of req in parallel, as each chip would,
@@ -289,13 +318,14 @@ func (w *Worker) allocateRanks(d *Domain) error {
 // back (reuse) meets no barrier, so in this process the ranks run one
 // after another on this goroutine: a goroutine each would cost more than
 // the work.
-func (w *Worker) runRanks(d *Domain, req comm.Request, reuse bool) error {
+func (ld *LocalDomains) runRanks(d *Domain, req comm.Request, reuse bool) error {
+	w := ld.w
 	n := len(d.spec.Workers)
 	d.ranks = make([]DomainRank, n)
 	errs := make([]error, n)
 	if reuse && w.chipProcs == nil {
 		for r, id := range d.spec.Workers {
-			if d.ranks[r], errs[r] = w.allocateRank(req, r, id); errs[r] != nil {
+			if d.ranks[r], errs[r] = ld.allocateRank(req, r, id); errs[r] != nil {
 				break
 			}
 		}
@@ -317,7 +347,7 @@ func (w *Worker) runRanks(d *Domain, req comm.Request, reuse bool) error {
 				if w.cfg.Det != nil && r > 0 {
 					<-placed[r-1]
 				}
-				d.ranks[r], errs[r] = w.allocateRank(req, r, id)
+				d.ranks[r], errs[r] = ld.allocateRank(req, r, id)
 			}()
 		}
 		wg.Wait()
@@ -346,8 +376,9 @@ func (w *Worker) runRanks(d *Domain, req comm.Request, reuse bool) error {
 
 // InitComm initialises every chip's base communicator once per Worker, in
 // parallel. A failure is kept and returned to later callers.
-func (w *Worker) InitComm() error {
-	w.commOnce.Do(func() {
+func (ld *LocalDomains) InitComm() error {
+	w := ld.w
+	ld.commOnce.Do(func() {
 		errs := make([]error, len(w.chips))
 		var wg sync.WaitGroup
 		for i, c := range w.chips {
@@ -360,18 +391,14 @@ func (w *Worker) InitComm() error {
 		wg.Wait()
 		for i, err := range errs {
 			if err != nil {
-				w.commErr = Wrap(err, fmt.Sprintf("base communicator of chip_worker %d", i))
+				ld.commErr = Wrap(err, fmt.Sprintf("base communicator of chip_worker %d", i))
 				return
 			}
 		}
-		w.commInits.Add(1)
+		ld.commInits.Add(1)
 	})
-	return w.commErr
+	return ld.commErr
 }
-
-// CommInits counts base communicator initialisations (for tests: exactly
-// one per Worker).
-func (w *Worker) CommInits() int { return int(w.commInits.Load()) }
 
 // Release marks the domain released at once. The backend free runs after
 // the owning run's fence, or now if that run has already retired. A
@@ -392,8 +419,8 @@ func (d *Domain) Release() error {
 // leaves the live list, and the event says so once.
 func (d *Domain) markReleased() {
 	if d.life.Release() {
-		delete(d.w.domains, d.spec.Name)
-		d.w.emit(Event{Kind: DomainReleased, Run: d.run.id, Domain: d.spec.Name, AllocID: d.allocationID})
+		delete(d.w.domains.live, d.spec.Name)
+		d.w.events.emit(Event{Kind: DomainReleased, Run: d.run.id, Domain: d.spec.Name, AllocID: d.allocationID})
 	}
 }
 
@@ -412,7 +439,7 @@ func (d *Domain) free() error {
 	w.raceForgetDomain(d)
 	err := d.releaseRanks()
 	if err == nil && d.slot != nil {
-		w.warm.put(d.slot) // every rank parked, or tore down and will say so when taken back
+		w.domains.warm.put(d.slot) // every rank parked, or tore down and will say so when taken back
 	}
 	const retry = false // each rank's release ran all of its teardown
 	if _, poison := lifetime.Outcome(err, retry); poison {
@@ -420,7 +447,7 @@ func (d *Domain) free() error {
 	}
 	w.mu.Lock()
 	d.life.End(a, err, retry)
-	w.emit(Event{Kind: DomainFreed, Run: d.run.id, Domain: d.spec.Name, AllocID: d.allocationID, Err: err})
+	w.events.emit(Event{Kind: DomainFreed, Run: d.run.id, Domain: d.spec.Name, AllocID: d.allocationID, Err: err})
 	w.mu.Unlock()
 	return err
 }
@@ -440,10 +467,11 @@ func (d *Domain) releaseRanks() error {
 	return Wrap(err, fmt.Sprintf("freeing domain %q", d.spec.Name))
 }
 
-// freeDomains runs at a run's fence: domains released during the run are
+// freeAtFence runs at r's fence: domains released during the run are
 // freed in release order, then those never released are swept, last
 // allocated first.
-func (w *Worker) freeDomains(r *Run) error {
+func (ld *LocalDomains) freeAtFence(r *Run) error {
+	w := ld.w
 	w.mu.Lock()
 	r.retired = true
 	var released, live []*Domain
@@ -470,12 +498,12 @@ func (w *Worker) freeDomains(r *Run) error {
 	return first
 }
 
-// LiveDomains returns the domains not yet released, by name.
-func (w *Worker) LiveDomains() map[string]*Domain {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	m := make(map[string]*Domain, len(w.domains))
-	for k, v := range w.domains {
+// Live returns the domains not yet released, by name.
+func (ld *LocalDomains) Live() map[string]*Domain {
+	ld.w.mu.Lock()
+	defer ld.w.mu.Unlock()
+	m := make(map[string]*Domain, len(ld.live))
+	for k, v := range ld.live {
 		m[k] = v
 	}
 	return m

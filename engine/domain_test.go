@@ -19,7 +19,7 @@ func domainSpec(name string, workers ...int) DomainSpec {
 // events records the domain events of w in order.
 func domainEvents(w *Worker) *recorder {
 	r := &recorder{}
-	w.Observe(func(e Event) {
+	w.Events().Observe(func(e Event) {
 		switch e.Kind {
 		case DomainAllocated:
 			r.add("alloc %s", e.Domain)
@@ -35,7 +35,7 @@ func domainEvents(w *Worker) *recorder {
 func TestDomainLifetime(t *testing.T) {
 	w := newWorker(t, Config{})
 	ev := domainEvents(w)
-	if w.CommInits() != 0 {
+	if int(w.domains.commInits.Load()) != 0 {
 		t.Fatal("init() did comm work")
 	}
 	var d1, d2, d3 *Domain
@@ -62,7 +62,7 @@ func TestDomainLifetime(t *testing.T) {
 		if _, err := d2.Rank(1); KindOf(err) != RuntimeError {
 			t.Errorf("indexing a released domain: %v", err)
 		}
-		if live := w.LiveDomains(); len(live) != 2 || live["two"] != nil {
+		if live := w.LocalDomains().Live(); len(live) != 2 || live["two"] != nil {
 			t.Errorf("live domains %v", live)
 		}
 	}))
@@ -80,8 +80,8 @@ func TestDomainLifetime(t *testing.T) {
 		_, err := o.AllocateDomain(domainSpec("one", 0, 1))
 		return err
 	})
-	if w.CommInits() != 1 {
-		t.Errorf("base communicator initialised %d times, want once", w.CommInits())
+	if int(w.domains.commInits.Load()) != 1 {
+		t.Errorf("base communicator initialised %d times, want once", int(w.domains.commInits.Load()))
 	}
 }
 
@@ -217,8 +217,8 @@ func TestDomainAllocationFaultLeavesNothing(t *testing.T) {
 		_, err := o.AllocateDomain(domainSpec("a", 0, 1))
 		return err
 	})
-	if err == nil || len(w.LiveDomains()) != 0 {
-		t.Fatalf("err %v live %v", err, w.LiveDomains())
+	if err == nil || len(w.LocalDomains().Live()) != 0 {
+		t.Fatalf("err %v live %v", err, w.LocalDomains().Live())
 	}
 	mustRun(t, w, func(o *Orchestrator) error { // the name is free again
 		_, err := o.AllocateDomain(domainSpec("a", 0, 1))
@@ -265,8 +265,8 @@ func TestDomainValidation(t *testing.T) {
 		_, err := o.AllocateDomain(spec)
 		return err
 	})
-	if len(w.LiveDomains()) != 0 {
-		t.Errorf("live after the run: %v", w.LiveDomains())
+	if len(w.LocalDomains().Live()) != 0 {
+		t.Errorf("live after the run: %v", w.LocalDomains().Live())
 	}
 }
 

@@ -263,8 +263,8 @@ func (e *remoteEndpoint) Cancel(a Assignment, reason string) {
 // started records that a starts on its endpoint, and arms its deadline.
 func (w *Worker) started(a Assignment) {
 	t := a.Task
-	if w.observer != nil {
-		w.emit(Event{Kind: TaskStarted, Run: t.run.id, Task: t.ID, Member: a.Member, Worker: w.workerName(a.Pool, a.Target), Callable: t.handle.Name()})
+	if w.events.on() {
+		w.events.emit(Event{Kind: TaskStarted, Run: t.run.id, Task: t.ID, Member: a.Member, Worker: w.workerName(a.Pool, a.Target), Callable: t.handle.Name()})
 	}
 	d := t.cfg.Timeout
 	if d == 0 {
@@ -339,8 +339,8 @@ func (w *Worker) endpoint(a Assignment) Endpoint {
 // to run where it may block.
 func (w *Worker) completed(a Assignment, err error, scratch *[]Assignment) (after func()) {
 	t := a.Task
-	if w.observer != nil {
-		w.emit(Event{Kind: TaskFinished, Run: t.run.id, Task: t.ID, Member: a.Member, Worker: w.workerName(a.Pool, a.Target), Callable: t.handle.Name(), Err: err})
+	if w.events.on() {
+		w.events.emit(Event{Kind: TaskFinished, Run: t.run.id, Task: t.ID, Member: a.Member, Worker: w.workerName(a.Pool, a.Target), Callable: t.handle.Name(), Err: err})
 	}
 	var eff Effects
 	if scratch != nil {

@@ -1,6 +1,9 @@
 package engine
 
-import "time"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // EventKind says what an Event records.
 type EventKind uint8
@@ -45,46 +48,44 @@ type Event struct {
 // them; it must be quick and safe for concurrent use.
 type Observer func(Event)
 
-// Observe sets the worker's observer (nil turns events off). Set it before
-// Init: events are then reported for everything the worker does.
-func (w *Worker) Observe(fn Observer) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.observer = fn
+// Events is a Worker's observer and the clock its events are stamped
+// with. It takes no lock: the observer is one atomic pointer, so it may be
+// set while the Worker runs, and reading it on the task path costs a load
+// as the plain field it replaces did.
+type Events struct {
+	fn  atomic.Pointer[Observer] // nil: no events
+	det *Det                     // the clock under --seed; nil: the wall clock
 }
+
+// Events is the worker's event stream.
+func (w *Worker) Events() *Events { return &w.events }
+
+// Observe sets the observer (nil turns events off). Set it before Init:
+// events are then reported for everything the worker does.
+func (e *Events) Observe(fn Observer) {
+	if fn == nil {
+		e.fn.Store(nil)
+		return
+	}
+	e.fn.Store(&fn)
+}
+
+// on reports whether anyone observes: callers test it before building an
+// Event they would otherwise throw away.
+func (e *Events) on() bool { return e.fn.Load() != nil }
 
 // now is when things happen: the wall clock, or the schedule's virtual
 // time under --seed (so a trace replays too).
-func (w *Worker) now() time.Time {
-	if w.cfg.Det != nil {
-		return w.cfg.Det.Clock()
+func (e *Events) now() time.Time {
+	if e.det != nil {
+		return e.det.Clock()
 	}
 	return time.Now()
 }
 
-func (w *Worker) emit(e Event) {
-	if w.observer != nil {
-		e.At = w.now()
-		w.observer(e)
+func (e *Events) emit(ev Event) {
+	if fn := e.fn.Load(); fn != nil {
+		ev.At = e.now()
+		(*fn)(ev)
 	}
-}
-
-// observeKernel runs a level-2 run(kernel, args) and reports it as a run
-// of its own with one task on the chip's lane, submitted, started and
-// finished like a level-3 task: otherwise a level-2 script's trace and
-// progress line would show no task at all.
-func (w *Worker) observeKernel(callable string, run func() error) error {
-	if w.observer == nil {
-		return run()
-	}
-	w.mu.Lock()
-	w.runSeq++
-	id := w.runSeq
-	w.mu.Unlock()
-	lane := w.workerName(NextLevel, 0)
-	w.emit(Event{Kind: TaskSubmitted, Run: id, Task: 1, Members: 1, Callable: callable})
-	w.emit(Event{Kind: TaskStarted, Run: id, Task: 1, Worker: lane, Callable: callable})
-	err := run()
-	w.emit(Event{Kind: TaskFinished, Run: id, Task: 1, Worker: lane, Callable: callable, Err: err})
-	return err
 }

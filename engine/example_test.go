@@ -59,7 +59,7 @@ func Example_vectorAdd() {
 		return
 	}
 	defer w.Close()
-	add, err := w.Register(vectorAdd{}, nil) // nil: every chip may run it
+	add, err := w.Registry().Register(vectorAdd{}, nil) // nil: every chip may run it
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -77,12 +77,12 @@ func Example_vectorAdd() {
 	}
 	var bufs []*engine.HostBuffer
 	for chip := range 2 {
-		buf, err := w.CreateHostBuffer(3 * n * 4)
+		buf, err := w.HostBuffers().Create(3 * n * 4)
 		if err != nil {
 			fmt.Println(err)
 			return
 		}
-		defer w.FreeHostBuffer(buf)
+		defer w.HostBuffers().Free(buf)
 		mem, err := hostmem.Resolve(buf.Addr(), buf.NBytes)
 		if err != nil {
 			fmt.Println(err)

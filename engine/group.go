@@ -232,7 +232,7 @@ func (w *Worker) startGroups(parent uint64, deadline time.Time, errs []error, wg
 		req := GroupRequest{Name: fmt.Sprintf("worker group %d", gi), Index: gi, Spec: g.spec, Deadline: deadline}
 		for r, id := range g.ids {
 			req.Ranks = append(req.Ranks, DialRequest{Name: fmt.Sprintf("remote_worker %d (rank %d of worker group %d)", id, r, gi), ID: id,
-				Spec: *w.remoteSpecs[id], Sources: w.cfg.Sources, Parent: parent, Timeout: w.cfg.SessionTimeout, Deadline: deadline, Events: w.emit})
+				Spec: *w.remoteSpecs[id], Sources: w.cfg.Sources, Parent: parent, Timeout: w.cfg.SessionTimeout, Deadline: deadline, Events: w.events.emit})
 		}
 		wg.Add(1)
 		go func() {

@@ -99,7 +99,7 @@ func newWorker(t *testing.T, cfg Config) *Worker {
 
 func register(t *testing.T, w *Worker, c Callable, workers ...int) *Handle {
 	t.Helper()
-	h, err := w.Register(c, workers)
+	h, err := w.Registry().Register(c, workers)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ type HostBuffer struct {
 	Token  uint64
 	NBytes int
 	seg    *shm.Segment
+	owner  *HostBuffers
 	refs   int  // tasks in flight that use it (w.mu)
 	freed  bool // (w.mu)
 }
@@ -18,54 +19,73 @@ type HostBuffer struct {
 // Addr is the buffer's host address.
 func (b *HostBuffer) Addr() uint64 { return b.seg.Addr() }
 
-// CreateHostBuffer makes a zeroed host buffer of nbytes owned by w; close
-// frees what is left.
-func (w *Worker) CreateHostBuffer(nbytes int) (*HostBuffer, error) {
+// HostBuffers are a Worker's host buffers, by token and by the object
+// behind each. An object is made, mapped and unmapped outside w.mu; the
+// maps, the sequence and every buffer's refs and freed are guarded by the
+// Worker's mu all the same, because the submit that counts a task against
+// its buffers (ref) holds it already: a lock of their own would be one
+// more lock per task.
+type HostBuffers struct {
+	w       *Worker
+	byToken map[uint64]*HostBuffer
+	bySeg   map[*shm.Segment]*HostBuffer
+	seq     uint64 // the last token given
+}
+
+func newHostBuffers(w *Worker) HostBuffers {
+	return HostBuffers{w: w, byToken: map[uint64]*HostBuffer{}, bySeg: map[*shm.Segment]*HostBuffer{}}
+}
+
+// HostBuffers are the worker's host buffers.
+func (w *Worker) HostBuffers() *HostBuffers { return &w.hostBufs }
+
+// Create makes a zeroed host buffer of nbytes owned by the Worker; its
+// close frees what is left.
+func (hb *HostBuffers) Create(nbytes int) (*HostBuffer, error) {
+	const op = "create_host_buffer"
 	if nbytes <= 0 {
-		return nil, Errorf(ValueError, "create_host_buffer: nbytes must be > 0, got %d", nbytes)
+		return nil, Errorf(ValueError, "%s: nbytes must be > 0, got %d", op, nbytes)
 	}
-	if err := w.usableNow("create_host_buffer"); err != nil {
+	w := hb.w
+	w.mu.Lock()
+	err := w.usable(op)
+	w.mu.Unlock()
+	if err != nil {
 		return nil, err
 	}
 	// The object is made and mapped outside w.mu, which every completion
 	// takes; a close that came meanwhile is checked again under it.
 	seg, err := shm.Create("hostbuf", nbytes)
 	if err != nil {
-		return nil, Wrap(err, "create_host_buffer")
+		return nil, Wrap(err, op)
 	}
 	w.mu.Lock()
-	if err := w.usable("create_host_buffer"); err != nil {
+	if err := w.usable(op); err != nil {
 		w.mu.Unlock()
 		seg.Close()
 		return nil, err
 	}
 	hostmem.Register(seg)
-	w.bufSeq++
-	b := &HostBuffer{Token: w.bufSeq, NBytes: nbytes, seg: seg}
-	w.hostBufs[b.Token] = b
-	w.hostBufSegs[seg] = b
+	hb.seq++
+	b := &HostBuffer{Token: hb.seq, NBytes: nbytes, seg: seg, owner: hb}
+	hb.byToken[b.Token] = b
+	hb.bySeg[seg] = b
 	w.mu.Unlock()
 	return b, nil
 }
 
-// usableNow is usable, taking w.mu for it.
-func (w *Worker) usableNow(op string) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.usable(op)
+// Free frees a host buffer; freeing it again is a no-op. A buffer that
+// tasks in flight use is not freed: the free is refused.
+func (hb *HostBuffers) Free(b *HostBuffer) error {
+	return hb.Release("free_host_buffer", b)
 }
 
-// FreeHostBuffer frees a host buffer; freeing it again is a no-op. A
-// buffer that tasks in flight use is not freed: the free is refused.
-func (w *Worker) FreeHostBuffer(b *HostBuffer) error {
-	return w.ReleaseHostBuffer("free_host_buffer", b)
-}
-
-// ReleaseHostBuffer is FreeHostBuffer with the name of the operation that
-// asks (release_buffer frees the same kind of buffer), for its errors.
-func (w *Worker) ReleaseHostBuffer(op string, b *HostBuffer) error {
+// Release is Free with the name of the operation that asks
+// (release_buffer frees the same kind of buffer), for its errors.
+func (hb *HostBuffers) Release(op string, b *HostBuffer) error {
+	w := hb.w
 	w.mu.Lock()
-	if w.hostBufs[b.Token] != b {
+	if hb.byToken[b.Token] != b {
 		w.mu.Unlock()
 		return nil
 	}
@@ -73,8 +93,8 @@ func (w *Worker) ReleaseHostBuffer(op string, b *HostBuffer) error {
 		w.mu.Unlock()
 		return Errorf(RuntimeError, "%s: host buffer %d is used by %d task(s) still in flight; wait for their run first", op, b.Token, refs)
 	}
-	delete(w.hostBufs, b.Token)
-	delete(w.hostBufSegs, b.seg)
+	delete(hb.byToken, b.Token)
+	delete(hb.bySeg, b.seg)
 	b.freed = true
 	w.mu.Unlock()
 	return b.close() // no task holds it and no submit can take it now: unmapped outside w.mu
@@ -82,16 +102,17 @@ func (w *Worker) ReleaseHostBuffer(op string, b *HostBuffer) error {
 
 // Freed reports whether the buffer was freed: a view of it must not be
 // used any more (its memory may be another buffer's by now).
-func (b *HostBuffer) Freed(w *Worker) bool {
+func (b *HostBuffer) Freed() bool {
+	w := b.owner.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return b.freed
 }
 
-// refHostBufs counts t against every host buffer its tensors lie in, so
-// that the buffer is not freed under it. Caller holds w.mu.
-func (w *Worker) refHostBufs(t *Task) {
-	if len(w.hostBufSegs) == 0 {
+// ref counts t against every host buffer its tensors lie in, so that the
+// buffer is not freed under it. Caller holds w.mu.
+func (hb *HostBuffers) ref(t *Task) {
+	if len(hb.bySeg) == 0 {
 		return
 	}
 	for m := range t.args {
@@ -100,7 +121,7 @@ func (w *Worker) refHostBufs(t *Task) {
 				continue
 			}
 			if seg, _, ok := hostmem.Locate(ten.Addr); ok {
-				if b := w.hostBufSegs[seg]; b != nil {
+				if b := hb.bySeg[seg]; b != nil {
 					b.refs++
 					t.hostBufs = append(t.hostBufs, b)
 				}
@@ -114,15 +135,16 @@ func (b *HostBuffer) close() error {
 	return b.seg.Close()
 }
 
-// closeHostBuffers frees every buffer still held: it takes them under
-// w.mu and unmaps them outside it.
-func (w *Worker) closeHostBuffers() error {
+// closeAll frees every buffer still held: it takes them under w.mu and
+// unmaps them outside it.
+func (hb *HostBuffers) closeAll() error {
+	w := hb.w
 	w.mu.Lock()
 	var held []*HostBuffer
-	for tok, b := range w.hostBufs {
+	for tok, b := range hb.byToken {
 		b.freed = true
-		delete(w.hostBufs, tok)
-		delete(w.hostBufSegs, b.seg)
+		delete(hb.byToken, tok)
+		delete(hb.bySeg, b.seg)
 		held = append(held, b)
 	}
 	w.mu.Unlock()

@@ -17,15 +17,15 @@ func TestLevelRulesAsUpstream(t *testing.T) {
 		w := newWorker(t, Config{Level: level, DeviceIDs: []int{}, NumSubWorkers: 1})
 		h := register(t, w, sub)
 		mustRun(t, w, buildErr(func(o *Orchestrator) { must(o.SubmitSub(h, nil)) }))
-		_, err := w.Malloc(0, 64)
+		_, err := w.Devices().Malloc(0, 64)
 		wantKind(t, "malloc with no chips", err, IndexError)
 		if err == nil || !strings.Contains(err.Error(), "out of range") {
 			t.Errorf("level %d malloc: %v", level, err)
 		}
 		for _, direct := range []func() error{
-			func() error { return w.Free(0, 0x1000) },
-			func() error { return w.CopyTo(0, 0x1000, make([]byte, 4)) },
-			func() error { return w.CopyFrom(0, make([]byte, 4), 0x1000) },
+			func() error { return w.Devices().Free(0, 0x1000) },
+			func() error { return w.Devices().CopyTo(0, 0x1000, make([]byte, 4)) },
+			func() error { return w.Devices().CopyFrom(0, make([]byte, 4), 0x1000) },
 		} {
 			wantKind(t, "direct control with no chips", direct(), IndexError)
 		}

@@ -75,7 +75,7 @@ func liveWorker(t *testing.T) *Worker {
 }
 
 func kernel(t *testing.T, w *Worker, name string) *Handle {
-	h, ok := w.Lookup(namedKernel{name}.Digest())
+	h, ok := w.Registry().Lookup(namedKernel{name}.Digest())
 	if !ok {
 		t.Fatalf("%s not registered", name)
 	}
@@ -174,7 +174,7 @@ func TestCloseIsBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	must(w.Register(namedKernel{"spin"}, nil))
+	must(w.Registry().Register(namedKernel{"spin"}, nil))
 	if err := w.Init(); err != nil {
 		t.Fatal(err)
 	}

@@ -311,10 +311,10 @@ func (o *Orchestrator) submit(op string, h *Handle, job schedJob, argsList []*Ta
 	r.raceSubmit(t)
 	r.wire(t)
 	o.refHeap(t)
-	w.refHostBufs(t)
+	w.hostBufs.ref(t)
 	r.captureRemote(t)
-	if w.observer != nil {
-		w.emit(Event{Kind: TaskSubmitted, Run: r.id, Task: t.ID, Members: len(argsList), Callable: h.Name(), Deps: t.deps})
+	if w.events.on() {
+		w.events.emit(Event{Kind: TaskSubmitted, Run: r.id, Task: t.ID, Members: len(argsList), Callable: h.Name(), Deps: t.deps})
 	}
 	hold := len(o.zeroing) > 0
 	if hold {

@@ -148,7 +148,7 @@ func TestDirectControlOnlyBeforeFirstSubmit(t *testing.T) {
 	if get64(xmem) != 9 {
 		t.Fatalf("kernel read %d from the staged device memory, want 9", get64(xmem))
 	}
-	if err := w.Free(1, p); err != nil {
+	if err := w.Devices().Free(1, p); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -33,9 +33,18 @@ func (h *Handle) allows(worker int) bool {
 	return false
 }
 
-type registry struct {
+// Registry is a Worker's callables, by digest. Its map is guarded by the
+// Worker's mu, under which a submit finds its handle; Register and
+// Unregister hold the Worker's regMu besides, which orders them against
+// Init and Close and is what they hold, without mu, while a registration
+// fans out to children, child processes and remote nodes.
+type Registry struct {
+	w        *Worker
 	byDigest map[string]*Handle
 }
+
+// Registry is the worker's registry.
+func (w *Worker) Registry() *Registry { return &w.reg }
 
 // Register makes c callable by tasks of this Worker and of every
 // descendant. workers restricts the NEXT_LEVEL ids it may run on. A second
@@ -45,11 +54,12 @@ type registry struct {
 // The checks are made under w.mu; the fan-out to children, child processes
 // and remote nodes, which waits for their answers, under regMu alone; the
 // handle is entered under w.mu again.
-func (w *Worker) Register(c Callable, workers []int) (*Handle, error) {
+func (reg *Registry) Register(c Callable, workers []int) (*Handle, error) {
+	w := reg.w
 	w.regMu.Lock()
 	defer w.regMu.Unlock()
 	w.mu.Lock()
-	h, err := w.checkRegister(c, workers)
+	h, err := reg.check(c, workers)
 	w.mu.Unlock()
 	if h != nil || err != nil {
 		return h, err
@@ -58,7 +68,7 @@ func (w *Worker) Register(c Callable, workers []int) (*Handle, error) {
 		if child == nil {
 			continue
 		}
-		if _, err := child.Register(c, nil); err != nil {
+		if _, err := child.reg.Register(c, nil); err != nil {
 			return nil, Wrap(err, "register on child")
 		}
 	}
@@ -67,7 +77,7 @@ func (w *Worker) Register(c Callable, workers []int) (*Handle, error) {
 			return nil, err
 		}
 	}
-	if err := w.registerRemote(c); err != nil {
+	if err := reg.registerRemote(c); err != nil {
 		return nil, err
 	}
 	w.mu.Lock()
@@ -76,13 +86,14 @@ func (w *Worker) Register(c Callable, workers []int) (*Handle, error) {
 		return nil, err
 	}
 	h = &Handle{Callable: c, Workers: sortedCopy(workers), refs: 1, owner: w}
-	w.reg.byDigest[c.Digest()] = h
+	reg.byDigest[c.Digest()] = h
 	return h, nil
 }
 
-// checkRegister validates a registration and, for a callable registered
-// already, takes a reference and returns its handle. Caller holds w.mu.
-func (w *Worker) checkRegister(c Callable, workers []int) (*Handle, error) {
+// check validates a registration and, for a callable registered already,
+// takes a reference and returns its handle. Caller holds w.mu.
+func (reg *Registry) check(c Callable, workers []int) (*Handle, error) {
+	w := reg.w
 	if err := w.usable("register"); err != nil {
 		return nil, err
 	}
@@ -101,7 +112,7 @@ func (w *Worker) checkRegister(c Callable, workers []int) (*Handle, error) {
 			}
 		}
 	}
-	if h, ok := w.reg.byDigest[c.Digest()]; ok {
+	if h, ok := reg.byDigest[c.Digest()]; ok {
 		if !sameInts(h.Workers, workers) {
 			return nil, Errorf(ValueError, "register: %q is already registered with workers=%v", c.Name(), h.Workers)
 		}
@@ -122,7 +133,8 @@ func sortedCopy(ids []int) []int {
 }
 
 // Unregister drops one reference to h; the last one removes it.
-func (w *Worker) Unregister(h *Handle) error {
+func (reg *Registry) Unregister(h *Handle) error {
+	w := reg.w
 	w.regMu.Lock()
 	defer w.regMu.Unlock()
 	w.mu.Lock()
@@ -135,22 +147,22 @@ func (w *Worker) Unregister(h *Handle) error {
 		// unregister it here, behind the caller's back.
 		return Errorf(ValueError, "unregister: the handle of %q belongs to another worker; unregister it on the worker that registered it", h.Name())
 	}
-	cur, ok := w.reg.byDigest[h.Digest()]
+	cur, ok := reg.byDigest[h.Digest()]
 	if !ok || cur != h {
 		return Errorf(ValueError, "unregister: %q is not registered on this worker", h.Name())
 	}
 	h.refs--
 	if h.refs == 0 {
-		delete(w.reg.byDigest, h.Digest())
+		delete(reg.byDigest, h.Digest())
 	}
 	return nil
 }
 
 // Lookup returns the handle registered under digest.
-func (w *Worker) Lookup(digest string) (*Handle, bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	h, ok := w.reg.byDigest[digest]
+func (reg *Registry) Lookup(digest string) (*Handle, bool) {
+	reg.w.mu.Lock()
+	defer reg.w.mu.Unlock()
+	h, ok := reg.byDigest[digest]
 	return h, ok
 }
 
@@ -168,9 +180,9 @@ func sameInts(a, b []int) bool {
 
 // registerRemote ships c to every remote node, all or nothing: when one
 // node refuses, the nodes that took it are told to drop it again.
-func (w *Worker) registerRemote(c Callable) error {
+func (reg *Registry) registerRemote(c Callable) error {
 	var took []RemoteNode
-	for _, n := range w.remotes {
+	for _, n := range reg.w.remotes {
 		if n == nil {
 			continue
 		}

@@ -105,7 +105,7 @@ func (w *Worker) dialRemotes() error {
 		go func() {
 			defer wg.Done()
 			req := DialRequest{Name: fmt.Sprintf("remote_worker %d", id), ID: id, Spec: *spec, Sources: w.cfg.Sources,
-				Parent: parent, Timeout: w.cfg.SessionTimeout, Deadline: deadline, Events: w.emit}
+				Parent: parent, Timeout: w.cfg.SessionTimeout, Deadline: deadline, Events: w.events.emit}
 			n, err := w.cfg.Dial(req)
 			if err == nil { // a failed dial leaves nothing to close
 				w.remotes[id] = n
@@ -121,7 +121,7 @@ func (w *Worker) dialRemotes() error {
 		}
 	}
 	for _, h := range w.reg.byDigest {
-		if err := w.registerRemote(h.Callable); err != nil {
+		if err := w.reg.registerRemote(h.Callable); err != nil {
 			return err
 		}
 	}

@@ -87,11 +87,11 @@ func (o *Orchestrator) Building(op string) error {
 // outcome as an event (e's Kind, say GlobalStep), naming the node as errors
 // do; it does nothing when w has no observer.
 func (w *Worker) EmitNodeStep(node int, e Event, start time.Time) {
-	if w.observer == nil {
+	if !w.events.on() {
 		return
 	}
 	e.Worker, e.Dur = w.workerName(NextLevel, node), time.Since(start)
-	w.emit(e)
+	w.events.emit(e)
 }
 
 // Poisoned is why the worker refuses work after a cleanup that could not

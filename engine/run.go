@@ -78,7 +78,7 @@ func (w *Worker) submit(build func(o *Orchestrator) (any, error), parent *Stoppe
 		return nil, Errorf(ValueError, "submit: a level-2 worker is one chip; use run(kernel, args)")
 	}
 	w.runSeq++
-	r := &Run{w: w, id: w.runSeq, spaces: map[spaceKey]*rangeMap{}, building: true, done: make(chan struct{}), observed: w.observer != nil}
+	r := &Run{w: w, id: w.runSeq, spaces: map[spaceKey]*rangeMap{}, building: true, done: make(chan struct{}), observed: w.events.on()}
 	r.root = &r.rootScope
 	w.raceBegin(r, ctx)
 	w.runs[r] = struct{}{}
@@ -297,7 +297,7 @@ func (w *Worker) finish(r *Run) {
 		}
 	}
 	r.runFence(FenceGlobal)
-	if err := w.freeDomains(r); err != nil && r.waitErr == nil {
+	if err := w.domains.freeAtFence(r); err != nil && r.waitErr == nil {
 		r.waitErr = err
 	}
 	r.runFence(FenceLocal)
@@ -313,7 +313,7 @@ func (w *Worker) finish(r *Run) {
 func (w *Worker) closeRun(r *Run) Effects {
 	delete(w.runs, r)
 	w.raceRunDone(r)
-	w.emit(Event{Kind: RunFenced, Run: r.id, Err: r.waitErr})
+	w.events.emit(Event{Kind: RunFenced, Run: r.id, Err: r.waitErr})
 	close(r.done)
 	var eff Effects
 	w.core.done(r, &eff)

@@ -85,7 +85,7 @@ func TestFailFastAfterDrain(t *testing.T) {
 // and the buffer stays whole; once the run is done it frees.
 func TestHostBufferInFlightIsNotFreed(t *testing.T) {
 	w := newWorker(t, Config{})
-	b := must(w.CreateHostBuffer(64))
+	b := must(w.HostBuffers().Create(64))
 	gate := make(chan struct{})
 	h := register(t, w, chipK("hold", func(c *ChipCtx, a *TaskArgs) error { return await(gate, "gate") }))
 	view := Tensor{Addr: b.Addr() + 8, Shape: []int{2}, DType: dtype.Int64}
@@ -93,19 +93,19 @@ func TestHostBufferInFlightIsNotFreed(t *testing.T) {
 		_, err := o.SubmitNext(h, mkArgs(view, Input), nil, 0)
 		return err
 	})))
-	err := w.FreeHostBuffer(b)
+	err := w.HostBuffers().Free(b)
 	wantKind(t, "free while in flight", err, RuntimeError)
-	if err == nil || !strings.Contains(err.Error(), "still in flight") || b.Freed(w) {
-		t.Errorf("free while in flight: %v (freed %v)", err, b.Freed(w))
+	if err == nil || !strings.Contains(err.Error(), "still in flight") || b.Freed() {
+		t.Errorf("free while in flight: %v (freed %v)", err, b.Freed())
 	}
 	close(gate)
 	if err := r.Wait(deadline); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.FreeHostBuffer(b); err != nil || !b.Freed(w) {
+	if err := w.HostBuffers().Free(b); err != nil || !b.Freed() {
 		t.Errorf("free after the run: %v", err)
 	}
-	if err := w.FreeHostBuffer(b); err != nil {
+	if err := w.HostBuffers().Free(b); err != nil {
 		t.Errorf("a second free: %v", err)
 	}
 }

@@ -41,7 +41,7 @@ type warmSlot struct {
 	key warmKey
 }
 
-// warmSlots are a Worker's slots; mu is a leaf lock.
+// warmSlots are a Worker's slots (its LocalDomains'); mu is a leaf lock.
 type warmSlots struct {
 	mu   sync.Mutex
 	next int                     // the next slot id
@@ -105,18 +105,18 @@ func (s *warmSlots) idleCount() int {
 // parked, else fresh (with the ranks parking at release). A failed
 // take-back releases what was taken and allocates the slot afresh under
 // its next generation.
-func (w *Worker) allocateWarm(d *Domain, req comm.Request) error {
-	slot, reuse := w.warm.take(keyOf(&d.spec))
+func (ld *LocalDomains) allocateWarm(d *Domain, req comm.Request) error {
+	slot, reuse := ld.warm.take(keyOf(&d.spec))
 	if reuse {
-		req.Namespace = comm.WarmNamespace(w.namespace, slot.id, slot.gen, true)
-		if err := w.runRanks(d, req, true); err == nil {
+		req.Namespace = comm.WarmNamespace(ld.w.namespace, slot.id, slot.gen, true)
+		if err := ld.runRanks(d, req, true); err == nil {
 			d.slot = slot
 			return nil
 		}
 		slot.gen++
 	}
-	req.Namespace = comm.WarmNamespace(w.namespace, slot.id, slot.gen, false)
-	if err := w.runRanks(d, req, false); err != nil {
+	req.Namespace = comm.WarmNamespace(ld.w.namespace, slot.id, slot.gen, false)
+	if err := ld.runRanks(d, req, false); err != nil {
 		return err
 	}
 	d.slot = slot
@@ -125,10 +125,10 @@ func (w *Worker) allocateWarm(d *Domain, req comm.Request) error {
 
 // dropWarm tears down the ranks this Worker parked in its own process,
 // before its chips close (parked ranks are mapped in them).
-func (w *Worker) dropWarm() error {
-	w.warm.forget()
-	if w.commInits.Load() == 0 || w.chipProcs != nil {
+func (ld *LocalDomains) dropWarm() error {
+	ld.warm.forget()
+	if ld.commInits.Load() == 0 || ld.w.chipProcs != nil {
 		return nil // nothing allocated here; or each chip process drops its own
 	}
-	return comm.DropWarm(shm.Prefix(), w.namespace)
+	return comm.DropWarm(shm.Prefix(), ld.w.namespace)
 }

@@ -75,7 +75,7 @@ func TestWarmSlotTakesBackAFreedDomain(t *testing.T) {
 	w := newWorker(t, Config{DeviceIDs: []int{0, 1, 2}})
 	dirty, check := warmKernels(t, w)
 	d1, bases1 := collectiveCall(t, w, dirty, "first", 0, 1)
-	if got := w.warm.idleCount(); got != 1 {
+	if got := w.domains.warm.idleCount(); got != 1 {
 		t.Fatalf("%d idle slots after the first call, want 1", got)
 	}
 	d2, bases2 := collectiveCall(t, w, check, "second", 0, 1)
@@ -86,7 +86,7 @@ func TestWarmSlotTakesBackAFreedDomain(t *testing.T) {
 		t.Errorf("the second call did not take the slot back: windows %#x, were %#x", bases2, bases1)
 	}
 	collectiveCall(t, w, check, "other members", 1, 2)
-	if got := w.warm.idleCount(); got != 2 {
+	if got := w.domains.warm.idleCount(); got != 2 {
 		t.Fatalf("%d idle slots, want 2 (one per shape)", got)
 	}
 	allocs, windows := 0, 0
@@ -97,7 +97,7 @@ func TestWarmSlotTakesBackAFreedDomain(t *testing.T) {
 	if allocs == 0 || windows == 0 {
 		t.Fatalf("parked ranks hold nothing in the chips (%d allocations, %d windows)", allocs, windows)
 	}
-	if err := w.dropWarm(); err != nil {
+	if err := w.domains.dropWarm(); err != nil {
 		t.Fatal(err)
 	}
 	for i, c := range w.chips {

@@ -24,7 +24,6 @@ import (
 	"time"
 
 	"simpler/hal"
-	"simpler/hal/shm"
 	"simpler/internal/race"
 )
 
@@ -106,26 +105,19 @@ type Worker struct {
 	epMu      sync.RWMutex
 	epStopped bool
 	epWG      *sync.WaitGroup
-	sched     *Sched // the core's, kept for SetDepth and tests
-	core      *core  // runs, DAG, window, scheduler: the decision logic (core.go)
-	reg       registry
+	sched     *Sched   // the core's, kept for SetDepth and tests
+	core      *core    // runs, DAG, window, scheduler: the decision logic (core.go)
+	reg       Registry // (registry.go)
 	heap      *runHeap
 	runs      map[*Run]struct{}
 	runSeq    uint64
 
-	namespace string             // unique per Worker in this process; scopes comm names
-	domains   map[string]*Domain // live (unreleased) domains by name
-	allocSeq  uint64             // last allocation id
-	commOnce  sync.Once          // the base communicator, made at the first allocation
-	commErr   error
-	commInits atomic.Int32
-	warm      warmSlots // task_only domains' warm slots (warm.go)
+	namespace string       // unique per Worker in this process; scopes comm names
+	domains   LocalDomains // (domain.go)
 
-	hostBufs    map[uint64]*HostBuffer       // by token
-	hostBufSegs map[*shm.Segment]*HostBuffer // by the object behind it
-	bufSeq      uint64
+	hostBufs HostBuffers // (hostbuf.go)
 
-	observer Observer // nil: no events
+	events Events // the observer and its clock (event.go)
 
 	closeHooks [nClosePhases][]closeHook // roles' work at close (hooks.go)
 	roleMu     sync.Mutex                // guards roles; taken under no other lock of w
@@ -139,13 +131,14 @@ func NewWorker(cfg Config) (*Worker, error) {
 	if err := validate(&cfg); err != nil {
 		return nil, err
 	}
-	w := &Worker{cfg: cfg, runs: map[*Run]struct{}{}, domains: map[string]*Domain{},
-		hostBufs:    map[uint64]*HostBuffer{},
-		hostBufSegs: map[*shm.Segment]*HostBuffer{},
-		deadlines:   map[memberKey]*time.Timer{},
-		namespace:   fmt.Sprintf("w%d", workerSeq.Add(1))}
+	w := &Worker{cfg: cfg, runs: map[*Run]struct{}{},
+		deadlines: map[memberKey]*time.Timer{},
+		namespace: fmt.Sprintf("w%d", workerSeq.Add(1))}
 	w.cond = sync.NewCond(&w.mu)
-	w.reg.byDigest = map[string]*Handle{}
+	w.hostBufs = newHostBuffers(w)
+	w.domains = newLocalDomains(w)
+	w.events.det = cfg.Det
+	w.reg = Registry{w: w, byDigest: map[string]*Handle{}}
 	return w, nil
 }
 
@@ -154,28 +147,6 @@ func (w *Worker) Level() int { return w.cfg.Level }
 
 // Children returns the NEXT_LEVEL child workers (level 4 and up).
 func (w *Worker) Children() []*Worker { return w.children }
-
-// Chip returns the chip of NEXT_LEVEL worker id at level 3 (or the chip at
-// level 2, id 0).
-func (w *Worker) Chip(id int) (hal.Chip, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if err := w.ready("chip"); err != nil {
-		return nil, err
-	}
-	return w.chip("chip", id)
-}
-
-func (w *Worker) chip(op string, id int) (hal.Chip, error) {
-	if w.cfg.Level >= 4 { // as at level 3 and upstream: an id outside the (empty) chip list
-		return nil, Errorf(IndexError, "%s: worker_id %d out of range (a level-%d worker has no chips of its own; its children do)", op, id, w.cfg.Level)
-	}
-	if id < 0 || id >= len(w.chips) {
-		// An index into the worker's chips: upstream raises IndexError.
-		return nil, Errorf(IndexError, "%s: worker_id %d out of range (%s)", op, id, idRange(len(w.chips), "this worker has chips", "this worker has no chips"))
-	}
-	return w.chips[id], nil
-}
 
 // nextCount is the size of the NEXT_LEVEL pool.
 func (w *Worker) nextCount() int {

@@ -31,8 +31,8 @@ func TestBadInputIsTypedAndHarmless(t *testing.T) {
 	only0 := register(t, w, nop("only0"), 0)
 	hs := register(t, w, subK("s", func(*SubCtx, *TaskArgs) error { return nil }))
 	stranger := &Handle{Callable: nop("stranger")}
-	dev := must(w.Malloc(0, 64))
-	defer w.Free(0, dev)
+	dev := must(w.Devices().Malloc(0, 64))
+	defer w.Devices().Free(0, dev)
 	devT := func(addr uint64) Tensor {
 		return Tensor{Addr: addr, Shape: []int{8}, DType: dtype.Int64, ChildMemory: true}
 	}
@@ -92,30 +92,30 @@ func TestBadInputIsTypedAndHarmless(t *testing.T) {
 		stillWorks(t, w, h)
 	}
 
-	half := must(w.Malloc(1, 64))
-	freed := must(w.Malloc(1, 64))
-	must(0, w.Free(1, freed))
+	half := must(w.Devices().Malloc(1, 64))
+	freed := must(w.Devices().Malloc(1, 64))
+	must(0, w.Devices().Free(1, freed))
 	directCases := []struct {
 		name string
 		kind Kind
 		err  error
 	}{
-		{"free unknown", ValueError, w.Free(1, 0xdead0)},
-		{"free interior", ValueError, w.Free(1, half+8)},
-		{"double free", ValueError, w.Free(1, freed)},
-		{"copy_to out of range", ValueError, w.CopyTo(1, half, make([]byte, 65))},
-		{"copy_from out of range", ValueError, w.CopyFrom(1, make([]byte, 8), half+60)},
-		{"malloc on a missing chip", IndexError, func() error { _, err := w.Malloc(2, 8); return err }()},
-		{"register out of range", ValueError, func() error { _, err := w.Register(nop("r"), []int{2}); return err }()},
-		{"re-register with other workers", ValueError, func() error { _, err := w.Register(only0.Callable, []int{1}); return err }()},
+		{"free unknown", ValueError, w.Devices().Free(1, 0xdead0)},
+		{"free interior", ValueError, w.Devices().Free(1, half+8)},
+		{"double free", ValueError, w.Devices().Free(1, freed)},
+		{"copy_to out of range", ValueError, w.Devices().CopyTo(1, half, make([]byte, 65))},
+		{"copy_from out of range", ValueError, w.Devices().CopyFrom(1, make([]byte, 8), half+60)},
+		{"malloc on a missing chip", IndexError, func() error { _, err := w.Devices().Malloc(2, 8); return err }()},
+		{"register out of range", ValueError, func() error { _, err := w.Registry().Register(nop("r"), []int{2}); return err }()},
+		{"re-register with other workers", ValueError, func() error { _, err := w.Registry().Register(only0.Callable, []int{1}); return err }()},
 		{"add_worker on level 3", ValueError, func() error { _, err := w.AddWorker(&Worker{}); return err }()},
 		{"init twice", RuntimeError, w.Init()},
-		{"run(kernel) on level 3", ValueError, w.RunKernel(h, nil)},
+		{"run(kernel) on level 3", ValueError, w.Devices().RunKernel(h, nil)},
 	}
 	for _, c := range directCases {
 		wantKind(t, c.name, c.err, c.kind)
 	}
-	must(0, w.Free(1, half))
+	must(0, w.Devices().Free(1, half))
 	stillWorks(t, w, h)
 }
 
@@ -133,7 +133,7 @@ func TestConfigAndLifecycleErrors(t *testing.T) {
 	t.Cleanup(func() { w.Close() })
 	_, err = w.Submit(func(*Orchestrator) (any, error) { return nil, nil })
 	wantKind(t, "submit before init", err, RuntimeError)
-	_, err = w.Malloc(0, 8)
+	_, err = w.Devices().Malloc(0, 8)
 	wantKind(t, "malloc before init", err, RuntimeError)
 	if err := w.Init(); err != nil {
 		t.Fatal(err)
@@ -147,12 +147,12 @@ func TestConfigAndLifecycleErrors(t *testing.T) {
 	}
 	_, err = w.Submit(func(*Orchestrator) (any, error) { return nil, nil })
 	wantKind(t, "submit after close", err, RuntimeError)
-	_, err = w.Register(nop("late"), nil)
+	_, err = w.Registry().Register(nop("late"), nil)
 	wantKind(t, "register after close", err, RuntimeError)
-	_, err = w.Malloc(0, 8)
+	_, err = w.Devices().Malloc(0, 8)
 	wantKind(t, "malloc after close", err, RuntimeError)
 	wantKind(t, "init after close", w.Init(), RuntimeError)
-	wantKind(t, "run after close", w.RunKernel(h, nil), RuntimeError)
+	wantKind(t, "run after close", w.Devices().RunKernel(h, nil), RuntimeError)
 }
 
 func TestLevel2RunKernel(t *testing.T) {
@@ -170,24 +170,24 @@ func TestLevel2RunKernel(t *testing.T) {
 		put64(devBytes(c, a, 1), 2*get64(devBytes(c, a, 0))+int64(a.Scalars[0]))
 		return nil
 	}))
-	if err := w.RunKernel(h, mkArgs(in, Input, out, Output, uint64(2))); err != nil {
+	if err := w.Devices().RunKernel(h, mkArgs(in, Input, out, Output, uint64(2))); err != nil {
 		t.Fatal(err)
 	}
 	if calls != 1 || get64(outMem) != 42 || get64(inMem) != 20 {
 		t.Fatalf("calls %d, out %d, in %d; want 1, 42, 20", calls, get64(outMem), get64(inMem))
 	}
-	if allocs, windows := must(w.Chip(0)).Live(); allocs != 0 || windows != 0 {
+	if allocs, windows := must(w.Devices().Chip(0)).Live(); allocs != 0 || windows != 0 {
 		t.Fatalf("chip holds %d allocations and %d windows after the kernel", allocs, windows)
 	}
 	_, err := w.Submit(func(*Orchestrator) (any, error) { return nil, nil })
 	wantKind(t, "submit on level 2", err, ValueError)
 	hf := register(t, w, chipK("fails", func(*ChipCtx, *TaskArgs) error { return errors.New("l2 boom") }))
-	err = w.RunKernel(hf, nil)
+	err = w.Devices().RunKernel(hf, nil)
 	if te := taskErr(t, err); te.Worker != "chip_worker 0 (device 3)" || !strings.Contains(err.Error(), "l2 boom") {
 		t.Fatalf("got %v", err)
 	}
-	wantKind(t, "address 0 at level 2", w.RunKernel(h, mkArgs(Tensor{Shape: []int{1}, DType: dtype.Int64}, Output)), ValueError)
-	if err := w.RunKernel(h, mkArgs(in, Input, out, Output, uint64(0))); err != nil || get64(outMem) != 40 {
+	wantKind(t, "address 0 at level 2", w.Devices().RunKernel(h, mkArgs(Tensor{Shape: []int{1}, DType: dtype.Int64}, Output)), ValueError)
+	if err := w.Devices().RunKernel(h, mkArgs(in, Input, out, Output, uint64(0))); err != nil || get64(outMem) != 40 {
 		t.Fatalf("after a failure: %v, out %d", err, get64(outMem))
 	}
 }
@@ -235,7 +235,7 @@ func TestLevel4RunsChildOrchestration(t *testing.T) {
 		if o.Worker() != l3 || cfg.BlockDim != 4 {
 			return errors.New("orchestration runs on the wrong worker or config")
 		}
-		hk, ok := o.Worker().Lookup(k.Digest())
+		hk, ok := o.Worker().Registry().Lookup(k.Digest())
 		if !ok {
 			return errors.New("kernel not registered on the child")
 		}
@@ -309,7 +309,7 @@ func TestLevel4OrchestrationPanic(t *testing.T) {
 	k := register(t, l4, nop("k"))
 	var n atomic.Int32
 	ho := register(t, l4, &orchFn{newFn("orch_panics"), func(o *Orchestrator, a *TaskArgs, _ *CallConfig) error {
-		hk, _ := o.Worker().Lookup(k.Digest())
+		hk, _ := o.Worker().Registry().Lookup(k.Digest())
 		if _, err := o.SubmitNext(hk, nil, nil, 0); err != nil {
 			return err
 		}
@@ -333,10 +333,10 @@ func TestRegisterRefcount(t *testing.T) {
 	if h1 != h2 {
 		t.Fatal("registering a callable twice gave two handles")
 	}
-	must(0, w.Unregister(h1))
+	must(0, w.Registry().Unregister(h1))
 	stillWorks(t, w, h1) // one reference left
-	must(0, w.Unregister(h1))
-	wantKind(t, "unregister past zero", w.Unregister(h1), ValueError)
+	must(0, w.Registry().Unregister(h1))
+	wantKind(t, "unregister past zero", w.Registry().Unregister(h1), ValueError)
 	mustRun(t, w, func(o *Orchestrator) error {
 		_, err := o.SubmitNext(h1, nil, nil, 0)
 		wantKind(t, "submit of an unregistered handle", err, ValueError)

@@ -59,7 +59,7 @@ func (b *Buffer) name() string {
 // isReleased reports whether the memory is gone: released, or (a host
 // buffer) freed when its worker closed.
 func (b *Buffer) isReleased() bool {
-	return b.released || b.host != nil && b.host.b.Freed(b.host.w.w)
+	return b.released || b.host != nil && b.host.b.Freed()
 }
 
 func (b *Buffer) Attr(name string) (starlark.Value, error) {
@@ -162,7 +162,7 @@ func (w *Worker) createBuffer(th *starlark.Thread, args starlark.Tuple, kw []sta
 	if nbytes <= 0 {
 		return nil, errorf(engine.ValueError, "create_buffer: nbytes must be > 0, got %d", nbytes)
 	}
-	h, err := w.w.CreateHostBuffer(nbytes)
+	h, err := w.w.HostBuffers().Create(nbytes)
 	if err != nil {
 		return nil, err
 	}
@@ -187,7 +187,7 @@ func (w *Worker) releaseBuffer(th *starlark.Thread, args starlark.Tuple, kw []st
 	if b.host.w != w {
 		return nil, errorf(engine.ValueError, "release_buffer: %s belongs to another worker", b.name())
 	}
-	if err := w.w.ReleaseHostBuffer("release_buffer", b.host.b); err != nil {
+	if err := w.w.HostBuffers().Release("release_buffer", b.host.b); err != nil {
 		return nil, err
 	}
 	b.released = true

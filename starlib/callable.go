@@ -175,7 +175,7 @@ func (s *Session) handleFor(op string, v starlark.Value, w *engine.Worker) (*eng
 	default:
 		return nil, errorf(engine.TypeError, "%s: want a CallableHandle or a registered function, got %s", op, v.Type())
 	}
-	h, ok := w.Lookup(digest)
+	h, ok := w.Registry().Lookup(digest)
 	if !ok {
 		return nil, errorf(engine.ValueError, "%s: %q is not registered on this worker; register it with w.register(%s) first", op, name, name)
 	}

@@ -289,7 +289,7 @@ func (o *Orchestrator) releaseDomain(th *starlark.Thread, args starlark.Tuple, k
 
 // liveDomains is w.live_domains: name → live handle.
 func (w *Worker) liveDomains() starlark.Value {
-	live := w.w.LiveDomains()
+	live := w.w.LocalDomains().Live()
 	d := starlark.NewDict(len(live))
 	for _, name := range sortedKeys(live) {
 		d.SetKey(starlark.String(name), &DomainHandle{d: live[name]})

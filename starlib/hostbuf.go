@@ -48,7 +48,7 @@ func (h *HostBuffer) tensor(th *starlark.Thread, b *starlark.Builtin, args starl
 	if err := starlark.UnpackArgs("tensor", args, kw, "shape", &shapeV, "dtype?", &dtV, "offset?", &offset); err != nil {
 		return nil, err
 	}
-	if h.b.Freed(h.w.w) {
+	if h.b.Freed() {
 		return nil, errorf(engine.RuntimeError, "tensor: host buffer %d was freed", h.b.Token)
 	}
 	shape, err := toShape("tensor", shapeV)
@@ -71,7 +71,7 @@ func (w *Worker) createHostBuffer(th *starlark.Thread, args starlark.Tuple, kw [
 	if err := starlark.UnpackPositionalArgs("create_host_buffer", args, kw, 1, &nbytes); err != nil {
 		return nil, err
 	}
-	b, err := w.w.CreateHostBuffer(nbytes)
+	b, err := w.w.HostBuffers().Create(nbytes)
 	if err != nil {
 		return nil, err
 	}
@@ -90,5 +90,5 @@ func (w *Worker) freeHostBuffer(th *starlark.Thread, args starlark.Tuple, kw []s
 	if b.w != w {
 		return nil, errorf(engine.ValueError, "free_host_buffer: buffer %d belongs to another worker", b.b.Token)
 	}
-	return starlark.None, w.w.FreeHostBuffer(b.b)
+	return starlark.None, w.w.HostBuffers().Free(b.b)
 }

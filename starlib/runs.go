@@ -193,7 +193,7 @@ func (w *Worker) run(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tup
 		if err != nil {
 			return nil, err
 		}
-		return starlark.None, w.w.RunKernel(h, ta)
+		return starlark.None, w.w.Devices().RunKernel(h, ta)
 	}
 	if err := refuseWaitInside(th, "run", w.w, 0); err != nil {
 		return nil, err

@@ -44,7 +44,7 @@ func (t *Tensor) live(op string) error {
 	if t.owner != nil && t.owner.isReleased() {
 		return errorf(engine.RuntimeError, "%s: the tensor is a view of %s, which was released", op, t.owner.name())
 	}
-	if t.buf != nil && t.buf.b.Freed(t.buf.w.w) {
+	if t.buf != nil && t.buf.b.Freed() {
 		return errorf(engine.RuntimeError, "%s: the tensor is a view of host buffer %d, which was freed", op, t.buf.b.Token)
 	}
 	return nil

@@ -310,7 +310,7 @@ func (w *Worker) register(th *starlark.Thread, args starlark.Tuple, kw []starlar
 		}
 		workers = ids
 	}
-	h, err := w.w.Register(c, workers)
+	h, err := w.w.Registry().Register(c, workers)
 	if err != nil {
 		return nil, err
 	}
@@ -326,13 +326,13 @@ func (w *Worker) unregister(th *starlark.Thread, args starlark.Tuple, kw []starl
 	// registered on another worker instead of it being resolved, by its
 	// function, to this worker's handle.
 	if x, ok := hv.(*Handle); ok {
-		return starlark.None, w.w.Unregister(x.h)
+		return starlark.None, w.w.Registry().Unregister(x.h)
 	}
 	h, err := w.s.handleFor("unregister", hv, w.w)
 	if err != nil {
 		return nil, err
 	}
-	return starlark.None, w.w.Unregister(h)
+	return starlark.None, w.w.Registry().Unregister(h)
 }
 
 func intList(op, name string, v starlark.Value) ([]int, error) {

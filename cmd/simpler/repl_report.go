@@ -19,7 +19,7 @@ func (r *repl) observe(w *engine.Worker) {
 	rw := &replWorker{index: len(r.workers) + 1, w: w}
 	r.workers = append(r.workers, rw)
 	r.mu.Unlock()
-	w.Observe(func(e engine.Event) {
+	w.Events().Observe(func(e engine.Event) {
 		switch e.Kind {
 		case engine.TaskSubmitted, engine.TaskStarted, engine.TaskFinished, engine.RunFenced:
 			r.mu.Lock()
@@ -89,7 +89,7 @@ func (r *repl) snapshotDomains() {
 	}
 	var all []found
 	for _, rw := range workers {
-		for name, d := range rw.w.LiveDomains() {
+		for name, d := range rw.w.LocalDomains().Live() {
 			key := domainKey{rw.index, d.AllocationID()}
 			r.mu.Lock()
 			rec := r.domains[key]

@@ -61,7 +61,7 @@ func (ro *runObservers) attach(s *starlib.Session) {
 			pid = ro.trace.addWorker(w)
 		}
 		id := int(ro.workers.Add(1))
-		w.Observe(func(e engine.Event) {
+		w.Events().Observe(func(e engine.Event) {
 			if ro.trace != nil {
 				ro.trace.record(pid, e)
 			}

@@ -342,7 +342,7 @@ func command(w *engine.Worker, c wire.Control, r *wire.ControlReply) error {
 		if err := checkTopology(w, dm); err != nil {
 			return err
 		}
-		return w.InitComm()
+		return w.LocalDomains().InitComm()
 	case wire.CmdPrepare:
 		extra, err := wire.DecodePrepareExtra(dm.Table)
 		if err != nil {

@@ -46,7 +46,7 @@ func (n *node) reattachCmd(dm wire.Domain) error {
 	if err := checkNodeTopology(n.w, topologyOf(&t.Topology), dm.Ranks); err != nil {
 		return err
 	}
-	if err := n.w.InitComm(); err != nil {
+	if err := n.w.LocalDomains().InitComm(); err != nil {
 		return err
 	}
 	table, err := engine.CommDescriptors(t.Descriptors)

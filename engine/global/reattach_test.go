@@ -21,7 +21,7 @@ type stepLog struct {
 
 func observeSteps(w *engine.Worker) *stepLog {
 	l := &stepLog{}
-	w.Observe(func(e engine.Event) {
+	w.Events().Observe(func(e engine.Event) {
 		if e.Kind == engine.GlobalStep && !strings.HasPrefix(e.Callable, "STAGE_") {
 			l.mu.Lock()
 			l.steps = append(l.steps, e.Callable)

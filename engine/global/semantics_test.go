@@ -15,7 +15,7 @@ func l4Counted(t *testing.T, nodes ...engine.Config) (*engine.Worker, *atomic.In
 	t.Helper()
 	w := l4Nodes(t, nodes...)
 	var steps atomic.Int64
-	w.Observe(func(e engine.Event) {
+	w.Events().Observe(func(e engine.Event) {
 		if e.Kind == engine.GlobalStep {
 			steps.Add(1)
 		}

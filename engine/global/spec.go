@@ -35,7 +35,7 @@ func validate(w *engine.Worker, spec *Spec) ([]int, error) {
 			return nil, err
 		}
 	}
-	if err := w.CheckWindowSize(op, spec.WindowSize); err != nil {
+	if err := engine.CheckWindowSize(op, spec.WindowSize, w.Config().Platform); err != nil {
 		return nil, err
 	}
 	return engine.BufferOffsets(op, spec.Buffers, spec.WindowSize)

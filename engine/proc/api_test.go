@@ -18,16 +18,16 @@ import (
 func TestMallocSizeIsCheckedBeforeAnyConversion(t *testing.T) {
 	w, _ := procWorker(t, 1, 0)
 	for _, size := range []int{-1, 0} {
-		_, err := w.Malloc(0, size)
+		_, err := w.Devices().Malloc(0, size)
 		wantKindText(t, "malloc", err, engine.ValueError, "malloc: size must be > 0, got "+strconv.Itoa(size))
 	}
-	_, err := w.Malloc(0, 1<<40)
+	_, err := w.Devices().Malloc(0, 1<<40)
 	wantKindText(t, "malloc of 1 TiB", err, engine.ValueError, "malloc: size 1099511627776 exceeds the device memory of one a2a3sim chip (68719476736 bytes)")
-	p, err := w.Malloc(0, 64)
+	p, err := w.Devices().Malloc(0, 64)
 	if err != nil {
 		t.Fatalf("malloc of 64 bytes: %v", err)
 	}
-	if err := w.Free(0, p); err != nil {
+	if err := w.Devices().Free(0, p); err != nil {
 		t.Errorf("free: %v", err)
 	}
 }

@@ -302,7 +302,7 @@ func (c *child) control(req []byte) ([]byte, error) {
 		c.callables[r.Digest] = fn
 		c.mu.Unlock()
 		if c.node != nil { // registration flows down the node's own tree
-			if _, err := c.node.Register(fn, nil); err != nil {
+			if _, err := c.node.Registry().Register(fn, nil); err != nil {
 				return nil, err
 			}
 		}

@@ -43,7 +43,7 @@ func newTree(t *testing.T, l4mode, l3mode string, obs engine.Observer) *tree {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.Observe(obs)
+	w.Events().Observe(obs)
 	for n := range 2 {
 		tr.chips[n] = &spawnLog{}
 		c := engine.Config{Level: 3, DeviceIDs: []int{2 * n, 2*n + 1}, Mode: l3mode, Spawn: tr.chips[n]}
@@ -148,7 +148,7 @@ func TestGlobalDomainWindowLivesInTheChipProcess(t *testing.T) {
 		must(0, d.CopyToGlobal(3, []byte("in chip 3 window"), "in", 0))
 		node := w.Children()[1]
 		view := must(global.View(node, d.ID()))
-		c := must(node.Chip(1))
+		c := must(node.Devices().Chip(1))
 		if _, isProc := c.(*chip); !isProc {
 			t.Fatalf("chip 1 of node 1 is a %T, not a process", c)
 		}

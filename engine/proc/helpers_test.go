@@ -275,7 +275,7 @@ func procWorker(t *testing.T, chips, subs int) (*engine.Worker, *spawnLog) {
 
 func register(t *testing.T, w *engine.Worker, c engine.Callable, workers ...int) *engine.Handle {
 	t.Helper()
-	h, err := w.Register(c, workers)
+	h, err := w.Registry().Register(c, workers)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +283,7 @@ func register(t *testing.T, w *engine.Worker, c engine.Callable, workers ...int)
 }
 
 func kernel(t *testing.T, w *engine.Worker, name string) *engine.Handle {
-	h, ok := w.Lookup(procKernel{name}.Digest())
+	h, ok := w.Registry().Lookup(procKernel{name}.Digest())
 	if !ok {
 		t.Fatalf("%s not registered", name)
 	}

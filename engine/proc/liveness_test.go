@@ -164,7 +164,7 @@ func TestCloseIsBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	must(w.Register(procKernel{"hang"}, nil))
+	must(w.Registry().Register(procKernel{"hang"}, nil))
 	if err := w.Init(); err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +200,7 @@ func runOrphanParent() int {
 	}
 	var h *engine.Handle
 	if err == nil {
-		h, err = w.Register(procKernel{"spin"}, nil)
+		h, err = w.Registry().Register(procKernel{"spin"}, nil)
 	}
 	sp := hostmem.NewSpace()
 	addr, mem, err2 := sp.Alloc(16)
@@ -319,7 +319,7 @@ func TestControlTimeoutIsHonoured(t *testing.T) {
 	stopProcess(t, p)
 	defer p.cur.Load().cmd.Process.Signal(syscall.SIGCONT)
 	start := time.Now()
-	_, err := w.Malloc(0, 8)
+	_, err := w.Devices().Malloc(0, 8)
 	el := time.Since(start)
 	if engine.KindOf(err) != engine.TimeoutError || el < 300*time.Millisecond || el > 2*time.Second {
 		t.Errorf("malloc on a stopped chip: %v after %v", err, el)

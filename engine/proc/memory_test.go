@@ -105,7 +105,7 @@ func TestChildDropsReclaimedMappings(t *testing.T) {
 	var base childMemory
 	start := time.Now()
 	for i := range iterations {
-		b, err := w.CreateHostBuffer(n)
+		b, err := w.HostBuffers().Create(n)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -117,7 +117,7 @@ func TestChildDropsReclaimedMappings(t *testing.T) {
 			mem[j] = 1 // every page resident, as a real tensor's
 		}
 		add1On(t, w, b.Addr(), n/8)
-		if err := w.FreeHostBuffer(b); err != nil {
+		if err := w.HostBuffers().Free(b); err != nil {
 			t.Fatal(err)
 		}
 		if i+1 == warm {

@@ -27,18 +27,18 @@ func TestProcessModeRunsTasksInChildren(t *testing.T) {
 		t.Fatalf("three chained increments in child processes gave %d, want 43", got)
 	}
 	// Device memory lives in the chip's process: malloc and copies go there.
-	p, err := w.Malloc(1, 64)
+	p, err := w.Devices().Malloc(1, 64)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.CopyTo(1, p, b); err != nil {
+	if err := w.Devices().CopyTo(1, p, b); err != nil {
 		t.Fatal(err)
 	}
 	put64(b, 0)
-	if err := w.CopyFrom(1, b, p); err != nil || get64(b) != 43 {
+	if err := w.Devices().CopyFrom(1, b, p); err != nil || get64(b) != 43 {
 		t.Fatalf("copy round trip: %v, %d", err, get64(b))
 	}
-	if err := w.Free(1, p+8); err == nil || !strings.Contains(err.Error(), "free takes the start address") {
+	if err := w.Devices().Free(1, p+8); err == nil || !strings.Contains(err.Error(), "free takes the start address") {
 		t.Fatalf("interior free in the child: %v", err)
 	}
 }
@@ -50,10 +50,10 @@ func TestProcessModeLevel2RunsInItsChip(t *testing.T) {
 	h := register(t, w, procKernel{"add1"})
 	x, xb := hostI64(t, sp, 1)
 	put64(xb, 6)
-	if err := w.RunKernel(h, mkArgs(x, engine.InOut)); err != nil || get64(xb) != 7 {
+	if err := w.Devices().RunKernel(h, mkArgs(x, engine.InOut)); err != nil || get64(xb) != 7 {
 		t.Fatalf("run: %v, %d", err, get64(xb))
 	}
-	err := w.RunKernel(register(t, w, procKernel{"fail"}), nil)
+	err := w.Devices().RunKernel(register(t, w, procKernel{"fail"}), nil)
 	if engine.KindOf(err) != engine.IndexError || !strings.Contains(err.Error(), "child says no") {
 		t.Errorf("a failing kernel: %v", err)
 	}

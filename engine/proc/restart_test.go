@@ -25,7 +25,7 @@ func TestKilledChildRestartsForNextTask(t *testing.T) {
 	for i := range tries {
 		before := p.pid()
 		stopProcess(t, p)
-		if _, err := w.Malloc(0, 8); engine.KindOf(err) != engine.TimeoutError {
+		if _, err := w.Devices().Malloc(0, 8); engine.KindOf(err) != engine.TimeoutError {
 			syscall.Kill(before, syscall.SIGCONT)
 			t.Fatalf("try %d: malloc on a stopped chip: %v, want a TimeoutError", i, err)
 		}

@@ -15,13 +15,13 @@ func BenchmarkRemoteNoop(b *testing.B) {
 	w := must(newParent(engine.Config{Level: 4, Platform: sim(b), SessionTimeout: 5 * time.Second}))
 	must(w.AddRemoteWorker(engine.RemoteSpec{Endpoint: addr, Platform: "a2a3sim", DeviceIDs: []int{0}}))
 	node := nodeOrch{procKernel{"node_noop"}}
-	w.Register(node, nil)
-	w.Register(procKernel{"noop"}, nil)
+	w.Registry().Register(node, nil)
+	w.Registry().Register(procKernel{"noop"}, nil)
 	if err := w.Init(); err != nil {
 		b.Fatal(err)
 	}
 	defer w.Close()
-	h, _ := w.Lookup(node.Digest())
+	h, _ := w.Registry().Lookup(node.Digest())
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		_, err := w.Run(func(o *engine.Orchestrator) (any, error) {

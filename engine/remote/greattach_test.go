@@ -21,7 +21,7 @@ func TestGlobalDomainRemoteWarm(t *testing.T) {
 	w := mixedNodes(t, fault.Env+"=global.reattach")
 	var mu sync.Mutex
 	var steps []string
-	w.Observe(func(e engine.Event) {
+	w.Events().Observe(func(e engine.Event) {
 		if e.Kind == engine.GlobalStep && !strings.HasPrefix(e.Callable, "STAGE_") {
 			mu.Lock()
 			steps = append(steps, e.Callable)

@@ -240,7 +240,7 @@ func TestGroupOfThreeRanks(t *testing.T) {
 	if len(gt.ids) != 3 || gt.ids[0] != 0 || gt.ids[2] != 2 {
 		t.Fatalf("ids %v", gt.ids)
 	}
-	node, _ := w.Lookup(nodeOrch{procKernel{"node_add1"}}.Digest())
+	node, _ := w.Registry().Lookup(nodeOrch{procKernel{"node_add1"}}.Digest())
 	bufs := make([]*engine.RemoteBuffer, 3)
 	for r, id := range gt.ids {
 		bufs[r] = must(outside(w).Malloc(id, 8))
@@ -414,7 +414,7 @@ func TestGroupRankKilledMidRun(t *testing.T) {
 			t.Errorf("rank %d (pid %d) may run on CPUs %s, this process on %s: the launcher bound it", r, pid, got, want)
 		}
 	}
-	hang, _ := w.Lookup(nodeOrch{procKernel{"node_hang"}}.Digest())
+	hang, _ := w.Registry().Lookup(nodeOrch{procKernel{"node_hang"}}.Digest())
 	h := must(outside(w).Malloc(gt.ids[1], 8))
 	r, err := w.Submit(asBuild(func(o *engine.Orchestrator) error {
 		_, err := o.SubmitNext(hang, mkArgs(engine.Tensor{Shape: []int{1}, DType: 7, Remote: &engine.RemoteRef{Buf: h}}, engine.OutputExisting), nil, gt.ids[1])
@@ -459,7 +459,7 @@ func TestGroupWithRanksStartedByTheTest(t *testing.T) {
 		}
 	}
 	gt.init()
-	node, _ := gt.w.Lookup(nodeOrch{procKernel{"node_add1"}}.Digest())
+	node, _ := gt.w.Registry().Lookup(nodeOrch{procKernel{"node_add1"}}.Digest())
 	for r, id := range gt.ids {
 		h := must(outside(gt.w).Malloc(id, 8))
 		mustRun(t, gt.w, func(o *engine.Orchestrator) error {

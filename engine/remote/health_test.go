@@ -70,7 +70,7 @@ func TestStoppedSessionNoticedWithinTheBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	spin, _ := w.Lookup(nodeOrch{procKernel{"node_spin"}}.Digest())
+	spin, _ := w.Registry().Lookup(nodeOrch{procKernel{"node_spin"}}.Digest())
 	buf := must(outside(w).Malloc(0, 8))
 	r := must(w.Submit(asBuild(func(o *engine.Orchestrator) error {
 		_, err := o.SubmitNext(spin, mkArgs(engine.Tensor{Shape: []int{1}, DType: 7, Remote: &engine.RemoteRef{Buf: buf}}, engine.OutputExisting), nil, 0)

@@ -91,7 +91,7 @@ func (k nodeOrch) RunOrch(o *engine.Orchestrator, a *engine.TaskArgs, cfg *engin
 	if run := nodeOrchRuns[k.name]; run != nil {
 		return run(o, a)
 	}
-	h, ok := o.Worker().Lookup(procKernel{strings.TrimPrefix(k.name, "node_")}.Digest())
+	h, ok := o.Worker().Registry().Lookup(procKernel{strings.TrimPrefix(k.name, "node_")}.Digest())
 	if !ok {
 		return engine.Errorf(engine.ValueError, "kernel for %s not registered on the node", k.name)
 	}
@@ -131,7 +131,7 @@ func sim(t testing.TB) hal.Platform {
 
 func register(t *testing.T, w *engine.Worker, c engine.Callable, workers ...int) *engine.Handle {
 	t.Helper()
-	h, err := w.Register(c, workers)
+	h, err := w.Registry().Register(c, workers)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,7 +40,7 @@ func TestRemoteDeadlineAndCancel(t *testing.T) {
 		register(t, w, procKernel{k})
 	}
 	node := func(k string) *engine.Handle {
-		h, _ := w.Lookup(nodeOrch{procKernel{"node_" + k}}.Digest())
+		h, _ := w.Registry().Lookup(nodeOrch{procKernel{"node_" + k}}.Digest())
 		return h
 	}
 	buf := must(outside(w).Malloc(0, 8))
@@ -87,7 +87,7 @@ func TestRemoteDeadlineAndCancel(t *testing.T) {
 }
 
 func kernelNode(t *testing.T, w *engine.Worker, name string) *engine.Handle {
-	h, ok := w.Lookup(nodeOrch{procKernel{name}}.Digest())
+	h, ok := w.Registry().Lookup(nodeOrch{procKernel{name}}.Digest())
 	if !ok {
 		t.Fatalf("%s not registered", name)
 	}

@@ -46,10 +46,10 @@ func TestRegisterDoesNotHoldTheWorkerLock(t *testing.T) {
 	}
 	regDone := make(chan error, 1)
 	go func() {
-		_, err := w.Register(nodeOrch{procKernel{"node_add1"}}, nil)
+		_, err := w.Registry().Register(nodeOrch{procKernel{"node_add1"}}, nil)
 		regDone <- err
 	}()
-	noop, _ := w.Lookup(nodeOrch{procKernel{"node_noop"}}.Digest())
+	noop, _ := w.Registry().Lookup(nodeOrch{procKernel{"node_noop"}}.Digest())
 	start := time.Now()
 	mustRun(t, w, func(o *engine.Orchestrator) error {
 		_, err := o.SubmitNext(noop, nil, nil, 0)

@@ -36,7 +36,7 @@ func init() {
 // twoWrites submits racewrite on the node's tensor 0 twice, the second
 // time with tag second.
 func twoWrites(o *engine.Orchestrator, a *engine.TaskArgs, second engine.Tag) error {
-	h, ok := o.Worker().Lookup(procKernel{"racewrite"}.Digest())
+	h, ok := o.Worker().Registry().Lookup(procKernel{"racewrite"}.Digest())
 	if !ok {
 		return engine.Errorf(engine.ValueError, "racewrite not registered on the node")
 	}

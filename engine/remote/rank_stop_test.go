@@ -46,7 +46,7 @@ func TestGroupRankStoppedSession(t *testing.T) {
 	defer gt.w.Close() // before waitRanks, also when the test fails early
 	register(t, gt.w, nodeOrch{procKernel{"node_spin"}})
 	register(t, gt.w, procKernel{"spin"})
-	spin, _ := gt.w.Lookup(nodeOrch{procKernel{"node_spin"}}.Digest())
+	spin, _ := gt.w.Registry().Lookup(nodeOrch{procKernel{"node_spin"}}.Digest())
 	buf := must(outside(gt.w).Malloc(gt.ids[0], 1<<20))
 	r := must(gt.w.Submit(asBuild(func(o *engine.Orchestrator) error {
 		_, err := o.SubmitNext(spin, mkArgs(engine.Tensor{Shape: []int{1}, DType: 7, Remote: &engine.RemoteRef{Buf: buf}}, engine.OutputExisting), nil, gt.ids[0])

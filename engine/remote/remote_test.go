@@ -214,7 +214,7 @@ func TestRemoteNodeRunsTasksOnRemoteBuffers(t *testing.T) {
 	if err := outside(w).CopyTo(h, hb, 0); err != nil {
 		t.Fatal(err)
 	}
-	node, _ := w.Lookup(nodeOrch{procKernel{"node_add1"}}.Digest())
+	node, _ := w.Registry().Lookup(nodeOrch{procKernel{"node_add1"}}.Digest())
 	ref := engine.Tensor{Shape: []int{1}, DType: host.DType, Remote: &engine.RemoteRef{Buf: h}}
 	mustRun(t, w, func(o *engine.Orchestrator) error {
 		for i := 0; i < 2; i++ { // two increments ordered by the remote key
@@ -279,7 +279,7 @@ func TestRemoteExportImportAcrossNodes(t *testing.T) {
 		t.Fatalf("view %+v", view)
 	}
 	readOnly := must(outside(w).Import(exp, 1, engine.AccessRead))
-	node, _ := w.Lookup(nodeOrch{procKernel{"node_add1"}}.Digest())
+	node, _ := w.Registry().Lookup(nodeOrch{procKernel{"node_add1"}}.Digest())
 	t64 := engine.Tensor{Shape: []int{1}, DType: 7} // int64
 	mustRun(t, w, func(o *engine.Orchestrator) error {
 		_, err := o.SubmitNext(node, mkArgs(engine.Tensor{Shape: t64.Shape, DType: t64.DType, Remote: &engine.RemoteRef{Buf: view}}, engine.InOut), nil, 1)
@@ -376,7 +376,7 @@ func killMidTask(t *testing.T, tasks int) {
 	w := remoteWorker(t, addr)
 	register(t, w, nodeOrch{procKernel{"node_hang"}})
 	register(t, w, procKernel{"hang"})
-	hang, _ := w.Lookup(nodeOrch{procKernel{"node_hang"}}.Digest())
+	hang, _ := w.Registry().Lookup(nodeOrch{procKernel{"node_hang"}}.Digest())
 	bufs := make([]*engine.RemoteBuffer, tasks)
 	for i := range bufs {
 		bufs[i] = must(outside(w).Malloc(0, 8))
@@ -465,10 +465,10 @@ func TestRemoteRegisterAndUnregisterCommands(t *testing.T) {
 	w := remoteWorker(t, a, b)
 	// A callable no node can load is refused, naming the node, and is not
 	// registered on the parent.
-	if _, err := w.Register(procKernel{"no_such_kernel"}, nil); err == nil || !strings.Contains(err.Error(), "remote_worker 0") {
+	if _, err := w.Registry().Register(procKernel{"no_such_kernel"}, nil); err == nil || !strings.Contains(err.Error(), "remote_worker 0") {
 		t.Fatalf("register of an unknown callable: %v", err)
 	}
-	if _, ok := w.Lookup(procKernel{"no_such_kernel"}.Digest()); ok {
+	if _, ok := w.Registry().Lookup(procKernel{"no_such_kernel"}.Digest()); ok {
 		t.Fatal("a refused callable stayed registered")
 	}
 	// UNREGISTER drops a callable on a node; a second time is refused.
@@ -555,7 +555,7 @@ func TestUncertainImportRetiresTheNode(t *testing.T) {
 	if _, err := outside(w).Import(exp, 1, 0); err == nil || !strings.Contains(err.Error(), "no reply to CONTROL") {
 		t.Errorf("a second import on the retired node: %v", err)
 	}
-	node, _ := w.Lookup(nodeOrch{procKernel{"node_add1"}}.Digest())
+	node, _ := w.Registry().Lookup(nodeOrch{procKernel{"node_add1"}}.Digest())
 	err = submitRun(t, w, func(o *engine.Orchestrator) error {
 		_, err := o.SubmitNext(node, mkArgs(engine.Tensor{Shape: []int{1}, DType: 7, Inline: make([]byte, 8)}, engine.Input), nil, 1)
 		return err

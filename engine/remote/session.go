@@ -220,7 +220,7 @@ func (s *session) accept(hello wire.Hello) error {
 	if err != nil {
 		return err
 	}
-	s.inner.Observe(s.spans.note) // the chip tasks each COMPLETION reports
+	s.inner.Events().Observe(s.spans.note) // the chip tasks each COMPLETION reports
 	return s.inner.Init()
 }
 

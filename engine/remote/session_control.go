@@ -101,7 +101,7 @@ func (s *session) register(c wire.Control) error {
 	if err != nil {
 		return err
 	}
-	if _, err := s.inner.Register(fn, nil); err != nil {
+	if _, err := s.inner.Registry().Register(fn, nil); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -111,14 +111,14 @@ func (s *session) register(c wire.Control) error {
 }
 
 func (s *session) unregister(c wire.Control) error {
-	h, ok := s.inner.Lookup(c.Digest)
+	h, ok := s.inner.Registry().Lookup(c.Digest)
 	if !ok {
 		return engine.Errorf(engine.ValueError, "UNREGISTER: %s is not registered on this node", c.Digest)
 	}
-	if err := s.inner.Unregister(h); err != nil {
+	if err := s.inner.Registry().Unregister(h); err != nil {
 		return err
 	}
-	if _, still := s.inner.Lookup(c.Digest); !still {
+	if _, still := s.inner.Registry().Lookup(c.Digest); !still {
 		s.mu.Lock()
 		delete(s.callables, c.Digest)
 		s.mu.Unlock()

@@ -21,7 +21,7 @@ var nodeOrchRuns = map[string]func(o *engine.Orchestrator, a *engine.TaskArgs) e
 		if _, err := o.AllocateDomain(engine.DomainSpec{Name: "squatted", Workers: []int{0, 1}, WindowSize: 4096}); err != nil {
 			return err
 		}
-		h, ok := o.Worker().Lookup(procKernel{"add1"}.Digest())
+		h, ok := o.Worker().Registry().Lookup(procKernel{"add1"}.Digest())
 		if !ok {
 			return engine.Errorf(engine.ValueError, "add1 not registered on the node")
 		}
@@ -98,7 +98,7 @@ func TestAttackNameSquatting(t *testing.T) {
 	}
 	sp := newSpace(t)
 	host, hb := hostI64(t, sp, 1)
-	node, _ := w.Lookup(nodeOrch{procKernel{"node_domain"}}.Digest())
+	node, _ := w.Registry().Lookup(nodeOrch{procKernel{"node_domain"}}.Digest())
 	ref := engine.Tensor{Shape: []int{1}, DType: host.DType, Remote: &engine.RemoteRef{Buf: first}}
 	for range 3 {
 		mustRun(t, w, func(o *engine.Orchestrator) error {
@@ -122,7 +122,7 @@ func TestAttackNameSquatting(t *testing.T) {
 	if err := outside(w2).CopyTo(b, hb, 0); err != nil {
 		t.Fatal(err)
 	}
-	add1, _ := w2.Lookup(nodeOrch{procKernel{"node_add1"}}.Digest())
+	add1, _ := w2.Registry().Lookup(nodeOrch{procKernel{"node_add1"}}.Digest())
 	mustRun(t, w2, func(o *engine.Orchestrator) error {
 		_, err := o.SubmitNext(add1, mkArgs(engine.Tensor{Shape: []int{1}, DType: host.DType, Remote: &engine.RemoteRef{Buf: b}}, engine.InOut), nil, 0)
 		return err
