@@ -167,7 +167,7 @@ func TestHelp(t *testing.T) {
 		}
 	}
 	code, out, _ := runCLI(t, "help")
-	if code != 0 || !strings.Contains(out, "simpler run [--check-replay] [--devices IDS]") || !strings.Contains(out, "simpler remote-l3-worker [--connect HOST:PORT]") {
+	if code != 0 || !strings.Contains(out, "simpler run [--check-replay] [--cpuprofile FILE] [--devices IDS]") || !strings.Contains(out, "simpler remote-l3-worker [--connect HOST:PORT]") {
 		t.Errorf("help: exit %d, overview without the flags:\n%s", code, out)
 	}
 	for _, args := range [][]string{{}, {"version", "x"}, {"platforms", "x"}, {"run"}, {"run", "--bogus", "a.star"}, {"test", "-bogus"}, {"help", "nope"}, {"nope"}, {"doc", "a", "b"}} {
