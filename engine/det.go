@@ -149,7 +149,7 @@ func (w *Worker) detSpawn(out []Assignment) {
 	}
 	p := d.S.Running()
 	for _, a := range out {
-		q, err := p.Go(fmt.Sprintf("%s task %d member %d run %d", w.workerName(a.Pool, a.Target), a.Task.ID, a.Member, a.Task.run.id))
+		q, err := p.Go(fmt.Sprintf("%s task %d member %d run %d", w.workerName(a.Pool, a.Target), a.Task.ID(), a.Member, runOf(a.Task.Run()).id))
 		if err != nil {
 			panic(fmt.Sprintf("engine: --seed: routing from outside the schedule: %v", err))
 		}

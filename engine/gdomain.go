@@ -332,7 +332,7 @@ func (d *GlobalDomain) Release() error {
 		return nil // its own run's fence frees it
 	}
 	for r := range w.runs { // a retained domain: a run being built may use it
-		if r.building {
+		if r.core.Building() {
 			r.globals = append(r.globals, d)
 			w.mu.Unlock()
 			return nil

@@ -23,6 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"simpler/engine/internal/core"
 	"simpler/hal"
 	"simpler/hal/shm"
 	"simpler/internal/race"
@@ -111,8 +112,7 @@ type Worker struct {
 	epMu      sync.RWMutex
 	epStopped bool
 	epWG      *sync.WaitGroup
-	sched     *Sched // the core's, kept for SetDepth and tests
-	core      *core  // runs, DAG, window, scheduler: the decision logic (core.go)
+	core      *core.Core // runs, DAG, window, scheduler: the decision logic (package core)
 	reg       registry
 	heap      *runHeap
 	runs      map[*Run]struct{}
@@ -266,14 +266,8 @@ func (w *Worker) start() error {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.sched = NewSched(w.nextCount(), w.cfg.NumSubWorkers)
-	for id := range w.remotes {
-		if w.IsRemote(id) {
-			w.sched.SetDepth(id, RemoteDepth)
-		}
-	}
 	w.heap = newRunHeap(w.cfg.HeapRingSize)
-	w.core = newCore(w.sched, w.heap, w.cfg.TaskWindow, w.workerName)
+	w.core = w.newCore()
 	w.state = stateReady
 	if w.cfg.Level >= 3 {
 		w.startEndpoints()
