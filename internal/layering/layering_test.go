@@ -51,6 +51,8 @@ func TestLayers(t *testing.T) {
 		}
 	}
 	forbid("simpler/engine", is("simpler/engine/proc", "simpler/engine/remote"), "they implement the engine's interfaces; Config brings them in")
+	forbid("simpler/engine/internal/core", func(imp string) bool { return strings.HasPrefix(imp, "simpler/") },
+		"the core is pure decision logic: the engine steps it, it knows nothing of the engine")
 	forbid("simpler/engine/proc", is("simpler/engine/remote"), "proc and remote never import each other")
 	forbid("simpler/engine/remote", is("simpler/engine/proc"), "proc and remote never import each other")
 	for pkg := range graph {

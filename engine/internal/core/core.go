@@ -20,7 +20,10 @@
 // runs' counts, the held tasks and the scheduler's loads.
 package core
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Config is what a core is made with.
 type Config struct {
@@ -233,7 +236,7 @@ func (c *Core) Complete(a Assignment, err error, eff *Effects) {
 // for its own deadline).
 func (c *Core) record(a Assignment, err error, eff *Effects) {
 	t := a.Task
-	t.ended |= MemberRan
+	t.ended |= memberRan
 	if err != nil && t.err == nil {
 		t.err = err
 		if c.cfg.Fail != nil {
@@ -249,14 +252,14 @@ func (c *Core) record(a Assignment, err error, eff *Effects) {
 // it ran to its end all the same (nil), did not start (NotStarted), or
 // was stopped while it ran (any other error). Its error is not the
 // task's: the task's is its first member's failure, or its run's cancel.
-func (c *Core) stopOutcome(err error) MemberEnd {
+func (c *Core) stopOutcome(err error) memberEnd {
 	switch {
 	case err == nil:
-		return MemberRan
+		return memberRan
 	case c.cfg.NotStarted != nil && errors.Is(err, c.cfg.NotStarted):
-		return MemberNotStarted
+		return memberNotStarted
 	}
-	return MemberStopped
+	return memberStopped
 }
 
 // countMember counts one more member of t reported; the last retires t.
@@ -340,7 +343,7 @@ func (c *Core) Cancel(r *Run, why error, eff *Effects) {
 
 // retireUnstarted retires t, of a cancelled run, without running it.
 func (c *Core) retireUnstarted(t *Task, eff *Effects) {
-	t.ended = MemberNotStarted
+	t.ended = memberNotStarted
 	c.retire(t, eff)
 }
 
@@ -447,3 +450,36 @@ func (c *Core) retire(t *Task, eff *Effects) {
 // Inflight is how many tasks, over all runs, have been added and not
 // retired.
 func (c *Core) Inflight() int { return c.inflight }
+
+// checkInvariants verifies what every step must leave true; it runs only
+// when the invariants constant is on (invariants_on.go). It is the
+// expensive cross-check that keeps the bookkeeping of the runs, the
+// scheduler and the engine's own state (Config.Check) from drifting apart
+// unnoticed.
+func (c *Core) checkInvariants() {
+	fail := func(format string, args ...any) {
+		panic(fmt.Sprintf("core invariant broken: "+format, args...))
+	}
+	total := 0
+	for i, r := range c.order {
+		if r.inflight < 0 {
+			fail("run %d has %d tasks in flight", r.id, r.inflight)
+		}
+		total += r.inflight
+		if i == 0 && len(r.held) > 0 {
+			fail("run %d is first but holds %d ready tasks", r.id, len(r.held))
+		}
+		for _, t := range r.held {
+			if t.done || t.pending != 0 {
+				fail("run %d holds task %d (done %v, %d producers pending)", r.id, t.id, t.done, t.pending)
+			}
+		}
+	}
+	if total != c.inflight {
+		fail("%d tasks in flight, the runs count %d", c.inflight, total)
+	}
+	c.sched.checkInvariants(fail)
+	if c.cfg.Check != nil {
+		c.cfg.Check(fail)
+	}
+}

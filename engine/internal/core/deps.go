@@ -38,22 +38,6 @@ import (
 // segment by whether its rows meet the segment's bytes, and with another
 // strided view by bounding range first, then per dimension.
 
-// SpaceKey names one address space of a run.
-type SpaceKey struct {
-	Space    int // the engine's numbering: host memory, a worker's device memory, remote allocations
-	Owner    int
-	Buf, Gen uint64
-}
-
-// Hazard is how a later access of some bytes relates to an earlier one.
-type Hazard uint8
-
-const (
-	ReadAfterWrite  Hazard = iota // a read of bytes an earlier task wrote
-	WriteAfterRead                // a write of bytes an earlier task read
-	WriteAfterWrite               // a write of bytes an earlier task wrote
-)
-
 // order decides whether t, which touches bytes an earlier task p touched,
 // waits for p: a read after a write always does; a write after a read or
 // a write only under Worker(order_hazards=True). Every edge of dependency
@@ -69,32 +53,6 @@ func (r *Run) order(t, p *Task, h Hazard) {
 		return // upstream's insert-only writers: the pair runs unordered
 	}
 	t.dependOn(p)
-}
-
-// segment is [lo, hi) of one space: its last writer, the earlier writers
-// that one did not wait for (upstream's insert-only writes; none under
-// order_hazards), and the tasks that read it since the last write.
-type segment struct {
-	lo, hi    uint64
-	writer    *Task
-	unordered []*Task
-	readers   []*Task
-}
-
-// stridedView is the accesses of one strided layout, kept like a
-// segment's (lo and hi are its bounding range): views of the same layout
-// share one, so a run that touches the same blocks again and again
-// compares each access with every block once, not with every access.
-type stridedView struct {
-	segment
-	l Layout
-}
-
-// rangeMap is one space's segments, sorted by lo and disjoint, and its
-// strided views in the order they were first touched.
-type rangeMap struct {
-	segs    []segment
-	strided []stridedView
 }
 
 // orderOn orders t, which reads and/or writes bytes of s, after the
@@ -293,6 +251,10 @@ func appendLive(ts []*Task, t *Task) []*Task {
 	}
 	return append(ts, t)
 }
+
+// retiredClean reports whether t retired without failing: waiting for it
+// is no wait.
+func retiredClean(t *Task) bool { return t.done && t.err == nil }
 
 // space returns the run's range map of k, making it on first use.
 func (r *Run) space(k SpaceKey) *rangeMap {

@@ -2,36 +2,6 @@ package core
 
 import "slices"
 
-// Run is one submission as the core sees it: its tasks' counts, its
-// place in the order of runs, whether its function still builds it,
-// its fence, its cancel and its first failure. The engine keeps the
-// rest (its result, cleanups, waiters) in its own value, which Payload
-// points to.
-type Run struct {
-	Payload any
-
-	id       uint64
-	spaces   map[SpaceKey]*rangeMap // who wrote and read which bytes (deps.go)
-	tasks    int                    // submitted
-	inflight int                    // submitted and not retired
-	running  int                    // members started and not yet reported back
-	held     []*Task                // ready tasks waiting for the runs before this one
-	firstErr *Task                  // the root failure with the lowest task id
-
-	// cancelled is why the run was cancelled (nil: it was not); what the
-	// cancel cut short is listed as the tasks retire.
-	cancelled           error
-	notStarted, stopped []int
-
-	building bool // the orchestration function has not returned
-	fenced   bool
-	observed bool // tasks keep their producers' ids (Task.Deps)
-	ordered  bool // order_hazards: writes wait for earlier readers and writers
-	// edge, if set, hears every pair of tasks that touch the same bytes,
-	// ordered or not (the race detector's hook).
-	edge func(t, p *Task, h Hazard)
-}
-
 // ID is the run's number within its Worker.
 func (r *Run) ID() uint64 { return r.id }
 
@@ -84,9 +54,9 @@ func (r *Run) ObserveEdges(fn func(t, p *Task, h Hazard)) { r.edge = fn }
 // is the cancel; a task whose members all ran keeps its own outcome.
 func (r *Run) noteCancelled(t *Task) {
 	switch {
-	case t.ended&(MemberStopped|MemberNotStarted) == 0:
+	case t.ended&(memberStopped|memberNotStarted) == 0:
 		return
-	case t.ended == MemberNotStarted:
+	case t.ended == memberNotStarted:
 		r.notStarted = append(r.notStarted, t.id)
 	default:
 		r.stopped = append(r.stopped, t.id)

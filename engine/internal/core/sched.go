@@ -15,22 +15,6 @@ package core
 // sending the next before the last completes hides the round trip). A
 // group still waits for its targets to be idle.
 
-// Pool says which kind of endpoint a task runs on.
-type Pool uint8
-
-// The endpoint pools.
-const (
-	NextLevel Pool = iota // chips at L3, child workers at L4 and up
-	Sub                   // SUB workers
-)
-
-func (p Pool) String() string {
-	if p == Sub {
-		return "sub_worker"
-	}
-	return "next_level"
-}
-
 // Assignment is one member of a task placed on one endpoint.
 type Assignment struct {
 	Task   *Task
@@ -220,4 +204,21 @@ func (s *Sched) Remove(drop func(*Task) bool) []*Task {
 	filter(&s.subQ)
 	filter(&s.groups)
 	return out
+}
+
+func (s *Sched) checkInvariants(fail func(string, ...any)) {
+	for w, n := range s.nextLoad {
+		if n < 0 || n > s.depth[w] {
+			fail("NEXT_LEVEL worker %d holds %d tasks, its depth is %d", w, n, s.depth[w])
+		}
+	}
+	idle := 0
+	for _, busy := range s.subBusy {
+		if !busy {
+			idle++
+		}
+	}
+	if idle != s.subIdle {
+		fail("%d SUB workers idle, the count says %d", idle, s.subIdle)
+	}
 }
