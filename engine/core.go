@@ -38,6 +38,7 @@ func (w *Worker) newCore() *core.Core {
 		OrderHazards: w.cfg.OrderHazards,
 		NotStarted:   ErrNotStarted,
 		Fail:         w.taskFailed,
+		Late:         lateError,
 		Release:      releaseTask,
 		Check:        w.checkHeap,
 	})

@@ -33,13 +33,13 @@ type Det struct {
 	S *dsched.Sched
 
 	mu     sync.Mutex
-	timers []detTimer // task deadlines, by when
+	timers []detTimer // each Worker's next task deadline, by when
 	procs  map[memberKey]*dsched.Proc
 }
 
 type detTimer struct {
 	when time.Duration
-	key  memberKey
+	key  *Worker
 	fire func()
 }
 
@@ -84,7 +84,7 @@ func (d *Det) Block(what string, ready func() bool, timeout time.Duration) (time
 }
 
 // after arms fire for when virtual time passes d from now.
-func (d *Det) after(key memberKey, dur time.Duration, fire func()) {
+func (d *Det) after(key *Worker, dur time.Duration, fire func()) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	t := detTimer{when: d.S.Now() + dur, key: key, fire: fire}
@@ -95,7 +95,7 @@ func (d *Det) after(key memberKey, dur time.Duration, fire func()) {
 }
 
 // cancel disarms key's deadline.
-func (d *Det) cancel(key memberKey) {
+func (d *Det) cancel(key *Worker) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for i, t := range d.timers {

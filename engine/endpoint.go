@@ -260,40 +260,16 @@ func (e *remoteEndpoint) Cancel(a Assignment, reason string) {
 	e.n.Cancel(k, reason) // nothing if the node does not know k yet: Start sees the stop
 }
 
-// started records that a starts on its endpoint, and arms its deadline.
+// started records that a starts on its endpoint, and gives it its
+// deadline in the core (deadline.go).
 func (w *Worker) started(a Assignment) {
 	t := taskOf(a.Task)
 	if w.observer != nil {
 		w.emit(Event{Kind: TaskStarted, Run: runOf(t.Run()).id, Task: t.ID(), Member: a.Member, Worker: w.workerName(a.Pool, a.Target), Callable: t.handle.Name()})
 	}
-	d := t.cfg.Timeout
-	if d == 0 {
-		d = w.cfg.TaskTimeout
+	if d := w.timeoutOf(t); d > 0 {
+		w.armMember(a, d)
 	}
-	if d <= 0 {
-		return
-	}
-	k := memberKey{a.Task, a.Member}
-	if w.cfg.Det != nil { // a virtual deadline: it fires at a scheduling point
-		w.cfg.Det.after(k, d, func() { w.expired(a, d) })
-		return
-	}
-	w.mu.Lock()
-	w.deadlines[k] = time.AfterFunc(d, func() { w.expired(a, d) })
-	w.mu.Unlock()
-}
-
-// expired fails a member that ran past its deadline d, poisoning what
-// depends on it, and asks its endpoint to stop it.
-func (w *Worker) expired(a Assignment, d time.Duration) {
-	why := Errorf(TimeoutError, "past its deadline of %v", d)
-	w.mu.Lock()
-	delete(w.deadlines, memberKey{a.Task, a.Member})
-	var eff Effects
-	w.core.Expire(a, why, &eff)
-	w.wake(eff)
-	w.mu.Unlock()
-	w.apply(eff, why.Error())
 }
 
 // apply carries out what core steps asked for, outside w.mu: stop the
@@ -346,18 +322,10 @@ func (w *Worker) completed(a Assignment, err error, scratch *[]Assignment) (afte
 	if scratch != nil {
 		eff.Assign = (*scratch)[:0]
 	}
-	if w.cfg.Det != nil {
-		w.cfg.Det.cancel(memberKey{a.Task, a.Member})
-	}
 	w.mu.Lock()
-	if len(w.deadlines) > 0 { // most tasks have none: no hashing for them
-		k := memberKey{a.Task, a.Member}
-		if tm := w.deadlines[k]; tm != nil {
-			tm.Stop()
-			delete(w.deadlines, k)
-		}
-	}
 	w.core.Complete(a, err, &eff)
+	w.setTimer(eff.Deadline) // news only when a had a deadline
+
 	w.wake(eff)
 	var r *Run
 	if eff.Fenced != nil {

@@ -131,8 +131,11 @@ type Worker struct {
 	bufSeq      uint64
 
 	observer Observer // nil: no events
-	// deadlines are the timers of running members with a deadline.
-	deadlines map[memberKey]*time.Timer
+	// The one timer of the members' deadlines (deadline.go): the core
+	// counts them on w's clock, ticks since epoch.
+	epoch   time.Time
+	timer   *time.Timer
+	timerAt int64 // the tick timer is set for (0: none)
 }
 
 // NewWorker validates cfg and returns a Worker in state NEW.
@@ -146,7 +149,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 		rbufs:       map[*RemoteBuffer]struct{}{},
 		globals:     map[uint64]*nodeGlobal{},
 		gdomains:    map[uint64]*GlobalDomain{},
-		deadlines:   map[memberKey]*time.Timer{},
+		epoch:       time.Now(),
 		namespace:   fmt.Sprintf("w%d", workerSeq.Add(1))}
 	w.cond = sync.NewCond(&w.mu)
 	w.reg.byDigest = map[string]*Handle{}

@@ -4,17 +4,24 @@
 // task window, the members running on endpoints and the scheduler.
 //
 // It has no goroutines, locks, timers or I/O, and imports nothing of the
-// engine. The engine calls each step (Add, Complete, Expire, Cancel,
-// Built, Done) under its own lock; the step records in an Effects what
+// engine. The engine calls each step (Add, Complete, Arm, Advance,
+// Cancel, Built, Done) under its own lock; the step records in an Effects what
 // follows from it (assignments to start, running members to stop, waiters
 // to wake, a run that fenced), and the engine carries that out after
 // unlocking. Tasks and runs are the core's; the engine hangs what it
 // needs to run them (callables, arguments, heap blocks) on their Payload.
 //
-// Two hooks reach back into the engine, both called inside a step, under
-// the engine's lock: Config.Release, as a task retires, lets go of what it
+// Time is logical: a member started with a deadline (Arm) fails once the
+// core is advanced past it (Advance), whatever clock the engine counts
+// ticks on (the wall clock, or the virtual clock of a deterministic
+// schedule). The Effects of Arm and Advance say when the next deadline
+// falls, so the engine keeps one timer, not one per member.
+//
+// Hooks reach back into the engine, each called inside a step, under the
+// engine's lock: Config.Release, as a task retires, lets go of what it
 // held (heap blocks, host buffers, guarded by that same lock), and
-// Config.Fail names a failed member's error the way the engine shows it.
+// Config.Fail and Config.Late name a failed member's error the way the
+// engine shows it.
 //
 // With the invariants build tag (on under -race) every step checks the
 // runs' counts, the held tasks and the scheduler's loads.
@@ -36,6 +43,9 @@ type Config struct {
 	// Fail is the error a task gets when member a failed with err (nil:
 	// err itself).
 	Fail func(a Assignment, err error) error
+	// Late is the error of member a, past its deadline of limit ticks
+	// (nil: a plain one).
+	Late func(a Assignment, limit int64) error
 	// Release is called as t retires, to let go of what it held (nil:
 	// nothing).
 	Release func(t *Task)
@@ -69,11 +79,15 @@ type Core struct {
 // group failed): what the endpoint reports then says what really happened
 // (stopOutcome). Only a running member has either, so the flags live here
 // and not on every Task.
+//
+// deadline is the tick past which the member fails (0: it has none) and
+// limit the ticks it was given, which its error says (deadline.go).
 type member struct {
-	task      *Task
-	index     int
-	settled   bool
-	stopAsked bool
+	task            *Task
+	index           int
+	settled         bool
+	stopAsked       bool
+	deadline, limit int64
 }
 
 // Effects is what one or more core steps ask of the engine.
@@ -82,7 +96,17 @@ type Effects struct {
 	Stop   []Assignment // ask these running ones to stop (cancelled, past their deadline, a group member failed)
 	Wake   bool         // tasks retired or the first run changed: wake waiters
 	Fenced *Run         // this run reached its fence: finish it
+	// Deadline, when not 0, is news of the members' deadlines for the
+	// driver's one timer: the tick of the earliest one, when the timer
+	// should fire and Advance the core, or NoDeadline when none is left
+	// (Arm and Advance set it, and Complete when a member with a deadline
+	// comes back).
+	Deadline int64
 }
+
+// NoDeadline is Effects.Deadline when no running member has a deadline
+// left: the driver's timer may stop.
+const NoDeadline int64 = -1
 
 // New makes a core.
 func New(cfg Config) *Core {
@@ -211,10 +235,13 @@ func (c *Core) Complete(a Assignment, err error, eff *Effects) {
 	}
 	t := a.Task
 	c.sched.Finish(a.Pool, a.Target)
-	early, asked := false, false
+	early, asked, timed := false, false, false
 	if m := c.find(a); m != nil {
-		early, asked = m.settled, m.stopAsked
+		early, asked, timed = m.settled, m.stopAsked, m.deadline != 0
 		c.drop(a, m)
+	}
+	if timed {
+		eff.Deadline = c.nextDeadline()
 	}
 	t.run.running--
 	switch {
@@ -296,10 +323,10 @@ func (c *Core) stopSiblings(a Assignment, eff *Effects) {
 	c.stopRunning(func(m *member) bool { return m.task == a.Task && m.index != a.Member }, eff)
 }
 
-// Expire fails a running member with err now (its deadline passed) and
+// expire fails a running member with err now (its deadline passed) and
 // asks its endpoint to stop it; the endpoint stays busy until it reports
 // the member back.
-func (c *Core) Expire(a Assignment, err error, eff *Effects) {
+func (c *Core) expire(a Assignment, err error, eff *Effects) {
 	if invariants {
 		defer c.checkInvariants()
 	}
@@ -482,4 +509,20 @@ func (c *Core) checkInvariants() {
 	if c.cfg.Check != nil {
 		c.cfg.Check(fail)
 	}
+}
+
+// nextDeadline is the earliest deadline of a running member not yet
+// settled, or NoDeadline.
+func (c *Core) nextDeadline() int64 {
+	next := NoDeadline
+	for p := range c.active {
+		for e := range c.active[p] {
+			for _, m := range c.active[p][e] {
+				if m.deadline != 0 && !m.settled && (next == NoDeadline || m.deadline < next) {
+					next = m.deadline
+				}
+			}
+		}
+	}
+	return next
 }

@@ -330,8 +330,53 @@ func TestCoreGroupMemberDeadlineStopsSiblings(t *testing.T) {
 	r := ct.run()
 	g, _ := ct.group(r, 0, 1)
 	var eff Effects
-	ct.c.Expire(Assignment{Task: g, Member: 1, Pool: NextLevel, Target: 1}, fmt.Errorf("past its deadline"), &eff)
-	if got := stopped(eff); !slices.Equal(got, []string{"1.0@0", "1.1@1"}) {
-		t.Fatalf("member 1 past its deadline: asked to stop %v", got)
+	ct.c.Arm(Assignment{Task: g, Member: 1, Pool: NextLevel, Target: 1}, 100, 100, &eff)
+	if eff.Deadline != 100 {
+		t.Fatalf("armed at 100: next deadline %d", eff.Deadline)
+	}
+	ct.c.Advance(99, &eff)
+	if len(eff.Stop) != 0 || eff.Deadline != 100 {
+		t.Fatalf("at 99: asked to stop %v, next deadline %d", stopped(eff), eff.Deadline)
+	}
+	ct.c.Advance(100, &eff)
+	if got := stopped(eff); !slices.Equal(got, []string{"1.0@0", "1.1@1"}) || eff.Deadline != NoDeadline {
+		t.Fatalf("member 1 past its deadline: asked to stop %v, next deadline %d", got, eff.Deadline)
+	}
+}
+
+// Deadlines are kept per member: the earliest one is reported, one
+// reported back before it falls costs nothing, and each expires at its
+// own tick.
+func TestCoreDeadlinesInLogicalTime(t *testing.T) {
+	ct := newCoreT(t, 16)
+	r := ct.run()
+	t1, _ := ct.task(r, 0)
+	t2, _ := ct.task(r, 1)
+	a1 := Assignment{Task: t1, Pool: NextLevel, Target: 0}
+	a2 := Assignment{Task: t2, Pool: NextLevel, Target: 1}
+	var eff Effects
+	ct.c.Arm(a2, 50, 50, &eff)
+	ct.c.Arm(a1, 30, 30, &eff)
+	if eff.Deadline != 30 {
+		t.Fatalf("deadlines at 50 and 30: next %d", eff.Deadline)
+	}
+	eff = ct.finish(t1, nil) // back before its deadline: the next one is task 2's
+	if eff.Deadline != 50 {
+		t.Fatalf("task 1 back: next deadline %d", eff.Deadline)
+	}
+	ct.c.Advance(40, &eff)
+	if len(eff.Stop) != 0 || t1.err != nil || eff.Deadline != 50 {
+		t.Fatalf("at 40: stop %v, task 1's error %v, next %d", stopped(eff), t1.err, eff.Deadline)
+	}
+	eff = Effects{}
+	ct.c.Advance(60, &eff)
+	if got := stopped(eff); !slices.Equal(got, []string{"2.0@1"}) || !t2.done || !errors.Is(t2.err, errLate) || eff.Deadline != NoDeadline {
+		t.Fatalf("at 60: stop %v, task 2 done %v with %v, next %d", got, t2.done, t2.err, eff.Deadline)
+	}
+	eff = ct.finish(t2, errors.New("stopped"))
+	var built Effects
+	ct.c.Built(r, &built)
+	if built.Fenced != r || !errors.Is(r.FirstErr(), errLate) {
+		t.Fatalf("the run: fenced %v, first error %v", built.Fenced, r.FirstErr())
 	}
 }

@@ -30,7 +30,8 @@ import (
 //	unhold NAME                         a held task may run
 //	complete NAME [member M] ok|fail MSG|notstarted|stopped
 //	                                    the endpoint reports a member back
-//	expire NAME [member M]              the member passes its deadline
+//	deadline NAME [member M] N          the running member must end within N ticks
+//	tick N                              the clock moves N ticks on; the core is advanced to it
 //	built RUN | done RUN | cancel RUN   the run's function returned / it is cleaned up / cancel it
 //	window RUN                          whether the run's next submit must wait
 //
@@ -92,6 +93,7 @@ type script struct {
 	order     []string          // task names in submit order
 	bufs      map[string]uint64 // buffer names, each its own space
 	unordered []string          // pairs left unordered by the last step
+	now       int64             // the clock, in ticks
 }
 
 func (s *script) core() *Core {
@@ -105,6 +107,9 @@ func (s *script) configure(args []string) error {
 	cfg := Config{Next: 4, Sub: 2, Window: 16, NotStarted: errNotStarted}
 	cfg.Fail = func(a Assignment, err error) error {
 		return fmt.Errorf("%s on %s %d: %w", a.Task.Payload, a.Pool, a.Target, err)
+	}
+	cfg.Late = func(a Assignment, limit int64) error {
+		return fmt.Errorf("past its deadline of %d ticks", limit)
 	}
 	for i := 0; i < len(args); i++ {
 		switch args[i] {
@@ -155,8 +160,18 @@ func (s *script) step(f []string) (string, error) {
 		if t, err = s.task(f); err == nil {
 			s.core().Unhold(t, &eff)
 		}
-	case "complete", "expire":
+	case "complete", "deadline":
 		err = s.report(f, &eff)
+	case "tick":
+		var n int64
+		if len(f) != 2 {
+			return "", errors.New("want: tick N")
+		}
+		if n, err = strconv.ParseInt(f[1], 10, 64); err == nil {
+			s.now += n
+			s.core().Advance(s.now, &eff)
+			note = fmt.Sprintf("now %d", s.now)
+		}
 	case "built", "done", "cancel", "window":
 		note, err = s.runStep(f, &eff)
 	default:
@@ -298,8 +313,8 @@ func (s *script) space(name string) SpaceKey {
 	return SpaceKey{Space: -1, Buf: id}
 }
 
-// report parses "complete NAME [member M] OUTCOME" or "expire NAME
-// [member M]" and steps the core.
+// report parses "complete NAME [member M] OUTCOME" or "deadline NAME
+// [member M] TICKS" and steps the core.
 func (s *script) report(f []string, eff *Effects) error {
 	t, err := s.task(f)
 	if err != nil {
@@ -316,8 +331,15 @@ func (s *script) report(f []string, eff *Effects) error {
 	if !ok {
 		return fmt.Errorf("%s member %d is not running", f[1], m)
 	}
-	if f[0] == "expire" {
-		s.core().Expire(a, errors.New("past its deadline"), eff)
+	if f[0] == "deadline" {
+		if len(rest) != 1 {
+			return errors.New("want: deadline NAME [member M] TICKS")
+		}
+		n, err := strconv.ParseInt(rest[0], 10, 64)
+		if err != nil {
+			return err
+		}
+		s.core().Arm(a, s.now+n, n, eff)
 		return nil
 	}
 	var outcome error
@@ -411,6 +433,12 @@ func (s *script) describe(eff Effects, before map[string]string, note string) st
 	}
 	if len(eff.Stop) > 0 {
 		lines = append(lines, "stop "+s.list(eff.Stop))
+	}
+	switch {
+	case eff.Deadline == NoDeadline:
+		lines = append(lines, "no deadline left")
+	case eff.Deadline != 0:
+		lines = append(lines, fmt.Sprintf("next deadline %d", eff.Deadline))
 	}
 	if r := eff.Fenced; r != nil {
 		lines = append(lines, fmt.Sprintf("fenced r%d", r.id))
