@@ -30,17 +30,21 @@ type Effects = core.Effects
 // and the hooks by which a step names a failure and lets go of what a
 // retiring task held (both under w.mu, which guards the heap and the host
 // buffers). Caller holds w.mu.
-func (w *Worker) newCore() *core.Core {
+func newCore(w *Worker) *core.Core {
+	failed := func(a Assignment, err error) error {
+		t := taskOf(a.Task)
+		return taskError(t.ID(), w.workerName(a.Pool, a.Target), t.handle.Name(), err)
+	}
 	c := core.New(core.Config{
 		Next:         w.nextCount(),
 		Sub:          w.cfg.NumSubWorkers,
 		Window:       w.cfg.TaskWindow,
 		OrderHazards: w.cfg.OrderHazards,
 		NotStarted:   ErrNotStarted,
-		Fail:         w.taskFailed,
+		Fail:         failed,
 		Late:         lateError,
 		Release:      releaseTask,
-		Check:        w.checkHeap,
+		Check:        w.heap.checkInvariants,
 	})
 	for id := range w.remotes {
 		if w.IsRemote(id) {
@@ -48,12 +52,6 @@ func (w *Worker) newCore() *core.Core {
 		}
 	}
 	return c
-}
-
-// taskFailed is the error of a task whose member a failed with err.
-func (w *Worker) taskFailed(a Assignment, err error) error {
-	t := taskOf(a.Task)
-	return taskError(t.ID(), w.workerName(a.Pool, a.Target), t.handle.Name(), err)
 }
 
 // releaseTask lets go of the heap blocks and host buffers a retiring task

@@ -15,7 +15,7 @@ func TestDeadlinesShareOneTimer(t *testing.T) {
 	w := liveWorker(t)
 	x, _ := hostI64(t, sp, 1)
 	y, _ := hostI64(t, sp, 1)
-	timerAt := func() int64 { return locked(w, func() int64 { return w.timerAt }) }
+	timerAt := func() int64 { return locked(w, func() int64 { return w.deadlines.at }) }
 	var longAt int64
 	var short *Task
 	err := runDone(t, w, func(o *Orchestrator) error {

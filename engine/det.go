@@ -39,7 +39,7 @@ type Det struct {
 
 type detTimer struct {
 	when time.Duration
-	key  *Worker
+	key  *deadlineTimer
 	fire func()
 }
 
@@ -84,7 +84,7 @@ func (d *Det) Block(what string, ready func() bool, timeout time.Duration) (time
 }
 
 // after arms fire for when virtual time passes d from now.
-func (d *Det) after(key *Worker, dur time.Duration, fire func()) {
+func (d *Det) after(key *deadlineTimer, dur time.Duration, fire func()) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	t := detTimer{when: d.S.Now() + dur, key: key, fire: fire}
@@ -95,7 +95,7 @@ func (d *Det) after(key *Worker, dur time.Duration, fire func()) {
 }
 
 // cancel disarms key's deadline.
-func (d *Det) cancel(key *Worker) {
+func (d *Det) cancel(key *deadlineTimer) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for i, t := range d.timers {

@@ -267,8 +267,12 @@ func (w *Worker) started(a Assignment) {
 	if w.observer != nil {
 		w.emit(Event{Kind: TaskStarted, Run: runOf(t.Run()).id, Task: t.ID(), Member: a.Member, Worker: w.workerName(a.Pool, a.Target), Callable: t.handle.Name()})
 	}
-	if d := w.timeoutOf(t); d > 0 {
-		w.armMember(a, d)
+	if d := memberTimeout(t, w.cfg.TaskTimeout); d > 0 {
+		w.mu.Lock()
+		var eff Effects
+		w.core.Arm(a, w.deadlines.now()+int64(d), int64(d), &eff)
+		w.deadlines.set(eff.Deadline)
+		w.mu.Unlock()
 	}
 }
 
@@ -324,7 +328,7 @@ func (w *Worker) completed(a Assignment, err error, scratch *[]Assignment) (afte
 	}
 	w.mu.Lock()
 	w.core.Complete(a, err, &eff)
-	w.setTimer(eff.Deadline) // news only when a had a deadline
+	w.deadlines.set(eff.Deadline) // news only when a had a deadline
 
 	w.wake(eff)
 	var r *Run

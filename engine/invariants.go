@@ -1,11 +1,11 @@
 package engine
 
-// checkHeap verifies that every heap ring's blocks add up to what it
-// counts as used; the core calls it after each step when its invariants
-// are checked (the invariants build tag, on under -race). Caller holds
-// w.mu.
-func (w *Worker) checkHeap(fail func(string, ...any)) {
-	for _, r := range w.heap.rings {
+// checkInvariants verifies that every heap ring's blocks add up to what
+// it counts as used; the core calls it after each step when its
+// invariants are checked (the invariants build tag, on under -race).
+// Caller holds w.mu.
+func (h *runHeap) checkInvariants(fail func(string, ...any)) {
+	for _, r := range h.rings {
 		r.checkInvariants(fail)
 	}
 }

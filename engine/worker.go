@@ -130,12 +130,8 @@ type Worker struct {
 	hostBufSegs map[*shm.Segment]*HostBuffer // by the object behind it
 	bufSeq      uint64
 
-	observer Observer // nil: no events
-	// The one timer of the members' deadlines (deadline.go): the core
-	// counts them on w's clock, ticks since epoch.
-	epoch   time.Time
-	timer   *time.Timer
-	timerAt int64 // the tick timer is set for (0: none)
+	observer  Observer      // nil: no events
+	deadlines deadlineTimer // the one timer of the members' deadlines (deadline.go)
 }
 
 // NewWorker validates cfg and returns a Worker in state NEW.
@@ -149,9 +145,9 @@ func NewWorker(cfg Config) (*Worker, error) {
 		rbufs:       map[*RemoteBuffer]struct{}{},
 		globals:     map[uint64]*nodeGlobal{},
 		gdomains:    map[uint64]*GlobalDomain{},
-		epoch:       time.Now(),
 		namespace:   fmt.Sprintf("w%d", workerSeq.Add(1))}
 	w.cond = sync.NewCond(&w.mu)
+	w.deadlines = deadlineTimer{det: cfg.Det, epoch: time.Now(), fire: w.deadlinesDue}
 	w.reg.byDigest = map[string]*Handle{}
 	return w, nil
 }
@@ -270,7 +266,7 @@ func (w *Worker) start() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.heap = newRunHeap(w.cfg.HeapRingSize)
-	w.core = w.newCore()
+	w.core = newCore(w)
 	w.state = stateReady
 	if w.cfg.Level >= 3 {
 		w.startEndpoints()
