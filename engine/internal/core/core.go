@@ -119,9 +119,6 @@ func New(cfg Config) *Core {
 // SetDepth lets NEXT_LEVEL endpoint w hold up to n single tasks at once.
 func (c *Core) SetDepth(w, n int) { c.sched.SetDepth(w, n) }
 
-// Idle reports whether no task is queued or running.
-func (c *Core) Idle() bool { return c.sched.Idle() }
-
 // find is a's entry among the members running on its endpoint (nil: it
 // is not running).
 func (c *Core) find(a Assignment) *member {
@@ -504,6 +501,19 @@ func (c *Core) checkInvariants() {
 	}
 	if total != c.inflight {
 		fail("%d tasks in flight, the runs count %d", c.inflight, total)
+	}
+	running := map[*Run]int{}
+	for p := range c.active {
+		for e := range c.active[p] {
+			for _, m := range c.active[p][e] {
+				running[m.task.run]++
+			}
+		}
+	}
+	for _, r := range c.order {
+		if running[r] != r.running {
+			fail("run %d counts %d members running, its endpoints hold %d", r.id, r.running, running[r])
+		}
 	}
 	c.sched.checkInvariants(fail)
 	if c.cfg.Check != nil {

@@ -197,9 +197,10 @@ func TestCoreInvariantsCatchDrift(t *testing.T) {
 		"scheduler load":   func() { ct.c.sched.nextLoad[1] = 5 },
 		"SUB idle count":   func() { ct.c.sched.subIdle = 7 },
 		"held by the head": func() { r.held = append(r.held, &Task{id: 9, run: r}) },
+		"running count":    func() { r.running++ },
 	} {
 		saved := *ct.c.sched
-		savedInflight, savedHeld := ct.c.inflight, r.held
+		savedInflight, savedHeld, savedRunning := ct.c.inflight, r.held, r.running
 		corrupt()
 		func() {
 			defer func() {
@@ -209,7 +210,7 @@ func TestCoreInvariantsCatchDrift(t *testing.T) {
 			}()
 			ct.c.checkInvariants()
 		}()
-		*ct.c.sched, ct.c.inflight, r.held = saved, savedInflight, savedHeld
+		*ct.c.sched, ct.c.inflight, r.held, r.running = saved, savedInflight, savedHeld, savedRunning
 	}
 }
 

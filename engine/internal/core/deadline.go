@@ -15,6 +15,9 @@ var errLate = errors.New("past its deadline")
 // it started; eff.Deadline says so if it is now the earliest. A member
 // reported back already is left alone.
 func (c *Core) Arm(a Assignment, at, limit int64, eff *Effects) {
+	if invariants {
+		defer c.checkInvariants()
+	}
 	m := c.find(a)
 	if m == nil {
 		return
@@ -30,6 +33,9 @@ func (c *Core) Arm(a Assignment, at, limit int64, eff *Effects) {
 // retires at once and its endpoint is asked to stop it (expire).
 // eff.Deadline is the next deadline still to come, or NoDeadline.
 func (c *Core) Advance(now int64, eff *Effects) {
+	if invariants {
+		defer c.checkInvariants()
+	}
 	for p := range c.active {
 		for e := range c.active[p] {
 			for i := 0; i < len(c.active[p][e]); i++ {
