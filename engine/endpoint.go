@@ -329,7 +329,6 @@ func (w *Worker) completed(a Assignment, err error, scratch *[]Assignment) (afte
 	w.mu.Lock()
 	w.core.Complete(a, err, &eff)
 	w.deadlines.set(eff.Deadline) // news only when a had a deadline
-
 	w.wake(eff)
 	var r *Run
 	if eff.Fenced != nil {

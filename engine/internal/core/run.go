@@ -33,7 +33,9 @@ func (r *Run) FirstErr() error {
 }
 
 // Cut reports whether a cancel cut the run short: a task did not run to
-// its end.
+// its end. (An orchestration function that a cancel stopped fails, and
+// the engine returns its error; one that returned all the same has run
+// to its end.)
 func (r *Run) Cut() bool {
 	return r.cancelled != nil && (len(r.notStarted) > 0 || len(r.stopped) > 0)
 }
