@@ -186,7 +186,7 @@ func (c *Core) HeapStuck(r *Run) bool {
 // which wire it to its producers, and adds it (Add).
 func (c *Core) Submit(r *Run, t *Task, job Job, members int) {
 	r.tasks++
-	t.id, t.run, t.job, t.remaining = r.tasks, r, job, members
+	t.id, t.run, t.job, t.remaining = int32(r.tasks), r, job, int32(members)
 }
 
 // Add counts a submitted task, already wired to its producers, and

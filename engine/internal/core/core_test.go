@@ -60,7 +60,7 @@ func (ct *coreT) finish(t *Task, err error) Effects {
 func assigned(eff Effects) []int {
 	var ids []int
 	for _, a := range eff.Assign {
-		ids = append(ids, a.Task.id)
+		ids = append(ids, a.Task.ID())
 	}
 	return ids
 }

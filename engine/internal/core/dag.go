@@ -12,15 +12,18 @@ package core
 type Task struct {
 	Payload any
 
-	id        int
 	run       *Run
 	job       Job
-	pending   int     // unfinished producers, plus one while held
 	consumers []*Task // tasks waiting on this one
-	remaining int     // members whose outcome is not yet recorded
 	err       error   // why it failed: its own error (root) or a producer's
 	poison    error   // the first failed producer's error
 	deps      []int   // producers' ids, kept only while the run is observed
+	// The counts and flags sit together, the counts in 32 bits: a Task is
+	// allocated per submit, and the engine's, which holds it, fits a
+	// smaller size class so.
+	id        int32
+	pending   int32 // unfinished producers, plus one while held
+	remaining int32 // members whose outcome is not yet recorded
 	done      bool
 	root      bool      // err came from running this task
 	ended     memberEnd // how its members ended: what a cancel reports of it

@@ -59,9 +59,9 @@ func (r *Run) noteCancelled(t *Task) {
 	case t.ended&(memberStopped|memberNotStarted) == 0:
 		return
 	case t.ended == memberNotStarted:
-		r.notStarted = append(r.notStarted, t.id)
+		r.notStarted = append(r.notStarted, int(t.id))
 	default:
-		r.stopped = append(r.stopped, t.id)
+		r.stopped = append(r.stopped, int(t.id))
 	}
 	t.err, t.root = r.cancelled, false
 }

@@ -11,16 +11,16 @@ import (
 // Worker. Tasks carry only an id and a Job.
 
 func single(id, worker int) *Task {
-	return &Task{id: id, job: Job{Pool: NextLevel, Worker: worker}}
+	return &Task{id: int32(id), job: Job{Pool: NextLevel, Worker: worker}}
 }
 
 func group(id int, workers ...int) *Task {
-	return &Task{id: id, job: Job{Pool: NextLevel, Worker: -1, Group: workers}}
+	return &Task{id: int32(id), job: Job{Pool: NextLevel, Worker: -1, Group: workers}}
 }
 
-func subTask(id int) *Task { return &Task{id: id, job: Job{Pool: Sub}} }
+func subTask(id int) *Task { return &Task{id: int32(id), job: Job{Pool: Sub}} }
 
-func subGroupTask(id, k int) *Task { return &Task{id: id, job: Job{Pool: Sub, SubGroup: k}} }
+func subGroupTask(id, k int) *Task { return &Task{id: int32(id), job: Job{Pool: Sub, SubGroup: k}} }
 
 // fmtAssign renders assignments as "task.member@pool:target", sorted so
 // that the comparison does not depend on the order within one Dispatch.

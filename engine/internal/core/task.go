@@ -1,7 +1,7 @@
 package core
 
 // ID is the task's number within its run, from 1 in submit order.
-func (t *Task) ID() int { return t.id }
+func (t *Task) ID() int { return int(t.id) }
 
 // Run is the run the task belongs to.
 func (t *Task) Run() *Run { return t.run }
@@ -16,7 +16,7 @@ func (t *Task) Err() error { return t.err }
 func (t *Task) Done() bool { return t.done }
 
 // Pending is how many producers the task still waits for.
-func (t *Task) Pending() int { return t.pending }
+func (t *Task) Pending() int { return int(t.pending) }
 
 // Deps is the ids of the task's producers, finished or not, when its run
 // is observed (nil otherwise): what a trace shows.
@@ -28,8 +28,8 @@ func (t *Task) Consumers() []*Task { return t.consumers }
 // dependOn adds producer p to t unless it is already there or finished: a
 // producer that failed already poisons t at once.
 func (t *Task) dependOn(p *Task) {
-	if t.run.observed && (len(t.deps) == 0 || t.deps[len(t.deps)-1] != p.id) {
-		t.deps = append(t.deps, p.id)
+	if t.run.observed && (len(t.deps) == 0 || t.deps[len(t.deps)-1] != int(p.id)) {
+		t.deps = append(t.deps, int(p.id))
 	}
 	if p.done {
 		if p.err != nil && t.poison == nil {
