@@ -2,13 +2,12 @@ package engine
 
 // What a cancel did, task by task. A cancel asks the endpoints to stop
 // what they run and settles nothing itself: each member ends as its
-// endpoint reports (core.recordStopped), so a task that ran to its end
+// endpoint reports (core.Core.Complete), so a task that ran to its end
 // while the cancel was on its way counts as run, with its own outcome, and
 // a caller that retries what was cancelled never applies work twice.
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 )
 
@@ -16,39 +15,6 @@ import (
 // stop before the member started: nothing of it ran. Endpoints report it,
 // or an error that wraps it (errors.Is).
 var ErrNotStarted error = &Error{Kind: RuntimeError, Msg: "cancelled before it started"}
-
-// memberEnd is how a task's members ended, as bits: a task's members may
-// end differently (one of a group ran, another was stopped).
-type memberEnd uint8
-
-const (
-	memberRan        memberEnd = 1 << iota // ran to its end, whatever its outcome
-	memberStopped                          // stopped while it ran
-	memberNotStarted                       // never started
-)
-
-// noteCancelled records, as t of cancelled run r retires, whether the
-// cancel cut it short: not started (no member ran), or stopped (a member
-// was stopped, or some ran and some never started). Such a task's error is
-// the cancel; a task whose members all ran keeps its own outcome.
-func (r *Run) noteCancelled(t *Task) {
-	switch {
-	case t.ended&(memberStopped|memberNotStarted) == 0:
-		return
-	case t.ended == memberNotStarted:
-		r.notStarted = append(r.notStarted, t.ID)
-	default:
-		r.stopped = append(r.stopped, t.ID)
-	}
-	t.err, t.root = r.cancelled, false
-}
-
-// cut reports whether a cancel cut r short: a task did not run to its
-// end. (An orchestration function that a cancel stopped fails, and Submit
-// returns its error; one that returned all the same has run to its end.)
-func (r *Run) cut() bool {
-	return r.cancelled != nil && (len(r.notStarted) > 0 || len(r.stopped) > 0)
-}
 
 // CancelReport says what a cancel cut short of a run, by task id; the
 // run's other tasks ran to their end. Wait's error carries it
@@ -76,7 +42,8 @@ func (c *CancelReport) Error() string {
 
 // cancelError is Wait's error for a run a cancel cut short.
 func (r *Run) cancelError() error {
-	rep := &CancelReport{Run: r.id, Tasks: r.tasks, NotStarted: sortedIDs(r.notStarted), Stopped: sortedIDs(r.stopped)}
+	notStarted, stopped := r.core.CancelReport()
+	rep := &CancelReport{Run: r.id, Tasks: r.core.Tasks(), NotStarted: notStarted, Stopped: stopped}
 	return &Error{Kind: RuntimeError, Msg: rep.Error(), Cause: rep}
 }
 
@@ -113,11 +80,4 @@ func plural(n int, noun string) string {
 		return "1 " + noun
 	}
 	return fmt.Sprintf("%d %ss", n, noun)
-}
-
-// sortedIDs is ids in increasing order (tasks retire in any order).
-func sortedIDs(ids []int) []int {
-	out := append([]int(nil), ids...)
-	slices.Sort(out)
-	return out
 }

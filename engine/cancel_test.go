@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"simpler/engine/internal/core"
 )
 
 func init() {
@@ -104,4 +106,41 @@ func TestGroupMemberFailureStopsSiblings(t *testing.T) {
 		t.Errorf("the run ended %v after it started", el)
 	}
 	t.Logf("member 1 started: %v", get64(xb) == 1)
+}
+
+// Wait's error for a run a cancel cut short names each task by how it
+// ended, from the core's report, and carries that report as values.
+func TestCancelErrorNamesEachTask(t *testing.T) {
+	c := core.New(core.Config{Next: 2, Window: 16, NotStarted: ErrNotStarted})
+	r := &Run{id: 1}
+	c.Begin(&r.core, 1, false)
+	var eff Effects
+	add := func(worker int, producer *Task) *Task {
+		tk := &Task{}
+		c.Submit(&r.core, &tk.Task, core.Job{Pool: NextLevel, Worker: worker}, 1)
+		r.core.Access(&tk.Task, core.SpaceKey{Space: hostSpace, Buf: uint64(tk.ID())}, 0, 8, false, true)
+		if producer != nil { // reads what producer wrote
+			r.core.Access(&tk.Task, core.SpaceKey{Space: hostSpace, Buf: uint64(producer.ID())}, 0, 8, true, false)
+		}
+		c.Add(&tk.Task, false, &eff)
+		return tk
+	}
+	t1, t2 := add(0, nil), add(1, nil)
+	add(0, nil) // queued behind task 1
+	add(1, t2)  // pending on task 2
+	c.Built(&r.core, &eff)
+	c.Cancel(&r.core, Errorf(RuntimeError, "run 1 cancelled"), &eff)
+	c.Complete(Assignment{Task: &t1.Task, Pool: NextLevel, Target: 0}, nil, &eff)
+	c.Complete(Assignment{Task: &t2.Task, Pool: NextLevel, Target: 1}, Errorf(RuntimeError, "stopped"), &eff)
+	if !r.core.Fenced() || !r.core.Cut() {
+		t.Fatalf("after the last report: fenced %v, cut %v", r.core.Fenced(), r.core.Cut())
+	}
+	err := r.cancelError()
+	var rep *CancelReport
+	if !errors.As(err, &rep) || !slices.Equal(rep.NotStarted, []int{3, 4}) || !slices.Equal(rep.Stopped, []int{2}) || KindOf(err) != RuntimeError {
+		t.Fatalf("the report: %v (%+v)", err, rep)
+	}
+	if want := "RuntimeError: run 1 cancelled: tasks 3-4 did not start; task 2 stopped while running; 1 other task ran to the end"; err.Error() != want {
+		t.Errorf("the error:\n got %s\nwant %s", err, want)
+	}
 }

@@ -163,7 +163,7 @@ func (w *Worker) closeTree() error {
 	}
 	runs := make([]*Run, 0, len(w.runs))
 	for r := range w.runs {
-		if r.building {
+		if r.core.Building() {
 			w.mu.Unlock()
 			return Errorf(RuntimeError, "close: run %d is still being built; close() cannot be called from inside an orchestration function", r.id)
 		}

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"simpler/engine/internal/core"
 	"simpler/hal/dtype"
 )
 
@@ -47,8 +48,8 @@ func TestDepChainRunsInOrder(t *testing.T) {
 		tb := must(o.SubmitNext(hB, mkArgs(x, InOut), nil, 1))
 		tc := must(o.SubmitNext(hC, mkArgs(x, Input), nil, 0))
 		ok := locked(w, func() bool {
-			return tb.pending == 1 && tc.pending == 1 &&
-				slices.Equal(ta.consumers, []*Task{tb}) && slices.Equal(tb.consumers, []*Task{tc})
+			return tb.Pending() == 1 && tc.Pending() == 1 &&
+				slices.Equal(ta.Consumers(), []*core.Task{&tb.Task}) && slices.Equal(tb.Consumers(), []*core.Task{&tc.Task})
 		})
 		if !ok {
 			t.Error("edges are not A->B->C")
@@ -109,34 +110,26 @@ func TestNoDepCreatesNoEdge(t *testing.T) {
 // Device memory is keyed per NEXT_LEVEL worker: the same device address on
 // two chips is two different tensors.
 func TestDeviceKeysArePerWorker(t *testing.T) {
-	r := &Run{w: &Worker{}, spaces: map[spaceKey]*rangeMap{}}
+	d := newDepRun(false)
 	dev := Tensor{Addr: 0x1000, Shape: []int{1}, DType: dtype.Int64, ChildMemory: true}
 	host := dev
 	host.ChildMemory = false
-	task := func(id int, job schedJob, args ...*TaskArgs) *Task {
-		tk := &Task{ID: id, run: r, job: job}
-		for _, a := range args {
-			tk.args = append(tk.args, *a)
-		}
-		r.wire(tk)
-		return tk
-	}
-	w0 := schedJob{pool: NextLevel, worker: 0}
-	w1 := schedJob{pool: NextLevel, worker: 1}
-	p := task(1, w0, mkArgs(dev, Output))
-	if q := task(2, w1, mkArgs(dev, Input)); q.pending != 0 {
+	w0 := core.Job{Pool: NextLevel, Worker: 0}
+	w1 := core.Job{Pool: NextLevel, Worker: 1}
+	p := d.addOn(w0, mkArgs(dev, Output))
+	if q := d.addOn(w1, mkArgs(dev, Input)); q.Pending() != 0 {
 		t.Error("device read on worker 1 waits for a write on worker 0")
 	}
-	if q := task(3, w0, mkArgs(host, Input)); q.pending != 0 {
+	if q := d.addOn(w0, mkArgs(host, Input)); q.Pending() != 0 {
 		t.Error("host read waits for a device write at the same address")
 	}
-	if q := task(4, w0, mkArgs(dev, Input)); q.pending != 1 || p.consumers[0] != q {
+	if q := d.addOn(w0, mkArgs(dev, Input)); q.Pending() != 1 || p.Consumers()[0] != &q.Task {
 		t.Error("device read on worker 0 does not wait for the write on worker 0")
 	}
 	// A group member's device tensors are keyed on that member's worker.
-	g := task(5, schedJob{pool: NextLevel, worker: -1, group: []int{1, 0}}, mkArgs(dev, Input), mkArgs(dev, Input))
-	if g.pending != 1 || !slices.Contains(p.consumers, g) {
-		t.Errorf("group reading worker 0's tensor: pending %d", g.pending)
+	g := d.addOn(core.Job{Pool: NextLevel, Worker: -1, Group: []int{1, 0}}, mkArgs(dev, Input), mkArgs(dev, Input))
+	if g.Pending() != 1 || !slices.Contains(p.Consumers(), &g.Task) {
+		t.Errorf("group reading worker 0's tensor: pending %d", g.Pending())
 	}
 }
 
@@ -194,7 +187,7 @@ func TestOutputWithoutAddressComesFromHeap(t *testing.T) {
 			t.Errorf("OUTPUT address %#x was not filled in from the heap", addr)
 		}
 		c := must(o.SubmitNext(hC, mkArgs(out.Tensors[0], Input), nil, 1))
-		if locked(w, func() int { return c.pending }) != 1 {
+		if locked(w, func() int { return c.Pending() }) != 1 {
 			t.Error("the consumer of a heap OUTPUT does not wait for its producer")
 		}
 		close(gate)
@@ -271,7 +264,7 @@ func TestFirstRootErrorByTaskID(t *testing.T) {
 			return chipK(fmt.Sprint("fail", id), func(*ChipCtx, *TaskArgs) error {
 				if id == later {
 					if err := until("the other failure", func() bool {
-						return locked(w, func() bool { return run.Load().firstErr != nil })
+						return locked(w, func() bool { return run.Load().core.FirstErr() != nil })
 					}); err != nil {
 						return err
 					}
@@ -348,13 +341,13 @@ func TestBackPressure(t *testing.T) {
 	var maxInflight int
 	h := register(t, w, chipK("step", func(c *ChipCtx, a *TaskArgs) error {
 		order = append(order, a.Scalars[0])
-		maxInflight = max(maxInflight, locked(w, func() int { return w.core.inflight }))
+		maxInflight = max(maxInflight, locked(w, func() int { return w.core.Inflight() }))
 		return nil
 	}))
 	mustRun(t, w, buildErr(func(o *Orchestrator) {
 		for i := range uint64(50) {
 			must(o.SubmitNext(h, mkArgs(i), nil, 0))
-			if n := locked(w, func() int { return w.core.inflight }); n > 2 {
+			if n := locked(w, func() int { return w.core.Inflight() }); n > 2 {
 				t.Errorf("%d tasks in flight after submit %d", n, i)
 			}
 		}

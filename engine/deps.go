@@ -1,310 +1,29 @@
 package engine
 
-import (
-	"slices"
-	"sort"
-)
+// Dependencies are inferred over byte ranges by the core (its deps.go
+// says the rules); the engine says which bytes each argument touches, in
+// which address space: host memory, a NEXT_LEVEL worker's device memory,
+// or a remote allocation (owner, buffer, generation, addresses in the
+// owner's allocation, so an owner's and an importer's views of a range
+// are one range).
 
-// Dependencies are inferred over bytes, not start addresses, by the
-// rules of upstream's tag table:
-//
-//   - a task that reads bytes (INPUT, INOUT) waits for every earlier task
-//     of its run that wrote any of them (read-after-write);
-//   - a task that only writes them (OUTPUT, OUTPUT_EXISTING) is
-//     insert-only: it waits for no earlier reader (write-after-read) and
-//     no earlier writer (write-after-write), and an INOUT waits for no
-//     earlier reader;
-//   - NO_DEP orders nothing.
-//
-// Worker(order_hazards=True) also orders write-after-read and
-// write-after-write, which is stricter than upstream. Which pairs become
-// edges is decided in one place, Run.order, so a tool that reports the
-// pairs left unordered has one place to look.
-//
-// Disjoint views of one buffer stay independent, whatever start addresses
-// they have, and a read of any overlapping bytes waits for every writer
-// of them: upstream does the same for its local tensors (its remote
-// tensors key on the exact start address).
-//
-// A run keeps one rangeMap per address space: host memory, each NEXT_LEVEL
-// worker's device memory, and each remote allocation (owner, buffer,
-// generation, ranges in the owner's allocation, so owner and imported views
-// of a range are one). A rangeMap is a sorted slice of disjoint segments,
-// each with its writers and the tasks that read it since the last write:
-// finding the segments of a range is a binary search, and the common
-// accesses (the same range again, or ranges in increasing order) change
-// the slice in place or at its end. Strided views (view.go) are kept
-// beside the segments, each with its layout: one is compared with a
-// segment by whether its rows meet the segment's bytes, and with another
-// strided view by bounding range first, then per dimension.
-
-// spaceKey names one address space of a run.
-type spaceKey struct {
-	space    int // -1 host, a NEXT_LEVEL worker id, remoteSpace, or memberDevice
-	owner    int
-	buf, gen uint64
-}
-
-const remoteSpace = -2
-
-// hazard is how a later access of some bytes relates to an earlier one.
-type hazard uint8
-
+// The address spaces besides a worker's device memory (its id).
 const (
-	readAfterWrite  hazard = iota // a read of bytes an earlier task wrote
-	writeAfterRead                // a write of bytes an earlier task read
-	writeAfterWrite               // a write of bytes an earlier task wrote
+	hostSpace    = -1
+	remoteSpace  = -2
+	memberDevice = -3 // a task member's own device memory, when only tensors of one member are compared
 )
-
-// order decides whether t, which touches bytes an earlier task p touched,
-// waits for p: a read after a write always does; a write after a read or
-// a write only under Worker(order_hazards=True). Every edge of dependency
-// inference is made, or deliberately not made, here.
-func (r *Run) order(t, p *Task, h hazard) {
-	if p == t {
-		return
-	}
-	if r.race != nil {
-		r.raceEdge(t, p, h)
-	}
-	if h != readAfterWrite && !r.w.cfg.OrderHazards {
-		return // upstream's insert-only writers: the pair runs unordered
-	}
-	t.dependOn(p)
-}
-
-// segment is [lo, hi) of one space: its last writer, the earlier writers
-// that one did not wait for (upstream's insert-only writes; none under
-// order_hazards), and the tasks that read it since the last write.
-type segment struct {
-	lo, hi    uint64
-	writer    *Task
-	unordered []*Task
-	readers   []*Task
-}
-
-// stridedView is the accesses of one strided layout, kept like a
-// segment's (lo and hi are its bounding range): views of the same layout
-// share one, so a run that touches the same blocks again and again
-// compares each access with every block once, not with every access.
-type stridedView struct {
-	segment
-	l layout
-}
-
-// rangeMap is one space's segments, sorted by lo and disjoint, and its
-// strided views in the order they were first touched.
-type rangeMap struct {
-	segs    []segment
-	strided []stridedView
-}
-
-// orderOn orders t, which reads and/or writes bytes of s, after the
-// tasks that touched them before.
-func (r *Run) orderOn(t *Task, s *segment, reads, writes bool) {
-	h := writeAfterWrite
-	if reads {
-		h = readAfterWrite
-	}
-	if s.writer != nil {
-		r.order(t, s.writer, h)
-	}
-	for _, p := range s.unordered {
-		r.order(t, p, h)
-	}
-	if writes {
-		for _, p := range s.readers {
-			r.order(t, p, writeAfterRead)
-		}
-	}
-}
-
-// record makes t a reader of s, or its writer: a sole writer (one that
-// waited for every earlier writer) replaces them, another keeps the last
-// one among the writers it did not wait for. A write ends the readers.
-func (s *segment) record(t *Task, writes, sole bool) {
-	switch {
-	case !writes:
-		s.readers = appendLive(s.readers, t)
-		return
-	case sole:
-		s.unordered = s.unordered[:0]
-	case s.writer != nil && s.writer != t && !retiredClean(s.writer):
-		s.unordered = appendLive(s.unordered, s.writer)
-	}
-	s.writer, s.readers = t, s.readers[:0]
-}
-
-// idle reports whether every task of s retired without failing: it
-// orders nothing any more.
-func (s *segment) idle() bool {
-	return (s.writer == nil || retiredClean(s.writer)) &&
-		!slices.ContainsFunc(s.unordered, func(t *Task) bool { return !retiredClean(t) }) &&
-		!slices.ContainsFunc(s.readers, func(t *Task) bool { return !retiredClean(t) })
-}
-
-// sole reports whether a write of t waits for every earlier writer of its
-// bytes: an INOUT always does (it reads them), any write under
-// order_hazards.
-func (r *Run) sole(reads, writes bool) bool {
-	return writes && (reads || r.w.cfg.OrderHazards)
-}
-
-// access records that t reads and/or writes the contiguous [lo, hi): t is
-// ordered after what touched it before (Run.order), then becomes one of
-// its writers or readers.
-func (r *Run) access(m *rangeMap, t *Task, lo, hi uint64, reads, writes bool) {
-	sole := r.sole(reads, writes)
-	for k := range m.strided {
-		v := &m.strided[k]
-		if v.lo < hi && lo < v.hi && v.l.touches(lo, hi) {
-			r.orderOn(t, &v.segment, reads, writes)
-			if sole && lo <= v.lo && v.hi <= hi {
-				v.supersede(r.w.cfg.OrderHazards)
-			}
-		}
-	}
-	i, j := m.cover(lo, hi)
-	for k := i; k < j; k++ {
-		s := &m.segs[k]
-		r.orderOn(t, s, reads, writes)
-		s.record(t, writes, sole)
-	}
-	if sole {
-		m.merge(i, j)
-	}
-}
-
-// supersede forgets what a sole writer of all of v's bytes waited for:
-// its writers, and under order_hazards its readers too. Later accesses of
-// those bytes order through that writer.
-func (v *stridedView) supersede(ordered bool) {
-	v.writer, v.unordered = nil, v.unordered[:0]
-	if ordered {
-		v.readers = v.readers[:0]
-	}
-}
-
-// accessStrided records that t reads and/or writes the bytes of the
-// strided layout l: t is ordered after the segments whose bytes its rows
-// meet and the strided views that overlap it, then recorded in the view
-// of its layout (segments are not split for it: its bytes are not one
-// range).
-func (r *Run) accessStrided(m *rangeMap, t *Task, l layout, reads, writes bool) {
-	lo, hi := l.bound()
-	i, j := m.overlap(lo, hi)
-	for k := i; k < j; k++ {
-		if s := &m.segs[k]; l.touches(s.lo, s.hi) {
-			r.orderOn(t, s, reads, writes)
-		}
-	}
-	mine := -1
-	for k := range m.strided {
-		v := &m.strided[k]
-		switch {
-		case v.lo >= hi || lo >= v.hi:
-		case v.l.same(l):
-			mine = k
-			r.orderOn(t, &v.segment, reads, writes)
-		case overlaps(l, v.l):
-			r.orderOn(t, &v.segment, reads, writes)
-		}
-	}
-	if mine < 0 {
-		if len(m.strided) >= 8 {
-			m.strided = slices.DeleteFunc(m.strided, func(v stridedView) bool { return v.idle() })
-		}
-		m.strided = append(m.strided, stridedView{segment: segment{lo: lo, hi: hi}, l: l})
-		mine = len(m.strided) - 1
-	}
-	m.strided[mine].record(t, writes, r.sole(reads, writes))
-}
-
-// overlap returns the segments [i, j) that overlap [lo, hi).
-func (m *rangeMap) overlap(lo, hi uint64) (int, int) {
-	i := sort.Search(len(m.segs), func(k int) bool { return m.segs[k].hi > lo })
-	j := i
-	for j < len(m.segs) && m.segs[j].lo < hi {
-		j++
-	}
-	return i, j
-}
-
-// cover makes segments [i, j) cover exactly [lo, hi): a segment across
-// either end is split there, and the gaps between segments get new,
-// untouched ones.
-func (m *rangeMap) cover(lo, hi uint64) (int, int) {
-	i := sort.Search(len(m.segs), func(k int) bool { return m.segs[k].hi > lo })
-	if i < len(m.segs) && m.segs[i].lo < lo {
-		m.split(i, lo)
-		i++
-	}
-	k, at := i, lo
-	for at < hi {
-		if k == len(m.segs) || m.segs[k].lo >= hi {
-			m.segs = slices.Insert(m.segs, k, segment{lo: at, hi: hi})
-			k++
-			break
-		}
-		if s := m.segs[k]; s.lo > at {
-			m.segs = slices.Insert(m.segs, k, segment{lo: at, hi: s.lo})
-			k, at = k+1, s.lo
-			continue
-		}
-		if m.segs[k].hi > hi {
-			m.split(k, hi)
-		}
-		at = m.segs[k].hi
-		k++
-	}
-	return i, k
-}
-
-// split cuts segment k at `at` (inside it) into two with the same
-// writers and readers, each its own copy.
-func (m *rangeMap) split(k int, at uint64) {
-	right := m.segs[k]
-	right.lo = at
-	right.unordered, right.readers = slices.Clone(right.unordered), slices.Clone(right.readers)
-	m.segs[k].hi = at
-	m.segs = slices.Insert(m.segs, k+1, right)
-}
-
-// merge joins segments [i, j), which one sole writer has just covered,
-// back into one.
-func (m *rangeMap) merge(i, j int) {
-	if j-i < 2 {
-		return
-	}
-	m.segs[i].hi = m.segs[j-1].hi
-	m.segs = slices.Delete(m.segs, i+1, j)
-}
-
-// appendLive adds t once, dropping tasks that retired without failing
-// when the list grows: waiting for one is no wait, while a failed one
-// still poisons whoever would have waited.
-func appendLive(ts []*Task, t *Task) []*Task {
-	if n := len(ts); n > 0 && ts[n-1] == t {
-		return ts
-	}
-	if len(ts) >= 8 {
-		ts = slices.DeleteFunc(ts, retiredClean)
-	}
-	return append(ts, t)
-}
-
-func retiredClean(t *Task) bool { return t.done && t.err == nil }
 
 // wire records t's producers and makes t the writer or a reader of the
 // bytes it touches. It runs under the Worker's mutex, in submit order.
 func (r *Run) wire(t *Task) {
 	for m := range t.args {
 		a := &t.args[m]
-		space := -1
-		if t.job.pool == NextLevel {
-			space = t.job.worker
-			if t.job.group != nil {
-				space = t.job.group[m]
+		space := hostSpace
+		if job := t.Job(); job.Pool == NextLevel {
+			space = job.Worker
+			if job.Group != nil {
+				space = job.Group[m]
 			}
 		}
 		for i, ten := range a.Tensors {
@@ -313,25 +32,14 @@ func (r *Run) wire(t *Task) {
 				continue // carried in the frame, or NO_DEP: no memory to order on
 			}
 			k, lo := addrOf(ten, space)
-			bytes := r.space(k)
 			if ten.Strides != nil && ten.Elems() > 0 {
-				r.accessStrided(bytes, t, layoutOf(ten, lo), tag.Reads(), tag.Writes())
+				r.core.AccessStrided(&t.Task, k, layoutOf(ten, lo), tag.Reads(), tag.Writes())
 				continue
 			}
 			// A tensor of no bytes orders like one byte at its address, so
 			// an empty tensor still serves as a dependency token.
 			hi := lo + uint64(max(ten.spanBytes(), 1))
-			r.access(bytes, t, lo, hi, tag.Reads(), tag.Writes())
+			r.core.Access(&t.Task, k, lo, hi, tag.Reads(), tag.Writes())
 		}
 	}
-}
-
-// space returns the run's range map of k, making it on first use.
-func (r *Run) space(k spaceKey) *rangeMap {
-	m := r.spaces[k]
-	if m == nil {
-		m = &rangeMap{segs: make([]segment, 0, 4)} // a collective's tensors without growing
-		r.spaces[k] = m
-	}
-	return m
 }

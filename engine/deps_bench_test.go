@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"simpler/engine/hostmem"
+	"simpler/engine/internal/core"
 	"simpler/hal/dtype"
 )
 
@@ -24,21 +25,36 @@ func benchViews(n int) []Tensor {
 // writing the next (a pipeline over 64 views of one buffer).
 func benchWire(b *testing.B, cfg Config) {
 	vs := benchViews(64)
-	w := &Worker{cfg: cfg}
-	var r *Run
+	var d *depRun
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
 		if i%1024 == 0 {
-			r = &Run{w: w, spaces: map[spaceKey]*rangeMap{}}
+			d = newBenchRun(cfg.OrderHazards)
 		}
-		t := &Task{ID: i%1024 + 1, run: r, job: schedJob{pool: NextLevel, worker: 0}}
-		t.args = t.one[:]
-		t.args[0] = TaskArgs{Tensors: []Tensor{vs[i%64], vs[(i+1)%64]}, Tags: []Tag{Input, Output}}
-		r.wire(t)
+		d.wireOne(TaskArgs{Tensors: []Tensor{vs[i%64], vs[(i+1)%64]}, Tags: []Tag{Input, Output}})
 	}
 }
 
 func BenchmarkWire(b *testing.B) { benchWire(b, Config{}) }
+
+// newBenchRun is newDepRun for a run nobody observes, as most are: its
+// tasks keep no list of their producers.
+func newBenchRun(ordered bool) *depRun {
+	d := &depRun{c: core.New(core.Config{Next: 2, OrderHazards: ordered}), r: &Run{}}
+	d.c.Begin(&d.r.core, 1, false)
+	return d
+}
+
+// wireOne wires a single task of a on NEXT_LEVEL worker 0 as a submit
+// does (its args in the task's own array), keeping nothing of it.
+func (d *depRun) wireOne(a TaskArgs) {
+	t := &Task{}
+	t.Payload = t
+	t.args = t.one[:]
+	t.args[0] = a
+	d.c.Submit(&d.r.core, &t.Task, core.Job{Pool: NextLevel, Worker: 0}, 1)
+	d.r.wire(t)
+}
 
 // benchDispatch submits runs of 64 tasks, each reading one view of a host
 // buffer and writing the next, on a thread-mode worker of two chips
@@ -100,16 +116,12 @@ func BenchmarkWireStrided(b *testing.B) {
 	for i := range blocks {
 		blocks[i] = Tensor{Addr: 0x10000 + uint64(8*8*i), Shape: []int{64, 8}, Strides: []int{64, 1}, DType: dtype.Int64}
 	}
-	w := &Worker{}
-	var r *Run
+	var d *depRun
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
 		if i%1024 == 0 {
-			r = &Run{w: w, spaces: map[spaceKey]*rangeMap{}}
+			d = newBenchRun(false)
 		}
-		t := &Task{ID: i%1024 + 1, run: r, job: schedJob{pool: NextLevel, worker: 0}}
-		t.args = t.one[:]
-		t.args[0] = TaskArgs{Tensors: []Tensor{blocks[i%8], blocks[(i+1)%8]}, Tags: []Tag{Input, Output}}
-		r.wire(t)
+		d.wireOne(TaskArgs{Tensors: []Tensor{blocks[i%8], blocks[(i+1)%8]}, Tags: []Tag{Input, Output}})
 	}
 }

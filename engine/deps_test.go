@@ -5,12 +5,14 @@ import (
 	"slices"
 	"testing"
 
+	"simpler/engine/internal/core"
 	"simpler/hal/dtype"
 )
 
-// depRun steps dependency inference directly: tasks are wired in order,
-// none runs.
+// depRun steps dependency inference directly: tasks are wired in order
+// on a core, none runs.
 type depRun struct {
+	c     *core.Core
 	r     *Run
 	tasks []*Task
 }
@@ -18,27 +20,35 @@ type depRun struct {
 // newDepRun steps upstream's rules, or with ordered all hazards
 // (Worker(order_hazards=True)).
 func newDepRun(ordered bool) *depRun {
-	return &depRun{r: &Run{w: &Worker{cfg: Config{OrderHazards: ordered}}, spaces: map[spaceKey]*rangeMap{}}}
+	d := &depRun{c: core.New(core.Config{Next: 2, OrderHazards: ordered}), r: &Run{}}
+	d.c.Begin(&d.r.core, 1, true)
+	return d
 }
 
 // add wires a task with the given tensors and tags on NEXT_LEVEL worker 0.
 func (d *depRun) add(args ...any) *Task {
-	t := &Task{ID: len(d.tasks) + 1, run: d.r, job: schedJob{pool: NextLevel, worker: 0}}
-	t.args = []TaskArgs{*mkArgs(args...)}
+	return d.addOn(core.Job{Pool: NextLevel, Worker: 0}, mkArgs(args...))
+}
+
+// addOn wires a task of job with one member per args.
+func (d *depRun) addOn(job core.Job, args ...*TaskArgs) *Task {
+	t := &Task{}
+	t.Payload = t
+	for _, a := range args {
+		t.args = append(t.args, *a)
+	}
+	d.c.Submit(&d.r.core, &t.Task, job, len(args))
 	d.r.wire(t)
 	d.tasks = append(d.tasks, t)
 	return t
 }
 
-// producers are the tasks t waits on, by id.
+// producers are the tasks t waits on, by id: none has retired, so they
+// are the producers its run observed.
 func (d *depRun) producers(t *Task) []int {
-	var ids []int
-	for _, p := range d.tasks {
-		if slices.Contains(p.consumers, t) {
-			ids = append(ids, p.ID)
-		}
-	}
-	return ids
+	ids := slices.Clone(t.Deps())
+	slices.Sort(ids)
+	return slices.Compact(ids)
 }
 
 // view is n int32 elements at byte offset off of host memory at base.
@@ -116,7 +126,7 @@ func TestRemoteRangeDependencies(t *testing.T) {
 		return Tensor{Shape: []int{n}, DType: dtype.UInt8, Remote: &RemoteRef{Buf: b, Offset: off}}
 	}
 	w := d.add(rt(buf, 0, 24), Output)
-	if p := d.producers(d.add(rt(imported, 0, 4), Input)); !slices.Equal(p, []int{w.ID}) {
+	if p := d.producers(d.add(rt(imported, 0, 4), Input)); !slices.Equal(p, []int{w.ID()}) {
 		t.Errorf("an imported view of bytes 16..20 waits on %v", p)
 	}
 	if p := d.producers(d.add(rt(imported, 8, 4), Input)); p != nil {
@@ -215,7 +225,7 @@ func reaches(d *depRun, t, p *Task) bool {
 		x := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
 		for _, q := range d.producers(x) {
-			if q == p.ID {
+			if q == p.ID() {
 				return true
 			}
 			if y := d.tasks[q-1]; !seen[y] {
@@ -255,10 +265,10 @@ func TestLayoutOverlap(t *testing.T) {
 	for _, c := range cases {
 		_, la, _ := placeOf(c.a)
 		_, lb, _ := placeOf(c.b)
-		if got := overlaps(la, lb); got != c.want {
+		if got := core.Overlaps(la, lb); got != c.want {
 			t.Errorf("%s: overlaps = %v, want %v", c.name, got, c.want)
 		}
-		if got := overlaps(lb, la); got != c.want {
+		if got := core.Overlaps(lb, la); got != c.want {
 			t.Errorf("%s, swapped: overlaps = %v, want %v", c.name, got, c.want)
 		}
 		shared := false
@@ -268,26 +278,5 @@ func TestLayoutOverlap(t *testing.T) {
 		if conservative := c.name == "other strides, bounds meet"; c.want != shared && !conservative || conservative && shared {
 			t.Errorf("%s: the byte sets say %v", c.name, shared)
 		}
-	}
-}
-
-// Strided views whose tasks all retired cleanly are dropped once a space
-// holds several; one whose writer failed stays, and poisons a later
-// reader.
-func TestIdleStridedViewsAreDropped(t *testing.T) {
-	d := newDepRun(false)
-	failed := d.add(block(16, 0, 0, 4, 2), Output)
-	failed.done, failed.err = true, Errorf(RuntimeError, "kernel failed")
-	for c := 2; c < 16; c += 2 {
-		tk := d.add(block(16, 0, c, 4, 2), Output)
-		tk.done = true
-	}
-	d.add(block(16, 4, 0, 4, 16), Input) // another layout: the prune runs
-	m := d.r.spaces[spaceKey{space: -1}]
-	if n := len(m.strided); n != 2 {
-		t.Errorf("%d strided views kept, want the failed writer's and the reader's", n)
-	}
-	if r := d.add(block(16, 0, 0, 4, 16), Input); r.poison == nil || r.pending != 0 {
-		t.Errorf("a reader after a failed writer: poison %v, pending %d", r.poison, r.pending)
 	}
 }

@@ -33,13 +33,13 @@ type Det struct {
 	S *dsched.Sched
 
 	mu     sync.Mutex
-	timers []detTimer // task deadlines, by when
+	timers []detTimer // each Worker's next task deadline, by when
 	procs  map[memberKey]*dsched.Proc
 }
 
 type detTimer struct {
 	when time.Duration
-	key  memberKey
+	key  *deadlineTimer
 	fire func()
 }
 
@@ -84,7 +84,7 @@ func (d *Det) Block(what string, ready func() bool, timeout time.Duration) (time
 }
 
 // after arms fire for when virtual time passes d from now.
-func (d *Det) after(key memberKey, dur time.Duration, fire func()) {
+func (d *Det) after(key *deadlineTimer, dur time.Duration, fire func()) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	t := detTimer{when: d.S.Now() + dur, key: key, fire: fire}
@@ -95,7 +95,7 @@ func (d *Det) after(key memberKey, dur time.Duration, fire func()) {
 }
 
 // cancel disarms key's deadline.
-func (d *Det) cancel(key memberKey) {
+func (d *Det) cancel(key *deadlineTimer) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for i, t := range d.timers {
@@ -149,7 +149,7 @@ func (w *Worker) detSpawn(out []Assignment) {
 	}
 	p := d.S.Running()
 	for _, a := range out {
-		q, err := p.Go(fmt.Sprintf("%s task %d member %d run %d", w.workerName(a.Pool, a.Target), a.Task.ID, a.Member, a.Task.run.id))
+		q, err := p.Go(fmt.Sprintf("%s task %d member %d run %d", w.workerName(a.Pool, a.Target), a.Task.ID(), a.Member, runOf(a.Task.Run()).id))
 		if err != nil {
 			panic(fmt.Sprintf("engine: --seed: routing from outside the schedule: %v", err))
 		}

@@ -52,16 +52,16 @@ func (d DirectControl) rule(op string) (directStep, error) {
 	if r.w != w {
 		return directRefused, Errorf(RuntimeError, "%s: run %d is not a run of this Worker", op, r.id)
 	}
-	if !r.building {
+	if !r.core.Building() {
 		return directRefused, Errorf(RuntimeError, "%s: run %d is no longer being built; direct control belongs inside its orchestration function", op, r.id)
 	}
-	if r.tasks > 0 {
+	if r.core.Tasks() > 0 {
 		return directRefused, afterSubmit(op, r)
 	}
-	if r.cancelled != nil {
-		return directRefused, Wrap(r.cancelled, op)
+	if why := r.core.Cancelled(); why != nil {
+		return directRefused, Wrap(why, op)
 	}
-	if !w.core.head(r) {
+	if !w.core.Head(&r.core) {
 		return directWait, nil
 	}
 	return directGo, nil
@@ -130,5 +130,5 @@ func (d DirectControl) CopyFrom(op string, worker int, dst []byte, src uint64) e
 // afterSubmit is the refusal of direct control in run r once r has
 // submitted a task.
 func afterSubmit(op string, r *Run) error {
-	return Errorf(RuntimeError, "%s: direct control cannot follow a task submission in the same run (run %d has submitted %d task(s)); stage every rank (malloc, copy_to) before the first submit, or do it in a later run", op, r.id, r.tasks)
+	return Errorf(RuntimeError, "%s: direct control cannot follow a task submission in the same run (run %d has submitted %d task(s)); stage every rank (malloc, copy_to) before the first submit, or do it in a later run", op, r.id, r.core.Tasks())
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"simpler/engine/internal/core"
 	"simpler/hal/dtype"
 )
 
@@ -21,21 +22,25 @@ func TestDirectRuleSteps(t *testing.T) {
 	if s, err := step(nil); s != directGo || err != nil {
 		t.Fatalf("idle worker: %v %v", s, err)
 	}
-	r1 := &Run{w: w, id: 1, building: true}
-	r2 := &Run{w: w, id: 2, building: true}
+	r1 := &Run{w: w, id: 1}
+	r2 := &Run{w: w, id: 2}
+	r3 := &Run{w: w, id: 3}
 	locked(w, func() int {
-		w.runs[r1], w.runs[r2] = struct{}{}, struct{}{}
-		w.core.begin(r1)
-		w.core.begin(r2)
+		for _, r := range []*Run{r1, r2, r3} {
+			w.runs[r] = struct{}{}
+			w.core.Begin(&r.core, r.id, false)
+		}
 		return 0
 	})
 	defer locked(w, func() int {
-		delete(w.runs, r1)
-		delete(w.runs, r2)
-		w.core.order = nil
+		for _, r := range []*Run{r1, r2, r3} {
+			delete(w.runs, r)
+			var eff Effects
+			w.core.Done(&r.core, &eff)
+		}
 		return 0
 	})
-	if s, err := step(nil); s != directRefused || err == nil || !strings.Contains(err.Error(), "op: 2 run(s) still in flight") {
+	if s, err := step(nil); s != directRefused || err == nil || !strings.Contains(err.Error(), "op: 3 run(s) still in flight") {
 		t.Errorf("outside a run with two in flight: %v %v", s, err)
 	} else {
 		wantKind(t, "outside a run", err, RuntimeError)
@@ -46,15 +51,19 @@ func TestDirectRuleSteps(t *testing.T) {
 	if s, err := step(r2); s != directWait || err != nil {
 		t.Errorf("second run: %v %v", s, err)
 	}
-	locked(w, func() int { r2.tasks = 1; return 0 })
+	locked(w, func() int { w.core.Submit(&r2.core, &(&Task{}).Task, core.Job{}, 1); return 0 })
 	if s, err := step(r2); s != directRefused || err == nil || !strings.Contains(err.Error(), "op: direct control cannot follow a task submission in the same run (run 2") {
 		t.Errorf("after a submit: %v %v", s, err)
 	}
-	locked(w, func() int { r2.tasks, r2.cancelled = 0, Errorf(RuntimeError, "run 2 cancelled"); return 0 })
-	if s, err := step(r2); s != directRefused || err == nil || !strings.Contains(err.Error(), "run 2 cancelled") {
+	locked(w, func() int {
+		var eff Effects
+		w.core.Cancel(&r3.core, Errorf(RuntimeError, "run 3 cancelled"), &eff)
+		return 0
+	})
+	if s, err := step(r3); s != directRefused || err == nil || !strings.Contains(err.Error(), "run 3 cancelled") {
 		t.Errorf("cancelled: %v %v", s, err)
 	}
-	locked(w, func() int { r1.building = false; return 0 })
+	locked(w, func() int { var eff Effects; w.core.Built(&r1.core, &eff); return 0 })
 	if s, err := step(r1); s != directRefused || err == nil || !strings.Contains(err.Error(), "no longer being built") {
 		t.Errorf("after the function returned: %v %v", s, err)
 	}

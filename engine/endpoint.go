@@ -199,8 +199,8 @@ type remoteEndpoint struct {
 
 func (e *remoteEndpoint) Start(a Assignment) {
 	e.w.started(a)
-	t := a.Task
-	k := memberKey{t, a.Member}
+	t := taskOf(a.Task)
+	k := memberKey{a.Task, a.Member}
 	if _, stopped := e.stop(k); stopped { // asked to stop before it started: it never runs
 		e.completeOff(a, ErrNotStarted)
 		return
@@ -260,40 +260,20 @@ func (e *remoteEndpoint) Cancel(a Assignment, reason string) {
 	e.n.Cancel(k, reason) // nothing if the node does not know k yet: Start sees the stop
 }
 
-// started records that a starts on its endpoint, and arms its deadline.
+// started records that a starts on its endpoint, and gives it its
+// deadline in the core (deadline.go).
 func (w *Worker) started(a Assignment) {
-	t := a.Task
+	t := taskOf(a.Task)
 	if w.events.on() {
-		w.events.emit(Event{Kind: TaskStarted, Run: t.run.id, Task: t.ID, Member: a.Member, Worker: w.workerName(a.Pool, a.Target), Callable: t.handle.Name()})
+		w.events.emit(Event{Kind: TaskStarted, Run: runOf(t.Run()).id, Task: t.ID(), Member: a.Member, Worker: w.workerName(a.Pool, a.Target), Callable: t.handle.Name()})
 	}
-	d := t.cfg.Timeout
-	if d == 0 {
-		d = w.cfg.TaskTimeout
+	if d := memberTimeout(t, w.cfg.TaskTimeout); d > 0 {
+		w.mu.Lock()
+		var eff Effects
+		w.core.Arm(a, w.deadlines.now()+int64(d), int64(d), &eff)
+		w.deadlines.set(eff.Deadline)
+		w.mu.Unlock()
 	}
-	if d <= 0 {
-		return
-	}
-	k := memberKey{t, a.Member}
-	if w.cfg.Det != nil { // a virtual deadline: it fires at a scheduling point
-		w.cfg.Det.after(k, d, func() { w.expired(a, d) })
-		return
-	}
-	w.mu.Lock()
-	w.deadlines[k] = time.AfterFunc(d, func() { w.expired(a, d) })
-	w.mu.Unlock()
-}
-
-// expired fails a member that ran past its deadline d, poisoning what
-// depends on it, and asks its endpoint to stop it.
-func (w *Worker) expired(a Assignment, d time.Duration) {
-	why := Errorf(TimeoutError, "past its deadline of %v", d)
-	w.mu.Lock()
-	delete(w.deadlines, memberKey{a.Task, a.Member})
-	var eff Effects
-	w.core.expire(a, why, &eff)
-	w.wake(eff)
-	w.mu.Unlock()
-	w.apply(eff, why.Error())
 }
 
 // apply carries out what core steps asked for, outside w.mu: stop the
@@ -308,7 +288,7 @@ func (w *Worker) apply(eff Effects, reason string) {
 	}
 	w.epMu.RUnlock()
 	if eff.Fenced != nil {
-		w.finish(eff.Fenced)
+		w.finish(runOf(eff.Fenced))
 	}
 }
 
@@ -338,28 +318,23 @@ func (w *Worker) endpoint(a Assignment) Endpoint {
 // so when its cleanups are not all local it is returned, for the caller
 // to run where it may block.
 func (w *Worker) completed(a Assignment, err error, scratch *[]Assignment) (after func()) {
-	t := a.Task
+	t := taskOf(a.Task)
 	if w.events.on() {
-		w.events.emit(Event{Kind: TaskFinished, Run: t.run.id, Task: t.ID, Member: a.Member, Worker: w.workerName(a.Pool, a.Target), Callable: t.handle.Name(), Err: err})
+		w.events.emit(Event{Kind: TaskFinished, Run: runOf(t.Run()).id, Task: t.ID(), Member: a.Member, Worker: w.workerName(a.Pool, a.Target), Callable: t.handle.Name(), Err: err})
 	}
 	var eff Effects
 	if scratch != nil {
 		eff.Assign = (*scratch)[:0]
 	}
-	if w.cfg.Det != nil {
-		w.cfg.Det.cancel(memberKey{t, a.Member})
-	}
 	w.mu.Lock()
-	if len(w.deadlines) > 0 { // most tasks have none: no hashing for them
-		k := memberKey{t, a.Member}
-		if tm := w.deadlines[k]; tm != nil {
-			tm.Stop()
-			delete(w.deadlines, k)
-		}
-	}
-	w.core.complete(a, err, &eff)
+	w.core.Complete(a, err, &eff)
+	w.deadlines.set(eff.Deadline) // news only when a had a deadline
 	w.wake(eff)
-	local := eff.Fenced != nil && eff.Fenced.finishesLocally()
+	var r *Run
+	if eff.Fenced != nil {
+		r = runOf(eff.Fenced)
+	}
+	local := r != nil && r.finishesLocally()
 	w.mu.Unlock()
 	if scratch != nil {
 		*scratch = eff.Assign
@@ -368,7 +343,6 @@ func (w *Worker) completed(a Assignment, err error, scratch *[]Assignment) (afte
 		w.stopMembers(eff.Stop, fmt.Sprintf("member %d of its group failed", a.Member))
 	}
 	w.route(eff.Assign)
-	r := eff.Fenced
 	if r == nil {
 		return nil
 	}
@@ -426,7 +400,7 @@ func (w *Worker) nextRunner() func(e *loopEndpoint, a Assignment) error {
 	switch {
 	case w.chipProcs != nil:
 		return func(e *loopEndpoint, a Assignment) (err error) {
-			t := a.Task
+			t := taskOf(a.Task)
 			if e.raceCtx != nil {
 				e.raceLog, err = w.chipProcs[a.Target].RunRecorded(t.handle, &t.args[a.Member], &e.stop, w.raceChipTag(a.Target))
 				return err
@@ -435,14 +409,14 @@ func (w *Worker) nextRunner() func(e *loopEndpoint, a Assignment) error {
 		}
 	case w.nodeProcs != nil:
 		return func(e *loopEndpoint, a Assignment) error {
-			t := a.Task
+			t := taskOf(a.Task)
 			return w.nodeProcs[a.Target].Run(t.handle, &t.args[a.Member], &t.cfg, &e.stop)
 		}
 	case w.cfg.Level >= 4:
 		return func(e *loopEndpoint, a Assignment) error { return w.runChild(e, a) }
 	}
 	return func(e *loopEndpoint, a Assignment) error {
-		t := a.Task
+		t := taskOf(a.Task)
 		if e.chip.Chip == nil { // the endpoint's chip never changes: made once
 			e.chip = ChipCtx{WorkerID: a.Target, Chip: w.chips[a.Target], Local: &e.local, Stop: &e.stop}
 		}
@@ -454,7 +428,7 @@ func (w *Worker) nextRunner() func(e *loopEndpoint, a Assignment) error {
 // runChild runs a task of a level-4 worker as a run of the child Worker in
 // this process; stopping it cancels that run.
 func (w *Worker) runChild(e *loopEndpoint, a Assignment) error {
-	t := a.Task
+	t := taskOf(a.Task)
 	oc, args, cfg := t.handle.Callable.(OrchCallable), &t.args[a.Member], t.cfg
 	r, err := w.children[a.Target].submit(func(o *Orchestrator) (any, error) { return nil, oc.RunOrch(o, args, &cfg) }, &e.stop, e.raceCtx)
 	if err != nil {
@@ -468,7 +442,7 @@ func (w *Worker) runChild(e *loopEndpoint, a Assignment) error {
 func (w *Worker) subRunner() func(e *loopEndpoint, a Assignment) error {
 	if w.subProcs != nil {
 		return func(e *loopEndpoint, a Assignment) (err error) {
-			t := a.Task
+			t := taskOf(a.Task)
 			if e.raceCtx != nil {
 				e.raceLog, err = w.subProcs[a.Target].RunRecorded(t.handle, &t.args[a.Member], &e.stop, w.cfg.Race.ChipTag(w.subProcs[a.Target]))
 				return err
@@ -477,7 +451,7 @@ func (w *Worker) subRunner() func(e *loopEndpoint, a Assignment) error {
 		}
 	}
 	return func(e *loopEndpoint, a Assignment) error {
-		t := a.Task
+		t := taskOf(a.Task)
 		return t.handle.Callable.(SubCallable).RunSub(&SubCtx{WorkerID: a.Target, Local: &e.local, Stop: &e.stop, Race: e.raceCtx}, &t.args[a.Member])
 	}
 }

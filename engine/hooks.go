@@ -52,7 +52,7 @@ func (r *Run) OnFence(p FencePhase, key any, fn func() error) bool {
 
 // onFence is OnFence with w.mu held.
 func (r *Run) onFence(p FencePhase, key any, fn func() error) bool {
-	if r.fenced {
+	if r.core.Fenced() {
 		return false
 	}
 	for _, h := range r.fence[p] {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"simpler/engine/hostmem"
+	"simpler/engine/internal/core"
 	"simpler/hal/dtype"
 )
 
@@ -46,7 +47,7 @@ func (o *Orchestrator) building(op string) error {
 	if err := o.w.usable(op); err != nil {
 		return err
 	}
-	if !o.run.building {
+	if !o.run.core.Building() {
 		return Errorf(RuntimeError, "%s: run %d is no longer being built; submit only from inside its orchestration function", op, o.run.id)
 	}
 	return nil
@@ -58,7 +59,7 @@ func (o *Orchestrator) SubmitNext(h *Handle, args *TaskArgs, cfg *CallConfig, wo
 	if err := o.checkNext(op, h, worker); err != nil {
 		return nil, err
 	}
-	return o.submit(op, h, schedJob{pool: NextLevel, worker: worker}, []*TaskArgs{args}, cfg)
+	return o.submit(op, h, core.Job{Pool: NextLevel, Worker: worker}, []*TaskArgs{args}, cfg)
 }
 
 // SubmitNextGroup submits one DAG node that runs member i with
@@ -81,7 +82,7 @@ func (o *Orchestrator) SubmitNextGroup(h *Handle, argsList []*TaskArgs, cfg *Cal
 			return nil, err
 		}
 	}
-	return o.submit(op, h, schedJob{pool: NextLevel, worker: -1, group: append([]int(nil), workers...)}, argsList, cfg)
+	return o.submit(op, h, core.Job{Pool: NextLevel, Worker: -1, Group: append([]int(nil), workers...)}, argsList, cfg)
 }
 
 // SubmitSub submits one task to the shared SUB pool.
@@ -90,7 +91,7 @@ func (o *Orchestrator) SubmitSub(h *Handle, args *TaskArgs) (*Task, error) {
 	if err := o.checkSub(op, h, 1); err != nil {
 		return nil, err
 	}
-	return o.submit(op, h, schedJob{pool: Sub}, []*TaskArgs{args}, nil)
+	return o.submit(op, h, core.Job{Pool: Sub}, []*TaskArgs{args}, nil)
 }
 
 // SubmitSubGroup submits one DAG node run on len(argsList) SUB workers at
@@ -103,7 +104,7 @@ func (o *Orchestrator) SubmitSubGroup(h *Handle, argsList []*TaskArgs) (*Task, e
 	if err := o.checkSub(op, h, len(argsList)); err != nil {
 		return nil, err
 	}
-	return o.submit(op, h, schedJob{pool: Sub, subGroup: len(argsList)}, argsList, nil)
+	return o.submit(op, h, core.Job{Pool: Sub, SubGroup: len(argsList)}, argsList, nil)
 }
 
 func (o *Orchestrator) checkHandle(op string, h *Handle) error {
@@ -161,12 +162,12 @@ func (o *Orchestrator) checkSub(op string, h *Handle, n int) error {
 // checkTensors validates every tensor of one member before anything is
 // allocated: host tensors must be in shared memory; device tensors must
 // lie in a live region of the chip the member runs on.
-func (o *Orchestrator) checkTensors(op string, job schedJob, m int, a *TaskArgs) error {
-	worker := job.worker
-	if job.group != nil {
-		worker = job.group[m]
+func (o *Orchestrator) checkTensors(op string, job core.Job, m int, a *TaskArgs) error {
+	worker := job.Worker
+	if job.Group != nil {
+		worker = job.Group[m]
 	}
-	remote := job.pool == NextLevel && o.w.IsRemote(worker)
+	remote := job.Pool == NextLevel && o.w.IsRemote(worker)
 	if remote {
 		if err := o.w.remotes[worker].Lost(); err != nil {
 			return &Error{Kind: RuntimeError, Msg: fmt.Sprintf("%s: remote_worker %d can take no more work: %v", op, worker, err), Cause: err}
@@ -201,7 +202,7 @@ func (o *Orchestrator) checkTensors(op string, job schedJob, m int, a *TaskArgs)
 			}
 			continue
 		}
-		if job.pool == Sub {
+		if job.Pool == Sub {
 			return Errorf(ValueError, "%s: tensor %d is device memory (child_memory); SUB workers see host memory only", op, i)
 		}
 		if o.w.cfg.Level >= 4 {
@@ -250,7 +251,7 @@ func checkArgBounds(op string, a *TaskArgs) error {
 // while the task window is full), allocate runtime OUTPUTs, wire
 // dependencies against the run's tensor map, register heap references with
 // the task, publish READY or PENDING, and route ready work to endpoints.
-func (o *Orchestrator) submit(op string, h *Handle, job schedJob, argsList []*TaskArgs, cfg *CallConfig) (*Task, error) {
+func (o *Orchestrator) submit(op string, h *Handle, job core.Job, argsList []*TaskArgs, cfg *CallConfig) (*Task, error) {
 	for m, a := range argsList {
 		if a == nil {
 			continue // no tensors to check; clone makes it empty
@@ -285,10 +286,12 @@ func (o *Orchestrator) submit(op string, h *Handle, job schedJob, argsList []*Ta
 		w.mu.Unlock()
 		return nil, err
 	}
-	for w.core.windowFull(o.run) {
+	r := o.run
+	for w.core.WindowFull(&r.core) {
 		w.wait()
 	}
-	t := &Task{run: o.run, handle: h, job: job, cfg: *cfg}
+	t := &Task{handle: h, cfg: *cfg}
+	t.Payload = t
 	if len(argsList) == 1 {
 		t.args = t.one[:]
 	} else {
@@ -304,24 +307,18 @@ func (o *Orchestrator) submit(op string, h *Handle, job schedJob, argsList []*Ta
 	for m, a := range argsList {
 		t.args[m] = a.clone()
 	}
-	r := o.run
-	r.tasks++
-	t.ID = r.tasks
-	t.remaining = len(argsList)
+	w.core.Submit(&r.core, &t.Task, job, len(argsList))
 	r.raceSubmit(t)
 	r.wire(t)
 	o.refHeap(t)
 	w.hostBufs.ref(t)
 	r.captureRemote(t)
 	if w.events.on() {
-		w.events.emit(Event{Kind: TaskSubmitted, Run: r.id, Task: t.ID, Members: len(argsList), Callable: h.Name(), Deps: t.deps})
+		w.events.emit(Event{Kind: TaskSubmitted, Run: r.id, Task: t.ID(), Members: len(argsList), Callable: h.Name(), Deps: t.Deps()})
 	}
-	hold := len(o.zeroing) > 0
-	if hold {
-		t.pending++ // held until its heap blocks are zeroed, outside the lock
-	}
+	hold := len(o.zeroing) > 0 // held until its heap blocks are zeroed, outside the lock
 	eff := Effects{Assign: o.dispatch[:0]}
-	w.core.add(t, &eff)
+	w.core.Add(&t.Task, hold, &eff)
 	w.wake(eff)
 	o.dispatch = eff.Assign[:0]
 	w.mu.Unlock()
@@ -344,7 +341,7 @@ func (o *Orchestrator) zeroAndRelease(t *Task) {
 	w := o.w
 	w.mu.Lock()
 	var eff Effects
-	w.core.unhold(t, &eff)
+	w.core.Unhold(&t.Task, &eff)
 	w.wake(eff)
 	w.mu.Unlock()
 	w.route(eff.Assign)
@@ -407,7 +404,7 @@ func (o *Orchestrator) heapAlloc(op string, n int) (*heapBlock, error) {
 			o.scope.blocks = append(o.scope.blocks, b)
 			return b, nil
 		}
-		if w.core.heapStuck(o.run) {
+		if w.core.HeapStuck(&o.run.core) {
 			r := w.heap.rings[ringForDepth(depth)]
 			return nil, Errorf(RuntimeError, "%s: heap ring exhausted: %d bytes wanted at scope depth %d, %d of ring %d's heap_ring_size=%d held by live scopes", op, n, depth, r.used, r.index, r.size)
 		}
@@ -490,14 +487,14 @@ func (o *Orchestrator) Drain() error {
 	if err := o.building("drain"); err != nil {
 		return err
 	}
-	for o.run.inflight > 0 {
+	for o.run.core.Inflight() > 0 {
 		w.wait()
 	}
-	if o.run.firstErr != nil {
+	err := o.run.core.FirstErr()
+	if err != nil {
 		o.run.failSeen = true
-		return o.run.firstErr.err
 	}
-	return nil
+	return err
 }
 
 // failedFast refuses a submit once the orchestration has seen its run
@@ -505,13 +502,14 @@ func (o *Orchestrator) Drain() error {
 // and upstream stops adding to it. Caller holds w.mu.
 func (o *Orchestrator) failedFast(op string) error {
 	r := o.run
-	if r.cancelled != nil {
-		return Wrap(r.cancelled, op)
+	if why := r.core.Cancelled(); why != nil {
+		return Wrap(why, op)
 	}
-	if !r.failSeen || r.firstErr == nil {
+	first := r.core.FirstErr()
+	if !r.failSeen || first == nil {
 		return nil
 	}
-	return &Error{Kind: RuntimeError, Msg: fmt.Sprintf("%s: run %d has already failed, so nothing more is added to it: %v", op, r.id, r.firstErr.err), Cause: r.firstErr.err}
+	return &Error{Kind: RuntimeError, Msg: fmt.Sprintf("%s: run %d has already failed, so nothing more is added to it: %v", op, r.id, first), Cause: first}
 }
 
 // wait blocks on the retire condition. Caller holds w.mu.
@@ -533,7 +531,7 @@ func (o *Orchestrator) direct(op string) error {
 	if err := o.building(op); err != nil {
 		return err
 	}
-	if o.run.tasks > 0 {
+	if o.run.core.Tasks() > 0 {
 		return afterSubmit(op, o.run)
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 
+	"simpler/engine/internal/core"
 	"simpler/internal/race"
 )
 
@@ -28,13 +29,13 @@ import (
 type raceRun struct {
 	mu    sync.Mutex
 	orch  *race.Ctx // the context that submitted it
-	tasks map[*Task]*raceTask
+	tasks map[*core.Task]*raceTask
 	end   race.Clock // every finished task's end
 }
 
 type raceTask struct {
 	submit race.Clock
-	after  []*Task // producers upstream's rules order it after
+	after  []*core.Task // producers upstream's rules order it after
 	end    race.Clock
 
 	// A member that ran in a process: its context and log, kept until
@@ -53,7 +54,8 @@ func (w *Worker) raceBegin(r *Run, ctx *race.Ctx) {
 	if ctx == nil {
 		ctx = w.cfg.Race.Main()
 	}
-	r.race = &raceRun{orch: ctx, tasks: map[*Task]*raceTask{}}
+	r.race = &raceRun{orch: ctx, tasks: map[*core.Task]*raceTask{}}
+	r.core.ObserveEdges(r.raceEdge)
 }
 
 // RaceCtx is the detector's context of the code building r, nil without
@@ -84,15 +86,15 @@ func (r *Run) raceSubmit(t *Task) {
 	}
 	rt := &raceTask{submit: r.race.orch.Release()}
 	r.race.mu.Lock()
-	r.race.tasks[t] = rt
+	r.race.tasks[&t.Task] = rt
 	r.race.mu.Unlock()
 }
 
 // raceEdge records how t relates to an earlier task p that touched the
 // same bytes: ordered after it for a read after a write, otherwise a note
 // of upstream's rule for the report.
-func (r *Run) raceEdge(t, p *Task, h hazard) {
-	if h == readAfterWrite {
+func (r *Run) raceEdge(t, p *core.Task, h core.Hazard) {
+	if h == core.ReadAfterWrite {
 		r.race.mu.Lock()
 		if rt := r.race.tasks[t]; rt != nil {
 			rt.after = append(rt.after, p)
@@ -101,13 +103,13 @@ func (r *Run) raceEdge(t, p *Task, h hazard) {
 		return
 	}
 	why := "an OUTPUT or OUTPUT_EXISTING (insert-only) does not wait for an earlier writer of its bytes under upstream's tag rules"
-	if h == writeAfterRead {
+	if h == core.WriteAfterRead {
 		why = "a writer (OUTPUT, OUTPUT_EXISTING or INOUT) does not wait for an earlier reader of its bytes under upstream's tag rules"
 	}
 	if r.w.cfg.OrderHazards {
 		why += " (order_hazards=True orders them here; upstream would race)"
 	}
-	r.w.cfg.Race.NoEdge(r.w, r.id, t.ID, p.ID, why)
+	r.w.cfg.Race.NoEdge(r.w, r.id, t.ID(), p.ID(), why)
 }
 
 // raceStart makes the context of member a as it starts on this process's
@@ -117,9 +119,9 @@ func (w *Worker) raceStart(a Assignment) *race.Ctx {
 	if d == nil {
 		return nil
 	}
-	t, r := a.Task, a.Task.run
+	t, r := taskOf(a.Task), runOf(a.Task.Run())
 	r.race.mu.Lock()
-	rt := r.race.tasks[t]
+	rt := r.race.tasks[a.Task]
 	after := []race.Clock{rt.submit, w.racePrev()}
 	for _, p := range rt.after {
 		if pt := r.race.tasks[p]; pt != nil {
@@ -128,8 +130,8 @@ func (w *Worker) raceStart(a Assignment) *race.Ctx {
 	}
 	r.race.mu.Unlock()
 	who := race.Who{
-		Desc:  fmt.Sprintf("%s (task %d, member %d, run %d, on %s)", t.handle.Name(), t.ID, a.Member, r.id, w.workerName(a.Pool, a.Target)),
-		Owner: w, Run: r.id, Task: t.ID, Member: a.Member, Parent: r.race.orch,
+		Desc:  fmt.Sprintf("%s (task %d, member %d, run %d, on %s)", t.handle.Name(), t.ID(), a.Member, r.id, w.workerName(a.Pool, a.Target)),
+		Owner: w, Run: r.id, Task: t.ID(), Member: a.Member, Parent: r.race.orch,
 	}
 	if a.Pool == NextLevel {
 		who.Chip = w.raceChipTag(a.Target)
@@ -156,7 +158,7 @@ func (w *Worker) raceFinish(a Assignment, c *race.Ctx) {
 		return
 	}
 	end := c.Finish()
-	r := a.Task.run
+	r := runOf(a.Task.Run())
 	r.race.mu.Lock()
 	rt := r.race.tasks[a.Task]
 	rt.end = race.Join(rt.end, end)
@@ -179,15 +181,16 @@ func (w *Worker) raceReplay(a Assignment, c *race.Ctx, log []byte) {
 	if err != nil {
 		l = &race.RecordedLog{} // a failed member sends none; a bad log is checked as empty, and said
 		if c != nil && len(log) > 0 {
-			w.cfg.Race.Note(fmt.Sprintf("the access log of member %d of task %d could not be read (%v): its accesses were not checked", a.Member, a.Task.ID, err))
+			w.cfg.Race.Note(fmt.Sprintf("the access log of member %d of task %d could not be read (%v): its accesses were not checked", a.Member, a.Task.ID(), err))
 		}
 	}
-	r := a.Task.run
+	r := runOf(a.Task.Run())
+	members := len(taskOf(a.Task).args)
 	r.race.mu.Lock()
 	rt := r.race.tasks[a.Task]
 	if rt.ctxs == nil {
-		rt.ctxs = make([]*race.Ctx, len(a.Task.args))
-		rt.logs = make([]*race.RecordedLog, len(a.Task.args))
+		rt.ctxs = make([]*race.Ctx, members)
+		rt.logs = make([]*race.RecordedLog, members)
 	}
 	rt.ctxs[a.Member], rt.logs[a.Member] = c, l
 	rt.ended++

@@ -67,7 +67,7 @@ func (w *Worker) BuildingRun() *Run {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for r := range w.runs {
-		if r.building {
+		if r.core.Building() {
 			return r
 		}
 	}

@@ -2,29 +2,19 @@ package engine
 
 import (
 	"fmt"
-	"simpler/internal/race"
 	"time"
+
+	"simpler/engine/internal/core"
+	"simpler/internal/race"
 )
 
 // Run is one submission: the DAG an orchestration function built, its
 // fence, and the cleanups that follow the fence. It is also the RunHandle
 // callers wait on.
 type Run struct {
-	w        *Worker
-	id       uint64
-	spaces   map[spaceKey]*rangeMap // who wrote and read which bytes (deps.go)
-	tasks    int                    // submitted
-	inflight int                    // submitted and not retired
-	running  int                    // members started on an endpoint and not yet reported back
-	// cancelled is why the run was cancelled (nil: it was not).
-	cancelled error
-	// What the cancel cut short, as the tasks retire: tasks that did not
-	// start and tasks stopped while they ran (cancel.go).
-	notStarted, stopped []int
-
-	building  bool // the orchestration function has not returned
-	fenced    bool
-	firstErr  *Task // the root failure with the lowest task id
+	core      core.Run // its tasks, order, fence, cancel and first failure: the core's
+	w         *Worker
+	id        uint64
 	buildErr  error
 	result    any
 	root      *scope
@@ -34,9 +24,7 @@ type Run struct {
 	domains   []*Domain                 // allocated by this run, in allocation order
 	captured  []*RemoteBuffer           // remote buffers this run's tasks hold (rbuf.go)
 	retired   bool                      // past the fence: a release frees at once
-	held      []*Task                   // ready tasks waiting for the runs before this one
 	failSeen  bool                      // the orchestrator has seen a failure (drain): later submits are refused
-	observed  bool                      // the Worker has an observer: tasks keep their producers' ids
 	stop      Stopper                   // stops the orchestration function while it runs (Cancel)
 	done      chan struct{}
 	waitErr   error    // set before done is closed
@@ -78,11 +66,12 @@ func (w *Worker) submit(build func(o *Orchestrator) (any, error), parent *Stoppe
 		return nil, Errorf(ValueError, "submit: a level-2 worker is one chip; use run(kernel, args)")
 	}
 	w.runSeq++
-	r := &Run{w: w, id: w.runSeq, spaces: map[spaceKey]*rangeMap{}, building: true, done: make(chan struct{}), observed: w.events.on()}
+	r := &Run{w: w, id: w.runSeq, done: make(chan struct{})}
+	r.core.Payload = r
 	r.root = &r.rootScope
+	w.core.Begin(&r.core, r.id, w.events.on())
 	w.raceBegin(r, ctx)
 	w.runs[r] = struct{}{}
-	w.core.begin(r)
 	w.mu.Unlock()
 	if parent != nil {
 		parent.OnStop(func(string) { r.Cancel() })
@@ -103,7 +92,7 @@ func (w *Worker) submit(build func(o *Orchestrator) (any, error), parent *Stoppe
 		o.scope = o.scope.parent
 	}
 	var eff Effects
-	w.core.built(r, &eff)
+	w.core.Built(&r.core, &eff)
 	w.mu.Unlock()
 	if eff.Fenced != nil {
 		w.finish(r)
@@ -162,7 +151,7 @@ func (r *Run) Cancel() {
 	why := Errorf(RuntimeError, "run %d cancelled", r.id)
 	w.mu.Lock()
 	var eff Effects
-	w.core.cancel(r, why, &eff)
+	w.core.Cancel(&r.core, why, &eff)
 	eff.Wake = true // r's orchestration may wait for earlier runs in direct control (direct.go)
 	w.wake(eff)
 	w.mu.Unlock()
@@ -232,9 +221,9 @@ func (r *Run) detWait(timeout time.Duration) error {
 // notDone is Wait's TimeoutError: how many tasks the run has left.
 func (r *Run) notDone(timeout time.Duration) error {
 	r.w.mu.Lock()
-	left := r.inflight
+	left, tasks := r.core.Inflight(), r.core.Tasks()
 	r.w.mu.Unlock()
-	return Errorf(TimeoutError, "run %d not done after %v (%d of %d tasks still unfinished)", r.id, timeout, left, r.tasks)
+	return Errorf(TimeoutError, "run %d not done after %v (%d of %d tasks still unfinished)", r.id, timeout, left, tasks)
 }
 
 // Result is the orchestration function's return value once the run is
@@ -250,7 +239,7 @@ func (r *Run) Result() (any, error) {
 func (r *Run) Tasks() int {
 	r.w.mu.Lock()
 	defer r.w.mu.Unlock()
-	return r.tasks
+	return r.core.Tasks()
 }
 
 // finishesLocally reports whether finishing r needs no reply from a remote
@@ -273,10 +262,8 @@ func (w *Worker) finish(r *Run) {
 	r.root.end(w.heap)
 	cleanups := r.cleanups
 	r.cleanups = nil
-	if r.firstErr != nil {
-		r.waitErr = r.firstErr.err
-	}
-	if r.cut() {
+	r.waitErr = r.core.FirstErr()
+	if r.core.Cut() {
 		r.waitErr = r.cancelError()
 	}
 	if len(cleanups) == 0 && r.fenceOnly() {
@@ -316,7 +303,7 @@ func (w *Worker) closeRun(r *Run) Effects {
 	w.events.emit(Event{Kind: RunFenced, Run: r.id, Err: r.waitErr})
 	close(r.done)
 	var eff Effects
-	w.core.done(r, &eff)
+	w.core.Done(&r.core, &eff)
 	w.wake(eff)
 	return eff
 }

@@ -33,7 +33,7 @@ func TestOrderHazardsOrdersEveryWrite(t *testing.T) {
 		mustRun(t, w, buildErr(func(o *Orchestrator) {
 			a = must(o.SubmitNext(hold, mkArgs(x, c[0]), nil, 0))
 			b = must(o.SubmitNext(h, mkArgs(x, c[1]), nil, 1))
-			if !locked(w, func() bool { return slices.Contains(a.consumers, b) && b.pending == 1 }) {
+			if !locked(w, func() bool { return slices.Contains(a.Consumers(), &b.Task) && b.Pending() == 1 }) {
 				t.Errorf("%s then %s: the writer does not wait under order_hazards", c[0], c[1])
 			}
 			close(gate)
@@ -59,7 +59,7 @@ func TestColumnBlocksRunIndependently(t *testing.T) {
 		b := must(o.SubmitNext(hold, mkArgs(col(4, 4), Output), nil, 1))
 		r := must(o.SubmitNext(h, mkArgs(m, Input), nil, 0))
 		if !locked(w, func() bool {
-			return slices.Contains(a.consumers, r) && slices.Contains(b.consumers, r) && r.pending == 2
+			return slices.Contains(a.Consumers(), &r.Task) && slices.Contains(b.Consumers(), &r.Task) && r.Pending() == 2
 		}) {
 			t.Error("the whole-matrix reader does not wait for both block writers")
 		}
@@ -93,7 +93,7 @@ func TestOverlappingWritesAndBadStridesAreRefused(t *testing.T) {
 			if err == nil {
 				return nil
 			}
-			if o.run.tasks != 0 {
+			if o.run.core.Tasks() != 0 {
 				t.Errorf("%s: the refused task was counted", c.name)
 			}
 			return err

@@ -23,6 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"simpler/engine/internal/core"
 	"simpler/hal"
 	"simpler/internal/race"
 )
@@ -105,9 +106,8 @@ type Worker struct {
 	epMu      sync.RWMutex
 	epStopped bool
 	epWG      *sync.WaitGroup
-	sched     *Sched   // the core's, kept for SetDepth and tests
-	core      *core    // runs, DAG, window, scheduler: the decision logic (core.go)
-	reg       Registry // (registry.go)
+	core      *core.Core // runs, DAG, window, scheduler: the decision logic (package core)
+	reg       Registry   // (registry.go)
 	heap      *runHeap
 	runs      map[*Run]struct{}
 	runSeq    uint64
@@ -117,13 +117,12 @@ type Worker struct {
 
 	hostBufs HostBuffers // (hostbuf.go)
 
-	events Events // the observer and its clock (event.go)
+	events    Events        // the observer and its clock (event.go)
+	deadlines deadlineTimer // the one timer of the members' deadlines (deadline.go)
 
 	closeHooks [nClosePhases][]closeHook // roles' work at close (hooks.go)
 	roleMu     sync.Mutex                // guards roles; taken under no other lock of w
 	roles      map[any]any               // roles' state, by key (Worker.Role)
-	// deadlines are the timers of running members with a deadline.
-	deadlines map[memberKey]*time.Timer
 }
 
 // NewWorker validates cfg and returns a Worker in state NEW.
@@ -132,13 +131,13 @@ func NewWorker(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	w := &Worker{cfg: cfg, runs: map[*Run]struct{}{},
-		deadlines: map[memberKey]*time.Timer{},
 		namespace: fmt.Sprintf("w%d", workerSeq.Add(1))}
 	w.cond = sync.NewCond(&w.mu)
 	w.hostBufs = newHostBuffers(w)
 	w.domains = newLocalDomains(w)
 	w.events.det = cfg.Det
 	w.reg = Registry{w: w, byDigest: map[string]*Handle{}}
+	w.deadlines = deadlineTimer{det: cfg.Det, epoch: time.Now(), fire: w.deadlinesDue}
 	return w, nil
 }
 
@@ -233,14 +232,8 @@ func (w *Worker) start() error {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.sched = NewSched(w.nextCount(), w.cfg.NumSubWorkers)
-	for id := range w.remotes {
-		if w.IsRemote(id) {
-			w.sched.SetDepth(id, RemoteDepth)
-		}
-	}
 	w.heap = newRunHeap(w.cfg.HeapRingSize)
-	w.core = newCore(w.sched, w.heap, w.cfg.TaskWindow, w.workerName)
+	w.core = newCore(w)
 	w.state = stateReady
 	if w.cfg.Level >= 3 {
 		w.startEndpoints()

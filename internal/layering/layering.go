@@ -9,6 +9,10 @@
 //   - engine never imports engine/proc or engine/remote: they implement
 //     the engine's interfaces, and Config brings them in;
 //   - engine/proc and engine/remote never import each other;
+//   - engine/internal/core, the decision logic of a Worker's runs,
+//     imports no package of the module (only the standard library), and
+//     its files refer to each other without a cycle (files_test.go,
+//     measured with go/types);
 //   - nothing below starlib imports the Starlark interpreter: the engine,
 //     hal, wire, kind and internal (but internal/mpitest, a test helper
 //     that parses scripts) know nothing of scripts;

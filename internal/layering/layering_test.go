@@ -56,6 +56,8 @@ func TestLayers(t *testing.T) {
 	forbid("simpler/engine/remote", is("simpler/engine/proc", "simpler/engine/global"), "proc, remote and global never import each other")
 	forbid("simpler/engine/global", is("simpler/engine/proc", "simpler/engine/remote"), "proc, remote and global never import each other")
 	forbid("simpler/engine/internal/lifetime", is("simpler/engine", "simpler/hal", "simpler/wire"), "a domain's lifetime is a leaf state machine")
+	forbid("simpler/engine/internal/core", func(imp string) bool { return strings.HasPrefix(imp, "simpler/") },
+		"the core is pure decision logic: the engine steps it, it knows nothing of the engine")
 	for pkg := range graph {
 		below := is("simpler/engine", "simpler/hal", "simpler/wire", "simpler/kind", "simpler/internal")(pkg)
 		if below && pkg != "simpler/internal/mpitest" {

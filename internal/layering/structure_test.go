@@ -14,9 +14,9 @@ import (
 	"testing"
 )
 
-// The measures of issue 27 that a reader can rerun: which files of a
-// package reference each other in a cycle, and which files a submit walks
-// through. `go test ./internal/layering/ -run Structure -v` prints them.
+// The measures of issue 27 that a reader can rerun: which files of the
+// engine reference each other in a cycle (files_test.go's graph), and
+// which files a submit walks through. `go test ./internal/layering/ -run Structure -v` prints them.
 
 // pkgInfo is one package of the module, type-checked from source.
 type pkgInfo struct {
@@ -67,78 +67,6 @@ func (p *pkgInfo) fileOf(obj types.Object) string {
 		return ""
 	}
 	return filepath.Base(p.fset.Position(obj.Pos()).Filename)
-}
-
-// fileGraph is, for each file of the package, the other files whose
-// declarations it uses.
-func (p *pkgInfo) fileGraph() map[string]map[string]bool {
-	g := map[string]map[string]bool{}
-	for _, f := range p.files {
-		from := filepath.Base(p.fset.Position(f.Pos()).Filename)
-		g[from] = map[string]bool{}
-		ast.Inspect(f, func(n ast.Node) bool {
-			id, ok := n.(*ast.Ident)
-			if !ok {
-				return true
-			}
-			if to := p.fileOf(p.info.Uses[id]); to != "" && to != from {
-				g[from][to] = true
-			}
-			return true
-		})
-	}
-	return g
-}
-
-// cycles is the strongly connected components of g with more than one
-// file (Tarjan's algorithm), each sorted, largest first.
-func cycles(g map[string]map[string]bool) [][]string {
-	index, low, on := map[string]int{}, map[string]int{}, map[string]bool{}
-	var stack []string
-	var out [][]string
-	var visit func(v string)
-	visit = func(v string) {
-		index[v], low[v] = len(index), len(index)
-		stack = append(stack, v)
-		on[v] = true
-		for w := range g[v] {
-			if _, seen := index[w]; !seen {
-				visit(w)
-				low[v] = min(low[v], low[w])
-			} else if on[w] {
-				low[v] = min(low[v], index[w])
-			}
-		}
-		if low[v] != index[v] {
-			return
-		}
-		var comp []string
-		for {
-			w := stack[len(stack)-1]
-			stack = stack[:len(stack)-1]
-			on[w] = false
-			comp = append(comp, w)
-			if w == v {
-				break
-			}
-		}
-		if len(comp) > 1 {
-			sort.Strings(comp)
-			out = append(out, comp)
-		}
-	}
-	names := make([]string, 0, len(g))
-	for v := range g {
-		names = append(names, v)
-	}
-	sort.Strings(names)
-	for _, v := range names {
-		if _, seen := index[v]; !seen {
-			visit(v)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
-	return out
 }
 
 // decls maps each function and method of the package to its declaration.
@@ -294,9 +222,9 @@ func (p *pkgInfo) method(typ, name string) *types.Func {
 // TestStructureMeasures prints the engine's file cycles: the measure the
 // issue quotes ("27 of 36 files in one cycle").
 func TestStructureMeasures(t *testing.T) {
-	p := load(t, "engine")
-	g := p.fileGraph()
+	g := fileGraph(t, "../../engine")
 	cs := cycles(g)
+	sort.Slice(cs, func(i, j int) bool { return len(cs[i]) > len(cs[j]) })
 	if len(g) < 10 {
 		t.Fatalf("engine has %d files?", len(g))
 	}
@@ -305,6 +233,7 @@ func TestStructureMeasures(t *testing.T) {
 		largest = len(cs[0])
 		t.Logf("engine: the largest file cycle has %d of %d files: %s", largest, len(g), strings.Join(cs[0], " "))
 	}
+	p := load(t, "engine")
 	submit := p.method("Orchestrator", "SubmitNext")
 	if submit == nil {
 		t.Fatal("no Orchestrator.SubmitNext")

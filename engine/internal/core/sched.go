@@ -1,4 +1,4 @@
-package engine
+package core
 
 // The scheduler decides which ready task runs on which endpoint. It is a
 // plain state machine: Push a ready task, Finish an endpoint's current job,
@@ -15,22 +15,6 @@ package engine
 // sending the next before the last completes hides the round trip). A
 // group still waits for its targets to be idle.
 
-// Pool says which kind of endpoint a task runs on.
-type Pool uint8
-
-// The endpoint pools.
-const (
-	NextLevel Pool = iota // chips at L3, child workers at L4 and up
-	Sub                   // SUB workers
-)
-
-func (p Pool) String() string {
-	if p == Sub {
-		return "sub_worker"
-	}
-	return "next_level"
-}
-
 // Assignment is one member of a task placed on one endpoint.
 type Assignment struct {
 	Task   *Task
@@ -38,16 +22,6 @@ type Assignment struct {
 	Pool   Pool
 	Target int // worker id within the pool
 }
-
-// schedJob is the part of a task the scheduler reads.
-type schedJob struct {
-	pool     Pool
-	worker   int   // single NEXT_LEVEL task: its worker; group: -1
-	group    []int // NEXT_LEVEL group: its workers, member i on group[i]
-	subGroup int   // SUB group: number of members (0 for single tasks)
-}
-
-func (j *schedJob) isGroup() bool { return j.group != nil || j.subGroup > 0 }
 
 type fifo struct {
 	items []*Task
@@ -108,10 +82,10 @@ func (s *Sched) Push(t *Task) {
 	switch {
 	case t.job.isGroup():
 		s.groups.push(t)
-	case t.job.pool == Sub:
+	case t.job.Pool == Sub:
 		s.subQ.push(t)
 	default:
-		s.next[t.job.worker].push(t)
+		s.next[t.job.Worker].push(t)
 	}
 }
 
@@ -164,26 +138,26 @@ func (s *Sched) dispatchGroups(out []Assignment) []Assignment {
 	}
 	for s.groups.len() > 0 {
 		t := s.groups.peek()
-		if t.job.subGroup > 0 {
-			if s.subIdle < t.job.subGroup {
+		if t.job.SubGroup > 0 {
+			if s.subIdle < t.job.SubGroup {
 				return out // subHeld keeps the idle SUB workers for it
 			}
 			s.groups.pop()
-			for m := 0; m < t.job.subGroup; m++ {
+			for m := 0; m < t.job.SubGroup; m++ {
 				out = append(out, Assignment{Task: t, Member: m, Pool: Sub, Target: s.takeSub()})
 			}
 			continue
 		}
-		for _, w := range t.job.group {
+		for _, w := range t.job.Group {
 			if s.nextLoad[w] > 0 {
-				for _, r := range t.job.group {
+				for _, r := range t.job.Group {
 					s.reserved[r] = true
 				}
 				return out
 			}
 		}
 		s.groups.pop()
-		for m, w := range t.job.group {
+		for m, w := range t.job.Group {
 			s.nextLoad[w]++
 			out = append(out, Assignment{Task: t, Member: m, Pool: NextLevel, Target: w})
 		}
@@ -194,7 +168,7 @@ func (s *Sched) dispatchGroups(out []Assignment) []Assignment {
 // subHeld reports whether the head group is a SUB group waiting for
 // workers, in which case idle SUB workers are kept for it.
 func (s *Sched) subHeld() bool {
-	return s.groups.len() > 0 && s.groups.peek().job.subGroup > 0
+	return s.groups.len() > 0 && s.groups.peek().job.SubGroup > 0
 }
 
 func (s *Sched) takeSub() int {
@@ -205,7 +179,7 @@ func (s *Sched) takeSub() int {
 			return i
 		}
 	}
-	panic("engine: takeSub with no idle SUB worker")
+	panic("core: takeSub with no idle SUB worker")
 }
 
 // Remove takes every queued task for which drop is true out of the
@@ -230,4 +204,21 @@ func (s *Sched) Remove(drop func(*Task) bool) []*Task {
 	filter(&s.subQ)
 	filter(&s.groups)
 	return out
+}
+
+func (s *Sched) checkInvariants(fail func(string, ...any)) {
+	for w, n := range s.nextLoad {
+		if n < 0 || n > s.depth[w] {
+			fail("NEXT_LEVEL worker %d holds %d tasks, its depth is %d", w, n, s.depth[w])
+		}
+	}
+	idle := 0
+	for _, busy := range s.subBusy {
+		if !busy {
+			idle++
+		}
+	}
+	if idle != s.subIdle {
+		fail("%d SUB workers idle, the count says %d", idle, s.subIdle)
+	}
 }

@@ -1,4 +1,4 @@
-package engine
+package core
 
 import (
 	"errors"
@@ -11,48 +11,56 @@ import (
 // The core stepped directly, in the style of sched_test.go: no Worker, no
 // goroutines, no I/O. Each step's Effects are checked.
 
+// errNotStarted is what the tests' endpoints report for a member stopped
+// before it started.
+var errNotStarted = errors.New("cancelled before it started")
+
 type coreT struct {
 	t  *testing.T
-	c  *core
+	c  *Core
 	id uint64
 }
 
+// newCoreT makes a core of 2 NEXT_LEVEL endpoints and 1 SUB endpoint whose
+// failures read as the engine's do: where, which task, why.
 func newCoreT(t *testing.T, window int) *coreT {
-	name := func(p Pool, id int) string { return fmt.Sprintf("%s %d", p, id) }
-	return &coreT{t: t, c: newCore(NewSched(2, 1), nil, window, name)}
+	fail := func(a Assignment, err error) error {
+		return fmt.Errorf("%s %d: task %d running %q failed: %w", a.Pool, a.Target, a.Task.id, fmt.Sprintf("k%d", a.Task.id), err)
+	}
+	return &coreT{t: t, c: New(Config{Next: 2, Sub: 1, Window: window, NotStarted: errNotStarted, Fail: fail})}
 }
 
 // run begins a run that is being built.
 func (ct *coreT) run() *Run {
 	ct.id++
-	r := &Run{id: ct.id, spaces: map[spaceKey]*rangeMap{}, building: true}
-	ct.c.begin(r)
+	r := &Run{}
+	ct.c.Begin(r, ct.id, false)
 	return r
 }
 
 // task adds a single task of r on NEXT_LEVEL worker w, waiting on deps.
 func (ct *coreT) task(r *Run, w int, deps ...*Task) (*Task, Effects) {
-	r.tasks++
-	t := &Task{ID: r.tasks, run: r, handle: &Handle{Callable: newFn(fmt.Sprintf("k%d", r.tasks))}, job: schedJob{pool: NextLevel, worker: w}, remaining: 1}
+	t := &Task{}
+	ct.c.Submit(r, t, Job{Pool: NextLevel, Worker: w}, 1)
 	for _, d := range deps {
 		t.dependOn(d)
 	}
 	var eff Effects
-	ct.c.add(t, &eff)
+	ct.c.Add(t, false, &eff)
 	return t, eff
 }
 
 // finish completes the assignment of t with err.
 func (ct *coreT) finish(t *Task, err error) Effects {
 	var eff Effects
-	ct.c.complete(Assignment{Task: t, Pool: t.job.pool, Target: t.job.worker}, err, &eff)
+	ct.c.Complete(Assignment{Task: t, Pool: t.job.Pool, Target: t.job.Worker}, err, &eff)
 	return eff
 }
 
 func assigned(eff Effects) []int {
 	var ids []int
 	for _, a := range eff.Assign {
-		ids = append(ids, a.Task.ID)
+		ids = append(ids, a.Task.ID())
 	}
 	return ids
 }
@@ -77,7 +85,7 @@ func TestCoreSubmitCompleteFence(t *testing.T) {
 		t.Fatal("fenced while the orchestration function still runs")
 	}
 	var built Effects
-	ct.c.built(r, &built)
+	ct.c.Built(r, &built)
 	if built.Fenced != r || r.firstErr != nil || ct.c.inflight != 0 {
 		t.Fatalf("built: fenced %v, first error %v, in flight %d", built.Fenced, r.firstErr, ct.c.inflight)
 	}
@@ -97,8 +105,8 @@ func TestCorePoisonAndFirstError(t *testing.T) {
 	t2, _ := ct.task(r, 1)
 	t3, _ := ct.task(r, 0, t1)
 	t4, _ := ct.task(r, 1, t3)
-	ct.finish(t2, Errorf(ValueError, "second"))
-	eff := ct.finish(t1, Errorf(ValueError, "first"))
+	ct.finish(t2, fmt.Errorf("second"))
+	eff := ct.finish(t1, fmt.Errorf("first"))
 	if len(eff.Assign) != 0 {
 		t.Errorf("a poisoned consumer was assigned: %v", assigned(eff))
 	}
@@ -109,10 +117,10 @@ func TestCorePoisonAndFirstError(t *testing.T) {
 		t.Errorf("the poisoned task's error: %v", t4.err)
 	}
 	if r.firstErr != t1 {
-		t.Errorf("first error is task %d's, want task 1's (the lowest id)", r.firstErr.ID)
+		t.Errorf("first error is task %d's, want task 1's (the lowest id)", r.firstErr.id)
 	}
 	var eff2 Effects
-	ct.c.built(r, &eff2)
+	ct.c.Built(r, &eff2)
 	if eff2.Fenced != r {
 		t.Error("a run of retired tasks did not fence")
 	}
@@ -128,21 +136,21 @@ func TestCoreRunOrder(t *testing.T) {
 	if len(eff.Assign) != 0 || !slices.Contains(r2.held, b) {
 		t.Fatalf("run 2's task on idle worker 1: assigned %v, held %v", assigned(eff), r2.held)
 	}
-	if ct.c.windowFull(r1) || !ct.c.windowFull(r2) {
-		t.Errorf("window: the first run counts its own 1 task, the second all 2: full %v, %v", ct.c.windowFull(r1), ct.c.windowFull(r2))
+	if ct.c.WindowFull(r1) || !ct.c.WindowFull(r2) {
+		t.Errorf("window: the first run counts its own 1 task, the second all 2: full %v, %v", ct.c.WindowFull(r1), ct.c.WindowFull(r2))
 	}
 	ct.finish(a, nil)
 	var fence Effects
-	ct.c.built(r1, &fence)
+	ct.c.Built(r1, &fence)
 	if fence.Fenced != r1 {
 		t.Fatal("run 1 did not fence")
 	}
 	var done Effects
-	ct.c.done(r1, &done)
+	ct.c.Done(r1, &done)
 	if got := assigned(done); !slices.Equal(got, []int{1}) || done.Assign[0].Task != b || !done.Wake || len(r2.held) != 0 {
 		t.Fatalf("run 1 done: assigned %v, wake %v, held %v", got, done.Wake, r2.held)
 	}
-	if !ct.c.head(r2) {
+	if !ct.c.Head(r2) {
 		t.Error("run 2 is not first")
 	}
 }
@@ -153,12 +161,12 @@ func TestCoreDoneOutOfOrder(t *testing.T) {
 	ct := newCoreT(t, 16)
 	r1, r2 := ct.run(), ct.run()
 	var eff Effects
-	ct.c.built(r2, &eff)
+	ct.c.Built(r2, &eff)
 	if eff.Fenced != r2 {
 		t.Fatal("an empty run did not fence")
 	}
-	ct.c.done(r2, &eff)
-	if !ct.c.head(r1) || len(ct.c.order) != 1 || len(eff.Assign) != 0 {
+	ct.c.Done(r2, &eff)
+	if !ct.c.Head(r1) || len(ct.c.order) != 1 || len(eff.Assign) != 0 {
 		t.Errorf("order %v, assigned %v", ct.c.order, assigned(eff))
 	}
 }
@@ -168,12 +176,12 @@ func TestCoreDoneOutOfOrder(t *testing.T) {
 func TestCoreHeapStuck(t *testing.T) {
 	ct := newCoreT(t, 16)
 	r1, r2 := ct.run(), ct.run()
-	if !ct.c.heapStuck(r1) {
+	if !ct.c.HeapStuck(r1) {
 		t.Error("nothing in flight, yet not stuck")
 	}
 	ct.task(r2, 1)
-	if !ct.c.heapStuck(r1) || ct.c.heapStuck(r2) {
-		t.Errorf("only run 2's held task in flight: first run stuck %v, second %v", ct.c.heapStuck(r1), ct.c.heapStuck(r2))
+	if !ct.c.HeapStuck(r1) || ct.c.HeapStuck(r2) {
+		t.Errorf("only run 2's held task in flight: first run stuck %v, second %v", ct.c.HeapStuck(r1), ct.c.HeapStuck(r2))
 	}
 }
 
@@ -188,43 +196,44 @@ func TestCoreInvariantsCatchDrift(t *testing.T) {
 		"in-flight count":  func() { ct.c.inflight++ },
 		"scheduler load":   func() { ct.c.sched.nextLoad[1] = 5 },
 		"SUB idle count":   func() { ct.c.sched.subIdle = 7 },
-		"held by the head": func() { r.held = append(r.held, &Task{ID: 9, run: r}) },
+		"held by the head": func() { r.held = append(r.held, &Task{id: 9, run: r}) },
+		"running count":    func() { r.running++ },
 	} {
 		saved := *ct.c.sched
-		savedInflight, savedHeld := ct.c.inflight, r.held
+		savedInflight, savedHeld, savedRunning := ct.c.inflight, r.held, r.running
 		corrupt()
 		func() {
 			defer func() {
-				if p := recover(); p == nil || !strings.Contains(fmt.Sprint(p), "engine invariant broken") {
+				if p := recover(); p == nil || !strings.Contains(fmt.Sprint(p), "core invariant broken") {
 					t.Errorf("%s: check did not panic (%v)", name, p)
 				}
 			}()
 			ct.c.checkInvariants()
 		}()
-		*ct.c.sched, ct.c.inflight, r.held = saved, savedInflight, savedHeld
+		*ct.c.sched, ct.c.inflight, r.held, r.running = saved, savedInflight, savedHeld, savedRunning
 	}
 }
 
 // group adds a NEXT_LEVEL group task of r, member i on worker ws[i].
 func (ct *coreT) group(r *Run, ws ...int) (*Task, Effects) {
-	r.tasks++
-	t := &Task{ID: r.tasks, run: r, handle: &Handle{Callable: newFn(fmt.Sprintf("g%d", r.tasks))}, job: schedJob{pool: NextLevel, worker: -1, group: ws}, remaining: len(ws)}
+	t := &Task{}
+	ct.c.Submit(r, t, Job{Pool: NextLevel, Worker: -1, Group: ws}, len(ws))
 	var eff Effects
-	ct.c.add(t, &eff)
+	ct.c.Add(t, false, &eff)
 	return t, eff
 }
 
 // report completes member m of t, which runs on NEXT_LEVEL worker w.
 func (ct *coreT) report(t *Task, m, w int, err error) Effects {
 	var eff Effects
-	ct.c.complete(Assignment{Task: t, Member: m, Pool: NextLevel, Target: w}, err, &eff)
+	ct.c.Complete(Assignment{Task: t, Member: m, Pool: NextLevel, Target: w}, err, &eff)
 	return eff
 }
 
 func stopped(eff Effects) []string {
 	var s []string
 	for _, a := range eff.Stop {
-		s = append(s, fmt.Sprintf("%d.%d@%d", a.Task.ID, a.Member, a.Target))
+		s = append(s, fmt.Sprintf("%d.%d@%d", a.Task.id, a.Member, a.Target))
 	}
 	return s
 }
@@ -241,31 +250,27 @@ func TestCoreCancelSettlesByReport(t *testing.T) {
 	t2, _ := ct.task(r, 1)
 	t3, _ := ct.task(r, 0)     // queued behind task 1
 	t4, _ := ct.task(r, 1, t2) // pending on task 2
-	why := Errorf(RuntimeError, "run 1 cancelled")
+	why := fmt.Errorf("run 1 cancelled")
 	var built, eff Effects
-	ct.c.built(r, &built)
-	ct.c.cancel(r, why, &eff)
+	ct.c.Built(r, &built)
+	ct.c.Cancel(r, why, &eff)
 	if got := stopped(eff); !slices.Equal(got, []string{"1.0@0", "2.0@1"}) || eff.Fenced != nil {
 		t.Fatalf("cancel: asked to stop %v, fenced %v", got, eff.Fenced)
 	}
 	if !t3.done || t1.done || t2.done {
 		t.Fatalf("after the cancel: done %v %v %v; only the queued task 3 retires", t1.done, t2.done, t3.done)
 	}
-	ct.finish(t1, nil)                                   // it ran to its end before the stop reached it
-	eff = ct.finish(t2, Errorf(RuntimeError, "stopped")) // stopped while it ran
+	ct.finish(t1, nil)                         // it ran to its end before the stop reached it
+	eff = ct.finish(t2, fmt.Errorf("stopped")) // stopped while it ran
 	if !t4.done || t1.err != nil || t2.err != why || t3.err != why || t4.err != why {
 		t.Fatalf("errors: %v, %v, %v, %v", t1.err, t2.err, t3.err, t4.err)
 	}
-	if eff.Fenced != r || !r.cut() {
-		t.Fatalf("the last report: fenced %v, cut %v", eff.Fenced, r.cut())
+	if eff.Fenced != r || !r.Cut() {
+		t.Fatalf("the last report: fenced %v, cut %v", eff.Fenced, r.Cut())
 	}
-	err := r.cancelError()
-	var rep *CancelReport
-	if !errors.As(err, &rep) || !slices.Equal(rep.NotStarted, []int{3, 4}) || !slices.Equal(rep.Stopped, []int{2}) || KindOf(err) != RuntimeError {
-		t.Fatalf("the report: %v (%+v)", err, rep)
-	}
-	if want := "RuntimeError: run 1 cancelled: tasks 3-4 did not start; task 2 stopped while running; 1 other task ran to the end"; err.Error() != want {
-		t.Errorf("the error:\n got %s\nwant %s", err, want)
+	notStarted, stopped := r.CancelReport()
+	if !slices.Equal(notStarted, []int{3, 4}) || !slices.Equal(stopped, []int{2}) {
+		t.Fatalf("the report: not started %v, stopped %v", notStarted, stopped)
 	}
 }
 
@@ -277,22 +282,22 @@ func TestCoreCancelOfWorkThatRan(t *testing.T) {
 	r := ct.run()
 	t1, _ := ct.task(r, 0)
 	var built, eff Effects
-	ct.c.built(r, &built)
-	ct.c.cancel(r, Errorf(RuntimeError, "run 1 cancelled"), &eff)
+	ct.c.Built(r, &built)
+	ct.c.Cancel(r, fmt.Errorf("run 1 cancelled"), &eff)
 	eff = ct.finish(t1, nil)
-	if eff.Fenced != r || r.cut() || t1.err != nil {
-		t.Fatalf("a task that ran to its end: fenced %v, cut %v, error %v", eff.Fenced, r.cut(), t1.err)
+	if eff.Fenced != r || r.Cut() || t1.err != nil {
+		t.Fatalf("a task that ran to its end: fenced %v, cut %v, error %v", eff.Fenced, r.Cut(), t1.err)
 	}
-	ct.c.done(r, &eff)
+	ct.c.Done(r, &eff)
 
 	r2 := ct.run()
 	t2, _ := ct.task(r2, 1)
-	ct.c.built(r2, &built)
-	ct.c.cancel(r2, Errorf(RuntimeError, "run 2 cancelled"), &eff)
+	ct.c.Built(r2, &built)
+	ct.c.Cancel(r2, fmt.Errorf("run 2 cancelled"), &eff)
 	if got := stopped(eff); !slices.Equal(got, []string{"1.0@1"}) {
 		t.Fatalf("run 2's cancel: asked to stop %v", got)
 	}
-	ct.finish(t2, ErrNotStarted)
+	ct.finish(t2, errNotStarted)
 	if !slices.Equal(r2.notStarted, []int{1}) || len(r2.stopped) != 0 {
 		t.Errorf("reported not started: not started %v, stopped %v", r2.notStarted, r2.stopped)
 	}
@@ -308,13 +313,13 @@ func TestCoreGroupMemberFailureStopsSiblings(t *testing.T) {
 	if len(eff.Assign) != 2 {
 		t.Fatalf("the group: assigned %v", assigned(eff))
 	}
-	eff = ct.report(g, 0, 0, Errorf(ValueError, "rank 0 failed"))
+	eff = ct.report(g, 0, 0, fmt.Errorf("rank 0 failed"))
 	if got := stopped(eff); !slices.Equal(got, []string{"1.1@1"}) || g.done {
 		t.Fatalf("member 0 failed: asked to stop %v, task done %v", got, g.done)
 	}
-	ct.report(g, 1, 1, Errorf(RuntimeError, "stopped: member 0 of its group failed"))
+	ct.report(g, 1, 1, fmt.Errorf("stopped: member 0 of its group failed"))
 	var built Effects
-	ct.c.built(r, &built)
+	ct.c.Built(r, &built)
 	if !g.done || built.Fenced != r || r.firstErr != g || !strings.Contains(g.err.Error(), "rank 0 failed") {
 		t.Fatalf("the group: done %v, fenced %v, error %v", g.done, built.Fenced, g.err)
 	}
@@ -326,8 +331,53 @@ func TestCoreGroupMemberDeadlineStopsSiblings(t *testing.T) {
 	r := ct.run()
 	g, _ := ct.group(r, 0, 1)
 	var eff Effects
-	ct.c.expire(Assignment{Task: g, Member: 1, Pool: NextLevel, Target: 1}, Errorf(TimeoutError, "past its deadline"), &eff)
-	if got := stopped(eff); !slices.Equal(got, []string{"1.0@0", "1.1@1"}) {
-		t.Fatalf("member 1 past its deadline: asked to stop %v", got)
+	ct.c.Arm(Assignment{Task: g, Member: 1, Pool: NextLevel, Target: 1}, 100, 100, &eff)
+	if eff.Deadline != 100 {
+		t.Fatalf("armed at 100: next deadline %d", eff.Deadline)
+	}
+	ct.c.Advance(99, &eff)
+	if len(eff.Stop) != 0 || eff.Deadline != 100 {
+		t.Fatalf("at 99: asked to stop %v, next deadline %d", stopped(eff), eff.Deadline)
+	}
+	ct.c.Advance(100, &eff)
+	if got := stopped(eff); !slices.Equal(got, []string{"1.0@0", "1.1@1"}) || eff.Deadline != NoDeadline {
+		t.Fatalf("member 1 past its deadline: asked to stop %v, next deadline %d", got, eff.Deadline)
+	}
+}
+
+// Deadlines are kept per member: the earliest one is reported, one
+// reported back before it falls costs nothing, and each expires at its
+// own tick.
+func TestCoreDeadlinesInLogicalTime(t *testing.T) {
+	ct := newCoreT(t, 16)
+	r := ct.run()
+	t1, _ := ct.task(r, 0)
+	t2, _ := ct.task(r, 1)
+	a1 := Assignment{Task: t1, Pool: NextLevel, Target: 0}
+	a2 := Assignment{Task: t2, Pool: NextLevel, Target: 1}
+	var eff Effects
+	ct.c.Arm(a2, 50, 50, &eff)
+	ct.c.Arm(a1, 30, 30, &eff)
+	if eff.Deadline != 30 {
+		t.Fatalf("deadlines at 50 and 30: next %d", eff.Deadline)
+	}
+	eff = ct.finish(t1, nil) // back before its deadline: the next one is task 2's
+	if eff.Deadline != 50 {
+		t.Fatalf("task 1 back: next deadline %d", eff.Deadline)
+	}
+	ct.c.Advance(40, &eff)
+	if len(eff.Stop) != 0 || t1.err != nil || eff.Deadline != 50 {
+		t.Fatalf("at 40: stop %v, task 1's error %v, next %d", stopped(eff), t1.err, eff.Deadline)
+	}
+	eff = Effects{}
+	ct.c.Advance(60, &eff)
+	if got := stopped(eff); !slices.Equal(got, []string{"2.0@1"}) || !t2.done || !errors.Is(t2.err, errLate) || eff.Deadline != NoDeadline {
+		t.Fatalf("at 60: stop %v, task 2 done %v with %v, next %d", got, t2.done, t2.err, eff.Deadline)
+	}
+	eff = ct.finish(t2, errors.New("stopped"))
+	var built Effects
+	ct.c.Built(r, &built)
+	if built.Fenced != r || !errors.Is(r.FirstErr(), errLate) {
+		t.Fatalf("the run: fenced %v, first error %v", built.Fenced, r.FirstErr())
 	}
 }

@@ -1,4 +1,4 @@
-package engine
+package core
 
 import (
 	"fmt"
@@ -8,19 +8,19 @@ import (
 )
 
 // Scheduler tests step the state machine by hand: no goroutines, no
-// Worker. Tasks carry only an ID and a schedJob.
+// Worker. Tasks carry only an id and a Job.
 
 func single(id, worker int) *Task {
-	return &Task{ID: id, job: schedJob{pool: NextLevel, worker: worker}}
+	return &Task{id: int32(id), job: Job{Pool: NextLevel, Worker: worker}}
 }
 
 func group(id int, workers ...int) *Task {
-	return &Task{ID: id, job: schedJob{pool: NextLevel, worker: -1, group: workers}}
+	return &Task{id: int32(id), job: Job{Pool: NextLevel, Worker: -1, Group: workers}}
 }
 
-func subTask(id int) *Task { return &Task{ID: id, job: schedJob{pool: Sub}} }
+func subTask(id int) *Task { return &Task{id: int32(id), job: Job{Pool: Sub}} }
 
-func subGroupTask(id, k int) *Task { return &Task{ID: id, job: schedJob{pool: Sub, subGroup: k}} }
+func subGroupTask(id, k int) *Task { return &Task{id: int32(id), job: Job{Pool: Sub, SubGroup: k}} }
 
 // fmtAssign renders assignments as "task.member@pool:target", sorted so
 // that the comparison does not depend on the order within one Dispatch.
@@ -31,7 +31,7 @@ func fmtAssign(as []Assignment) string {
 		if a.Pool == Sub {
 			p = "S"
 		}
-		s = append(s, fmt.Sprintf("%d.%d@%s%d", a.Task.ID, a.Member, p, a.Target))
+		s = append(s, fmt.Sprintf("%d.%d@%s%d", a.Task.id, a.Member, p, a.Target))
 	}
 	slices.Sort(s)
 	return strings.Join(s, " ")

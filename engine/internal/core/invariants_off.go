@@ -1,6 +1,6 @@
 //go:build !invariants && !race
 
-package engine
+package core
 
 // invariants is off in ordinary builds (see invariants_on.go).
 const invariants = false
