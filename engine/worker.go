@@ -15,6 +15,19 @@
 // starts no process and opens no socket: the process transport is package
 // engine/proc (Config.Spawn), the TCP transport package engine/remote
 // (Config.Dial), and engine imports neither.
+//
+// Locks, in the order a goroutine may take them (lockRanks in worker.go;
+// every -race and invariants build checks it, TestWorkerLockOrderIsChecked):
+// a Worker's regMu (what fans out to the tree and waits on it: Init,
+// Register, Unregister, Close), its epMu (endpoints handed work from
+// timers and cancels, or stopped by close), its mu (the core, the runs,
+// the heap: the task path), then leaf locks taken with nothing else
+// acquired under them (raceMu, roleMu, an endpoint's, a Stopper's, the
+// --seed scheduler's, a role's own). A parent's lock comes before its
+// child's of the same rank. No lock is held across I/O to a child process
+// or a remote node: the slow part of Init and Close runs under regMu
+// alone, and a transport calls back into the Worker with none of its own
+// locks held.
 package engine
 
 import (
@@ -25,6 +38,7 @@ import (
 
 	"simpler/engine/internal/core"
 	"simpler/hal"
+	"simpler/internal/lockorder"
 	"simpler/internal/race"
 )
 
@@ -52,16 +66,29 @@ const (
 	stateClosed
 )
 
+// The ranks of a Worker's locks, in the order a goroutine may take them
+// (internal/lockorder checks it in every -race and invariants build).
+// Equal ranks nest from parent to child: a parent's regMu, then its
+// child's, when the parent brings the child up.
+var (
+	rankReg       = lockorder.Rank{Order: 10, Name: "Worker.regMu"}
+	rankEndpoints = lockorder.Rank{Order: 20, Name: "Worker.epMu"}
+	rankWorker    = lockorder.Rank{Order: 30, Name: "Worker.mu"}
+	rankRace      = lockorder.Rank{Order: 40, Name: "Worker.raceMu"}
+	rankRoles     = lockorder.Rank{Order: 90, Name: "Worker.roleMu"}
+)
+
 // Worker is a node of the worker tree.
 type Worker struct {
 	cfg Config
 
-	// Lock order: regMu, then mu. regMu serialises what fans out to the
-	// tree and may wait on it (Init, Register, Unregister, Close), so that
-	// mu, which every submit and completion takes, is never held across a
-	// child process's or a remote node's answer.
-	regMu   sync.Mutex
-	mu      sync.Mutex
+	// The lock order (lockRanks; every -race test checks it): regMu, then
+	// epMu, then mu, then the leaves. regMu serialises what fans out to
+	// the tree and may wait on it (Init, Register, Unregister, Close), so
+	// that mu, which every submit and completion takes, is never held
+	// across a child process's or a remote node's answer.
+	regMu   lockorder.Mutex
+	mu      lockorder.Mutex
 	cond    *sync.Cond // signalled when tasks retire (back-pressure, drain)
 	waiters int        // goroutines waiting on cond
 	// building counts the runs whose orchestration function is running.
@@ -72,7 +99,7 @@ type Worker struct {
 
 	// raceDone is the end of every run that is done, which later runs'
 	// tasks start after (race.go); raceMu guards it.
-	raceMu   sync.Mutex
+	raceMu   lockorder.Mutex
 	raceDone race.Clock
 
 	// detWakes counts the core steps that woke waiters, under --seed
@@ -103,7 +130,7 @@ type Worker struct {
 	// from timers and other goroutines, hands work to the endpoints, and
 	// for writing while close stops them (epStopped), so that neither
 	// reaches an endpoint that is gone.
-	epMu      sync.RWMutex
+	epMu      lockorder.RWMutex
 	epStopped bool
 	epWG      *sync.WaitGroup
 	core      *core.Core // runs, DAG, window, scheduler: the decision logic (package core)
@@ -121,7 +148,7 @@ type Worker struct {
 	deadlines deadlineTimer // the one timer of the members' deadlines (deadline.go)
 
 	closeHooks [nClosePhases][]closeHook // roles' work at close (hooks.go)
-	roleMu     sync.Mutex                // guards roles; taken under no other lock of w
+	roleMu     lockorder.Mutex           // guards roles; a leaf
 	roles      map[any]any               // roles' state, by key (Worker.Role)
 }
 
@@ -132,6 +159,8 @@ func NewWorker(cfg Config) (*Worker, error) {
 	}
 	w := &Worker{cfg: cfg, runs: map[*Run]struct{}{},
 		namespace: fmt.Sprintf("w%d", workerSeq.Add(1))}
+	w.regMu.Rank, w.epMu.Rank, w.mu.Rank = rankReg, rankEndpoints, rankWorker
+	w.raceMu.Rank, w.roleMu.Rank = rankRace, rankRoles
 	w.cond = sync.NewCond(&w.mu)
 	w.hostBufs = newHostBuffers(w)
 	w.domains = newLocalDomains(w)
