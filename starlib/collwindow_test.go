@@ -1,0 +1,137 @@
+package starlib
+
+import (
+	"fmt"
+	"math/rand"
+	"strings"
+	"testing"
+)
+
+// windowScript runs the cases of CASES (written in by windowCases), each
+// a window algorithm through the library or the ring kernel alone with
+// small segments and few slots (so that items wrap round the slots), and
+// prints every output whole. Outputs start as a pattern, so that an
+// element a path fails to write shows; float values are not integers, so
+// rounding must match too.
+const windowScript = `
+load("@simpler//collectives.star", "collectives")
+load("@simpler//collective_kernels.star", "RING", "ring_window", "slot_bytes")
+load("cases.star", "CASES")
+
+FLOATS = [FLOAT32, FLOAT16, BFLOAT16]
+OPS = ["sum", "max", "min"]
+
+def data(dt, count, seed):
+    if dt == BOOL:
+        return array.from_list([(i * 7 + seed) % 3 == 0 for i in range(count)], dtype = dt)
+    if dt in FLOATS:
+        return array.from_list([((i * 7 + seed * 13) % 41 - 20) / 8.0 for i in range(count)], dtype = dt)
+    return array.from_list([(i * 7919 + seed * 104729) % 251 - 100 for i in range(count)], dtype = dt)
+
+def ring_kernel(o, c, ws, x, y):
+    isz = x[0].nbytes // c.ic
+    segb = slot_bytes(c.E, isz)
+    h = o.allocate_domain(name = "ringk", workers = ws, window_size = ring_window(c.dirs, c.K, segb), task_only = True)
+    vals = RING.values(op = OPS.index(c.op), rs_only = c.rs, directions = c.dirs, seg_elems = c.E, slots = c.K, slot_bytes = segb)
+    o.submit_next_level_group(RING.fn, [TaskArgs(tensors = [(x[r], INPUT), (y[r], OUTPUT)],
+        scalars = RING.scalars(h[wk].device_ctx, vals)) for r, wk in enumerate(ws)], workers = ws)
+    h.release()
+
+def call(lib, o, c, x, y):
+    ws = c.chips
+    if c.fn == "barrier":
+        lib.barrier(o, workers = ws)
+    elif c.fn == "ringk":
+        ring_kernel(o, c, ws, x, y)
+    else:
+        getattr(lib, c.fn)(o, x, y, workers = ws, op = c.op, algo = c.algo)
+
+def main(ctx):
+    w = Worker(level = 3, platform = "a2a3sim", device_ids = [0, 1, 2, 3], mode = ctx.argv[0])
+    lib = collectives(w)
+    w.init()
+    cs = [struct(**c) for c in CASES]
+    ts = [([host_tensor(data = data(c.dt, c.ic, c.seed + r)) for r in range(c.n)],
+           [host_tensor(data = data(c.dt, c.oc, 999)) for r in range(c.n)]) for c in cs]
+    for i, c in enumerate(cs):
+        w.run(lambda o, a, cfg: call(lib, o, c, ts[i][0], ts[i][1]))
+    for i, c in enumerate(cs):
+        for r in range(c.n):
+            print("%d %s %s n=%d %s %s r%d: %s" % (i, c.fn, c.algo, c.n, c.dt, c.op, r, ts[i][1][r].read().tobytes()))
+    print("cases: %d" % len(cs))
+    w.close()
+`
+
+// windowCases returns count random cases of windowScript, as a Starlark
+// list of dicts, from seed.
+func windowCases(seed int64, count int) string {
+	rng := rand.New(rand.NewSource(seed))
+	dts := []string{"FLOAT32", "FLOAT16", "BFLOAT16", "INT8", "INT32", "INT64", "UINT16", "BOOL"}
+	algos := []string{"onephase", "twophase", "ring", "bidirectional_ring"}
+	var b strings.Builder
+	b.WriteString("CASES = [\n")
+	for i := range count {
+		n := 2 + rng.Intn(3)
+		chips := rng.Perm(4)[:n]
+		c := rng.Intn(300) + 1
+		fn, algo, ic, oc := "allreduce", algos[rng.Intn(len(algos))], c, c
+		dirs, rs, E, K := 1, 0, 1+rng.Intn(7), 2+rng.Intn(2)
+		switch i % 5 {
+		case 3:
+			fn, algo, ic = "reduce_scatter", "ring", n*c
+		case 4:
+			fn, algo = "ringk", "kernel"
+			dirs = 1 + rng.Intn(2)
+			if dirs == 1 && rng.Intn(2) == 0 {
+				rs, ic = 1, n*c
+			}
+		}
+		if i%17 == 0 {
+			fn, algo = "barrier", "-"
+		}
+		fmt.Fprintf(&b, "  dict(fn = %q, algo = %q, n = %d, chips = %s, dt = %s, op = %q, ic = %d, oc = %d, seed = %d, dirs = %d, rs = %d, E = %d, K = %d),\n",
+			fn, algo, n, strings.Join(strings.Fields(fmt.Sprint(chips)), ", "), dts[rng.Intn(len(dts))], []string{"sum", "max", "min"}[rng.Intn(3)], ic, oc, i, dirs, rs, E, K)
+	}
+	b.WriteString("]\n")
+	return b.String()
+}
+
+// TestWindowGoBodiesAreTheStarlarkOnes runs random window collectives
+// (2-4 ranks, dtypes, ops, every window algorithm of allreduce, the
+// ring's reduce-scatter, the barrier, the ring kernel with small segments
+// in one and two directions) with the Go bodies and with the Starlark
+// ones, and wants every output byte for byte the same, the Go bodies to
+// have run every kernel of the first run and none of the second.
+func TestWindowGoBodiesAreTheStarlarkOnes(t *testing.T) {
+	defer nativeOn.Store(true)
+	const seed, count = 28, 150
+	files := map[string]string{"main.star": windowScript, "cases.star": windowCases(seed, count)}
+	run := func(native bool) (string, int64) {
+		nativeOn.Store(native)
+		before := nativeWindows.Load()
+		out, err := runScriptOn(t, "a2a3sim", 4, files, "thread")
+		if err != nil {
+			t.Fatalf("native=%v: %v\n%s", native, err, out)
+		}
+		return out, nativeWindows.Load() - before
+	}
+	goOut, goRuns := run(true)
+	slOut, slRuns := run(false)
+	if goOut != slOut {
+		t.Fatalf("seed %d: outputs differ:\n%s", seed, firstDiff(goOut, slOut))
+	}
+	if !strings.Contains(goOut, fmt.Sprintf("cases: %d", count)) || strings.Count(goOut, "\n") < 2*count {
+		t.Fatalf("the script printed:\n%s", goOut)
+	}
+	kernels := int64(0)
+	for _, line := range strings.Split(windowCases(seed, count), "\n") {
+		if strings.Contains(line, "dict(") {
+			var n int
+			fmt.Sscanf(line[strings.Index(line, ", n = ")+6:], "%d", &n)
+			kernels += int64(n)
+		}
+	}
+	if goRuns != kernels || slRuns != 0 {
+		t.Errorf("the Go bodies ran %d kernels (want %d) and %d with them off", goRuns, kernels, slRuns)
+	}
+}
