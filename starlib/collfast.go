@@ -1,6 +1,7 @@
 package starlib
 
 import (
+	"os"
 	"sync/atomic"
 
 	"go.starlark.net/starlark"
@@ -28,11 +29,14 @@ import (
 //     digest, name and module are the Starlark function's, so a child
 //     process resolves it the same way and runs the Go body too.
 
-// nativeOn switches both Go paths; tests turn it off to compare with the
-// Starlark ones.
+// nativeOn switches the Go paths (these two and the window kernels' Go
+// bodies, collwindow.go); tests turn it off to compare with the Starlark
+// ones. SIMPLER_NATIVE=off in the environment turns it off in a process
+// and the chip processes it starts: the reference, for a comparison
+// across processes or when a Go body is in doubt.
 var nativeOn atomic.Bool
 
-func init() { nativeOn.Store(true) }
+func init() { nativeOn.Store(os.Getenv("SIMPLER_NATIVE") != "off") }
 
 // fastCalls and nativeKernels count the calls and kernel runs the Go
 // paths took, for tests.
