@@ -114,33 +114,39 @@ func TestWindowGoBodiesAreTheStarlarkOnes(t *testing.T) {
 	defer nativeOn.Store(true)
 	const seed, count = 28, 150
 	files := map[string]string{"main.star": windowScript, "cases.star": windowCases(seed, count)}
-	run := func(native bool) (string, int64) {
+	run := func(native bool) (string, int64, int64) {
 		nativeOn.Store(native)
-		before := nativeWindows.Load()
+		before, calls := nativeWindows.Load(), fastCalls.Load()
 		out, err := runScriptOn(t, "a2a3sim", 4, files, "thread")
 		if err != nil {
 			t.Fatalf("native=%v: %v\n%s", native, err, out)
 		}
-		return out, nativeWindows.Load() - before
+		return out, nativeWindows.Load() - before, fastCalls.Load() - calls
 	}
-	goOut, goRuns := run(true)
-	slOut, slRuns := run(false)
+	goOut, goRuns, goCalls := run(true)
+	slOut, slRuns, slCalls := run(false)
 	if goOut != slOut {
 		t.Fatalf("seed %d: outputs differ:\n%s", seed, firstDiff(goOut, slOut))
 	}
 	if !strings.Contains(goOut, fmt.Sprintf("cases: %d", count)) || strings.Count(goOut, "\n") < 2*count {
 		t.Fatalf("the script printed:\n%s", goOut)
 	}
-	kernels := int64(0)
+	kernels, allreduces := int64(0), int64(0)
 	for _, line := range strings.Split(windowCases(seed, count), "\n") {
 		if strings.Contains(line, "dict(") {
 			var n int
 			fmt.Sscanf(line[strings.Index(line, ", n = ")+6:], "%d", &n)
 			kernels += int64(n)
 		}
+		if strings.Contains(line, `fn = "allreduce"`) {
+			allreduces++
+		}
 	}
 	if goRuns != kernels || slRuns != 0 {
 		t.Errorf("the Go bodies ran %d kernels (want %d) and %d with them off", goRuns, kernels, slRuns)
+	}
+	if goCalls != allreduces || slCalls != 0 {
+		t.Errorf("the Go submit took %d calls (want the %d allreduces) and %d with it off", goCalls, allreduces, slCalls)
 	}
 }
 
@@ -232,4 +238,64 @@ func onephaseNoBarrier(th *starlark.Thread, chip *Chip, args *engine.TaskArgs) (
 		wins[j] = k.window(j, k.L, 0, k.dt)
 	}
 	return true, k.reduce(op, []*Tensor{k.dst}, wins)
+}
+
+// windowCallScript runs argv[0] calls of a 4 KiB allreduce through
+// algorithm argv[2] over argv[1] ranks, each in a run of its own, and
+// prints the median call.
+const windowCallScript = `
+load("@simpler//collectives.star", "collectives")
+
+def main(ctx):
+    calls, n, algo = int(ctx.argv[0]), int(ctx.argv[1]), ctx.argv[2]
+    w = Worker(level = 3, platform = "a2a3sim", device_ids = list(range(n)), mode = "thread")
+    c = collectives(w)
+    w.init()
+    x = [host_tensor(data = array.full(1024, float(r + 1), FLOAT32)) for r in range(n)]
+    y = [host_tensor(shape = [1024], dtype = FLOAT32) for r in range(n)]
+    fn = lambda o, a, cfg: c.allreduce(o, x, y, algo = algo)
+    w.run(fn)
+    ts = []
+    for _ in range(calls):
+        t0 = time.now()
+        w.run(fn)
+        ts.append((time.now() - t0).nanoseconds)
+    assert.eq(y[n - 1].read().tolist()[:2], [n * (n + 1) / 2.0] * 2)
+    print("median_ns", sorted(ts)[len(ts) // 2])
+    w.close()
+`
+
+// BenchmarkWindowAllreduce times 4 KiB allreduce calls through each
+// window algorithm from a script, 2 and 4 ranks, with the Go bodies. For
+// a profile:
+//
+//	go test -run XXX -bench 'WindowAllreduce/onephase/2' -benchtime 20000x -cpuprofile cpu.out ./starlib/
+func BenchmarkWindowAllreduce(b *testing.B) {
+	for _, algo := range []string{"onephase", "twophase", "ring", "bidirectional_ring"} {
+		for _, n := range []int{2, 4} {
+			b.Run(fmt.Sprintf("%s/%d", algo, n), func(b *testing.B) {
+				var out bytes.Buffer
+				s := NewSession("a2a3sim", []int{0, 1, 2, 3}, "thread", []string{fmt.Sprint(b.N), fmt.Sprint(n), algo}, &out, &out)
+				dir := b.TempDir()
+				if err := os.WriteFile(filepath.Join(dir, "main.star"), []byte(windowCallScript), 0o644); err != nil {
+					b.Fatal(err)
+				}
+				b.ResetTimer()
+				err := s.RunFile(filepath.Join(dir, "main.star"))
+				b.StopTimer()
+				if cerr := s.Close(); cerr != nil || err != nil {
+					b.Fatalf("%v %v\n%s", err, cerr, out.String())
+				}
+				var med float64
+				i := strings.Index(out.String(), "median_ns")
+				if i < 0 {
+					b.Fatalf("no median in the output:\n%s", out.String())
+				}
+				if _, err := fmt.Sscanf(out.String()[i:], "median_ns %g", &med); err != nil {
+					b.Fatal(err, out.String())
+				}
+				b.ReportMetric(med/1e3, "median-µs/call")
+			})
+		}
+	}
 }
