@@ -139,7 +139,7 @@ func (c *windowCall) members() ([]*TaskArgs, bool) {
 	for i := range list {
 		d := &args[i]
 		lo, slo := 2*i, i*(1+len(c.values))
-		d.e = engine.TaskArgs{Tensors: tensors[lo : lo : lo+2], Tags: tags[lo : lo : lo+2], Scalars: scalars[slo:slo:slo+1+len(c.values)]}
+		d.e = engine.TaskArgs{Tensors: tensors[lo : lo : lo+2], Tags: tags[lo : lo : lo+2], Scalars: scalars[slo : slo : slo+1+len(c.values)]}
 		d.s = TaskArgs{a: &d.e, bufs: bufs[lo : lo : lo+2]}
 		if d.s.addTensor(c.ins[i], TagValue(engine.Input)) != nil || d.s.addTensor(c.outs[i], TagValue(engine.Output)) != nil {
 			return nil, false
