@@ -15,7 +15,7 @@ import (
 )
 
 // The window kernels of collective_kernels.star (BARRIER, ONEPHASE,
-// TWOPHASE, RING) in Go, as runDirect is _k_direct's Go body. A small
+// TWOPHASE, RING, FAN) in Go, as runDirect is _k_direct's Go body. A small
 // collective through a window was mostly the interpreter: the views, the
 // index arithmetic and the loops around a few copies and waits.
 //
@@ -55,6 +55,7 @@ var windowKernels = map[string]windowKernel{
 	"_k_onephase": runOnephase,
 	"_k_twophase": runTwophase,
 	"_k_ring":     runRing,
+	"_k_fan":      runFan,
 }
 
 // nativeWindows counts the window kernels the Go bodies ran, for tests.

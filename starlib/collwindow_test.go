@@ -23,7 +23,7 @@ import (
 // rounding must match too.
 const windowScript = `
 load("@simpler//collectives.star", "collectives")
-load("@simpler//collective_kernels.star", "RING", "ring_window", "slot_bytes")
+load("@simpler//collective_kernels.star", "FAN", "RING", "fan_window", "ring_window", "slot_bytes")
 load("cases.star", "CASES")
 
 FLOATS = [FLOAT32, FLOAT16, BFLOAT16]
@@ -45,12 +45,27 @@ def ring_kernel(o, c, ws, x, y):
         scalars = RING.scalars(h[wk].device_ctx, vals)) for r, wk in enumerate(ws)], workers = ws)
     h.release()
 
+def fan_kernel(o, c, ws, x, y):
+    isz = x[0].nbytes // c.ic
+    segb = slot_bytes(c.E, isz)
+    h = o.allocate_domain(name = "fank", workers = ws, window_size = fan_window(c.n, c.mode, c.K, segb), task_only = True)
+    vals = FAN.values(mode = c.mode, root = c.root, seg_elems = c.E, slots = c.K, slot_bytes = segb)
+    o.submit_next_level_group(FAN.fn, [TaskArgs(tensors = [(x[r], INPUT), (y[r], OUTPUT)],
+        scalars = FAN.scalars(h[wk].device_ctx, vals)) for r, wk in enumerate(ws)], workers = ws)
+    h.release()
+
 def call(lib, o, c, x, y):
     ws = c.chips
     if c.fn == "barrier":
         lib.barrier(o, workers = ws)
     elif c.fn == "ringk":
         ring_kernel(o, c, ws, x, y)
+    elif c.fn == "fank":
+        fan_kernel(o, c, ws, x, y)
+    elif c.fn == "broadcast":
+        lib.broadcast(o, x, y, workers = ws, root = c.root, algo = "fan")
+    elif c.fn in ("allgather", "all_to_all"):
+        getattr(lib, c.fn)(o, x, y, workers = ws, algo = "fan")
     else:
         getattr(lib, c.fn)(o, x, y, workers = ws, op = c.op, algo = c.algo)
 
@@ -84,7 +99,8 @@ func windowCases(seed int64, count int) string {
 		c := rng.Intn(300) + 1
 		fn, algo, ic, oc := "allreduce", algos[rng.Intn(len(algos))], c, c
 		dirs, rs, E, K := 1, 0, 1+rng.Intn(7), 2+rng.Intn(2)
-		switch i % 5 {
+		mode, root := rng.Intn(3), rng.Intn(n)
+		switch i % 9 {
 		case 3:
 			fn, algo, ic = "reduce_scatter", "ring", n*c
 		case 4:
@@ -93,12 +109,26 @@ func windowCases(seed int64, count int) string {
 			if dirs == 1 && rng.Intn(2) == 0 {
 				rs, ic = 1, n*c
 			}
+		case 5:
+			fn, algo, oc = "allgather", "fan", n*c
+		case 6:
+			fn, algo = "broadcast", "fan"
+		case 7:
+			fn, algo, ic, oc = "all_to_all", "fan", n*c, n*c
+		case 8:
+			fn, algo, K = "fank", "kernel", 1+rng.Intn(3)
+			switch mode {
+			case 0:
+				oc = n * c
+			case 2:
+				ic, oc = n*c, n*c
+			}
 		}
 		if i%17 == 0 {
 			fn, algo = "barrier", "-"
 		}
-		fmt.Fprintf(&b, "  dict(fn = %q, algo = %q, n = %d, chips = %s, dt = %s, op = %q, ic = %d, oc = %d, seed = %d, dirs = %d, rs = %d, E = %d, K = %d),\n",
-			fn, algo, n, strings.Join(strings.Fields(fmt.Sprint(chips)), ", "), dts[rng.Intn(len(dts))], []string{"sum", "max", "min"}[rng.Intn(3)], ic, oc, i, dirs, rs, E, K)
+		fmt.Fprintf(&b, "  dict(fn = %q, algo = %q, n = %d, chips = %s, dt = %s, op = %q, ic = %d, oc = %d, seed = %d, dirs = %d, rs = %d, E = %d, K = %d, mode = %d, root = %d),\n",
+			fn, algo, n, strings.Join(strings.Fields(fmt.Sprint(chips)), ", "), dts[rng.Intn(len(dts))], []string{"sum", "max", "min"}[rng.Intn(3)], ic, oc, i, dirs, rs, E, K, mode, root)
 	}
 	b.WriteString("]\n")
 	return b.String()
@@ -106,8 +136,9 @@ func windowCases(seed int64, count int) string {
 
 // TestWindowGoBodiesAreTheStarlarkOnes runs random window collectives
 // (2-4 ranks, dtypes, ops, every window algorithm of allreduce, the
-// ring's reduce-scatter, the barrier, the ring kernel with small segments
-// in one and two directions) with the Go bodies and with the Starlark
+// ring's reduce-scatter, the barrier, the fan's allgather, broadcast and
+// all_to_all, the ring and fan kernels with small segments and few slots)
+// with the Go bodies and with the Starlark
 // ones, and wants every output byte for byte the same, the Go bodies to
 // have run every kernel of the first run and none of the second.
 func TestWindowGoBodiesAreTheStarlarkOnes(t *testing.T) {
@@ -169,6 +200,11 @@ def main(ctx):
     w.run(lambda o, a, cfg: lib.reduce_scatter(o, x, y, algo = "ring"))
     w.run(lambda o, a, cfg: lib.barrier(o))
     assert.eq(y[0].read().tolist()[0], 6.0)
+    z = [host_tensor(shape = [999], dtype = FLOAT32) for r in range(3)]
+    w.run(lambda o, a, cfg: lib.allgather(o, [t.view(shape = [333]) for t in x], z, algo = "fan"))
+    w.run(lambda o, a, cfg: lib.broadcast(o, x, z, root = 1, algo = "fan"))
+    w.run(lambda o, a, cfg: lib.all_to_all(o, x, z, algo = "fan"))
+    assert.eq(z[0].read().tolist()[998], 3.0)
     print("done")
     w.close()
 `
@@ -195,8 +231,8 @@ func runRaced(t *testing.T) (string, int, int64, error) {
 }
 
 // TestWindowGoBodiesUnderRace: under --race the Go bodies run (every
-// kernel of raceScript: 4 allreduces, a reduce-scatter and a barrier
-// over 3 ranks) and the detector finds nothing in them, which it could
+// kernel of raceScript: 4 allreduces, a reduce-scatter, a barrier, an
+// allgather, a broadcast and an all_to_all over 3 ranks) and the detector finds nothing in them, which it could
 // only if it saw their notifies, waits and barriers order their window
 // accesses.
 func TestWindowGoBodiesUnderRace(t *testing.T) {
@@ -204,8 +240,8 @@ func TestWindowGoBodiesUnderRace(t *testing.T) {
 	if err != nil || races != 0 || strings.Contains(out, "DATA RACE") || !strings.Contains(out, "done") {
 		t.Fatalf("%v, %d races:\n%s", err, races, out)
 	}
-	if runs != 6*3 {
-		t.Errorf("the Go bodies ran %d kernels, want %d", runs, 6*3)
+	if runs != 9*3 {
+		t.Errorf("the Go bodies ran %d kernels, want %d", runs, 9*3)
 	}
 }
 

@@ -15,8 +15,8 @@ import (
 // with --check-replay.
 
 // windowAlgoScript runs allreduce through each window algorithm named in
-// argv (all of them without), a ring reduce-scatter and a barrier, over
-// 2-4 ranks, a few dtypes and every op, at odd sizes, and prints every
+// argv (all of them without), a ring reduce-scatter, a barrier and the
+// fan's allgather, broadcast and all_to_all, over 2-4 ranks, a few dtypes and every op, at odd sizes, and prints every
 // output whole.
 const windowAlgoScript = `
 load("@simpler//collectives.star", "collectives")
@@ -49,6 +49,16 @@ def main(ctx):
     w.run(lambda o, a, cfg: lib.barrier(o))
     for r in range(3):
         print("reduce_scatter", r, y[r].read().tolist())
+    z = [host_tensor(shape = [30], dtype = FLOAT32) for r in range(3)]
+    w.run(lambda o, a, cfg: lib.allgather(o, y, z, workers = [1, 2, 0], algo = "fan"))
+    for r in range(3):
+        print("allgather", r, z[r].read().tolist())
+    w.run(lambda o, a, cfg: lib.broadcast(o, x, z, workers = [1, 2, 0], root = 2, algo = "fan"))
+    for r in range(3):
+        print("broadcast", r, z[r].read().tolist())
+    w.run(lambda o, a, cfg: lib.all_to_all(o, x, z, workers = [1, 2, 0], algo = "fan"))
+    for r in range(3):
+        print("all_to_all", r, z[r].read().tolist())
     w.close()
 `
 
@@ -87,7 +97,7 @@ func TestWindowGoBodiesInProcessMode(t *testing.T) {
 	if goOut != slOut {
 		t.Fatalf("outputs differ:\nGo:\n%s\nStarlark:\n%s", goOut, slOut)
 	}
-	if n := strings.Count(goOut, "\n"); n != 4*3*(2+3+4)+3 {
+	if n := strings.Count(goOut, "\n"); n != 4*3*(2+3+4)+4*3 {
 		t.Fatalf("printed %d lines:\n%s", n, goOut)
 	}
 }
@@ -97,7 +107,7 @@ func TestWindowGoBodiesInProcessMode(t *testing.T) {
 func TestWindowGoBodiesRaceFree(t *testing.T) {
 	for _, mode := range []string{"thread", "process"} {
 		code, out, stderr := runWindowScript(t, nil, "--race", "--mode", mode, "--devices", "0-3", "main.star")
-		if code != 0 || strings.Contains(stderr, "WARNING") || !strings.Contains(out, "reduce_scatter 2") {
+		if code != 0 || strings.Contains(stderr, "WARNING") || !strings.Contains(out, "all_to_all 2") {
 			t.Errorf("%s mode: exit %d:\n%s", mode, code, stderr)
 		}
 	}
