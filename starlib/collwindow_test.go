@@ -276,19 +276,19 @@ func onephaseNoBarrier(th *starlark.Thread, chip *Chip, args *engine.TaskArgs) (
 	return true, k.reduce(op, []*Tensor{k.dst}, wins)
 }
 
-// windowCallScript runs argv[0] calls of a 4 KiB allreduce through
-// algorithm argv[2] over argv[1] ranks, each in a run of its own, and
-// prints the median call.
+// windowCallScript runs argv[0] calls of an allreduce of argv[3] FLOAT32
+// elements through algorithm argv[2] over argv[1] ranks, each in a run of
+// its own, and prints the median call.
 const windowCallScript = `
 load("@simpler//collectives.star", "collectives")
 
 def main(ctx):
-    calls, n, algo = int(ctx.argv[0]), int(ctx.argv[1]), ctx.argv[2]
+    calls, n, algo, L = int(ctx.argv[0]), int(ctx.argv[1]), ctx.argv[2], int(ctx.argv[3])
     w = Worker(level = 3, platform = "a2a3sim", device_ids = list(range(n)), mode = "thread")
     c = collectives(w)
     w.init()
-    x = [host_tensor(data = array.full(1024, float(r + 1), FLOAT32)) for r in range(n)]
-    y = [host_tensor(shape = [1024], dtype = FLOAT32) for r in range(n)]
+    x = [host_tensor(data = array.full(L, float(r + 1), FLOAT32)) for r in range(n)]
+    y = [host_tensor(shape = [L], dtype = FLOAT32) for r in range(n)]
     fn = lambda o, a, cfg: c.allreduce(o, x, y, algo = algo)
     w.run(fn)
     ts = []
@@ -296,42 +296,57 @@ def main(ctx):
         t0 = time.now()
         w.run(fn)
         ts.append((time.now() - t0).nanoseconds)
-    assert.eq(y[n - 1].read().tolist()[:2], [n * (n + 1) / 2.0] * 2)
+    assert.eq(y[n - 1].view(shape = [2]).read().tolist(), [n * (n + 1) / 2.0] * 2)
     print("median_ns", sorted(ts)[len(ts) // 2])
     w.close()
 `
 
-// BenchmarkWindowAllreduce times 4 KiB allreduce calls through each
-// window algorithm from a script, 2 and 4 ranks, with the Go bodies. For
-// a profile:
+// BenchmarkWindowAllreduce times 4 KiB and 64 MiB allreduce calls
+// through each window algorithm from a script, 2 and 4 ranks, with the Go
+// bodies. For a profile:
 //
-//	go test -run XXX -bench 'WindowAllreduce/onephase/2' -benchtime 20000x -cpuprofile cpu.out ./starlib/
+//	go test -run XXX -bench 'WindowAllreduce/4KiB/onephase/2' -benchtime 20000x -cpuprofile cpu.out ./starlib/
 func BenchmarkWindowAllreduce(b *testing.B) {
-	for _, algo := range []string{"onephase", "twophase", "ring", "bidirectional_ring"} {
-		for _, n := range []int{2, 4} {
-			b.Run(fmt.Sprintf("%s/%d", algo, n), func(b *testing.B) {
-				var out bytes.Buffer
-				s := NewSession("a2a3sim", []int{0, 1, 2, 3}, "thread", []string{fmt.Sprint(b.N), fmt.Sprint(n), algo}, &out, &out)
-				dir := b.TempDir()
-				if err := os.WriteFile(filepath.Join(dir, "main.star"), []byte(windowCallScript), 0o644); err != nil {
-					b.Fatal(err)
-				}
-				b.ResetTimer()
-				err := s.RunFile(filepath.Join(dir, "main.star"))
-				b.StopTimer()
-				if cerr := s.Close(); cerr != nil || err != nil {
-					b.Fatalf("%v %v\n%s", err, cerr, out.String())
-				}
-				var med float64
-				i := strings.Index(out.String(), "median_ns")
-				if i < 0 {
-					b.Fatalf("no median in the output:\n%s", out.String())
-				}
-				if _, err := fmt.Sscanf(out.String()[i:], "median_ns %g", &med); err != nil {
-					b.Fatal(err, out.String())
-				}
-				b.ReportMetric(med/1e3, "median-µs/call")
-			})
+	for _, size := range []int{4 << 10, 64 << 20} {
+		for _, algo := range []string{"onephase", "twophase", "ring", "bidirectional_ring"} {
+			for _, n := range []int{2, 4} {
+				b.Run(fmt.Sprintf("%s/%s/%d", sizeLabel(size), algo, n), func(b *testing.B) {
+					benchWindowCall(b, algo, n, size/4)
+				})
+			}
 		}
 	}
+}
+
+func sizeLabel(size int) string {
+	if size >= 1<<20 {
+		return fmt.Sprintf("%dMiB", size>>20)
+	}
+	return fmt.Sprintf("%dKiB", size>>10)
+}
+
+// benchWindowCall runs windowCallScript for b.N calls and reports their
+// median.
+func benchWindowCall(b *testing.B, algo string, n, elems int) {
+	var out bytes.Buffer
+	s := NewSession("a2a3sim", []int{0, 1, 2, 3}, "thread", []string{fmt.Sprint(b.N), fmt.Sprint(n), algo, fmt.Sprint(elems)}, &out, &out)
+	dir := b.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "main.star"), []byte(windowCallScript), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	err := s.RunFile(filepath.Join(dir, "main.star"))
+	b.StopTimer()
+	if cerr := s.Close(); cerr != nil || err != nil {
+		b.Fatalf("%v %v\n%s", err, cerr, out.String())
+	}
+	var med float64
+	i := strings.Index(out.String(), "median_ns")
+	if i < 0 {
+		b.Fatalf("no median in the output:\n%s", out.String())
+	}
+	if _, err := fmt.Sscanf(out.String()[i:], "median_ns %g", &med); err != nil {
+		b.Fatal(err, out.String())
+	}
+	b.ReportMetric(med/1e3, "median-µs/call")
 }
