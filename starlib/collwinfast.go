@@ -2,6 +2,7 @@ package starlib
 
 import (
 	"fmt"
+	"sync/atomic"
 
 	"go.starlark.net/starlark"
 
@@ -9,8 +10,9 @@ import (
 )
 
 // The window algorithms' submit in Go: collectives.star's allreduce with
-// algo "onephase", "twophase", "ring" or "bidirectional_ring" over host
-// tensors, from its checks to its launch (the domain's name, the domain,
+// algo "onephase", "twophase", "ring" or "bidirectional_ring",
+// reduce_scatter with "ring", and allgather, broadcast and all_to_all
+// with "fan", over host tensors, from the checks to the launch (the domain's name, the domain,
 // the group task of the kernel, the release), as _direct_fast is for the
 // direct algorithm (collfast.go), under the same contract: a call it
 // cannot prove well formed goes back to the Starlark code, which stays
@@ -23,11 +25,18 @@ import (
 // _direct_fast, and this path takes no call when the dict is frozen (a
 // library made at a module's top level), where the Starlark code fails.
 
+// windowSubmit switches this path alone (nativeOn switches it with the
+// rest); a test turns it off to compare the tasks the Starlark launch
+// submits with this path's.
+var windowSubmit atomic.Bool
+
+func init() { windowSubmit.Store(true) }
+
 // windowFast is one library's window path: its worker's counter and its
 // kernels.
 type windowFast struct {
-	state                    *starlark.Dict
-	onephase, twophase, ring *starlark.Function
+	state                         *starlark.Dict
+	onephase, twophase, ring, fan *starlark.Function
 }
 
 // Collectives.star's segment constants.
@@ -49,6 +58,9 @@ type windowCall struct {
 // names a window algorithm and every argument is well formed; false hands
 // it back.
 func (f *windowFast) call(w *Worker, o *Orchestrator, fn string, a starlark.Tuple) (starlark.Value, error) {
+	if !windowSubmit.Load() {
+		return starlark.False, nil
+	}
 	c, ok := f.check(w, fn, a)
 	if !ok {
 		return starlark.False, nil
@@ -77,13 +89,14 @@ func (f *windowFast) stateSeq() starlark.Value {
 	return v
 }
 
-// check is allreduce's checks and choices for a window algorithm over
-// host tensors: _check_workers, _check_pair, the sizes, _check_op, the
-// algorithm, and the kernel's window and values as the Starlark code
+// check is the checks and choices of the library's functions for a
+// window algorithm named by algo over host tensors: _check_workers,
+// _check_pair, the sizes, _check_op (allreduce, reduce_scatter), root
+// (broadcast), and the kernel's window and values as the Starlark code
 // computes them.
 func (f *windowFast) check(w *Worker, fn string, a starlark.Tuple) (*windowCall, bool) {
 	algo, ok := a[4].(starlark.String)
-	if fn != "allreduce" || !ok {
+	if !ok {
 		return nil, false
 	}
 	ws, ok := fastWorkers(a[2], len(w.devices))
@@ -93,39 +106,100 @@ func (f *windowFast) check(w *Worker, fn string, a starlark.Tuple) (*windowCall,
 	n := len(ws)
 	c := &windowCall{ws: ws}
 	var icount, ocount int
-	if c.ins, icount, ok = fastTensors(a[0], n); !ok {
+	if c.ins, icount, ok = fastTensors(a[0], n); !ok || icount == 0 {
 		return nil, false
 	}
-	if c.outs, ocount, ok = fastTensors(a[1], n); !ok || c.outs[0].t.DType != c.ins[0].t.DType || ocount != icount || icount == 0 {
-		return nil, false
-	}
-	opi, ok := opIndex(a[3])
-	if !ok {
+	if c.outs, ocount, ok = fastTensors(a[1], n); !ok || c.outs[0].t.DType != c.ins[0].t.DType {
 		return nil, false
 	}
 	isz := c.ins[0].t.DType.Size()
+	switch {
+	case fn == "allreduce" && ocount == icount:
+		return c, f.allreduceCall(c, string(algo), a[3], n, icount, isz)
+	case fn == "reduce_scatter" && algo == "ring" && icount == n*ocount:
+		opi, ok := opIndex(a[3])
+		E, segb := segment(ocount, isz)
+		K := pipelineSlots(ceilDiv(ocount, E) * (n - 1))
+		c.kernel, c.window = f.ring, kernelLine+K*segb
+		c.values = []uint64{uint64(opi), 1, 1, uint64(E), uint64(K), uint64(segb)}
+		return c, ok
+	case algo == "fan":
+		return c, f.fanCall(c, fn, a[5], n, icount, ocount, isz)
+	}
+	return nil, false
+}
+
+// allreduceCall is allreduce's choice of kernel, window and values.
+func (f *windowFast) allreduceCall(c *windowCall, algo string, op starlark.Value, n, count, isz int) bool {
+	opi, ok := opIndex(op)
+	if !ok {
+		return false
+	}
 	switch algo {
 	case "onephase", "twophase":
-		c.kernel, c.window, c.values = f.onephase, icount*isz, []uint64{uint64(opi)}
+		c.kernel, c.window, c.values = f.onephase, count*isz, []uint64{uint64(opi)}
 		if algo == "twophase" {
 			c.kernel = f.twophase
 		}
+		return true
 	case "ring", "bidirectional_ring":
 		dirs := 1
 		if algo == "bidirectional_ring" {
 			dirs = 2
 		}
-		per := ceilDiv(ceilDiv(icount, dirs), n)
-		E := max(1, min(per, segBytes/isz))
-		segb := (E*isz + kernelLine - 1) / kernelLine * kernelLine
-		K := max(minSlots, min(pipeSlots, ceilDiv(per, E)*2*(n-1)))
+		per := ceilDiv(ceilDiv(count, dirs), n)
+		E, segb := segment(per, isz)
+		K := pipelineSlots(ceilDiv(per, E) * 2 * (n - 1))
 		c.kernel, c.window = f.ring, kernelLine+dirs*K*segb
 		c.values = []uint64{uint64(opi), 0, uint64(dirs), uint64(E), uint64(K), uint64(segb)}
-	default:
-		return nil, false
+		return true
 	}
-	return c, true
+	return false
 }
+
+// fanCall is allgather's, broadcast's and all_to_all's choice of window
+// and values for the fan kernel, after their size (and root) checks.
+func (f *windowFast) fanCall(c *windowCall, fn string, rootV starlark.Value, n, icount, ocount, isz int) bool {
+	mode, root, m := 0, 0, icount
+	switch {
+	case fn == "allgather" && ocount == n*icount:
+		mode = fanAllgather
+	case fn == "broadcast" && ocount == icount:
+		x, ok := smallInt(rootV)
+		if !ok || x < 0 || x >= n {
+			return false
+		}
+		mode, root = fanBroadcast, x
+	case fn == "all_to_all" && ocount == icount && icount%n == 0:
+		mode, m = fanAllToAll, icount/n
+	default:
+		return false
+	}
+	E, segb := segment(m, isz)
+	slotb := segb
+	if mode == fanAllToAll {
+		// n sub-slots share a segment's bytes
+		E = max(1, min(m, segBytes/(isz*n)))
+		segb = roundUp(E*isz, kernelLine)
+		slotb = segb * n
+	}
+	K := pipelineSlots(ceilDiv(m, E))
+	c.kernel, c.window = f.fan, roundUp(16*n, kernelLine)+K*slotb
+	c.values = []uint64{uint64(mode), uint64(root), uint64(E), uint64(K), uint64(segb)}
+	return true
+}
+
+// segment is collectives.star's _segment: elements per segment of a
+// stream of count elements, and the bytes of its slot.
+func segment(count, isz int) (int, int) {
+	E := max(1, min(count, segBytes/isz))
+	return E, roundUp(E*isz, kernelLine)
+}
+
+// pipelineSlots is _pipeline_slots.
+func pipelineSlots(items int) int { return max(minSlots, min(pipeSlots, items)) }
+
+func roundUp(x, m int) int { return (x + m - 1) / m * m }
 
 // members packs each rank's task args as launch does, device_ctx (scalar
 // 0) left to fill once the domain exists: [(input, INPUT), (output,
