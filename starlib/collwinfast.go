@@ -12,13 +12,15 @@ import (
 // The window algorithms' submit in Go: collectives.star's allreduce with
 // algo "onephase", "twophase", "ring" or "bidirectional_ring",
 // reduce_scatter with "ring", and allgather, broadcast and all_to_all
-// with "fan", over host tensors, from the checks to the launch (the domain's name, the domain,
-// the group task of the kernel, the release), as _direct_fast is for the
-// direct algorithm (collfast.go), under the same contract: a call it
-// cannot prove well formed goes back to the Starlark code, which stays
-// the reference and words every error; a call it takes gets the same
-// domain (name, workers, window size), the same members (tensors, tags,
-// scalars) and the same release.
+// with "fan", over host tensors, from the checks to the launch (the
+// domain's name, the domain, the group task of the kernel, the release),
+// as _direct_fast is for the direct algorithm (collfast.go), under the
+// same contract: a call it cannot prove well formed goes back to the
+// Starlark code, which stays the reference and words every error; a call
+// it takes gets the same domain (name, workers, window size), the same
+// members (tensors, tags, scalars) and the same release. A small window
+// call was mostly this code, interpreted: the checks, the segment and
+// slot arithmetic, the name, the TaskArgs of every rank.
 //
 // The library's domain names come from one counter, its state["seq"],
 // which both paths advance: the library hands its state dict to
@@ -45,7 +47,7 @@ const (
 	pipeSlots = 4       // _SLOTS
 )
 
-// windowCall is a checked window allreduce: what launch receives.
+// windowCall is a checked window call: what launch receives.
 type windowCall struct {
 	ws        []int
 	ins, outs []*Tensor
@@ -54,9 +56,9 @@ type windowCall struct {
 	values    []uint64
 }
 
-// call takes allreduce(o, inputs, outputs, workers, op, algo) when algo
-// names a window algorithm and every argument is well formed; false hands
-// it back.
+// call takes fn(o, inputs, outputs, workers, op, algo, root) of the
+// library when algo names one of fn's window algorithms and every
+// argument is well formed; false hands it back.
 func (f *windowFast) call(w *Worker, o *Orchestrator, fn string, a starlark.Tuple) (starlark.Value, error) {
 	if !windowSubmit.Load() {
 		return starlark.False, nil
