@@ -76,20 +76,20 @@ func nativeFor(fn *starlark.Function) func(*engine.ChipCtx, *engine.TaskArgs) (b
 }
 
 // directFastBuiltin implements _direct_fast(kernel, w[, state, onephase,
-// twophase, ring, fan]) for collectives.star: the builtin its library calls
+// twophase, ring, fan, barrier]) for collectives.star: the builtin its library calls
 // first. With the library's state dict and window kernels it takes the
 // window algorithms' calls too (collwinfast.go).
 func directFastBuiltin(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
 	var kernel *starlark.Function
 	var w *Worker
 	var state *starlark.Dict
-	var one, two, ring, fan *starlark.Function
-	if err := starlark.UnpackPositionalArgs("_direct_fast", args, kw, 2, &kernel, &w, &state, &one, &two, &ring, &fan); err != nil {
+	var one, two, ring, fan, bar *starlark.Function
+	if err := starlark.UnpackPositionalArgs("_direct_fast", args, kw, 2, &kernel, &w, &state, &one, &two, &ring, &fan, &bar); err != nil {
 		return nil, err
 	}
 	f := &directFast{kernel: kernel, w: w}
-	if state != nil && one != nil && two != nil && ring != nil && fan != nil {
-		f.win = &windowFast{state: state, onephase: one, twophase: two, ring: ring, fan: fan}
+	if state != nil && one != nil && two != nil && ring != nil && fan != nil && bar != nil {
+		f.win = &windowFast{state: state, onephase: one, twophase: two, ring: ring, fan: fan, barrier: bar}
 	}
 	return builtin("collectives.direct_fast", f.call), nil
 }

@@ -11,8 +11,8 @@ import (
 
 // The window algorithms' submit in Go: collectives.star's allreduce with
 // algo "onephase", "twophase", "ring" or "bidirectional_ring",
-// reduce_scatter with "ring", and allgather, broadcast and all_to_all
-// with "fan", over host tensors, from the checks to the launch (the
+// reduce_scatter with "ring", allgather, broadcast and all_to_all with
+// "fan", over host tensors, and barrier, from the checks to the launch (the
 // domain's name, the domain, the group task of the kernel, the release),
 // as _direct_fast is for the direct algorithm (collfast.go), under the
 // same contract: a call it cannot prove well formed goes back to the
@@ -37,8 +37,8 @@ func init() { windowSubmit.Store(true) }
 // windowFast is one library's window path: its worker's counter and its
 // kernels.
 type windowFast struct {
-	state                         *starlark.Dict
-	onephase, twophase, ring, fan *starlark.Function
+	state                                  *starlark.Dict
+	onephase, twophase, ring, fan, barrier *starlark.Function
 }
 
 // Collectives.star's segment constants.
@@ -107,6 +107,11 @@ func (f *windowFast) check(w *Worker, fn string, a starlark.Tuple) (*windowCall,
 	}
 	n := len(ws)
 	c := &windowCall{ws: ws}
+	if fn == "barrier" {
+		// no tensors: a window of LINE bytes, no values
+		c.kernel, c.window = f.barrier, kernelLine
+		return c, true
+	}
 	var icount, ocount int
 	if c.ins, icount, ok = fastTensors(a[0], n); !ok || icount == 0 {
 		return nil, false
@@ -205,9 +210,16 @@ func roundUp(x, m int) int { return (x + m - 1) / m * m }
 
 // members packs each rank's task args as launch does, device_ctx (scalar
 // 0) left to fill once the domain exists: [(input, INPUT), (output,
-// OUTPUT)], scalars [device_ctx] + values.
+// OUTPUT)] (none for the barrier), scalars [device_ctx] + values.
 func (c *windowCall) members() ([]*TaskArgs, bool) {
 	n := len(c.ws)
+	if c.ins == nil {
+		list := make([]*TaskArgs, n)
+		for i := range list {
+			list[i] = &TaskArgs{a: &engine.TaskArgs{Scalars: []uint64{0}}}
+		}
+		return list, true
+	}
 	list := make([]*TaskArgs, n)
 	args := make([]windowArgs, n)
 	tensors, tags, bufs := make([]engine.Tensor, 0, 2*n), make([]engine.Tag, 0, 2*n), make([]*Tensor, 0, 2*n)
