@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"fmt"
+	"math/rand"
 	"os"
 	"os/exec"
 	"strings"
@@ -16,8 +18,8 @@ import (
 
 // windowAlgoScript runs allreduce through each window algorithm named in
 // argv (all of them without), a ring reduce-scatter, a barrier and the
-// fan's allgather, broadcast and all_to_all, over 2-4 ranks, a few dtypes and every op, at odd sizes, and prints every
-// output whole.
+// fan's allgather, broadcast and all_to_all, over 2-4 ranks, a few dtypes
+// and every op, at odd sizes, and prints every output whole.
 const windowAlgoScript = `
 load("@simpler//collectives.star", "collectives")
 
@@ -66,8 +68,14 @@ def main(ctx):
 // and returns its exit status, stdout and stderr.
 func runWindowScript(t *testing.T, env []string, args ...string) (int, string, string) {
 	t.Helper()
+	return runWindowFiles(t, map[string]string{"main.star": windowAlgoScript}, env, args...)
+}
+
+// runWindowFiles runs `simpler run args...` in a directory holding files.
+func runWindowFiles(t *testing.T, files map[string]string, env []string, args ...string) (int, string, string) {
+	t.Helper()
 	dir := t.TempDir()
-	writeFiles(t, dir, map[string]string{"main.star": windowAlgoScript})
+	writeFiles(t, dir, files)
 	cmd := exec.Command(os.Args[0], append([]string{"run"}, args...)...)
 	cmd.Dir = dir
 	cmd.Env = cliEnv(append([]string{"NO_COLOR=1"}, env...)...)
@@ -122,5 +130,93 @@ func TestWindowGoBodiesReplay(t *testing.T) {
 		if code != 0 || !strings.Contains(stderr, "simpler run --check-replay: seed 7 replayed exactly (schedule ") {
 			t.Errorf("%s: exit %d:\n%s", algo, code, stderr)
 		}
+	}
+}
+
+// randomWindowScript runs the cases of cases.star (randomWindowCases):
+// each a library call of a window algorithm, named, over host tensors of
+// a random dtype and size on random chips, and prints the outputs.
+const randomWindowScript = `
+load("@simpler//collectives.star", "collectives")
+load("cases.star", "CASES")
+
+def data(dt, count, seed):
+    if dt == FLOAT32:
+        return array.from_list([((i * 7 + seed * 13) % 41 - 20) / 8.0 for i in range(count)], dtype = dt)
+    return array.from_list([(i * 31 + seed * 17) % 97 - 48 for i in range(count)], dtype = dt)
+
+def call(lib, o, c, x, y):
+    if c.fn == "barrier":
+        lib.barrier(o, workers = c.chips)
+    elif c.fn == "broadcast":
+        lib.broadcast(o, x, y, workers = c.chips, root = c.root, algo = c.algo)
+    elif c.fn in ("allgather", "all_to_all"):
+        getattr(lib, c.fn)(o, x, y, workers = c.chips, algo = c.algo)
+    else:
+        getattr(lib, c.fn)(o, x, y, workers = c.chips, op = c.op, algo = c.algo)
+
+def main(ctx):
+    w = Worker(level = 3, platform = "a2a3sim", device_ids = [0, 1, 2, 3], mode = ctx.mode)
+    lib = collectives(w)
+    w.init()
+    for i, d in enumerate(CASES):
+        c = struct(**d)
+        x = [host_tensor(data = data(c.dt, c.ic, i + r)) for r in range(c.n)]
+        y = [host_tensor(data = data(c.dt, c.oc, 99)) for r in range(c.n)]
+        w.run(lambda o, a, cfg: call(lib, o, c, x, y))
+        for r in range(c.n):
+            print(i, c.fn, c.algo, c.n, c.dt, c.op, r, y[r].read().tolist())
+    w.close()
+`
+
+// randomWindowCases is cases.star for randomWindowScript: count random
+// calls from seed.
+func randomWindowCases(seed int64, count int) string {
+	rng := rand.New(rand.NewSource(seed))
+	calls := [][2]string{{"allreduce", "onephase"}, {"allreduce", "twophase"}, {"allreduce", "ring"}, {"allreduce", "bidirectional_ring"},
+		{"reduce_scatter", "ring"}, {"allgather", "fan"}, {"broadcast", "fan"}, {"all_to_all", "fan"}, {"barrier", "auto"}}
+	var b strings.Builder
+	b.WriteString("CASES = [\n")
+	for range count {
+		call := calls[rng.Intn(len(calls))]
+		n := 2 + rng.Intn(3)
+		c := 1 + rng.Intn(200)
+		ic, oc := c, c
+		switch call[0] {
+		case "reduce_scatter":
+			ic = n * c
+		case "allgather":
+			oc = n * c
+		case "all_to_all":
+			ic, oc = n*c, n*c
+		}
+		chips := strings.Join(strings.Fields(fmt.Sprint(rng.Perm(4)[:n])), ", ")
+		fmt.Fprintf(&b, "  dict(fn = %q, algo = %q, n = %d, chips = %s, dt = %s, op = %q, root = %d, ic = %d, oc = %d),\n",
+			call[0], call[1], n, chips, []string{"FLOAT32", "INT16", "INT8"}[rng.Intn(3)], []string{"sum", "max", "min"}[rng.Intn(3)], rng.Intn(n), ic, oc)
+	}
+	b.WriteString("]\n")
+	return b.String()
+}
+
+// TestWindowGoBodiesRandomProcessMode: random calls of every window
+// algorithm in process mode write the same bytes with the Go bodies (and
+// the Go submit) as with the Starlark code alone (SIMPLER_NATIVE=off).
+func TestWindowGoBodiesRandomProcessMode(t *testing.T) {
+	const seed, count = 2812, 40
+	files := map[string]string{"main.star": randomWindowScript, "cases.star": randomWindowCases(seed, count)}
+	args := []string{"--mode", "process", "--devices", "0-3", "main.star"}
+	code, goOut, stderr := runWindowFiles(t, files, nil, args...)
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, stderr)
+	}
+	code, slOut, stderr := runWindowFiles(t, files, []string{"SIMPLER_NATIVE=off"}, args...)
+	if code != 0 {
+		t.Fatalf("SIMPLER_NATIVE=off: exit %d:\n%s", code, stderr)
+	}
+	if goOut != slOut {
+		t.Fatalf("seed %d: outputs differ:\nGo:\n%s\nStarlark:\n%s", seed, goOut, slOut)
+	}
+	if !strings.HasPrefix(goOut, "0 ") || !strings.Contains(goOut, fmt.Sprintf("\n%d ", count-1)) {
+		t.Fatalf("the script printed:\n%s", goOut)
 	}
 }
