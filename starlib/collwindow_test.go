@@ -15,6 +15,7 @@ import (
 	"go.starlark.net/starlark"
 
 	"simpler/engine"
+	"simpler/internal/dsched"
 	"simpler/internal/race"
 )
 
@@ -403,4 +404,45 @@ func benchWindowCall(b *testing.B, algo string, n, elems int) {
 		b.Fatal(err, out.String())
 	}
 	b.ReportMetric(med/1e3, "median-µs/call")
+}
+
+// TestWindowGoBodiesYieldAtTheSamePoints: under a schedule (--seed) the
+// Go bodies reach the scheduling points the Starlark bodies reach, as
+// many of each kind (every tensor access, notify, member start and end):
+// only the interpreter's step points ("steps") and the blocking of waits
+// (which depends on the interleaving) may differ.
+func TestWindowGoBodiesYieldAtTheSamePoints(t *testing.T) {
+	defer nativeOn.Store(true)
+	points := func(native bool) map[string]int {
+		nativeOn.Store(native)
+		seen := map[string]int{}
+		var mu sync.Mutex
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "main.star"), []byte(raceScript), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		s := NewSession("a2a3sim", []int{0, 1, 2}, "thread", nil, &out, &out)
+		err := s.Schedule(Schedule{Seed: 5, Trace: func(d dsched.Decision) {
+			if d.Point != "steps" && d.Point != "block" {
+				mu.Lock()
+				seen[d.Point]++
+				mu.Unlock()
+			}
+		}})
+		if err == nil {
+			err = s.RunFile(filepath.Join(dir, "main.star"))
+		}
+		if cerr := s.Close(); cerr != nil {
+			t.Errorf("session close: %v", cerr)
+		}
+		if err != nil || !strings.Contains(out.String(), "done") {
+			t.Fatalf("native=%v: %v\n%s", native, err, out.String())
+		}
+		return seen
+	}
+	goPoints, slPoints := points(true), points(false)
+	if !maps.Equal(goPoints, slPoints) || goPoints["comm.notify"] == 0 || goPoints["comm.reduce_into"] == 0 {
+		t.Fatalf("scheduling points differ:\nGo:       %v\nStarlark: %v", goPoints, slPoints)
+	}
 }
