@@ -17,6 +17,10 @@ type callable struct {
 	// native, for a library kernel with a Go body (nativeFor), runs the
 	// task instead of fn when it returns true; false leaves it to fn.
 	native func(*engine.ChipCtx, *engine.TaskArgs) (bool, error)
+	// window, for a library window kernel (windowFor), runs the task on
+	// the endpoint's thread instead of fn when it returns true; unlike
+	// native it runs under --race too: it reports what fn would.
+	window windowKernel
 }
 
 func (c *callable) Name() string   { return c.fn.Name() }
@@ -78,6 +82,14 @@ func (c *callable) RunChip(ctx *engine.ChipCtx, args *engine.TaskArgs) error {
 	th := st.thread()
 	bindRace(th, ctx.Race)
 	stoppable(ctx.Stop, st.stop)
+	if c.window != nil && nativeOn.Load() {
+		if ctx.Race != nil {
+			th.SetLocal(nativeFrameKey, nativeStack(c.fn))
+		}
+		if done, err := c.window(th, st.chip, args); done {
+			return kernelError(err)
+		}
+	}
 	_, err := starlark.Call(th, c.fn, starlark.Tuple{st.chip, &TaskArgs{a: args, chip: ctx.Chip}}, nil)
 	return kernelError(err)
 }
@@ -152,7 +164,7 @@ func (s *Session) callableFor(op string, fn *starlark.Function) (*callable, erro
 	if g, ok := fn.Globals()[fn.Name()]; !ok || g != starlark.Value(fn) {
 		return nil, errorf(engine.ValueError, "%s: %s (%s) is not a top-level function of its module; only module-level functions can be registered", op, fn.Name(), fn.Position())
 	}
-	c = &callable{s: s, fn: fn, digest: s.loader.digest(fn.Position().Filename(), fn.Name()), native: nativeFor(fn)}
+	c = &callable{s: s, fn: fn, digest: s.loader.digest(fn.Position().Filename(), fn.Name()), native: nativeFor(fn), window: windowFor(fn)}
 	s.mu.Lock()
 	s.callables[fn] = c
 	s.mu.Unlock()

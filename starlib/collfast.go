@@ -1,6 +1,7 @@
 package starlib
 
 import (
+	"os"
 	"sync/atomic"
 
 	"go.starlark.net/starlark"
@@ -20,19 +21,23 @@ import (
 // what the Starlark would have done: the same kernel, the same tensors
 // and tags, the same scalars, the same members, the same bytes written.
 //
-//   - collectives.star's library calls _direct_fast(DIRECT.fn, w) once
-//     and, at the top of every function, the builtin it returns
+//   - collectives.star's library calls _direct_fast(DIRECT.fn, w, ...)
+//     once and, at the top of every function, the builtin it returns
 //     (directFast.call): True means the call was checked and submitted.
+//     It takes the window allreduces too (collwinfast.go).
 //   - The direct kernel's callable (collective_kernels.star, _k_direct)
 //     runs runDirect instead of its Starlark body (callable.native); the
 //     digest, name and module are the Starlark function's, so a child
 //     process resolves it the same way and runs the Go body too.
 
-// nativeOn switches both Go paths; tests turn it off to compare with the
-// Starlark ones.
+// nativeOn switches the Go paths (these two and the window kernels' Go
+// bodies, collwindow.go); tests turn it off to compare with the Starlark
+// ones. SIMPLER_NATIVE=off in the environment turns it off in a process
+// and the chip processes it starts: the reference, for a comparison
+// across processes or when a Go body is in doubt.
 var nativeOn atomic.Bool
 
-func init() { nativeOn.Store(true) }
+func init() { nativeOn.Store(os.Getenv("SIMPLER_NATIVE") != "off") }
 
 // fastCalls and nativeKernels count the calls and kernel runs the Go
 // paths took, for tests.
@@ -70,22 +75,31 @@ func nativeFor(fn *starlark.Function) func(*engine.ChipCtx, *engine.TaskArgs) (b
 	return nil
 }
 
-// directFastBuiltin implements _direct_fast(kernel, w) for
-// collectives.star: the builtin its library calls first.
+// directFastBuiltin implements _direct_fast(kernel, w[, state, onephase,
+// twophase, ring, fan, barrier]) for collectives.star: the builtin its library calls
+// first. With the library's state dict and window kernels it takes the
+// window algorithms' calls too (collwinfast.go).
 func directFastBuiltin(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
 	var kernel *starlark.Function
 	var w *Worker
-	if err := starlark.UnpackPositionalArgs("_direct_fast", args, kw, 2, &kernel, &w); err != nil {
+	var state *starlark.Dict
+	var one, two, ring, fan, bar *starlark.Function
+	if err := starlark.UnpackPositionalArgs("_direct_fast", args, kw, 2, &kernel, &w, &state, &one, &two, &ring, &fan, &bar); err != nil {
 		return nil, err
 	}
 	f := &directFast{kernel: kernel, w: w}
+	if state != nil && one != nil && two != nil && ring != nil && fan != nil && bar != nil {
+		f.win = &windowFast{state: state, onephase: one, twophase: two, ring: ring, fan: fan, barrier: bar}
+	}
 	return builtin("collectives.direct_fast", f.call), nil
 }
 
-// directFast is one library's fast path: its direct kernel and worker.
+// directFast is one library's fast path: its direct kernel and worker,
+// and its window path, if it has one.
 type directFast struct {
 	kernel *starlark.Function
 	w      *Worker
+	win    *windowFast
 }
 
 // directCall is a checked direct call: the kernel's tensors and scalars.
@@ -110,6 +124,9 @@ func (f *directFast) call(th *starlark.Thread, b *starlark.Builtin, args starlar
 		return starlark.False, nil
 	}
 	c, ok := f.check(string(fn), args[2:])
+	if !ok && f.win != nil {
+		return f.win.call(f.w, o, string(fn), args[2:])
+	}
 	if !ok {
 		return starlark.False, nil
 	}

@@ -180,8 +180,8 @@ func clip(s string) string {
 }
 
 // runScriptOn is runScript on a session of chips simulated chips of
-// platform.
-func runScriptOn(t *testing.T, platform string, chips int, files map[string]string) (string, error) {
+// platform, with argv.
+func runScriptOn(t *testing.T, platform string, chips int, files map[string]string, argv ...string) (string, error) {
 	t.Helper()
 	dir := t.TempDir()
 	for name, src := range files {
@@ -194,7 +194,7 @@ func runScriptOn(t *testing.T, platform string, chips int, files map[string]stri
 		ids[i] = i
 	}
 	var out bytes.Buffer
-	s := NewSession(platform, ids, "thread", nil, &out, &out)
+	s := NewSession(platform, ids, "thread", argv, &out, &out)
 	err := s.RunFile(filepath.Join(dir, "main.star"))
 	if cerr := s.Close(); cerr != nil {
 		t.Errorf("session close: %v", cerr)

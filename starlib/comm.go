@@ -2,6 +2,7 @@ package starlib
 
 import (
 	"fmt"
+	"time"
 
 	"go.starlark.net/starlark"
 
@@ -158,23 +159,30 @@ func (c *Comm) notify(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tu
 	if !ok {
 		return nil, errorf(engine.TypeError, "comm.notify: want a Tensor, got %s", tv.Type())
 	}
+	return starlark.None, c.notifyTensor(th, rank, t, value, op)
+}
+
+// notifyTensor is comm.notify(rank, t, value, op) past its argument
+// parsing: the native window kernels (collwindow.go) call it, so that
+// --race and --seed see their notifies as the builtin's.
+func (c *Comm) notifyTensor(th *starlark.Thread, rank int, t *Tensor, value int64, op string) error {
 	width, err := signalWidth("comm.notify", t)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	off, err := c.offset("comm.notify", t)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	base, err := c.base("comm.notify", rank)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	detPoint("comm.notify")
 	if rc := raceOf(th); rc != nil {
-		return starlark.None, c.raceNotify(th, rc, rank, base+off, width, value, op)
+		return c.raceNotify(th, rc, rank, base+off, width, value, op)
 	}
-	return starlark.None, c.v.Notify(rank, base+off, width, value, op)
+	return c.v.Notify(rank, base+off, width, value, op)
 }
 
 func (c *Comm) wait(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
@@ -189,8 +197,9 @@ func (c *Comm) wait(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tupl
 	if !ok {
 		return nil, errorf(engine.TypeError, "comm.wait: want a Tensor, got %s", tv.Type())
 	}
-	width, err := signalWidth("comm.wait", t)
-	if err != nil {
+	// The word's checks come before the timeout's, as they always did
+	// (waitTensor repeats them: they cost a compare or two).
+	if _, err := signalWidth("comm.wait", t); err != nil {
 		return nil, err
 	}
 	if _, err := c.offset("comm.wait", t); err != nil {
@@ -200,6 +209,23 @@ func (c *Comm) wait(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tupl
 	if err != nil {
 		return nil, err
 	}
+	got, err := c.waitTensor(th, t, value, cmp, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return starlark.MakeInt64(got), nil
+}
+
+// waitTensor is comm.wait(t, value, cmp, timeout_s) past its argument
+// parsing (see notifyTensor).
+func (c *Comm) waitTensor(th *starlark.Thread, t *Tensor, value int64, cmp string, timeout time.Duration) (int64, error) {
+	width, err := signalWidth("comm.wait", t)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := c.offset("comm.wait", t); err != nil {
+		return 0, err
+	}
 	done := c.raceWait(th, t.t.Addr, width, value, cmp)
 	var got int64
 	if d := activeDet.Load(); d != nil {
@@ -208,10 +234,7 @@ func (c *Comm) wait(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tupl
 		got, err = c.v.WaitStop(t.t.Addr, width, value, cmp, timeout, halt.Of(th))
 	}
 	done(got, err)
-	if err != nil {
-		return nil, err
-	}
-	return starlark.MakeInt64(got), nil
+	return got, err
 }
 
 func (c *Comm) barrier(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
@@ -223,12 +246,19 @@ func (c *Comm) barrier(th *starlark.Thread, args starlark.Tuple, kw []starlark.T
 	if err != nil {
 		return nil, err
 	}
+	return starlark.None, c.barrierWait(th, timeout)
+}
+
+// barrierWait is comm.barrier(timeout_s) past its argument parsing (see
+// notifyTensor).
+func (c *Comm) barrierWait(th *starlark.Thread, timeout time.Duration) error {
 	done := c.raceBarrier(th)
+	var err error
 	if d := activeDet.Load(); d != nil {
 		err = c.detBarrier(d, th, timeout)
 	} else {
 		err = c.v.BarrierStop(timeout, halt.Of(th))
 	}
 	done(err)
-	return starlark.None, err
+	return err
 }

@@ -45,6 +45,11 @@ func raceOf(th *starlark.Thread) *race.Ctx {
 // builtins' own frames.
 func stackOf(th *starlark.Thread) race.Stack {
 	cs := th.CallStack()
+	if len(cs) == 0 {
+		// a window kernel's Go body: no interpreter frames, its function's
+		st, _ := th.Local(nativeFrameKey).(race.Stack)
+		return st
+	}
 	st := make(race.Stack, 0, len(cs))
 	for i := len(cs) - 1; i >= 0; i-- {
 		f := cs[i]

@@ -113,14 +113,21 @@ func reduceInto(th *starlark.Thread, name string, args starlark.Tuple, kw []star
 	if len(srcs) == 0 {
 		return nil, errorf(engine.ValueError, "%s: tensors is empty; give at least one source", name)
 	}
+	return starlark.None, reduceTensors(th, name, o, dsts, srcs)
+}
+
+// reduceTensors is reduce_into(dsts, srcs, op) past its argument parsing,
+// srcs not empty: the native window kernels (collwindow.go) call it, so
+// that --race and --seed see their reductions as the builtin's.
+func reduceTensors(th *starlark.Thread, name string, o inplace.Op, dsts, srcs []*Tensor) error {
 	first := srcs[0]
 	db, err := tensorBytes(name, first, dsts)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	sb, err := tensorBytes(name, first, srcs)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for i, b := range sb {
 		srcs[i].touch(th, b, race.Read, name)
@@ -128,7 +135,7 @@ func reduceInto(th *starlark.Thread, name string, args starlark.Tuple, kw []star
 	for i, b := range db {
 		dsts[i].touch(th, b, race.Write, name)
 	}
-	return starlark.None, engine.Wrap(inplace.ReduceStop(first.t.DType, o, db, sb, halt.Of(th)), name)
+	return engine.Wrap(inplace.ReduceStop(first.t.DType, o, db, sb, halt.Of(th)), name)
 }
 
 // tensorList accepts a list or tuple of Tensors (or, with one set, a
