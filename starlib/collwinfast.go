@@ -251,7 +251,7 @@ type windowArgs struct {
 // the library's counter), the domain, the group task, the release, with
 // the builtins' errors.
 func (f *windowFast) launch(w *Worker, o *Orchestrator, fn string, seq int, c *windowCall, list []*TaskArgs) error {
-	live := w.w.LiveDomains()
+	live := w.w.LocalDomains().Live()
 	name := ""
 	for range len(live) + 1 {
 		seq++
