@@ -65,6 +65,7 @@ type podScript struct {
 	cold, warm time.Duration // the first run; the median of the others
 	peakRSS    int64         // the script process's, bytes
 	wall       time.Duration // the whole `simpler run`, start-up included
+	cpu        time.Duration // its user + system time: beside wall, how much of it the machine's load took
 }
 
 // measurePodScript runs the script over nodes level-3 nodes in a process
@@ -93,6 +94,7 @@ func measurePodScript(nodes int) (podScript, error) {
 	if err != nil {
 		return p, fmt.Errorf("pod script over %d nodes: %v\n%s", nodes, err, out.String())
 	}
+	p.cpu = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
 		p.peakRSS = ru.Maxrss << 10 // KiB on Linux
 	}
