@@ -17,37 +17,59 @@ import (
 	"simpler/hal/comm"
 )
 
-// The pod benchmark: global domains at pod scale in one process. A
-// level-4 worker over local level-3 nodes of 16 chips each (thread mode),
-// for 64, 256 and 1024 ranks: the allocate + release of a domain over
-// every chip, and a 4 KiB ring allreduce over it (2(n-1) steps, each a
-// store into the next rank's window and a notify, as a kernel does; one
+// The pod benchmark: global domains at pod scale. A level-4 worker over
+// local level-3 nodes of 16 chips each (thread mode), for 64, 256 and 1024
+// ranks, measured two ways. First what a script gets (podscript.go): the
+// library's ring allreduce from a .star file run by `simpler run`, whose
+// 1024-rank figure is the one with a target. Then the floor, in this
+// process: the allocate + release of a domain over every chip, and a
+// 4 KiB ring allreduce over it written in Go (2(n-1) steps, each a store
+// into the next rank's window and a notify, as a kernel does; one
 // goroutine per rank), with the process's resident memory while the
 // domain is live.
 
 // podSizes are the (nodes, chips per node) of each measurement.
 var podSizes = [][2]int{{4, 16}, {16, 16}, {64, 16}}
 
-// Pod prints the figures; the goal is 1024 ranks allocated, reduced and
-// released in at most 1 s with at most 1 GiB resident.
+// Pod prints the figures; the goal is a script's 1024-rank allocate +
+// 4 KiB ring allreduce in at most 2 s with at most 1 GiB resident.
 func Pod(w io.Writer) (bool, error) {
-	fmt.Fprintln(w, "pod: global domains over local level-3 nodes of 16 chips (thread mode), one process")
-	fmt.Fprintf(w, "  %6s %6s %14s %14s %14s %10s\n", "ranks", "nodes", "alloc+release", "ring 4 KiB", "total", "RSS")
-	ok := true
+	fmt.Fprintln(w, "pod: global domains over local level-3 nodes of 16 chips (thread mode)")
+	fmt.Fprintf(w, "  from a script: global_collectives(w).allreduce(..., algo = \"ring\"), 4 KiB per rank, `simpler run` in a process of its own\n")
+	fmt.Fprintf(w, "  %6s %6s %14s %14s %12s %12s %10s\n", "ranks", "nodes", "first run", "warm (median)", "whole run", "its CPU", "peak RSS")
+	var top podScript
 	for _, sz := range podSizes {
-		p, err := measurePod(sz[0], sz[1])
+		p, err := measurePodScript(sz[0])
 		if err != nil {
 			return false, err
 		}
-		n := sz[0] * sz[1]
-		fmt.Fprintf(w, "  %6d %6d %11.1f ms %11.1f ms %11.1f ms %6d MiB\n", n, sz[0],
-			ms(p.alloc), ms(p.ring), ms(p.alloc+p.ring), p.rss>>20)
-		if n == 1024 {
-			ok = verdict(w, "1024 ranks: alloc+release+ring", ms(p.alloc+p.ring), 1000, "ms") && ok
-			ok = verdict(w, "1024 ranks: resident memory", float64(p.rss>>20), 1024, "MiB") && ok
-		}
+		fmt.Fprintf(w, "  %6d %6d %11.1f ms %11.1f ms %10.2f s %10.2f s %6d MiB\n", sz[0]*sz[1], sz[0],
+			ms(p.cold), ms(p.warm), p.wall.Seconds(), p.cpu.Seconds(), p.peakRSS>>20)
+		top = p
+	}
+	ok := verdict(w, "1024 ranks from a script: warm run", ms(top.warm), 2000, "ms")
+	ok = verdict(w, "1024 ranks from a script: peak RSS", float64(top.peakRSS>>20), 1024, "MiB") && ok
+	noteRow(Row{Figure: RowPod, Met: ok, Value: fmt.Sprintf("%.2f s warm (first run %.2f s), %d MiB",
+		top.warm.Seconds(), top.cold.Seconds(), top.peakRSS>>20)})
+	if err := podFloor(w); err != nil {
+		return false, err
 	}
 	return ok, nil
+}
+
+// podFloor prints the Go-native figures, the floor a script's could reach.
+func podFloor(w io.Writer) error {
+	fmt.Fprintf(w, "  the floor (Go, no script; one process): allocate + release, and a ring written in Go over the engine's views\n")
+	fmt.Fprintf(w, "  %6s %6s %14s %14s %14s %10s\n", "ranks", "nodes", "alloc+release", "ring 4 KiB", "total", "RSS")
+	for _, sz := range podSizes {
+		p, err := measurePod(sz[0], sz[1])
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "  %6d %6d %11.1f ms %11.1f ms %11.1f ms %6d MiB\n", sz[0]*sz[1], sz[0],
+			ms(p.alloc), ms(p.ring), ms(p.alloc+p.ring), p.rss>>20)
+	}
+	return nil
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -69,6 +69,7 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 			missed = append(missed, names[i])
 		}
 	}
+	bench.Summary(stdout) // issue 28's table: the figures a script gets, met or MISSED
 	if len(missed) > 0 {
 		fmt.Fprintf(stdout, "bench: targets MISSED in %s (printed above)\n", strings.Join(missed, ", "))
 	}

@@ -16,6 +16,20 @@
 // work, and a reader that finds the spinners busy blocks at once. A
 // reader gives its place up when it blocks. On one processor nothing
 // spins (the peer could not run meanwhile).
+//
+// A spin only pays while a processor is free for it. When the machine has
+// more runnable threads than processors, a spinner takes the processor its
+// peer (the other end of a loopback session, or a worker thread of its own
+// process) needs to produce what the spinner waits for, and both ends of
+// a session, each spinning, can starve each other for a scheduler slice
+// at a time: milliseconds, against microseconds. So a spinner watches for
+// that: if a thread of this process is switched out involuntarily while it
+// spins (the process's involuntary context switches, getrusage), a core
+// is shared, and the spin ends at once; the reader then blocks for every
+// read for a while (the hold: 1 ms, doubling while it keeps happening, up
+// to 100 ms) before it tries spinning again. The decisions are the
+// policy type's, a state machine stepped by outcomes, which the tests
+// drive directly.
 package netspin
 
 import (
@@ -41,20 +55,76 @@ var (
 	maxSpinners = int32(runtime.NumCPU() / 2)
 )
 
+// Hold bounds: how long a reader that saw its core shared blocks without
+// spinning, first and at most.
+const (
+	holdMin = time.Millisecond
+	holdMax = 100 * time.Millisecond
+)
+
+// checkEvery is how many polls pass between two looks at the involuntary
+// context switches (a system call each).
+const checkEvery = 8
+
+// outcome is how a spin ended.
+type outcome int
+
+const (
+	gotData   outcome = iota // something arrived, or the connection ended
+	timedOut                 // the spin ran out: the reader blocks
+	preempted                // the spinning thread was switched out: the reader blocks
+)
+
+// policy decides each spin's length from how the earlier ones ended. It
+// is used by one goroutine at a time (its Reader's).
+type policy struct {
+	max, min   time.Duration
+	spin       time.Duration // the next spin, once quiet is over
+	hold       time.Duration // the next hold, after a preempted spin
+	quietUntil time.Time     // no spin before this
+}
+
+func newPolicy(max time.Duration) policy {
+	return policy{max: max, min: max / 16, spin: max, hold: holdMin}
+}
+
+// budget is how long a read at now may spin; 0: block at once.
+func (p *policy) budget(now time.Time) time.Duration {
+	if now.Before(p.quietUntil) {
+		return 0
+	}
+	return p.spin
+}
+
+// ended steps the policy by how a spin that ended at now went.
+func (p *policy) ended(o outcome, now time.Time) {
+	switch o {
+	case gotData:
+		p.spin = min(2*p.spin, p.max)
+		p.hold = holdMin
+	case timedOut:
+		p.spin = max(p.spin/2, p.min)
+	case preempted:
+		p.spin = max(p.spin/2, p.min)
+		p.quietUntil = now.Add(p.hold)
+		p.hold = min(2*p.hold, holdMax)
+	}
+}
+
 // Reader reads conn, spinning before each blocking read. It is used by
 // one goroutine at a time.
 type Reader struct {
 	conn     net.Conn
 	raw      syscall.RawConn // nil: conn cannot be polled; reads just block
-	max, min time.Duration
-	spin     time.Duration // the next spin
+	pol      policy
+	switches func() int64 // involuntarySwitches; tests fake it
 }
 
 // NewReader reads conn with spin-then-block reads of at most spin; a
 // connection that is not a TCP connection (a pipe in tests, say) is read
 // plainly.
 func NewReader(conn net.Conn, spin time.Duration) *Reader {
-	r := &Reader{conn: conn, max: spin, min: spin / 16, spin: spin}
+	r := &Reader{conn: conn, pol: newPolicy(spin), switches: involuntarySwitches}
 	if tc, ok := conn.(*net.TCPConn); ok && spin > 0 {
 		r.raw, _ = tc.SyscallConn()
 	}
@@ -67,22 +137,26 @@ func (r *Reader) Read(p []byte) (int, error) {
 	if r.raw == nil || len(p) == 0 {
 		return r.conn.Read(p)
 	}
-	if !acquire() {
+	spin := r.pol.budget(time.Now())
+	if spin <= 0 || !acquire() {
 		return r.conn.Read(p)
 	}
-	n, ok, err := r.poll(p)
+	n, o, err := r.poll(p, spin)
 	spinning.Add(-1) // before blocking: a blocked reader is not spinning
-	if ok {
+	r.pol.ended(o, time.Now())
+	if o == gotData {
 		return n, err
 	}
 	return r.conn.Read(p)
 }
 
-// poll reads p without blocking until something arrives, the connection
-// fails, or the spin times out (ok false: the caller blocks).
-func (r *Reader) poll(p []byte) (n int, ok bool, err error) {
+// poll reads p without blocking until something arrives or the
+// connection fails (gotData), the spin times out, or the spinning thread
+// is switched out involuntarily (preempted): in both the caller blocks.
+func (r *Reader) poll(p []byte, spin time.Duration) (n int, o outcome, err error) {
 	start := time.Now()
-	for {
+	before := r.switches()
+	for i := 1; ; i++ {
 		var rerr error
 		err := r.raw.Read(func(fd uintptr) bool {
 			n, rerr = unix.Read(int(fd), p)
@@ -90,22 +164,44 @@ func (r *Reader) poll(p []byte) (n int, ok bool, err error) {
 		})
 		switch {
 		case err != nil: // closed
-			return 0, true, err
+			return 0, gotData, err
 		case n > 0:
-			r.spin = min(2*r.spin, r.max)
-			return n, true, nil
+			return n, gotData, nil
 		case rerr == nil: // n == 0: the peer closed its end
-			return 0, true, io.EOF
+			return 0, gotData, io.EOF
 		case !errors.Is(rerr, unix.EAGAIN) && !errors.Is(rerr, unix.EINTR):
-			return 0, true, rerr
+			return 0, gotData, rerr
 		}
-		if time.Since(start) >= r.spin {
-			r.spin = max(r.spin/2, r.min)
-			return 0, false, nil
+		if time.Since(start) >= spin {
+			return 0, timedOut, nil
+		}
+		if i%checkEvery == 0 {
+			now := r.switches()
+			if sameThread(now, before) && now != before {
+				return 0, preempted, nil
+			}
+			before = now // moved: count from here on the new thread
 		}
 		runtime.Gosched() // what the spin waits for may be a goroutine here
 	}
 }
+
+// involuntarySwitches is how many times the calling thread was switched
+// out while it could still run (getrusage's ru_nivcsw for the thread),
+// with the thread's id in the high bits (sameThread): a goroutine may move
+// between threads while it spins, and only one thread's count compares.
+// -1 if it cannot be read, which never changes, so nothing is seen
+// preempted.
+func involuntarySwitches() int64 {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_THREAD, &ru); err != nil {
+		return -1
+	}
+	return int64(unix.Gettid())<<40 | ru.Nivcsw&(1<<40-1)
+}
+
+// sameThread reports whether two involuntarySwitches come from one thread.
+func sameThread(a, b int64) bool { return a>>40 == b>>40 }
 
 // acquire takes a spinner's place if one is free; the caller gives it
 // back with spinning.Add(-1).

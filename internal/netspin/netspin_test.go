@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -103,6 +104,13 @@ func TestPlainConnectionsAreReadPlainly(t *testing.T) {
 	}
 }
 
+// steady makes r see no involuntary context switch, however loaded the
+// machine running the test is: its spins end by data or by time only.
+func steady(r *Reader) *Reader {
+	r.switches = func() int64 { return 0 }
+	return r
+}
+
 // spinOne lets one reader spin for the test, whatever the machine.
 func spinOne(t *testing.T) {
 	old := maxSpinners
@@ -113,7 +121,7 @@ func spinOne(t *testing.T) {
 func TestSpinAdapts(t *testing.T) {
 	spinOne(t)
 	client, server := pair(t)
-	r := NewReader(server, 8*time.Millisecond)
+	r := steady(NewReader(server, 8*time.Millisecond))
 	got := make([]byte, 1)
 	// Quiet: each spin times out and the next is half as long, down to a
 	// sixteenth.
@@ -123,8 +131,8 @@ func TestSpinAdapts(t *testing.T) {
 		if _, err := r.Read(got); err != nil {
 			t.Fatal(err)
 		}
-		if r.spin != want {
-			t.Fatalf("after quiet read %d: spin %v, want %v", i, r.spin, want)
+		if r.pol.spin != want {
+			t.Fatalf("after quiet read %d: spin %v, want %v", i, r.pol.spin, want)
 		}
 	}
 	// Busy: data that is there at once doubles it again, up to the maximum.
@@ -134,8 +142,8 @@ func TestSpinAdapts(t *testing.T) {
 		if _, err := r.Read(got); err != nil {
 			t.Fatal(err)
 		}
-		if r.spin != want {
-			t.Fatalf("after a busy read: spin %v, want %v", r.spin, want)
+		if r.pol.spin != want {
+			t.Fatalf("after a busy read: spin %v, want %v", r.pol.spin, want)
 		}
 	}
 }
@@ -144,8 +152,8 @@ func TestAtMostHalfTheProcessorsSpin(t *testing.T) {
 	spinOne(t)
 	c1, s1 := pair(t)
 	c2, s2 := pair(t)
-	a := NewReader(s1, time.Hour) // spins until its data comes
-	b := NewReader(s2, 8*time.Millisecond)
+	a := steady(NewReader(s1, time.Hour)) // spins until its data comes
+	b := steady(NewReader(s2, 8*time.Millisecond))
 	done := make(chan error, 1)
 	go func() {
 		_, err := a.Read(make([]byte, 1))
@@ -158,8 +166,8 @@ func TestAtMostHalfTheProcessorsSpin(t *testing.T) {
 	if _, err := b.Read(make([]byte, 1)); err != nil {
 		t.Fatal(err)
 	}
-	if b.spin != 8*time.Millisecond {
-		t.Errorf("the second reader spun (its spin is now %v) while the only spinner was busy", b.spin)
+	if b.pol.spin != 8*time.Millisecond {
+		t.Errorf("the second reader spun (its spin is now %v) while the only spinner was busy", b.pol.spin)
 	}
 	c1.Write([]byte("a"))
 	if err := <-done; err != nil {
@@ -175,7 +183,7 @@ func TestAtMostHalfTheProcessorsSpin(t *testing.T) {
 func TestBlockedReaderGivesItsPlaceUp(t *testing.T) {
 	spinOne(t)
 	c1, s1 := pair(t)
-	a := NewReader(s1, 200*time.Millisecond)
+	a := steady(NewReader(s1, 200*time.Millisecond))
 	done := make(chan error, 1)
 	go func() {
 		_, err := a.Read(make([]byte, 1))
@@ -193,5 +201,110 @@ func TestBlockedReaderGivesItsPlaceUp(t *testing.T) {
 	c1.Write([]byte("a"))
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPolicySteps drives the policy by outcomes: data doubles the spin,
+// a timeout halves it, and a preempted spin halves it and holds every
+// spin off for the hold, which doubles while preemption repeats (up to
+// holdMax) and comes back to holdMin once a spin sees data.
+func TestPolicySteps(t *testing.T) {
+	ms := time.Millisecond
+	p := newPolicy(8 * ms)
+	now := time.Unix(1000, 0)
+	step := func(o outcome, wantSpin, wantBudget time.Duration) {
+		t.Helper()
+		p.ended(o, now)
+		if p.spin != wantSpin {
+			t.Fatalf("after outcome %d: spin %v, want %v", o, p.spin, wantSpin)
+		}
+		if got := p.budget(now); got != wantBudget {
+			t.Fatalf("after outcome %d: budget %v, want %v", o, got, wantBudget)
+		}
+	}
+	if got := p.budget(now); got != 8*ms {
+		t.Fatalf("a fresh policy spins %v, want 8ms", got)
+	}
+	step(timedOut, 4*ms, 4*ms)
+	step(gotData, 8*ms, 8*ms)
+	step(preempted, 4*ms, 0) // held off: 1 ms
+	now = now.Add(ms - 1)
+	if got := p.budget(now); got != 0 {
+		t.Fatalf("within the hold: budget %v, want 0", got)
+	}
+	now = now.Add(1)
+	if got := p.budget(now); got != 4*ms {
+		t.Fatalf("after the hold: budget %v, want 4ms", got)
+	}
+	// Preempted again and again: each hold twice the last, up to holdMax.
+	want := 2 * ms
+	for i := 0; i < 12; i++ {
+		step(preempted, max(p.spin/2, ms/2), 0)
+		if p.quietUntil.Sub(now) != want {
+			t.Fatalf("preemption %d: held %v, want %v", i+2, p.quietUntil.Sub(now), want)
+		}
+		want = min(2*want, holdMax)
+		now = p.quietUntil
+	}
+	step(gotData, ms, ms)
+	if p.hold != holdMin {
+		t.Fatalf("after data the next hold is %v, want %v", p.hold, holdMin)
+	}
+}
+
+// TestSharedCoreEndsTheSpin: a reader that sees the process switched out
+// while it spins stops spinning and blocks (giving its spinner's place
+// up), though its spin would last an hour; what arrives later is read by
+// the blocking read, and the policy holds spins off.
+func TestSharedCoreEndsTheSpin(t *testing.T) {
+	spinOne(t)
+	client, server := pair(t)
+	r := NewReader(server, time.Hour)
+	var n atomic.Int64
+	r.switches = func() int64 { return n.Add(1) } // switched out between every two looks
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.Read(make([]byte, 1))
+		done <- err
+	}()
+	eventually(t, "the reader to block", func() bool { return n.Load() >= 2 && spinning.Load() == 0 })
+	client.Write([]byte("a"))
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if r.pol.hold != 2*holdMin || r.pol.quietUntil.IsZero() {
+		t.Errorf("the spin did not end as preempted: hold %v, quiet until %v", r.pol.hold, r.pol.quietUntil)
+	}
+}
+
+// eventually waits up to 5 s for cond, checking often.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+// TestMovingThreadIsNotPreemption: a spinning goroutine that lands on
+// another thread between two looks compares nothing across the move (the
+// counts are per thread), so its spin runs out by time, not as preempted.
+func TestMovingThreadIsNotPreemption(t *testing.T) {
+	spinOne(t)
+	_, server := pair(t)
+	r := NewReader(server, 5*time.Millisecond)
+	var tid atomic.Int64
+	r.switches = func() int64 { return tid.Add(1)<<40 | 7 } // a new thread at every look
+	server.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	if _, err := r.Read(make([]byte, 1)); err == nil {
+		t.Fatal("read data nobody sent")
+	}
+	if tid.Load() < 2 {
+		t.Fatalf("the spin looked %d times, want at least 2", tid.Load())
+	}
+	if !r.pol.quietUntil.IsZero() || r.pol.spin != 5*time.Millisecond/2 {
+		t.Errorf("the spin did not end by time: spin %v, quiet until %v", r.pol.spin, r.pol.quietUntil)
 	}
 }
