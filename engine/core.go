@@ -46,9 +46,9 @@ func newCore(w *Worker) *core.Core {
 		Release:      releaseTask,
 		Check:        w.heap.checkInvariants,
 	})
-	for id := range w.remotes {
-		if w.IsRemote(id) {
-			c.SetDepth(id, RemoteDepth)
+	for id := range w.nextCount() {
+		if d := w.tree.next(id).depth(); d > 1 {
+			c.SetDepth(id, d)
 		}
 	}
 	return c

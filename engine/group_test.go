@@ -143,7 +143,7 @@ func TestWorkerGroupLifecycle(t *testing.T) {
 		got.Ranks[0].Parent == 0 || got.Deadline.IsZero() || got.Spec.CommProfile != "sim" {
 		t.Errorf("request %+v", got)
 	}
-	if !w.IsRemote(ids[0]) || w.remotes[ids[1]] == nil {
+	if !w.IsRemote(ids[0]) || w.RemoteNode(ids[1]) == nil {
 		t.Error("the ranks are not remote nodes of the worker")
 	}
 	if err := w.Close(); err != nil {

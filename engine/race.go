@@ -315,10 +315,11 @@ func (w *Worker) raceForgetDomain(d *Domain) {
 // it, nil where it does not (a chip process, a remote node, a bad range):
 // the race detector's identity of those bytes.
 func (w *Worker) hostView(worker int, addr uint64, n int) []byte {
-	if w.chipProcs != nil || worker < 0 || worker >= len(w.chips) || w.chips[worker] == nil {
+	c := w.tree.chipHere(worker)
+	if c == nil {
 		return nil
 	}
-	b, err := w.chips[worker].Bytes(addr, n)
+	b, err := c.Bytes(addr, n)
 	if err != nil {
 		return nil
 	}
@@ -353,15 +354,10 @@ func (w *Worker) RaceDeviceKey(worker int, addr uint64) uintptr {
 // raceChipTag is the race detector's tag of chip worker's memory: the
 // chip of this process, or the process that runs it.
 func (w *Worker) raceChipTag(worker int) uintptr {
-	switch {
-	case w.cfg.Race == nil || worker < 0:
+	if w.cfg.Race == nil || worker < 0 || worker >= len(w.tree.chips) || w.tree.chips[worker] == nil {
 		return 0
-	case w.chipProcs != nil && worker < len(w.chipProcs):
-		return w.cfg.Race.ChipTag(w.chipProcs[worker])
-	case w.chipProcs == nil && worker < len(w.chips) && w.chips[worker] != nil:
-		return w.cfg.Race.ChipTag(w.chips[worker])
 	}
-	return 0
+	return w.tree.chips[worker].raceTag(w.cfg.Race)
 }
 
 // raceNameHeap names a fresh run-heap block as unwritten.

@@ -33,9 +33,9 @@ func (w *Worker) ClusterID() uint64 {
 // ranks. (A level-4 or deeper child has no chips.)
 func (w *Worker) NodeSpec(node int) RemoteSpec {
 	if w.IsRemote(node) {
-		return *w.remoteSpecs[node]
+		return *w.tree.specs[node]
 	}
-	c := w.children[node].cfg
+	c := w.tree.children[node].cfg
 	profile := c.CommProfile
 	if profile == "" {
 		profile = hal.SimProfile
@@ -51,10 +51,16 @@ func (w *Worker) Ready(op string) error {
 	return w.ready(op)
 }
 
-// LocalChips is a level-3 node's chips, and in process mode the process
-// behind each (nil in thread mode). Both are set by Init and not changed
-// until close.
-func (w *Worker) LocalChips() ([]hal.Chip, []ChipProcess) { return w.chips, w.chipProcs }
+// LocalChips is a level-3 node's chips, from Init to close.
+func (w *Worker) LocalChips() []LocalChip {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	cs := make([]LocalChip, len(w.tree.chips))
+	for i, c := range w.tree.chips {
+		cs[i] = c
+	}
+	return cs
+}
 
 // ShmPrefix starts the names of the shared-memory objects this worker
 // makes: under this process's prefix (so its leak check sees them) and
