@@ -182,6 +182,18 @@ func (d Devices) Chip(id int) (hal.Chip, error) {
 	return c.here(), nil
 }
 
+// LocalChips is a level-3 node's chips, from Init to close.
+func (d Devices) LocalChips() []LocalChip {
+	w := d.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	cs := make([]LocalChip, len(w.tree.chips))
+	for i, c := range w.tree.chips {
+		cs[i] = c
+	}
+	return cs
+}
+
 // chipFor is chip id of a ready worker, for op's errors.
 func (d Devices) chipFor(op string, id int) (chipSlot, error) {
 	w := d.w

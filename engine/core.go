@@ -36,7 +36,7 @@ func newCore(w *Worker) *core.Core {
 		return taskError(t.ID(), w.workerName(a.Pool, a.Target), t.handle.Name(), err)
 	}
 	c := core.New(core.Config{
-		Next:         w.nextCount(),
+		Next:         w.NextCount(),
 		Sub:          w.cfg.NumSubWorkers,
 		Window:       w.cfg.TaskWindow,
 		OrderHazards: w.cfg.OrderHazards,
@@ -46,7 +46,7 @@ func newCore(w *Worker) *core.Core {
 		Release:      releaseTask,
 		Check:        w.heap.checkInvariants,
 	})
-	for id := range w.nextCount() {
+	for id := range w.NextCount() {
 		if d := w.tree.next(id).depth(); d > 1 {
 			c.SetDepth(id, d)
 		}

@@ -104,8 +104,8 @@ func (reg *Registry) check(c Callable, workers []int) (*Handle, error) {
 	if workers != nil {
 		workers = sortedCopy(workers)
 		for i, id := range workers {
-			if id < 0 || id >= w.nextCount() {
-				return nil, Errorf(ValueError, "register: worker %d out of range (this level-%d worker has NEXT_LEVEL ids 0..%d)", id, w.cfg.Level, w.nextCount()-1)
+			if id < 0 || id >= w.NextCount() {
+				return nil, Errorf(ValueError, "register: worker %d out of range (this level-%d worker has NEXT_LEVEL ids 0..%d)", id, w.cfg.Level, w.NextCount()-1)
 			}
 			if i > 0 && workers[i-1] == id {
 				return nil, Errorf(ValueError, "register: worker %d listed twice", id)

@@ -76,11 +76,6 @@ func (w *Worker) AddRemoteWorker(spec RemoteSpec) (int, error) {
 // wire hides the round trip between tasks.
 const RemoteDepth = 8
 
-// IsRemote reports whether NEXT_LEVEL id is a remote node.
-func (w *Worker) IsRemote(id int) bool {
-	return id >= 0 && id < len(w.tree.specs) && w.tree.specs[id] != nil
-}
-
 // dialRemotes connects every remote node in parallel under the start-up
 // deadline (through Config.Dial), starts every worker group beside them
 // (through Config.StartGroup: its ranks dial in) and ships the registry.

@@ -9,7 +9,6 @@ import (
 	"encoding/binary"
 	"time"
 
-	"simpler/hal"
 	"simpler/hal/shm"
 )
 
@@ -28,38 +27,12 @@ func (w *Worker) ClusterID() uint64 {
 	return w.cluster
 }
 
-// NodeSpec is what a broker knows of NEXT_LEVEL node, in the form a remote
-// node is described in: platform, chips, comm profile, global device
-// ranks. (A level-4 or deeper child has no chips.)
-func (w *Worker) NodeSpec(node int) RemoteSpec {
-	if w.IsRemote(node) {
-		return *w.tree.specs[node]
-	}
-	c := w.tree.children[node].cfg
-	profile := c.CommProfile
-	if profile == "" {
-		profile = hal.SimProfile
-	}
-	return RemoteSpec{Platform: c.Platform.Name(), DeviceIDs: c.DeviceIDs, CommProfile: profile, GlobalDeviceRanks: c.GlobalDeviceRanks}
-}
-
 // Ready refuses op unless the worker is initialised, open and not
 // poisoned.
 func (w *Worker) Ready(op string) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.ready(op)
-}
-
-// LocalChips is a level-3 node's chips, from Init to close.
-func (w *Worker) LocalChips() []LocalChip {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	cs := make([]LocalChip, len(w.tree.chips))
-	for i, c := range w.tree.chips {
-		cs[i] = c
-	}
-	return cs
 }
 
 // ShmPrefix starts the names of the shared-memory objects this worker

@@ -124,7 +124,7 @@ func (t *tree) openHere() error {
 // the kind the slot is: the slot decides how an assignment runs.
 func (t *tree) startEndpoints() {
 	t.epWG = &sync.WaitGroup{}
-	for id := range t.w.nextCount() {
+	for id := range t.w.NextCount() {
 		t.nextEP = append(t.nextEP, t.next(id).endpoint(t))
 	}
 	for _, s := range t.subs {
@@ -180,48 +180,86 @@ func (t *tree) node(id int) nodeSlot {
 	return t.nodes[id]
 }
 
-// Node is NEXT_LEVEL slot id as a Node (level 4 and up): what a broker
-// sends global-domain commands to. Before Init and after close it
-// answers every command with an error.
-func (w *Worker) Node(id int) Node {
-	w.mu.Lock()
-	n := w.tree.node(id)
-	w.mu.Unlock()
-	if n == nil {
-		return goneNode{id}
-	}
-	return n.node()
-}
+// Nodes is a level-4 or higher Worker's NEXT_LEVEL nodes as the roles
+// layered on it reach them (engine/global's broker, engine/remote's
+// buffers): what each node is, where it runs and how it is commanded.
+// It is a view of the Worker's tree and keeps no state of its own.
+type Nodes struct{ w *Worker }
 
-// NodeHost is the host NEXT_LEVEL node runs on: a remote node's, as it
-// said when it came up; a local child's is this one.
-func (w *Worker) NodeHost(node int) hostid.ID {
-	w.mu.Lock()
-	n := w.tree.node(node)
-	w.mu.Unlock()
-	if n == nil {
-		return hostid.Local()
-	}
-	return n.host()
-}
+// Nodes is the worker's NEXT_LEVEL nodes.
+func (w *Worker) Nodes() Nodes { return Nodes{w} }
 
-// RemoteNode is NEXT_LEVEL id's remote node from Init to close; nil for a
-// local id, and before Init and after close. A role that commands remote
-// nodes (remote buffers) reaches them here.
-func (w *Worker) RemoteNode(id int) RemoteNode {
+// slot is node id while the tree is up, or nil.
+func (ns Nodes) slot(id int) nodeSlot {
+	w := ns.w
 	w.mu.Lock()
-	n := w.tree.node(id)
-	w.mu.Unlock()
-	if n == nil {
+	defer w.mu.Unlock()
+	if id < 0 || id >= len(w.tree.nodes) {
 		return nil
 	}
-	return n.remote()
+	return w.tree.nodes[id]
 }
 
-// chipHere is chip id when it is in this process, or nil.
-func (t *tree) chipHere(id int) hal.Chip {
-	if id < 0 || id >= len(t.chips) || t.chips[id] == nil {
-		return nil
+// IsRemote reports whether node id is a remote node (from AddRemoteWorker
+// or AddWorkerGroup on).
+func (ns Nodes) IsRemote(id int) bool { return ns.w.tree.isRemote(id) }
+
+// Node is node id as a Node: what a broker sends global-domain commands
+// to. Before Init and after close it answers every command with an error.
+func (ns Nodes) Node(id int) Node {
+	if n := ns.slot(id); n != nil {
+		return n.node()
 	}
-	return t.chips[id].here()
+	return goneNode{id}
+}
+
+// Host is the host node id runs on: a remote node's, as it said when it
+// came up; a local child's is this one.
+func (ns Nodes) Host(id int) hostid.ID {
+	if n := ns.slot(id); n != nil {
+		return n.host()
+	}
+	return hostid.Local()
+}
+
+// Remote is node id's remote node from Init to close; nil for a local
+// id, and before Init and after close. A role that commands remote nodes
+// (remote buffers) reaches them here.
+func (ns Nodes) Remote(id int) RemoteNode {
+	if n := ns.slot(id); n != nil {
+		return n.remote()
+	}
+	return nil
+}
+
+// Spec is what a broker knows of node id, in the form a remote node is
+// described in: platform, chips, comm profile, global device ranks. (A
+// level-4 or deeper child has no chips.)
+func (ns Nodes) Spec(id int) RemoteSpec {
+	t := &ns.w.tree
+	if t.isRemote(id) {
+		return *t.specs[id]
+	}
+	c := t.children[id].cfg
+	profile := c.CommProfile
+	if profile == "" {
+		profile = hal.SimProfile
+	}
+	return RemoteSpec{Platform: c.Platform.Name(), DeviceIDs: c.DeviceIDs, CommProfile: profile, GlobalDeviceRanks: c.GlobalDeviceRanks}
+}
+
+// isRemote reports whether NEXT_LEVEL id is a remote node: the plan
+// says, from before Init.
+func (t *tree) isRemote(id int) bool {
+	return id >= 0 && id < len(t.specs) && t.specs[id] != nil
+}
+
+// raceTag is the race detector's tag of chip id's memory (the chip of
+// this process, or the process that runs it), 0 without --race or off a
+// chip.
+func (t *tree) raceTag(id int) uintptr {
+	if t.w.cfg.Race == nil || id < 0 || id >= len(t.chips) || t.chips[id] == nil {
+		return 0
+	}
+	return t.chips[id].raceTag(t.w.cfg.Race)
 }

@@ -124,16 +124,13 @@ func (w *Worker) Level() int { return w.cfg.Level }
 // Children returns the NEXT_LEVEL child workers (level 4 and up).
 func (w *Worker) Children() []*Worker { return w.tree.children }
 
-// nextCount is the size of the NEXT_LEVEL pool.
-func (w *Worker) nextCount() int {
+// NextCount is the number of NEXT_LEVEL workers.
+func (w *Worker) NextCount() int {
 	if w.cfg.Level >= 4 {
 		return len(w.tree.children)
 	}
 	return len(w.cfg.DeviceIDs)
 }
-
-// NextCount is the number of NEXT_LEVEL workers.
-func (w *Worker) NextCount() int { return w.nextCount() }
 
 // SubCount is the number of SUB workers.
 func (w *Worker) SubCount() int { return w.cfg.NumSubWorkers }

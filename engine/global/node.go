@@ -111,7 +111,7 @@ func (n *node) prepare(req nodeReq) ([]comm.Descriptor, error) {
 // no other worker of the process, with domain ids of its own broker, makes
 // names of the same shape (comm.RemoveGlobalRank relies on that).
 func (n *node) prepareRank(req nodeReq, p Place, reuse *comm.Descriptor) (engine.NodeRank, comm.Descriptor, error) {
-	chips := n.w.LocalChips()
+	chips := n.w.Devices().LocalChips()
 	if p.Local < 0 || p.Local >= len(chips) {
 		return nil, comm.Descriptor{}, engine.Errorf(engine.ValueError, "PREPARE: local worker %d is not a chip of this node (0..%d)", p.Local, len(chips)-1)
 	}
