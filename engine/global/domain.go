@@ -396,7 +396,7 @@ var txnCommands = map[txnOp]wire.Command{opCommInit: wire.CmdCommInit, opPrepare
 // nodeCmd runs a global-domain command on a member node, after the
 // command's fault point for that node: over CONTROL for a remote node,
 // through the mailbox for a process-mode local one, and by a call for a
-// local node in this process (engine.Worker.Node). Every kind of node
+// local node in this process (engine.Nodes.Node). Every kind of node
 // serves the same commands with the same code (command, in node.go), and
 // the broker times each one (a GlobalStep event).
 func (d *Domain) nodeCmd(node int, c *wire.Control) (wire.ControlReply, error) {
