@@ -85,12 +85,15 @@ func (d Devices) RunKernel(h *Handle, args *TaskArgs) error {
 	if err == nil {
 		err = w.registered("run", h)
 	}
+	var c chipSlot
+	if err == nil {
+		c = w.tree.chips[0]
+	}
 	w.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	k, ok := h.Callable.(ChipKernel)
-	if !ok {
+	if _, ok := h.Callable.(ChipKernel); !ok {
 		return Errorf(TypeError, "run: %q cannot run as a chip kernel", h.Name())
 	}
 	if args == nil {
@@ -105,13 +108,7 @@ func (d Devices) RunKernel(h *Handle, args *TaskArgs) error {
 			return Errorf(ValueError, "run: tensor %d has no dtype", i)
 		}
 	}
-	err = d.observeKernel(h.Name(), func() error {
-		if w.chipProcs != nil {
-			return w.chipProcs[0].Run(h, &a, nil, nil)
-		}
-		var local any
-		return RunChipKernel(&ChipCtx{Chip: w.chips[0], Local: &local}, k, &a)
-	})
+	err = d.observeKernel(h.Name(), func() error { return c.runKernel(h, &a) })
 	if err != nil {
 		return taskError(1, w.workerName(NextLevel, 0), h.Name(), err)
 	}
@@ -161,12 +158,44 @@ func (d Devices) CopyFrom(worker int, dst []byte, src uint64) error {
 	return d.w.DirectIn(nil).CopyFrom("copy_from", worker, dst, src)
 }
 
-// Chip returns the chip of NEXT_LEVEL worker id at level 3 (or the chip
-// at level 2, id 0).
-func (d Devices) Chip(id int) (hal.Chip, error) { return d.chipFor("chip", id) }
+// Memory is the memory of chip id (NEXT_LEVEL worker id at level 3, id
+// 0 at level 2), in either mode.
+func (d Devices) Memory(id int) (ChipMemory, error) {
+	c, err := d.chipFor("chip", id)
+	if err != nil {
+		return nil, err
+	}
+	return c.Memory(), nil
+}
+
+// Chip is chip id when it is in this process (thread mode), where its
+// memory can be read in place; a chip in a process of its own is
+// reached through Memory.
+func (d Devices) Chip(id int) (hal.Chip, error) {
+	c, err := d.chipFor("chip", id)
+	if err != nil {
+		return nil, err
+	}
+	if c.here() == nil {
+		return nil, Errorf(RuntimeError, "chip: %s is a process of its own; its memory is reached through Memory", d.w.workerName(NextLevel, id))
+	}
+	return c.here(), nil
+}
+
+// LocalChips is a level-3 node's chips, from Init to close.
+func (d Devices) LocalChips() []LocalChip {
+	w := d.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	cs := make([]LocalChip, len(w.tree.chips))
+	for i, c := range w.tree.chips {
+		cs[i] = c
+	}
+	return cs
+}
 
 // chipFor is chip id of a ready worker, for op's errors.
-func (d Devices) chipFor(op string, id int) (hal.Chip, error) {
+func (d Devices) chipFor(op string, id int) (chipSlot, error) {
 	w := d.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -176,11 +205,11 @@ func (d Devices) chipFor(op string, id int) (hal.Chip, error) {
 	if w.cfg.Level >= 4 { // as at level 3 and upstream: an id outside the (empty) chip list
 		return nil, Errorf(IndexError, "%s: worker_id %d out of range (a level-%d worker has no chips of its own; its children do)", op, id, w.cfg.Level)
 	}
-	if id < 0 || id >= len(w.chips) {
+	if id < 0 || id >= len(w.tree.chips) {
 		// An index into the worker's chips: upstream raises IndexError.
-		return nil, Errorf(IndexError, "%s: worker_id %d out of range (%s)", op, id, idRange(len(w.chips), "this worker has chips", "this worker has no chips"))
+		return nil, Errorf(IndexError, "%s: worker_id %d out of range (%s)", op, id, idRange(len(w.tree.chips), "this worker has chips", "this worker has no chips"))
 	}
-	return w.chips[id], nil
+	return w.tree.chips[id], nil
 }
 
 // malloc checks size here, before any conversion: a process-mode chip
@@ -198,7 +227,7 @@ func (d Devices) malloc(op string, worker, size int) (uint64, error) {
 	if max := platform.Arch().DeviceMemory; int64(size) > max {
 		return 0, Errorf(ValueError, "%s: size %d exceeds the device memory of one %s chip (%d bytes)", op, size, platform.Name(), max)
 	}
-	p, err := c.Malloc(size)
+	p, err := c.Memory().Malloc(size)
 	if err == nil {
 		d.w.raceNameDevice(worker, p, size)
 	}
@@ -211,7 +240,7 @@ func (d Devices) free(op string, worker int, ptr uint64) error {
 		return err
 	}
 	d.w.raceForgetDevice(worker, ptr)
-	return c.Free(ptr) // hal names the operation and the pointer
+	return c.Memory().Free(ptr) // hal names the operation and the pointer
 }
 
 func (d Devices) copyTo(op string, worker int, dst uint64, src []byte) error {
@@ -219,7 +248,7 @@ func (d Devices) copyTo(op string, worker int, dst uint64, src []byte) error {
 	if err != nil {
 		return err
 	}
-	return Wrap(c.CopyIn(dst, src), op)
+	return Wrap(c.Memory().CopyIn(dst, src), op)
 }
 
 func (d Devices) copyFrom(op string, worker int, dst []byte, src uint64) error {
@@ -227,5 +256,5 @@ func (d Devices) copyFrom(op string, worker int, dst []byte, src uint64) error {
 	if err != nil {
 		return err
 	}
-	return Wrap(c.CopyOut(dst, src), op)
+	return Wrap(c.Memory().CopyOut(dst, src), op)
 }

@@ -12,48 +12,58 @@ import (
 	"simpler/hal/comm"
 )
 
-// teardown closes the worker's tree in order: child processes, chips,
-// remote sessions, the launchers of its groups, child workers. It holds
-// w.mu only to read the tree and to forget it, never across the closing:
-// a remote node's Close waits for its reader, whose failure goroutine
-// reports the tasks in flight through completed, which takes w.mu; and a
-// Kill (a second interrupt) must reach what is being closed.
-func (w *Worker) teardown() error {
+// teardown closes the tree in order: the chips and their processes, the
+// SUB workers, the nodes (processes, remote sessions, child workers), the
+// launchers of the groups. It holds w.mu only to read the slots and to
+// forget them, never across the closing: a remote node's Close waits for
+// its reader, whose failure goroutine reports the tasks in flight through
+// completed, which takes w.mu; and a kill (a second interrupt) must reach
+// what is being closed.
+func (t *tree) teardown() error {
+	w := t.w
 	w.mu.Lock()
-	procs, chips, remotes, groups, children := w.procs(), w.chips, w.remotes, w.liveGroups(), w.children
+	slots, groups := t.slots(), t.liveGroups()
 	w.mu.Unlock()
 	var first error
-	keep := func(err error) {
-		if err != nil && first == nil {
+	t.remoteFailed.Wait()
+	for _, s := range slots {
+		if err := s.close(); err != nil && first == nil {
 			first = err
 		}
 	}
-	for _, p := range procs {
-		keep(p.Close())
-	}
-	for _, c := range chips {
-		keep(c.Close())
-	}
-	w.remoteFailed.Wait()
-	for _, n := range remotes {
-		if n != nil {
-			n.Close()
-		}
-	}
 	for _, g := range groups { // their ranks ended with their sessions
-		keep(g.Close(w.cfg.CloseTimeout))
-	}
-	for _, child := range children {
-		if child != nil {
-			keep(child.closeTree())
+		if err := g.Close(w.cfg.CloseTimeout); err != nil && first == nil {
+			first = err
 		}
 	}
 	w.mu.Lock()
-	w.chipProcs, w.subProcs, w.nodeProcs = nil, nil, nil
-	w.chips, w.remotes = nil, nil
-	w.forgetGroups()
+	t.chips, t.nodes, t.subs = nil, nil, nil
+	for _, g := range t.groups {
+		g.live = nil
+	}
 	w.mu.Unlock()
 	return first
+}
+
+// slots lists every slot of the tree, chips first. Caller holds w.mu.
+func (t *tree) slots() []slot {
+	var ss []slot
+	for _, s := range t.chips {
+		if s != nil {
+			ss = append(ss, s)
+		}
+	}
+	for _, s := range t.subs {
+		if s != nil {
+			ss = append(ss, s)
+		}
+	}
+	for _, s := range t.nodes {
+		if s != nil {
+			ss = append(ss, s)
+		}
+	}
+	return ss
 }
 
 // Close drains every run, stops endpoints and children and frees chips and
@@ -99,7 +109,7 @@ func (w *Worker) drainRuns(runs []*Run) error {
 		select {
 		case <-r.done:
 		case <-grace:
-			w.killChildren()
+			w.tree.kill()
 			return Errorf(RuntimeError, "%s, and still running after that: its child processes and sessions were ended", what)
 		}
 	}
@@ -123,33 +133,19 @@ func (w *Worker) detDrainRuns(runs []*Run) error {
 	return Errorf(RuntimeError, "close: run %s still running after close_timeout_s=%v: cancelled", strings.Join(late, ", "), w.cfg.CloseTimeout)
 }
 
-// killChildren ends every child process and remote session at once, so
-// that whatever waits on them returns. It may run while a teardown closes
-// them (a second interrupt): it reads the tree under w.mu, which a
-// teardown never holds while it closes.
-func (w *Worker) killChildren() {
-	w.mu.Lock()
-	procs, remotes, groups, children := w.procs(), w.remotes, w.liveGroups(), w.children
-	names := make([]string, len(remotes))
-	for id := range remotes {
-		names[id] = w.workerName(NextLevel, id)
-	}
-	w.mu.Unlock()
-	for _, p := range procs {
-		p.Kill()
-	}
-	for id, n := range remotes {
-		if n != nil {
-			n.Fail(Errorf(RuntimeError, "%s: ended by close", names[id]))
-		}
+// kill ends every child process and remote session of the tree at once,
+// so that whatever waits on them returns. It may run while a teardown
+// closes them (a second interrupt): it reads the slots under w.mu, which
+// a teardown never holds while it closes.
+func (t *tree) kill() {
+	t.w.mu.Lock()
+	slots, groups := t.slots(), t.liveGroups()
+	t.w.mu.Unlock()
+	for _, s := range slots {
+		s.kill()
 	}
 	for _, g := range groups {
 		g.Kill()
-	}
-	for _, c := range children {
-		if c != nil {
-			c.killChildren()
-		}
 	}
 }
 
@@ -174,14 +170,14 @@ func (w *Worker) closeTree() error {
 	forced := w.drainRuns(runs)
 	gerr := w.runClose(CloseAfterDrain) // global domains are freed here (engine/global)
 	// Endpoints report to w.mu as they stop: wait for them outside it.
-	if !w.stopEndpointsWithin(StopGrace) && forced == nil {
+	if !w.tree.stopEndpointsWithin(StopGrace) && forced == nil {
 		forced = Errorf(RuntimeError, "close: a kernel of this worker did not stop; its goroutine is abandoned")
 	}
 	werr := w.domains.dropWarm() // before the chips close: parked ranks are mapped in them
 	if e := w.runClose(CloseBeforeTeardown); e != nil && werr == nil {
 		werr = e
 	}
-	err := w.teardown()
+	err := w.tree.teardown()
 	if err == nil {
 		err = gerr
 	}
@@ -228,4 +224,4 @@ func (w *Worker) CancelRuns() {
 
 // Kill ends every child process and remote session of the tree at once:
 // the forced end of a second interrupt.
-func (w *Worker) Kill() { w.killChildren() }
+func (w *Worker) Kill() { w.tree.kill() }

@@ -36,7 +36,7 @@ func newCore(w *Worker) *core.Core {
 		return taskError(t.ID(), w.workerName(a.Pool, a.Target), t.handle.Name(), err)
 	}
 	c := core.New(core.Config{
-		Next:         w.nextCount(),
+		Next:         w.NextCount(),
 		Sub:          w.cfg.NumSubWorkers,
 		Window:       w.cfg.TaskWindow,
 		OrderHazards: w.cfg.OrderHazards,
@@ -46,9 +46,9 @@ func newCore(w *Worker) *core.Core {
 		Release:      releaseTask,
 		Check:        w.heap.checkInvariants,
 	})
-	for id := range w.remotes {
-		if w.IsRemote(id) {
-			c.SetDepth(id, RemoteDepth)
+	for id := range w.NextCount() {
+		if d := w.tree.next(id).depth(); d > 1 {
+			c.SetDepth(id, d)
 		}
 	}
 	return c

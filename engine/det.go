@@ -129,12 +129,12 @@ func (w *Worker) detSupported() error {
 	if w.cfg.Mode == "process" {
 		return Errorf(ValueError, "init: --seed schedules thread mode only: a process-mode worker's kernels run in processes the schedule cannot order (run with --mode thread)")
 	}
-	for id := range w.remoteSpecs {
-		if w.remoteSpecs[id] != nil {
+	for id := range w.tree.specs {
+		if w.tree.specs[id] != nil {
 			return Errorf(ValueError, "init: --seed schedules one process: remote_worker %d runs on a daemon the schedule cannot order", id)
 		}
 	}
-	if len(w.groups) > 0 {
+	if len(w.tree.groups) > 0 {
 		return Errorf(ValueError, "init: --seed schedules one process: a worker group's ranks run in processes the schedule cannot order")
 	}
 	return nil

@@ -12,7 +12,6 @@ import (
 	"simpler/hal/comm"
 	"simpler/hal/dtype"
 	"simpler/internal/fault"
-	"simpler/internal/race"
 )
 
 // BufferSpec names a slice of a domain window, carved in declaration order
@@ -95,19 +94,7 @@ func (w *Worker) LocalDomains() *LocalDomains { return &w.domains }
 // allocateRank runs rank's part of an allocation on chip id: in this
 // process, or in the chip's own process.
 func (ld *LocalDomains) allocateRank(req commRequest, rank, id int) (DomainRank, error) {
-	w := ld.w
-	if w.chipProcs != nil {
-		return w.chipProcs[id].AllocateRank(req, rank)
-	}
-	r, err := comm.Allocate(req, rank, w.chips[id])
-	if err != nil {
-		return DomainRank{}, err
-	}
-	dr := DomainRank{DeviceCtx: r.DeviceCtx, WindowBase: r.WindowBase, WindowSize: r.WindowSize, Release: r.Release}
-	if win := w.hostView(id, r.WindowBase, r.WindowSize); win != nil {
-		dr.RaceKey = race.Key(race.Addr(win))
-	}
-	return dr, nil
+	return ld.w.tree.chips[id].allocateRank(req, rank)
 }
 
 // CommTimeout bounds the subset barrier of a domain allocation.
@@ -323,7 +310,7 @@ func (ld *LocalDomains) runRanks(d *Domain, req comm.Request, reuse bool) error 
 	n := len(d.spec.Workers)
 	d.ranks = make([]DomainRank, n)
 	errs := make([]error, n)
-	if reuse && w.chipProcs == nil {
+	if reuse && w.tree.chipsHere {
 		for r, id := range d.spec.Workers {
 			if d.ranks[r], errs[r] = ld.allocateRank(req, r, id); errs[r] != nil {
 				break
@@ -379,13 +366,13 @@ func (ld *LocalDomains) runRanks(d *Domain, req comm.Request, reuse bool) error 
 func (ld *LocalDomains) InitComm() error {
 	w := ld.w
 	ld.commOnce.Do(func() {
-		errs := make([]error, len(w.chips))
+		errs := make([]error, len(w.tree.chips))
 		var wg sync.WaitGroup
-		for i, c := range w.chips {
+		for i, c := range w.tree.chips {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				errs[i] = initBaseComm(c, w.cfg.CommProfile)
+				errs[i] = initBaseComm(c.Memory().Platform(), w.cfg.CommProfile)
 			}()
 		}
 		wg.Wait()
@@ -512,8 +499,8 @@ func (ld *LocalDomains) Live() map[string]*Domain {
 // initBaseComm is a chip's part of the base communicator: in simulation,
 // a check that the chip's platform serves the Worker's profile. It runs
 // once per chip per Worker, before the first domain.
-func initBaseComm(c hal.Chip, profile string) error {
-	return c.Platform().Serves(profile)
+func initBaseComm(p hal.Platform, profile string) error {
+	return p.Serves(profile)
 }
 
 // FormatInts formats ids the way scripts write lists, [0, 2], for

@@ -347,6 +347,6 @@ func TestCommProfileChecksAskServes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	want("base communicator", initBaseComm(c, ""), "")
-	want("base communicator", initBaseComm(c, "a5-fabric-v1"), `ValueError: comm_profile "a5-fabric-v1" is not supported on a2a3sim (supported: ["sim"])`)
+	want("base communicator", initBaseComm(c.Platform(), ""), "")
+	want("base communicator", initBaseComm(c.Platform(), "a5-fabric-v1"), `ValueError: comm_profile "a5-fabric-v1" is not supported on a2a3sim (supported: ["sim"])`)
 }

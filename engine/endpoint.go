@@ -223,9 +223,9 @@ func (e *remoteEndpoint) Start(a Assignment) {
 // goroutine, which may hold a caller's state.
 func (e *remoteEndpoint) completeOff(a Assignment, err error) {
 	e.forget(memberKey{a.Task, a.Member})
-	e.w.remoteFailed.Add(1)
+	e.w.tree.remoteFailed.Add(1)
 	go func() {
-		defer e.w.remoteFailed.Done()
+		defer e.w.tree.remoteFailed.Done()
 		defer e.w.raceQueue(-1)
 		if after := e.w.completed(a, err, nil); after != nil {
 			after()
@@ -282,11 +282,11 @@ func (w *Worker) started(a Assignment) {
 // endpoints: once they are stopped there is nothing to stop or start.
 func (w *Worker) apply(eff Effects, reason string) {
 	w.stopMembers(eff.Stop, reason)
-	w.epMu.RLock()
-	if !w.epStopped {
+	w.tree.epMu.RLock()
+	if !w.tree.epStopped {
 		w.route(eff.Assign)
 	}
-	w.epMu.RUnlock()
+	w.tree.epMu.RUnlock()
 	if eff.Fenced != nil {
 		w.finish(runOf(eff.Fenced))
 	}
@@ -295,9 +295,9 @@ func (w *Worker) apply(eff Effects, reason string) {
 // stopMembers asks the endpoints of members to stop them, unless close
 // has stopped the endpoints already.
 func (w *Worker) stopMembers(members []Assignment, reason string) {
-	w.epMu.RLock()
-	defer w.epMu.RUnlock()
-	if w.epStopped {
+	w.tree.epMu.RLock()
+	defer w.tree.epMu.RUnlock()
+	if w.tree.epStopped {
 		return
 	}
 	for _, a := range members {
@@ -307,9 +307,9 @@ func (w *Worker) stopMembers(members []Assignment, reason string) {
 
 func (w *Worker) endpoint(a Assignment) Endpoint {
 	if a.Pool == Sub {
-		return w.subs[a.Target]
+		return w.tree.subEP[a.Target]
 	}
-	return w.next[a.Target]
+	return w.tree.nextEP[a.Target]
 }
 
 // completed applies a finished assignment: the core's step, then what it
@@ -362,120 +362,26 @@ func (w *Worker) route(out []Assignment) {
 	}
 }
 
-// startEndpoints makes an endpoint for every NEXT_LEVEL and SUB slot, of
-// the kind the slot is: the transport decides how an assignment runs,
-// nothing after this does.
-func (w *Worker) startEndpoints() {
-	w.epWG = &sync.WaitGroup{}
-	for id := 0; id < w.nextCount(); id++ {
-		if w.IsRemote(id) {
-			w.next = append(w.next, &remoteEndpoint{w: w, n: w.remotes[id]})
-			continue
-		}
-		e := w.loop(w.nextRunner())
-		e.inProc = w.chipProcs == nil && w.nodeProcs == nil
-		e.recorded = w.chipProcs != nil
-		w.next = append(w.next, e)
-	}
-	for range w.cfg.NumSubWorkers {
-		e := w.loop(w.subRunner())
-		e.inProc = w.subProcs == nil
-		e.recorded = w.subProcs != nil
-		w.subs = append(w.subs, e)
-	}
-}
-
-// loop starts a loop endpoint running run.
-func (w *Worker) loop(run func(e *loopEndpoint, a Assignment) error) *loopEndpoint {
-	e := &loopEndpoint{w: w, ch: make(chan Assignment, 1), run: run, wg: w.epWG, spin: w.cfg.Mode == "thread"}
-	w.epWG.Add(1)
-	go e.loop()
-	return e
-}
-
-// nextRunner is how a local NEXT_LEVEL slot runs a task: in a chip's
-// process, in a level-3 node's process, on a child Worker of this
-// process, or as a kernel on a chip of this process.
-func (w *Worker) nextRunner() func(e *loopEndpoint, a Assignment) error {
-	switch {
-	case w.chipProcs != nil:
-		return func(e *loopEndpoint, a Assignment) (err error) {
-			t := taskOf(a.Task)
-			if e.raceCtx != nil {
-				e.raceLog, err = w.chipProcs[a.Target].RunRecorded(t.handle, &t.args[a.Member], &e.stop, w.raceChipTag(a.Target))
-				return err
-			}
-			return w.chipProcs[a.Target].Run(t.handle, &t.args[a.Member], nil, &e.stop)
-		}
-	case w.nodeProcs != nil:
-		return func(e *loopEndpoint, a Assignment) error {
-			t := taskOf(a.Task)
-			return w.nodeProcs[a.Target].Run(t.handle, &t.args[a.Member], &t.cfg, &e.stop)
-		}
-	case w.cfg.Level >= 4:
-		return func(e *loopEndpoint, a Assignment) error { return w.runChild(e, a) }
-	}
-	return func(e *loopEndpoint, a Assignment) error {
-		t := taskOf(a.Task)
-		if e.chip.Chip == nil { // the endpoint's chip never changes: made once
-			e.chip = ChipCtx{WorkerID: a.Target, Chip: w.chips[a.Target], Local: &e.local, Stop: &e.stop}
-		}
-		e.chip.Race = e.raceCtx
-		return RunChipKernel(&e.chip, t.handle.Callable.(ChipKernel), &t.args[a.Member])
-	}
-}
-
-// runChild runs a task of a level-4 worker as a run of the child Worker in
-// this process; stopping it cancels that run.
-func (w *Worker) runChild(e *loopEndpoint, a Assignment) error {
-	t := taskOf(a.Task)
-	oc, args, cfg := t.handle.Callable.(OrchCallable), &t.args[a.Member], t.cfg
-	r, err := w.children[a.Target].submit(func(o *Orchestrator) (any, error) { return nil, oc.RunOrch(o, args, &cfg) }, &e.stop, e.raceCtx)
-	if err != nil {
-		return err
-	}
-	defer r.RaceWait(e.raceCtx)()
-	return r.Wait(-1)
-}
-
-// subRunner is how a SUB slot runs a task: in its process, or here.
-func (w *Worker) subRunner() func(e *loopEndpoint, a Assignment) error {
-	if w.subProcs != nil {
-		return func(e *loopEndpoint, a Assignment) (err error) {
-			t := taskOf(a.Task)
-			if e.raceCtx != nil {
-				e.raceLog, err = w.subProcs[a.Target].RunRecorded(t.handle, &t.args[a.Member], &e.stop, w.cfg.Race.ChipTag(w.subProcs[a.Target]))
-				return err
-			}
-			return w.subProcs[a.Target].Run(t.handle, &t.args[a.Member], nil, &e.stop)
-		}
-	}
-	return func(e *loopEndpoint, a Assignment) error {
-		t := taskOf(a.Task)
-		return t.handle.Callable.(SubCallable).RunSub(&SubCtx{WorkerID: a.Target, Local: &e.local, Stop: &e.stop, Race: e.raceCtx}, &t.args[a.Member])
-	}
-}
-
 // stopEndpointsWithin ends the endpoints and waits for their goroutines,
 // at most d; it reports whether they all ended. (A kernel that neither
 // returns nor heeds a stop, a Go kernel in a loop, keeps its goroutine.)
-func (w *Worker) stopEndpointsWithin(d time.Duration) bool {
-	w.epMu.Lock()
-	for _, ep := range w.next {
+func (t *tree) stopEndpointsWithin(d time.Duration) bool {
+	t.epMu.Lock()
+	for _, ep := range t.nextEP {
 		ep.Stop()
 	}
-	for _, ep := range w.subs {
+	for _, ep := range t.subEP {
 		ep.Stop()
 	}
-	w.next, w.subs = nil, nil
-	w.epStopped = true
-	w.epMu.Unlock()
-	if w.epWG == nil {
+	t.nextEP, t.subEP = nil, nil
+	t.epStopped = true
+	t.epMu.Unlock()
+	if t.epWG == nil {
 		return true
 	}
 	done := make(chan struct{})
 	go func() {
-		w.epWG.Wait()
+		t.epWG.Wait()
 		close(done)
 	}()
 	select {
@@ -493,35 +399,4 @@ func (w *Worker) stopEndpointsWithin(d time.Duration) bool {
 // node, which hands each to the role registered for it).
 type Node interface {
 	Command(c *wire.Control) (wire.ControlReply, error)
-}
-
-// localNode is a level-3 child Worker in this process.
-type localNode struct{ w *Worker }
-
-func (n localNode) Command(c *wire.Control) (wire.ControlReply, error) {
-	r := wire.ControlReply{Cmd: c.Cmd}
-	err := n.w.Command(*c, &r)
-	return r, err
-}
-
-// remoteNode is a remote session, reached over its connection.
-type remoteNode struct {
-	w  *Worker
-	id int
-}
-
-func (n remoteNode) Command(c *wire.Control) (wire.ControlReply, error) {
-	return n.w.remoteCmdReply(n.id, c)
-}
-
-// Node is NEXT_LEVEL slot id as a Node (level 4 and up): what a broker
-// sends global-domain commands to.
-func (w *Worker) Node(id int) Node {
-	switch {
-	case w.IsRemote(id):
-		return remoteNode{w, id}
-	case w.nodeProcs != nil:
-		return w.nodeProcs[id] // a NodeProcess, reached by its mailbox
-	}
-	return localNode{w.children[id]}
 }

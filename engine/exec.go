@@ -9,7 +9,7 @@ func (w *Worker) workerName(p Pool, id int) string {
 	switch {
 	case p == Sub:
 		return fmt.Sprintf("sub_worker %d", id)
-	case w.IsRemote(id):
+	case w.tree.isRemote(id):
 		return fmt.Sprintf("remote_worker %d", id)
 	case w.cfg.Level >= 4:
 		return fmt.Sprintf("child_worker %d", id)

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"simpler/hal"
-	"simpler/internal/hostid"
 	"simpler/internal/hostport"
 	"simpler/internal/token"
 	"simpler/kind"
@@ -117,11 +116,11 @@ func (w *Worker) AddWorkerGroup(spec GroupSpec) ([]int, error) {
 		if len(spec.GlobalDeviceRanks) > 0 {
 			rs.GlobalDeviceRanks = spec.GlobalDeviceRanks[r*d : (r+1)*d]
 		}
-		w.children = append(w.children, nil)
-		w.remoteSpecs = append(w.remoteSpecs, rs)
-		g.ids = append(g.ids, len(w.children)-1)
+		w.tree.children = append(w.tree.children, nil)
+		w.tree.specs = append(w.tree.specs, rs)
+		g.ids = append(g.ids, len(w.tree.children)-1)
 	}
-	w.groups = append(w.groups, g)
+	w.tree.groups = append(w.tree.groups, g)
 	return append([]int(nil), g.ids...), nil
 }
 
@@ -215,8 +214,8 @@ func checkListen(op string, spec *GroupSpec) error {
 }
 
 // groupOf is the group remote node id belongs to, if any.
-func (w *Worker) groupOf(id int) *workerGroup {
-	for _, g := range w.groups {
+func (t *tree) groupOf(id int) *workerGroup {
+	for _, g := range t.groups {
 		if id >= g.ids[0] && id <= g.ids[len(g.ids)-1] {
 			return g
 		}
@@ -226,13 +225,14 @@ func (w *Worker) groupOf(id int) *workerGroup {
 
 // startGroups starts every group on a goroutine of its own (on wg),
 // beside the dials: each group's error goes to errs at its first id; its
-// nodes take their ids in w.remotes. Caller holds w.regMu.
-func (w *Worker) startGroups(parent uint64, deadline time.Time, errs []error, wg *sync.WaitGroup) {
-	for gi, g := range w.groups {
+// ranks take their ids in t.nodes. Caller holds w.regMu.
+func (t *tree) startGroups(parent uint64, deadline time.Time, errs []error, wg *sync.WaitGroup) {
+	w := t.w
+	for gi, g := range t.groups {
 		req := GroupRequest{Name: fmt.Sprintf("worker group %d", gi), Index: gi, Spec: g.spec, Deadline: deadline}
 		for r, id := range g.ids {
 			req.Ranks = append(req.Ranks, DialRequest{Name: fmt.Sprintf("remote_worker %d (rank %d of worker group %d)", id, r, gi), ID: id,
-				Spec: *w.remoteSpecs[id], Sources: w.cfg.Sources, Parent: parent, Timeout: w.cfg.SessionTimeout, Deadline: deadline, Events: w.events.emit})
+				Spec: *t.specs[id], Sources: w.cfg.Sources, Parent: parent, Timeout: w.cfg.SessionTimeout, Deadline: deadline, Events: w.events.emit})
 		}
 		wg.Add(1)
 		go func() {
@@ -244,36 +244,20 @@ func (w *Worker) startGroups(parent uint64, deadline time.Time, errs []error, wg
 			}
 			g.live = live
 			for r, n := range live.Nodes() {
-				w.remotes[g.ids[r]] = n
+				id := g.ids[r]
+				t.nodes[id] = &remoteSlot{n: n, name: fmt.Sprintf("remote_worker %d", id)}
 			}
 		}()
 	}
 }
 
 // liveGroups are the started groups' launchers. Caller holds w.mu.
-func (w *Worker) liveGroups() []RemoteGroup {
+func (t *tree) liveGroups() []RemoteGroup {
 	var live []RemoteGroup
-	for _, g := range w.groups {
+	for _, g := range t.groups {
 		if g.live != nil {
 			live = append(live, g.live)
 		}
 	}
 	return live
-}
-
-// forgetGroups drops the launchers once teardown has closed them. Caller
-// holds w.mu.
-func (w *Worker) forgetGroups() {
-	for _, g := range w.groups {
-		g.live = nil
-	}
-}
-
-// NodeHost is the host NEXT_LEVEL node runs on: a remote node's, as it
-// said when it came up; a local child's is this one.
-func (w *Worker) NodeHost(node int) hostid.ID {
-	if w.IsRemote(node) && node < len(w.remotes) && w.remotes[node] != nil {
-		return w.remotes[node].Host()
-	}
-	return hostid.Local()
 }

@@ -108,7 +108,7 @@ func TestAddWorkerGroupRefusals(t *testing.T) {
 	if err != nil || !slices.Equal(ids, []int{1, 2, 3}) {
 		t.Fatalf("ids %v, %v", ids, err)
 	}
-	if got := w.NodeSpec(2).GlobalDeviceRanks; !slices.Equal(got, []int{6}) {
+	if got := w.Nodes().Spec(2).GlobalDeviceRanks; !slices.Equal(got, []int{6}) {
 		t.Errorf("rank 1's global device ranks %v, want [6]", got)
 	}
 	if err := w.Init(); KindOf(err) != RuntimeError || !strings.Contains(err.Error(), "no transport for worker groups (Config.StartGroup is nil") {
@@ -143,7 +143,7 @@ func TestWorkerGroupLifecycle(t *testing.T) {
 		got.Ranks[0].Parent == 0 || got.Deadline.IsZero() || got.Spec.CommProfile != "sim" {
 		t.Errorf("request %+v", got)
 	}
-	if !w.IsRemote(ids[0]) || w.remotes[ids[1]] == nil {
+	if !w.Nodes().IsRemote(ids[0]) || w.Nodes().Remote(ids[1]) == nil {
 		t.Error("the ranks are not remote nodes of the worker")
 	}
 	if err := w.Close(); err != nil {

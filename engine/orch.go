@@ -126,7 +126,7 @@ func (o *Orchestrator) checkNext(op string, h *Handle, worker int) error {
 	if err := o.checkHandle(op, h); err != nil {
 		return err
 	}
-	n := o.w.nextCount()
+	n := o.w.NextCount()
 	if worker < 0 || worker >= n {
 		return Errorf(ValueError, "%s: worker %d out of range (%s)", op, worker, idRange(n, "NEXT_LEVEL workers are", "this worker has no NEXT_LEVEL workers"))
 	}
@@ -167,9 +167,9 @@ func (o *Orchestrator) checkTensors(op string, job core.Job, m int, a *TaskArgs)
 	if job.Group != nil {
 		worker = job.Group[m]
 	}
-	remote := job.Pool == NextLevel && o.w.IsRemote(worker)
+	remote := job.Pool == NextLevel && o.w.tree.isRemote(worker)
 	if remote {
-		if err := o.w.remotes[worker].Lost(); err != nil {
+		if err := o.w.tree.nodes[worker].remote().Lost(); err != nil {
 			return &Error{Kind: RuntimeError, Msg: fmt.Sprintf("%s: remote_worker %d can take no more work: %v", op, worker, err), Cause: err}
 		}
 	}
@@ -208,7 +208,7 @@ func (o *Orchestrator) checkTensors(op string, job core.Job, m int, a *TaskArgs)
 		if o.w.cfg.Level >= 4 {
 			return Errorf(ValueError, "%s: tensor %d is device memory; a level-%d task takes host tensors", op, i, o.w.cfg.Level)
 		}
-		if _, err := o.w.chips[worker].Bytes(t.Addr, span); err != nil {
+		if err := o.w.tree.chips[worker].Memory().Check(t.Addr, span); err != nil {
 			return Wrap(err, fmt.Sprintf("%s: tensor %d (child_memory on worker %d)", op, i, worker))
 		}
 	}

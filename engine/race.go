@@ -134,7 +134,7 @@ func (w *Worker) raceStart(a Assignment) *race.Ctx {
 		Owner: w, Run: r.id, Task: t.ID(), Member: a.Member, Parent: r.race.orch,
 	}
 	if a.Pool == NextLevel {
-		who.Chip = w.raceChipTag(a.Target)
+		who.Chip = w.tree.raceTag(a.Target)
 	}
 	c := d.Start(who, after...)
 	d.Queue(-1)
@@ -311,20 +311,6 @@ func (w *Worker) raceForgetDomain(d *Domain) {
 	}
 }
 
-// hostView is worker's device memory [addr, addr+n) as this process maps
-// it, nil where it does not (a chip process, a remote node, a bad range):
-// the race detector's identity of those bytes.
-func (w *Worker) hostView(worker int, addr uint64, n int) []byte {
-	if w.chipProcs != nil || worker < 0 || worker >= len(w.chips) || w.chips[worker] == nil {
-		return nil
-	}
-	b, err := w.chips[worker].Bytes(addr, n)
-	if err != nil {
-		return nil
-	}
-	return b
-}
-
 // raceNameDevice names device memory malloc'd on worker, in either mode:
 // device memory is keyed by its chip and address (RaceDeviceKey);
 // raceForgetDevice drops it at free.
@@ -343,25 +329,11 @@ func (w *Worker) raceForgetDevice(worker int, addr uint64) {
 // RaceDeviceKey is the race detector's key of device address addr of
 // chip worker, 0 without --race or off a chip.
 func (w *Worker) RaceDeviceKey(worker int, addr uint64) uintptr {
-	tag := w.raceChipTag(worker)
+	tag := w.tree.raceTag(worker)
 	if tag == 0 {
 		return 0
 	}
 	return tag | uintptr(addr)&(1<<48-1)
-}
-
-// raceChipTag is the race detector's tag of chip worker's memory: the
-// chip of this process, or the process that runs it.
-func (w *Worker) raceChipTag(worker int) uintptr {
-	switch {
-	case w.cfg.Race == nil || worker < 0:
-		return 0
-	case w.chipProcs != nil && worker < len(w.chipProcs):
-		return w.cfg.Race.ChipTag(w.chipProcs[worker])
-	case w.chipProcs == nil && worker < len(w.chips) && w.chips[worker] != nil:
-		return w.cfg.Race.ChipTag(w.chips[worker])
-	}
-	return 0
 }
 
 // raceNameHeap names a fresh run-heap block as unwritten.

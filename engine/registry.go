@@ -64,7 +64,7 @@ func (reg *Registry) Register(c Callable, workers []int) (*Handle, error) {
 	if h != nil || err != nil {
 		return h, err
 	}
-	for _, child := range w.children {
+	for _, child := range w.tree.children {
 		if child == nil {
 			continue
 		}
@@ -72,7 +72,7 @@ func (reg *Registry) Register(c Callable, workers []int) (*Handle, error) {
 			return nil, Wrap(err, "register on child")
 		}
 	}
-	for _, p := range w.procs() {
+	for _, p := range w.tree.procs() {
 		if err := p.Register(c); err != nil {
 			return nil, err
 		}
@@ -104,8 +104,8 @@ func (reg *Registry) check(c Callable, workers []int) (*Handle, error) {
 	if workers != nil {
 		workers = sortedCopy(workers)
 		for i, id := range workers {
-			if id < 0 || id >= w.nextCount() {
-				return nil, Errorf(ValueError, "register: worker %d out of range (this level-%d worker has NEXT_LEVEL ids 0..%d)", id, w.cfg.Level, w.nextCount()-1)
+			if id < 0 || id >= w.NextCount() {
+				return nil, Errorf(ValueError, "register: worker %d out of range (this level-%d worker has NEXT_LEVEL ids 0..%d)", id, w.cfg.Level, w.NextCount()-1)
 			}
 			if i > 0 && workers[i-1] == id {
 				return nil, Errorf(ValueError, "register: worker %d listed twice", id)
@@ -182,10 +182,7 @@ func sameInts(a, b []int) bool {
 // node refuses, the nodes that took it are told to drop it again.
 func (reg *Registry) registerRemote(c Callable) error {
 	var took []RemoteNode
-	for _, n := range reg.w.remotes {
-		if n == nil {
-			continue
-		}
+	for _, n := range reg.w.tree.remotes() {
 		if err := n.Register(c); err != nil {
 			for _, done := range took {
 				done.Control(&wire.Control{Cmd: wire.CmdUnregister, Digest: c.Digest()})

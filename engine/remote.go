@@ -66,9 +66,9 @@ func (w *Worker) AddRemoteWorker(spec RemoteSpec) (int, error) {
 		return 0, Errorf(RuntimeError, "add_remote_worker: remote nodes are added before init()")
 	}
 	s := spec
-	w.children = append(w.children, nil)
-	w.remoteSpecs = append(w.remoteSpecs, &s)
-	return len(w.children) - 1, nil
+	w.tree.children = append(w.tree.children, nil)
+	w.tree.specs = append(w.tree.specs, &s)
+	return len(w.tree.children) - 1, nil
 }
 
 // RemoteDepth is how many tasks a remote node is sent before the first
@@ -76,44 +76,43 @@ func (w *Worker) AddRemoteWorker(spec RemoteSpec) (int, error) {
 // wire hides the round trip between tasks.
 const RemoteDepth = 8
 
-// IsRemote reports whether NEXT_LEVEL id is a remote node.
-func (w *Worker) IsRemote(id int) bool {
-	return id >= 0 && id < len(w.remoteSpecs) && w.remoteSpecs[id] != nil
-}
-
 // dialRemotes connects every remote node in parallel under the start-up
 // deadline (through Config.Dial), starts every worker group beside them
 // (through Config.StartGroup: its ranks dial in) and ships the registry.
 // Caller holds w.regMu (not w.mu: this waits on the network).
-func (w *Worker) dialRemotes() error {
-	if len(w.remoteSpecs) == 0 {
+func (t *tree) dialRemotes() error {
+	w := t.w
+	if len(t.specs) == 0 {
 		return nil
 	}
-	if err := w.canDial(); err != nil {
+	if err := t.canDial(); err != nil {
 		return err
 	}
 	deadline := time.Now().Add(w.cfg.StartupTimeout)
 	parent := w.ClusterID()
-	w.remotes = make([]RemoteNode, len(w.remoteSpecs))
-	errs := make([]error, len(w.remoteSpecs))
+	if t.nodes == nil {
+		t.nodes = make([]nodeSlot, len(t.specs))
+	}
+	errs := make([]error, len(t.specs))
 	var wg sync.WaitGroup
-	for id, spec := range w.remoteSpecs {
-		if spec == nil || w.groupOf(id) != nil {
+	for id, spec := range t.specs {
+		if spec == nil || t.groupOf(id) != nil {
 			continue
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			req := DialRequest{Name: fmt.Sprintf("remote_worker %d", id), ID: id, Spec: *spec, Sources: w.cfg.Sources,
+			name := fmt.Sprintf("remote_worker %d", id)
+			req := DialRequest{Name: name, ID: id, Spec: *spec, Sources: w.cfg.Sources,
 				Parent: parent, Timeout: w.cfg.SessionTimeout, Deadline: deadline, Events: w.events.emit}
 			n, err := w.cfg.Dial(req)
 			if err == nil { // a failed dial leaves nothing to close
-				w.remotes[id] = n
+				t.nodes[id] = &remoteSlot{n: n, name: name}
 			}
 			errs[id] = err
 		}()
 	}
-	w.startGroups(parent, deadline, errs, &wg)
+	t.startGroups(parent, deadline, errs, &wg)
 	wg.Wait()
 	for _, err := range errs {
 		if err != nil {
@@ -130,38 +129,17 @@ func (w *Worker) dialRemotes() error {
 
 // canDial refuses remote nodes on a worker that has no transport for
 // them: engine does not speak TCP itself (engine/remote does).
-func (w *Worker) canDial() error {
-	if len(w.groups) > 0 && w.cfg.StartGroup == nil {
+func (t *tree) canDial() error {
+	if len(t.groups) > 0 && t.w.cfg.StartGroup == nil {
 		return Errorf(RuntimeError, "init: worker group 0: this worker has no transport for worker groups (Config.StartGroup is nil; set it to remote.StartGroup of package simpler/engine/remote)")
 	}
-	if w.cfg.Dial != nil {
+	if t.w.cfg.Dial != nil {
 		return nil
 	}
-	for id, spec := range w.remoteSpecs {
-		if spec != nil && w.groupOf(id) == nil {
+	for id, spec := range t.specs {
+		if spec != nil && t.groupOf(id) == nil {
 			return Errorf(RuntimeError, "init: remote_worker %d: this worker has no transport for remote nodes (Config.Dial is nil; set it to remote.Dial of package simpler/engine/remote)", id)
 		}
 	}
 	return nil
-}
-
-// RemoteNode is NEXT_LEVEL id's remote node from Init to close; nil for a
-// local id, and before Init and after close. A role that commands remote
-// nodes (remote buffers) reaches them here.
-func (w *Worker) RemoteNode(id int) RemoteNode {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if id >= 0 && id < len(w.remotes) {
-		return w.remotes[id]
-	}
-	return nil
-}
-
-// remoteCmdReply runs a command on remote node id and returns its reply.
-func (w *Worker) remoteCmdReply(id int, c *wire.Control) (wire.ControlReply, error) {
-	n := w.RemoteNode(id)
-	if n == nil {
-		return wire.ControlReply{}, Errorf(RuntimeError, "remote worker %d is gone", id)
-	}
-	return n.Control(c)
 }

@@ -9,7 +9,6 @@ import (
 	"encoding/binary"
 	"time"
 
-	"simpler/hal"
 	"simpler/hal/shm"
 )
 
@@ -28,21 +27,6 @@ func (w *Worker) ClusterID() uint64 {
 	return w.cluster
 }
 
-// NodeSpec is what a broker knows of NEXT_LEVEL node, in the form a remote
-// node is described in: platform, chips, comm profile, global device
-// ranks. (A level-4 or deeper child has no chips.)
-func (w *Worker) NodeSpec(node int) RemoteSpec {
-	if w.IsRemote(node) {
-		return *w.remoteSpecs[node]
-	}
-	c := w.children[node].cfg
-	profile := c.CommProfile
-	if profile == "" {
-		profile = hal.SimProfile
-	}
-	return RemoteSpec{Platform: c.Platform.Name(), DeviceIDs: c.DeviceIDs, CommProfile: profile, GlobalDeviceRanks: c.GlobalDeviceRanks}
-}
-
 // Ready refuses op unless the worker is initialised, open and not
 // poisoned.
 func (w *Worker) Ready(op string) error {
@@ -50,11 +34,6 @@ func (w *Worker) Ready(op string) error {
 	defer w.mu.Unlock()
 	return w.ready(op)
 }
-
-// LocalChips is a level-3 node's chips, and in process mode the process
-// behind each (nil in thread mode). Both are set by Init and not changed
-// until close.
-func (w *Worker) LocalChips() ([]hal.Chip, []ChipProcess) { return w.chips, w.chipProcs }
 
 // ShmPrefix starts the names of the shared-memory objects this worker
 // makes: under this process's prefix (so its leak check sees them) and

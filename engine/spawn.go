@@ -86,9 +86,9 @@ type Process interface {
 // ChipProcess is the process of one chip, where the chip's memory is.
 type ChipProcess interface {
 	Process
-	// Chip is the chip as the Worker sees it: every call is a request to
-	// the process (its Close does nothing; the process closes its chip).
-	Chip() hal.Chip
+	// Memory is the chip's memory as the Worker reaches it: every call is
+	// a request to the process.
+	Memory() ChipMemory
 	// AllocateRank runs one rank's part of a domain allocation in the
 	// process.
 	AllocateRank(req comm.Request, rank int) (DomainRank, error)
@@ -105,16 +105,16 @@ type NodeProcess interface {
 	Node
 }
 
-// needsProcesses reports whether Init starts child processes: the chips
+// needsProcesses reports whether open starts child processes: the chips
 // and SUB workers of a process-mode level 2 or 3, the local nodes of a
 // process-mode level 4. (Levels 5 and 6 compose their children in this
 // process; each child's own mode decides.)
-func (w *Worker) needsProcesses() bool {
+func (t *tree) needsProcesses() bool {
 	switch {
-	case w.cfg.Mode != "process" || w.cfg.Level > 4:
+	case t.w.cfg.Mode != "process" || t.w.cfg.Level > 4:
 		return false
-	case w.cfg.Level == 4:
-		for _, c := range w.children {
+	case t.w.cfg.Level == 4:
+		for _, c := range t.children {
 			if c != nil {
 				return true
 			}
@@ -127,21 +127,23 @@ func (w *Worker) needsProcesses() bool {
 // canSpawn refuses a worker that needs child processes and has no
 // transport for them: engine does not start processes itself
 // (engine/proc does).
-func (w *Worker) canSpawn() error {
-	if w.cfg.Spawn != nil || !w.needsProcesses() {
+func (t *tree) canSpawn() error {
+	if t.w.cfg.Spawn != nil || !t.needsProcesses() {
 		return nil
 	}
 	return Errorf(RuntimeError, "init: this mode=\"process\" worker has no transport for child processes (Config.Spawn is nil; set it to proc.Spawner{} of package simpler/engine/proc)")
 }
 
 // spawnRequest is the request for the process named name, id in its pool.
-func (w *Worker) spawnRequest(name string, id int, deadline time.Time) SpawnRequest {
+func (t *tree) spawnRequest(name string, id int, deadline time.Time) SpawnRequest {
+	w := t.w
 	return SpawnRequest{Name: name, ID: id, Launcher: w.cfg.Launcher, Platform: w.cfg.Platform, Control: w.cfg.ControlTimeout,
-		Health: w.cfg.HealthTimeout, Startup: w.cfg.StartupTimeout, Deadline: deadline, Registered: w.callables}
+		Health: w.cfg.HealthTimeout, Startup: w.cfg.StartupTimeout, Deadline: deadline, Registered: t.callables}
 }
 
-// callables lists the callables registered here.
-func (w *Worker) callables() []Callable {
+// callables lists the callables registered on the Worker.
+func (t *tree) callables() []Callable {
+	w := t.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	cs := make([]Callable, 0, len(w.reg.byDigest))
@@ -155,10 +157,11 @@ func (w *Worker) callables() []Callable {
 // under one deadline, and ships every registered callable to each. On a
 // failure teardown stops the ones that started. Caller holds w.regMu (not
 // w.mu: this waits on the children).
-func (w *Worker) startProcs() error {
+func (t *tree) startProcs() error {
+	w := t.w
 	deadline := time.Now().Add(w.cfg.StartupTimeout)
 	n, ns := len(w.cfg.DeviceIDs), w.cfg.NumSubWorkers
-	chips, subs := make([]ChipProcess, n), make([]Process, ns)
+	chips, subs := make([]chipSlot, n), make([]slot, ns)
 	errs := make([]error, n+ns)
 	var wg sync.WaitGroup
 	for i := range n + ns {
@@ -166,48 +169,50 @@ func (w *Worker) startProcs() error {
 		go func() {
 			defer wg.Done()
 			if i >= n {
-				p, err := w.cfg.Spawn.SpawnSub(w.spawnRequest(w.workerName(Sub, i-n), i-n, deadline))
+				p, err := w.cfg.Spawn.SpawnSub(t.spawnRequest(w.workerName(Sub, i-n), i-n, deadline))
 				if err == nil { // a failed spawn leaves nothing to close
-					subs[i-n] = p
+					subs[i-n] = &procSub{p}
 				}
 				errs[i] = err
 				return
 			}
-			req := w.spawnRequest(w.workerName(NextLevel, i), i, deadline)
+			req := t.spawnRequest(w.workerName(NextLevel, i), i, deadline)
 			req.Device = w.cfg.DeviceIDs[i]
 			p, err := w.cfg.Spawn.SpawnChip(req)
 			if err == nil {
-				chips[i] = p
+				chips[i] = &procChip{p}
 			}
 			errs[i] = err
 		}()
 	}
 	wg.Wait()
-	w.chipProcs, w.subProcs = chips, subs
+	t.chips, t.subs = chips, subs
 	for _, err := range errs {
 		if err != nil {
 			return err
 		}
 	}
-	for _, p := range chips {
-		w.chips = append(w.chips, p.Chip())
-	}
-	return w.shipRegistry()
+	return t.shipRegistry()
 }
 
 // startNodes brings up each local level-3 child as a process of its own,
 // which brings its own chips and SUB workers up before it answers. One
-// deadline covers the whole tree. Caller holds w.regMu.
-func (w *Worker) startNodes() error {
+// deadline covers the whole tree. Its SUB workers are of this process.
+// Caller holds w.regMu.
+func (t *tree) startNodes() error {
+	w := t.w
+	for range w.cfg.NumSubWorkers {
+		t.subs = append(t.subs, hereSub{})
+	}
 	deadline := time.Now().Add(w.cfg.StartupTimeout)
-	nodes := make([]NodeProcess, len(w.children))
-	errs := make([]error, len(w.children))
+	nodes := make([]nodeSlot, len(t.children))
+	errs := make([]error, len(t.children))
 	var wg sync.WaitGroup
-	for i, child := range w.children {
+	for i, child := range t.children {
 		if child == nil {
 			continue // a remote node
 		}
-		req := w.spawnRequest(w.workerName(NextLevel, i), i, deadline)
+		req := t.spawnRequest(w.workerName(NextLevel, i), i, deadline)
 		req.Node = child.cfg
 		req.Node.StartupTimeout = time.Until(deadline)
 		wg.Add(1)
@@ -215,50 +220,29 @@ func (w *Worker) startNodes() error {
 			defer wg.Done()
 			p, err := w.cfg.Spawn.SpawnNode(req)
 			if err == nil {
-				nodes[i] = p
+				nodes[i] = &procNode{p, child}
 			}
 			errs[i] = err
 		}()
 	}
 	wg.Wait()
-	w.nodeProcs = nodes
+	t.nodes = nodes
 	for _, err := range errs {
 		if err != nil {
 			return err
 		}
 	}
-	return w.shipRegistry()
+	return t.shipRegistry()
 }
 
 // shipRegistry sends every registered callable to every child process.
-func (w *Worker) shipRegistry() error {
-	for _, h := range w.reg.byDigest {
-		for _, p := range w.procs() {
+func (t *tree) shipRegistry() error {
+	for _, h := range t.w.reg.byDigest {
+		for _, p := range t.procs() {
 			if err := p.Register(h.Callable); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
-}
-
-// procs lists every child process of the worker.
-func (w *Worker) procs() []Process {
-	var ps []Process
-	for _, p := range w.chipProcs {
-		if p != nil {
-			ps = append(ps, p)
-		}
-	}
-	for _, p := range w.subProcs {
-		if p != nil {
-			ps = append(ps, p)
-		}
-	}
-	for _, p := range w.nodeProcs {
-		if p != nil {
-			ps = append(ps, p)
-		}
-	}
-	return ps
 }

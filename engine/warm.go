@@ -127,7 +127,7 @@ func (ld *LocalDomains) allocateWarm(d *Domain, req comm.Request) error {
 // before its chips close (parked ranks are mapped in them).
 func (ld *LocalDomains) dropWarm() error {
 	ld.warm.forget()
-	if ld.commInits.Load() == 0 || ld.w.chipProcs != nil {
+	if ld.commInits.Load() == 0 || !ld.w.tree.chipsHere {
 		return nil // nothing allocated here; or each chip process drops its own
 	}
 	return comm.DropWarm(shm.Prefix(), ld.w.namespace)

@@ -90,8 +90,8 @@ func TestWarmSlotTakesBackAFreedDomain(t *testing.T) {
 		t.Fatalf("%d idle slots, want 2 (one per shape)", got)
 	}
 	allocs, windows := 0, 0
-	for _, c := range w.chips {
-		a, win := c.Live()
+	for _, s := range w.tree.chips {
+		a, win := s.here().Live()
 		allocs, windows = allocs+a, windows+win
 	}
 	if allocs == 0 || windows == 0 {
@@ -100,8 +100,8 @@ func TestWarmSlotTakesBackAFreedDomain(t *testing.T) {
 	if err := w.domains.dropWarm(); err != nil {
 		t.Fatal(err)
 	}
-	for i, c := range w.chips {
-		if a, win := c.Live(); a != 0 || win != 0 {
+	for i, s := range w.tree.chips {
+		if a, win := s.here().Live(); a != 0 || win != 0 {
 			t.Errorf("chip %d holds %d allocations and %d windows after dropWarm", i, a, win)
 		}
 	}

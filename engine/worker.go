@@ -37,7 +37,6 @@ import (
 	"time"
 
 	"simpler/engine/internal/core"
-	"simpler/hal"
 	"simpler/internal/lockorder"
 	"simpler/internal/race"
 )
@@ -72,7 +71,7 @@ const (
 // child's, when the parent brings the child up.
 var (
 	rankReg       = lockorder.Rank{Order: 10, Name: "Worker.regMu"}
-	rankEndpoints = lockorder.Rank{Order: 20, Name: "Worker.epMu"}
+	rankEndpoints = lockorder.Rank{Order: 20, Name: "Worker.tree.epMu"}
 	rankWorker    = lockorder.Rank{Order: 30, Name: "Worker.mu"}
 	rankRace      = lockorder.Rank{Order: 40, Name: "Worker.raceMu"}
 	rankRoles     = lockorder.Rank{Order: 90, Name: "Worker.roleMu"}
@@ -108,36 +107,13 @@ type Worker struct {
 	poisoned error // a cleanup that could not complete; refuses later work
 	attached bool  // added to a parent; the parent drives its lifecycle
 
-	chips    []hal.Chip
-	children []*Worker
-	// Process mode: the child process behind each chip and SUB worker
-	// (Config.Spawn's).
-	chipProcs []ChipProcess
-	subProcs  []Process
-	nodeProcs []NodeProcess // level 4 in process mode: each local level-3 child
-	// Remote nodes share the NEXT_LEVEL ids with children: children[id]
-	// is nil for a remote node, remoteSpecs[id] nil for a local one.
-	remoteSpecs []*RemoteSpec
-	remotes     []RemoteNode // nil for a local id
-	// remoteFailed counts goroutines completing remote tasks that could
-	// not be sent (see remoteEndpoint.Start).
-	remoteFailed sync.WaitGroup
-	groups       []*workerGroup // add_worker_group's, in the order added (group.go)
-	cluster      uint64         // this worker's cluster id (ClusterID), drawn on first use
-	next         []Endpoint     // NEXT_LEVEL slots, by id
-	subs         []Endpoint     // SUB slots, by id
-	// epMu is held for reading while a deadline or a cancel, which come
-	// from timers and other goroutines, hands work to the endpoints, and
-	// for writing while close stops them (epStopped), so that neither
-	// reaches an endpoint that is gone.
-	epMu      lockorder.RWMutex
-	epStopped bool
-	epWG      *sync.WaitGroup
-	core      *core.Core // runs, DAG, window, scheduler: the decision logic (package core)
-	reg       Registry   // (registry.go)
-	heap      *runHeap
-	runs      map[*Run]struct{}
-	runSeq    uint64
+	tree    tree       // the slots and their lifecycle (tree.go)
+	cluster uint64     // this worker's cluster id (ClusterID), drawn on first use
+	core    *core.Core // runs, DAG, window, scheduler: the decision logic (package core)
+	reg     Registry   // (registry.go)
+	heap    *runHeap
+	runs    map[*Run]struct{}
+	runSeq  uint64
 
 	namespace string       // unique per Worker in this process; scopes comm names
 	domains   LocalDomains // (domain.go)
@@ -159,9 +135,10 @@ func NewWorker(cfg Config) (*Worker, error) {
 	}
 	w := &Worker{cfg: cfg, runs: map[*Run]struct{}{},
 		namespace: fmt.Sprintf("w%d", workerSeq.Add(1))}
-	w.regMu.Rank, w.epMu.Rank, w.mu.Rank = rankReg, rankEndpoints, rankWorker
+	w.regMu.Rank, w.tree.epMu.Rank, w.mu.Rank = rankReg, rankEndpoints, rankWorker
 	w.raceMu.Rank, w.roleMu.Rank = rankRace, rankRoles
 	w.cond = sync.NewCond(&w.mu)
+	w.tree.w = w
 	w.hostBufs = newHostBuffers(w)
 	w.domains = newLocalDomains(w)
 	w.events.det = cfg.Det
@@ -174,18 +151,15 @@ func NewWorker(cfg Config) (*Worker, error) {
 func (w *Worker) Level() int { return w.cfg.Level }
 
 // Children returns the NEXT_LEVEL child workers (level 4 and up).
-func (w *Worker) Children() []*Worker { return w.children }
+func (w *Worker) Children() []*Worker { return w.tree.children }
 
-// nextCount is the size of the NEXT_LEVEL pool.
-func (w *Worker) nextCount() int {
+// NextCount is the number of NEXT_LEVEL workers.
+func (w *Worker) NextCount() int {
 	if w.cfg.Level >= 4 {
-		return len(w.children)
+		return len(w.tree.children)
 	}
 	return len(w.cfg.DeviceIDs)
 }
-
-// NextCount is the number of NEXT_LEVEL workers.
-func (w *Worker) NextCount() int { return w.nextCount() }
 
 // SubCount is the number of SUB workers.
 func (w *Worker) SubCount() int { return w.cfg.NumSubWorkers }
@@ -223,9 +197,9 @@ func (w *Worker) AddWorker(child *Worker) (int, error) {
 		return 0, Errorf(ValueError, "add_worker: the child was already init()ed; its parent brings it up")
 	}
 	child.attached = true
-	w.children = append(w.children, child)
-	w.remoteSpecs = append(w.remoteSpecs, nil)
-	return len(w.children) - 1, nil
+	w.tree.children = append(w.tree.children, child)
+	w.tree.specs = append(w.tree.specs, nil)
+	return len(w.tree.children) - 1, nil
 }
 
 // Init brings the worker and its subtree up.
@@ -252,8 +226,8 @@ func (w *Worker) start() error {
 	}
 	w.state = stateStarting
 	w.mu.Unlock()
-	if err := w.open(); err != nil {
-		w.teardown() // not under w.mu: see teardown
+	if err := w.tree.open(); err != nil {
+		w.tree.teardown() // not under w.mu: see teardown
 		w.mu.Lock()
 		w.state = stateNew
 		w.mu.Unlock()
@@ -265,7 +239,7 @@ func (w *Worker) start() error {
 	w.core = newCore(w)
 	w.state = stateReady
 	if w.cfg.Level >= 3 {
-		w.startEndpoints()
+		w.tree.startEndpoints()
 	}
 	return nil
 }
@@ -284,43 +258,6 @@ func (w *Worker) canStart() error {
 		return err
 	}
 	return w.cfg.Platform.Check()
-}
-
-// open opens chips and brings children up; teardown undoes a partial open.
-// A worker that needs child processes and has no Spawner is refused
-// before anything starts.
-func (w *Worker) open() error {
-	if err := w.canSpawn(); err != nil {
-		return err
-	}
-	if w.cfg.Mode == "process" && w.cfg.Level <= 3 {
-		return w.startProcs()
-	}
-	// Level 4 in process mode runs each level-3 child as a process. Level
-	// 5 and 6 compose their children in this process; each child's own
-	// mode decides how its subtree runs.
-	if w.cfg.Mode == "process" && w.cfg.Level == 4 {
-		if err := w.startNodes(); err != nil {
-			return err
-		}
-		return w.dialRemotes()
-	}
-	for _, id := range w.cfg.DeviceIDs {
-		c, err := w.cfg.Platform.OpenChip(id)
-		if err != nil {
-			return err
-		}
-		w.chips = append(w.chips, c)
-	}
-	for i, child := range w.children {
-		if child == nil {
-			continue
-		}
-		if err := child.start(); err != nil {
-			return Wrap(err, fmt.Sprintf("child_worker %d", i))
-		}
-	}
-	return w.dialRemotes()
 }
 
 // usable refuses work after close or once the worker is poisoned.

@@ -396,7 +396,7 @@ var txnCommands = map[txnOp]wire.Command{opCommInit: wire.CmdCommInit, opPrepare
 // nodeCmd runs a global-domain command on a member node, after the
 // command's fault point for that node: over CONTROL for a remote node,
 // through the mailbox for a process-mode local one, and by a call for a
-// local node in this process (engine.Worker.Node). Every kind of node
+// local node in this process (engine.Nodes.Node). Every kind of node
 // serves the same commands with the same code (command, in node.go), and
 // the broker times each one (a GlobalStep event).
 func (d *Domain) nodeCmd(node int, c *wire.Control) (wire.ControlReply, error) {
@@ -405,7 +405,7 @@ func (d *Domain) nodeCmd(node int, c *wire.Control) (wire.ControlReply, error) {
 	var r wire.ControlReply
 	err := fault.Hit(faultPoints[c.Cmd], node)
 	if err == nil {
-		r, err = w.Node(node).Command(c)
+		r, err = w.Nodes().Node(node).Command(c)
 	}
 	w.EmitNodeStep(node, engine.Event{Kind: engine.GlobalStep, Callable: c.Cmd.String(), Domain: d.spec.Name, AllocID: d.id, Err: err}, start)
 	return r, err
@@ -499,7 +499,7 @@ func (d *Domain) releaseOnNodes() error {
 func (d *Domain) remoteFirst(n int, node func(i int) int) []int {
 	run := make([]int, 0, n)
 	for i := 0; i < n; i++ {
-		if d.b.w.IsRemote(node(i)) {
+		if d.b.w.Nodes().IsRemote(node(i)) {
 			run = append(run, i)
 			break
 		}

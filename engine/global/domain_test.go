@@ -375,7 +375,7 @@ func claimProfile(w *engine.Worker, profile string) (restore func()) {
 	spec, config := nodeSpecOf, configOf
 	nodeSpecOf = func(b *engine.Worker, node int) engine.RemoteSpec {
 		s := spec(b, node)
-		if !b.IsRemote(node) && b.Children()[node] == w {
+		if !b.Nodes().IsRemote(node) && b.Children()[node] == w {
 			s.CommProfile = profile
 		}
 		return s

@@ -5,7 +5,6 @@ import (
 	"sync"
 
 	"simpler/engine"
-	"simpler/hal"
 	"simpler/hal/comm"
 	"simpler/internal/bounds"
 	"simpler/internal/fault"
@@ -70,22 +69,6 @@ func (n *node) lookup(id uint64) *nodeDomain {
 	return n.domains[id]
 }
 
-// localRank is a rank whose chip is in this process: staging is a copy
-// in and out of the chip at the window.
-type localRank struct {
-	*comm.GlobalRank
-	chip hal.Chip
-}
-
-func (r localRank) Stage(c wire.Control, reply *wire.ControlReply, n int) error {
-	at := r.WindowBase() + c.Offset
-	if c.Cmd == wire.CmdStageTo {
-		return r.chip.CopyIn(at, c.Data)
-	}
-	reply.Data = make([]byte, n)
-	return r.chip.CopyOut(reply.Data, at)
-}
-
 // prepare makes a window for each of this node's ranks and returns their
 // descriptors, in place order.
 func (n *node) prepare(req nodeReq) ([]comm.Descriptor, error) {
@@ -128,31 +111,16 @@ func (n *node) prepare(req nodeReq) ([]comm.Descriptor, error) {
 // no other worker of the process, with domain ids of its own broker, makes
 // names of the same shape (comm.RemoveGlobalRank relies on that).
 func (n *node) prepareRank(req nodeReq, p Place, reuse *comm.Descriptor) (engine.NodeRank, comm.Descriptor, error) {
-	chips, procs := n.w.LocalChips()
+	chips := n.w.Devices().LocalChips()
 	if p.Local < 0 || p.Local >= len(chips) {
 		return nil, comm.Descriptor{}, engine.Errorf(engine.ValueError, "PREPARE: local worker %d is not a chip of this node (0..%d)", p.Local, len(chips)-1)
 	}
 	gr := comm.GlobalRequest{Prefix: n.w.ShmPrefix(), DomainID: req.ID, Generation: req.Gen, Name: req.Name,
 		Ranks: req.Size, WindowSize: req.WindowSize, Timeout: engine.CommTimeout}
-	if procs != nil && reuse != nil {
-		return nil, comm.Descriptor{}, engine.Errorf(engine.KeyError, "REATTACH: this node's chips are processes, which do not pool their windows")
-	}
-	if procs != nil {
-		r, d, err := procs[p.Local].PrepareGlobalRank(gr, p.Rank)
-		if err != nil {
-			return nil, d, err
-		}
-		return r, d, nil
-	}
-	gr.Pooled = true // a chip in this process: its window may be pooled (hal/comm)
 	if reuse != nil {
 		gr.Reuse, gr.ReuseSecret = reuse.Handle, reuse.Secret
 	}
-	r, d, err := comm.PrepareGlobal(gr, p.Rank, chips[p.Local])
-	if err != nil {
-		return nil, d, err // not r: a nil *GlobalRank in the interface is not nil
-	}
-	return localRank{r, chips[p.Local]}, d, nil
+	return chips[p.Local].PrepareGlobalRank(gr, p.Rank)
 }
 
 // domain is domain id on this node, or op's KeyError.

@@ -64,9 +64,8 @@ func allocIDs(t *testing.T, w *engine.Worker, id uint64) []uint64 {
 	var ids []uint64
 	for _, c := range w.Children() {
 		g := nodeOf(c).lookup(id)
-		chips, _ := c.LocalChips()
 		for i, p := range g.req.Places {
-			v := must(comm.Open(chips[p.Local], g.ranks[i].DeviceCtx()))
+			v := must(comm.Open(must(c.Devices().Chip(p.Local)), g.ranks[i].DeviceCtx()))
 			ids = append(ids, v.AllocationID())
 		}
 	}

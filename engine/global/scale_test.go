@@ -143,20 +143,23 @@ func TestGlobalDomain256Ranks(t *testing.T) {
 			ranks := make([]ringRank, n)
 			for node := 0; node < nodes; node++ {
 				nw := w.Children()[node]
-				chips, _ := nw.LocalChips()
 				view, err := View(nw, d.ID())
 				if err != nil {
 					return err
 				}
 				for local, rv := range view {
-					v, err := comm.Open(chips[local], rv.DeviceCtx)
+					chip, err := nw.Devices().Chip(local)
 					if err != nil {
 						return err
 					}
-					if word, _ := chips[local].Bytes(rv.WindowBase, 8); binary.LittleEndian.Uint64(word) != 0 {
+					v, err := comm.Open(chip, rv.DeviceCtx)
+					if err != nil {
+						return err
+					}
+					if word, _ := chip.Bytes(rv.WindowBase, 8); binary.LittleEndian.Uint64(word) != 0 {
 						t.Errorf("round %d: rank %d's window is not zeroed", round, rv.Rank)
 					}
-					ranks[rv.Rank] = ringRank{chip: chips[local], view: v}
+					ranks[rv.Rank] = ringRank{chip: chip, view: v}
 				}
 			}
 			vals := make([][]float32, n)

@@ -100,7 +100,7 @@ func sameHost(w *engine.Worker, op string, members [][2]int) error {
 			continue
 		}
 		seen[m[0]] = true
-		h := w.NodeHost(m[0])
+		h := w.Nodes().Host(m[0])
 		if _, known := nodes[h.Key]; !known {
 			hosts = append(hosts, h)
 		}
@@ -184,15 +184,15 @@ func deviceRanks(w *engine.Worker) [][]int {
 	return byNode
 }
 
-// nodeSpecOf is what broker w knows of its node: engine.Worker.NodeSpec,
+// nodeSpecOf is what broker w knows of its node: engine.Nodes.Spec,
 // which a test replaces to show the broker a node no Config can make.
-var nodeSpecOf = (*engine.Worker).NodeSpec
+var nodeSpecOf = func(w *engine.Worker, node int) engine.RemoteSpec { return w.Nodes().Spec(node) }
 
 // canHostRanks refuses a local child that cannot host global ranks: one
 // that is not a level-3 node. (A node whose chips are processes hosts
 // them in those processes: node.go.)
 func canHostRanks(w *engine.Worker, op string, node int) error {
-	if w.IsRemote(node) {
+	if w.Nodes().IsRemote(node) {
 		return nil
 	}
 	if level := w.Children()[node].Level(); level != 3 {

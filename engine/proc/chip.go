@@ -17,7 +17,7 @@ type chipProcess struct {
 	chip *chip
 }
 
-func (c *chipProcess) Chip() hal.Chip { return c.chip }
+func (c *chipProcess) Memory() engine.ChipMemory { return c.chip }
 
 func (c *chipProcess) AllocateRank(req comm.Request, rank int) (engine.DomainRank, error) {
 	return c.chip.commAlloc(req, rank)
@@ -31,22 +31,20 @@ func (c *chipProcess) PrepareGlobalRank(req comm.GlobalRequest, rank int) (engin
 	return r, d, nil
 }
 
-// chip is a chip that lives in a child process, as its Worker sees it:
-// every operation is a control request. Its memory is not reachable from
-// here: Bytes only checks a range, and windows are mapped by the chip's
-// own process.
+// chip is the memory of a chip that lives in a child process, as its
+// Worker reaches it (an engine.ChipMemory): every operation is a control
+// request. The memory itself is not reachable from here, so it has no
+// bytes to hand out and maps no windows: the chip's own process does.
 type chip struct {
 	p        *process
 	id       int
 	platform hal.Platform
 }
 
-var _ hal.Chip = (*chip)(nil)
+var _ engine.ChipMemory = (*chip)(nil)
 
 func (c *chip) DeviceID() int          { return c.id }
 func (c *chip) Platform() hal.Platform { return c.platform }
-func (c *chip) Live() (int, int)       { return 0, 0 }
-func (c *chip) Close() error           { return nil } // the child closes its chip
 
 func (c *chip) Malloc(size int) (uint64, error) {
 	r := wire.MailboxControl{Op: opMalloc, Size: size}
@@ -64,12 +62,11 @@ func (c *chip) Free(ptr uint64) error {
 	return err
 }
 
-// Bytes checks the range in the child; the memory itself is not
-// reachable from the parent, so it returns no bytes.
-func (c *chip) Bytes(ptr uint64, size int) ([]byte, error) {
+// Check checks the range in the child, where the memory is.
+func (c *chip) Check(ptr uint64, size int) error {
 	r := wire.MailboxControl{Op: opCheck, Ptr: ptr, Size: size}
 	_, err := c.p.control(r.Encode)
-	return nil, err
+	return err
 }
 
 func (c *chip) copy(op uint8, dev uint64, host []byte) error {
@@ -84,11 +81,6 @@ func (c *chip) copy(op uint8, dev uint64, host []byte) error {
 
 func (c *chip) CopyIn(dst uint64, src []byte) error  { return c.copy(opCopyIn, dst, src) }
 func (c *chip) CopyOut(dst []byte, src uint64) error { return c.copy(opCopyOut, src, dst) }
-
-var errParentSide = engine.Errorf(engine.RuntimeError, "windows are mapped by the chip's own process in process mode")
-
-func (c *chip) MapWindow(mem []byte, label string) (uint64, error) { return 0, errParentSide }
-func (c *chip) UnmapWindow(ptr uint64) error                       { return errParentSide }
 
 // commAlloc runs one rank's part of a domain allocation in the child.
 func (c *chip) commAlloc(req comm.Request, rank int) (engine.DomainRank, error) {

@@ -148,7 +148,7 @@ func TestGlobalDomainWindowLivesInTheChipProcess(t *testing.T) {
 		must(0, d.CopyToGlobal(3, []byte("in chip 3 window"), "in", 0))
 		node := w.Children()[1]
 		view := must(global.View(node, d.ID()))
-		c := must(node.Devices().Chip(1))
+		c := must(node.Devices().Memory(1))
 		if _, isProc := c.(*chip); !isProc {
 			t.Fatalf("chip 1 of node 1 is a %T, not a process", c)
 		}
@@ -156,7 +156,7 @@ func TestGlobalDomainWindowLivesInTheChipProcess(t *testing.T) {
 		if string(host) != "in chip 3 window" {
 			t.Errorf("the chip process sees %q at its window", host)
 		}
-		if _, err := c.Bytes(view[1].DeviceCtx, 64); err != nil || view[1].DeviceCtx == 0 {
+		if err := c.Check(view[1].DeviceCtx, 64); err != nil || view[1].DeviceCtx == 0 {
 			t.Errorf("device ctx %#x is not memory of the chip: %v", view[1].DeviceCtx, err)
 		}
 	}))

@@ -159,7 +159,7 @@ func ref(h *engine.RemoteBuffer) wire.BufferRef {
 
 // command runs c on remote node id, if the Worker still holds it.
 func (b *buffers) command(id int, c *wire.Control) error {
-	n := b.w.RemoteNode(id)
+	n := b.w.Nodes().Remote(id)
 	if n == nil {
 		return engine.Errorf(engine.RuntimeError, "remote worker %d is gone", id)
 	}
@@ -169,10 +169,10 @@ func (b *buffers) command(id int, c *wire.Control) error {
 
 // node is NEXT_LEVEL id's remote node for op, refusing other ids.
 func (b *buffers) node(op string, id int) (engine.RemoteNode, error) {
-	if !b.w.IsRemote(id) {
+	if !b.w.Nodes().IsRemote(id) {
 		return nil, engine.Errorf(engine.ValueError, "%s: worker %d is not a remote node", op, id)
 	}
-	n := b.w.RemoteNode(id)
+	n := b.w.Nodes().Remote(id)
 	if n == nil {
 		return nil, engine.Errorf(engine.RuntimeError, "remote worker %d is gone", id)
 	}

@@ -171,7 +171,7 @@ func nodeOf(w *engine.Worker, id int) *testNode {
 func nodesOf(w *engine.Worker) []*testNode {
 	var ns []*testNode
 	for id := range w.NextCount() {
-		if w.IsRemote(id) {
+		if w.Nodes().IsRemote(id) {
 			ns = append(ns, nodeOf(w, id))
 		}
 	}
