@@ -72,7 +72,7 @@ const (
 var (
 	rankReg       = lockorder.Rank{Order: 10, Name: "Worker.regMu"}
 	rankEndpoints = lockorder.Rank{Order: 20, Name: "Worker.tree.epMu"}
-	rankWorker    = lockorder.Rank{Order: 30, Name: "Worker.mu"}
+	rankWorker    = lockorder.Rank{Order: 30, Name: "Worker.mu", NoIO: true}
 	rankRace      = lockorder.Rank{Order: 40, Name: "Worker.raceMu"}
 	rankRoles     = lockorder.Rank{Order: 90, Name: "Worker.roleMu"}
 )

@@ -14,6 +14,7 @@ import (
 	"simpler/hal/shm"
 	"simpler/internal/bounds"
 	"simpler/internal/fault"
+	"simpler/internal/lockorder"
 	"simpler/wire"
 )
 
@@ -144,6 +145,7 @@ func (in *incarnation) alive(name string) error {
 // call sends one request on a lane and decodes the reply's status. A zero
 // deadline waits as long as the child lives.
 func (p *process) call(laneID int, req []byte, deadline time.Time) (*wire.Decoder, error) {
+	lockorder.IO("a request to a child process")
 	p.lanes[laneID].Lock()
 	defer p.lanes[laneID].Unlock()
 	in := p.cur.Load()

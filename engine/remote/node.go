@@ -21,6 +21,7 @@ import (
 
 	"simpler/engine"
 	"simpler/internal/hostid"
+	"simpler/internal/lockorder"
 	"simpler/internal/netspin"
 	"simpler/internal/token"
 	"simpler/wire"
@@ -202,6 +203,7 @@ func (n *node) send(t wire.Type, seq uint64, m wire.Message) error {
 // sendBulk sends m, followed by bulk as its trailing blob when bulk is
 // not nil (a COPY_TO: the data is written from where it lies).
 func (n *node) sendBulk(t wire.Type, seq uint64, m wire.Message, bulk []byte) error {
+	lockorder.IO("a frame to a remote node")
 	h := wire.Header{Version: wire.ProtocolVersion, Type: t, Session: n.session, Worker: uint32(n.id), Seq: seq}
 	n.wmu.Lock()
 	defer n.wmu.Unlock()
@@ -413,6 +415,7 @@ func (n *node) request(t wire.Type, m wire.Message) (rreply, error) {
 // requestBulk is request with bulk data to send after m, and a sink for
 // the reply's data.
 func (n *node) requestBulk(t wire.Type, m wire.Message, bulk, sink []byte) (rreply, error) {
+	lockorder.IO("a request to a remote node")
 	ch := make(chan rreply, 1)
 	n.mu.Lock()
 	if n.dead != nil {

@@ -47,6 +47,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"simpler/internal/lockorder"
 	"simpler/kind"
 )
 
@@ -170,6 +171,7 @@ func checkName(name string) error {
 }
 
 func create(name string, size int) (*Segment, error) {
+	lockorder.IO("creating a shared-memory object")
 	if err := checkName(name); err != nil {
 		return nil, err
 	}
@@ -262,6 +264,7 @@ func spaceLeft() int64 {
 // Open maps the first size bytes of an existing object. The Segment does
 // not own the name: Close only unmaps.
 func Open(name string, size int) (*Segment, error) {
+	lockorder.IO("opening a shared-memory object")
 	if err := checkName(name); err != nil {
 		return nil, err
 	}
@@ -280,6 +283,7 @@ func Open(name string, size int) (*Segment, error) {
 // (SCM_RIGHTS), with the same checks as Open; name is for messages. The
 // caller keeps fd and closes it.
 func OpenFD(fd int, name string) (*Segment, error) {
+	lockorder.IO("mapping a shared-memory object")
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return nil, fmt.Errorf("shm: stat %s: %w", name, err)
@@ -383,6 +387,7 @@ func (s *Segment) Addr() uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.Sl
 // is still named, unlinks it. Calling Close again does nothing. Mem must
 // not be used afterwards.
 func (s *Segment) Close() error {
+	lockorder.IO("unmapping a shared-memory object")
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -407,6 +412,7 @@ func (s *Segment) Close() error {
 // Unlink removes the object's name now; existing mappings stay valid, and
 // no new Open can find it. A second Unlink of the same Segment is a no-op.
 func (s *Segment) Unlink() error {
+	lockorder.IO("unlinking a shared-memory object")
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.unlinked {
@@ -426,6 +432,7 @@ func (s *Segment) Unlink() error {
 // and must start with Prefix(), like any name this process creates; Name
 // follows. (A pool keeps an object under a name of its own between uses.)
 func (s *Segment) Rename(to string) error {
+	lockorder.IO("renaming a shared-memory object")
 	if err := checkName(to); err != nil {
 		return err
 	}

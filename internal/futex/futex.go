@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"simpler/internal/lockorder"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -68,6 +69,7 @@ func Word64(b []byte, off int) *uint64 {
 // interruptions and a value that already differs all return: callers
 // re-check their condition.
 func Wait(w *uint32, val uint32, d time.Duration) {
+	lockorder.IO("a futex sleep")
 	ts := unix.NsecToTimespec(int64(d))
 	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(w)), opWait, uintptr(val),
 		uintptr(unsafe.Pointer(&ts)), 0, 0)

@@ -91,3 +91,16 @@ func drop(id uint64, lock any) bool {
 	}
 	return false
 }
+
+// IO records that the calling goroutine is about to do what: it panics if
+// the goroutine holds a lock whose rank is NoIO.
+func IO(what string) {
+	id := goid()
+	held.Lock()
+	defer held.Unlock()
+	for _, h := range held.by[id] {
+		if h.rank.NoIO {
+			panic(fmt.Sprintf("lock order: %s while holding %s, which is never held across I/O", what, h.rank.Name))
+		}
+	}
+}

@@ -5,6 +5,12 @@
 // rank may nest (a parent Worker's lock, then its child's). Without the
 // tag a Mutex is a sync.Mutex and the checks compile away.
 //
+// A rank may also say that its lock is never held across I/O (NoIO): the
+// primitives that wait on another process or the kernel (creating,
+// mapping and unlinking shared memory, a futex sleep, a request to a
+// child process or a remote node) call IO, which panics in checked builds
+// if the calling goroutine holds such a lock, naming both.
+//
 // A lock order written in a comment drifts; one that every test checks
 // does not.
 package lockorder
@@ -15,6 +21,7 @@ import "sync"
 type Rank struct {
 	Order int
 	Name  string
+	NoIO  bool // never held across I/O (see IO)
 }
 
 // Mutex is a sync.Mutex with a rank. The zero value has rank 0 and is
