@@ -91,7 +91,7 @@ func (d DirectControl) Gate(op string) error {
 		case directRefused:
 			return err
 		}
-		w.wait()
+		driver{w}.wait()
 	}
 }
 

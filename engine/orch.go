@@ -247,10 +247,11 @@ func checkArgBounds(op string, a *TaskArgs) error {
 	return nil
 }
 
-// submit is the submit path, in order: validate, take a slot (waiting
-// while the task window is full), allocate runtime OUTPUTs, wire
-// dependencies against the run's tensor map, register heap references with
-// the task, publish READY or PENDING, and route ready work to endpoints.
+// submit is the submit path, in order: validate, make the heap's ring
+// if a runtime OUTPUT needs one, then the driver's locked section (take a
+// slot, waiting while the task window is full; allocate runtime OUTPUTs;
+// wire dependencies; hold heap blocks; publish READY or PENDING) and
+// routing ready work to endpoints.
 func (o *Orchestrator) submit(op string, h *Handle, job core.Job, argsList []*TaskArgs, cfg *CallConfig) (*Task, error) {
 	for m, a := range argsList {
 		if a == nil {
@@ -266,30 +267,30 @@ func (o *Orchestrator) submit(op string, h *Handle, job core.Job, argsList []*Ta
 	if cfg == nil {
 		cfg = &DefaultCallConfig
 	}
-	w := o.w
 	heap := needsHeap(argsList) // one walk of the tensors answers it for the whole submit
 	if heap {
-		if err := w.ensureRing(o.depth()); err != nil {
+		if err := o.w.ensureRing(o.depth()); err != nil {
 			return nil, Wrap(err, op)
 		}
 	}
-	w.mu.Lock()
+	return driver{o.w}.submit(o, op, h, job, argsList, cfg, heap)
+}
+
+// admit is the part of a submit's checks that needs w.mu: the run is
+// still being built and has not failed fast, and h is still registered.
+// Caller holds w.mu.
+func (o *Orchestrator) admit(op string, h *Handle) error {
 	if err := o.building(op); err != nil {
-		w.mu.Unlock()
-		return nil, err
+		return err
 	}
-	if err := w.registered(op, h); err != nil {
-		w.mu.Unlock()
-		return nil, err
+	if err := o.w.registered(op, h); err != nil {
+		return err
 	}
-	if err := o.failedFast(op); err != nil {
-		w.mu.Unlock()
-		return nil, err
-	}
-	r := o.run
-	for w.core.WindowFull(&r.core) {
-		w.wait()
-	}
+	return o.failedFast(op)
+}
+
+// newTask is a task of h with a copy of each member's arguments.
+func newTask(h *Handle, cfg *CallConfig, argsList []*TaskArgs) *Task {
 	t := &Task{handle: h, cfg: *cfg}
 	t.Payload = t
 	if len(argsList) == 1 {
@@ -297,54 +298,21 @@ func (o *Orchestrator) submit(op string, h *Handle, job core.Job, argsList []*Ta
 	} else {
 		t.args = make([]TaskArgs, len(argsList))
 	}
-	if heap {
-		if err := o.allocOutputs(op, argsList); err != nil {
-			o.zeroing = o.zeroing[:0] // taken by the scope, which frees them
-			w.mu.Unlock()
-			return nil, err
-		}
-	}
 	for m, a := range argsList {
 		t.args[m] = a.clone()
 	}
-	w.core.Submit(&r.core, &t.Task, job, len(argsList))
-	r.raceSubmit(t)
-	r.wire(t)
-	o.refHeap(t)
-	w.hostBufs.ref(t)
-	r.captureRemote(t)
-	if w.events.on() {
-		w.events.emit(Event{Kind: TaskSubmitted, Run: r.id, Task: t.ID(), Members: len(argsList), Callable: h.Name(), Deps: t.Deps()})
-	}
-	hold := len(o.zeroing) > 0 // held until its heap blocks are zeroed, outside the lock
-	eff := Effects{Assign: o.dispatch[:0]}
-	w.core.Add(&t.Task, hold, &eff)
-	w.wake(eff)
-	o.dispatch = eff.Assign[:0]
-	w.mu.Unlock()
-	w.route(eff.Assign)
-	if hold {
-		o.zeroAndRelease(t)
-	}
-	return t, nil
+	return t
 }
 
-// zeroAndRelease zeroes the heap blocks t's submit took, outside w.mu (a
-// 16 MiB OUTPUT is a millisecond no completion should wait behind), then
-// lets t run.
-func (o *Orchestrator) zeroAndRelease(t *Task) {
+// zeroHeld zeroes the heap blocks the submit in progress took, outside
+// w.mu (a 16 MiB OUTPUT is a millisecond no completion should wait
+// behind); the driver then lets its task run.
+func (o *Orchestrator) zeroHeld() {
 	for _, b := range o.zeroing {
 		b.zero()
 	}
 	clear(o.zeroing)
 	o.zeroing = o.zeroing[:0]
-	w := o.w
-	w.mu.Lock()
-	var eff Effects
-	w.core.Unhold(&t.Task, &eff)
-	w.wake(eff)
-	w.mu.Unlock()
-	w.route(eff.Assign)
 }
 
 // allocOutputs gives every host OUTPUT without an address a block of the
@@ -408,7 +376,7 @@ func (o *Orchestrator) heapAlloc(op string, n int) (*heapBlock, error) {
 			r := w.heap.rings[ringForDepth(depth)]
 			return nil, Errorf(RuntimeError, "%s: heap ring exhausted: %d bytes wanted at scope depth %d, %d of ring %d's heap_ring_size=%d held by live scopes", op, n, depth, r.used, r.index, r.size)
 		}
-		w.wait()
+		driver{w}.wait()
 	}
 }
 
@@ -488,7 +456,7 @@ func (o *Orchestrator) Drain() error {
 		return err
 	}
 	for o.run.core.Inflight() > 0 {
-		w.wait()
+		driver{w}.wait()
 	}
 	err := o.run.core.FirstErr()
 	if err != nil {
@@ -510,17 +478,6 @@ func (o *Orchestrator) failedFast(op string) error {
 		return nil
 	}
 	return &Error{Kind: RuntimeError, Msg: fmt.Sprintf("%s: run %d has already failed, so nothing more is added to it: %v", op, r.id, first), Cause: first}
-}
-
-// wait blocks on the retire condition. Caller holds w.mu.
-func (w *Worker) wait() {
-	if w.cfg.Det != nil {
-		w.detWait()
-		return
-	}
-	w.waiters++
-	w.cond.Wait()
-	w.waiters--
 }
 
 // direct refuses direct control once the run has submitted a task:

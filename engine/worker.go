@@ -137,7 +137,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 	w.domains = newLocalDomains(w)
 	w.events.det = cfg.Det
 	w.reg = Registry{w: w, byDigest: map[string]*Handle{}}
-	w.deadlines = deadlineTimer{det: cfg.Det, epoch: time.Now(), fire: w.deadlinesDue}
+	w.deadlines = deadlineTimer{det: cfg.Det, epoch: time.Now(), fire: driver{w}.deadlinesDue}
 	return w, nil
 }
 
