@@ -200,7 +200,7 @@ func (d Devices) malloc(op string, worker, size int) (uint64, error) {
 	}
 	p, err := c.Malloc(size)
 	if err == nil {
-		d.w.raceNameDevice(worker, p, size)
+		d.w.race.nameDevice(worker, p, size)
 	}
 	return p, Wrap(err, op)
 }
@@ -210,7 +210,7 @@ func (d Devices) free(op string, worker int, ptr uint64) error {
 	if err != nil {
 		return err
 	}
-	d.w.raceForgetDevice(worker, ptr)
+	d.w.race.forgetDevice(worker, ptr)
 	return c.Free(ptr) // hal names the operation and the pointer
 }
 

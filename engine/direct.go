@@ -86,7 +86,7 @@ func (d DirectControl) Gate(op string) error {
 		step, err := d.rule(op)
 		switch step {
 		case directGo:
-			w.raceDirect(d.run)
+			w.race.direct(d.run)
 			return nil
 		case directRefused:
 			return err

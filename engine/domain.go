@@ -12,7 +12,6 @@ import (
 	"simpler/hal/comm"
 	"simpler/hal/dtype"
 	"simpler/internal/fault"
-	"simpler/internal/race"
 )
 
 // BufferSpec names a slice of a domain window, carved in declaration order
@@ -104,9 +103,7 @@ func (ld *LocalDomains) allocateRank(req commRequest, rank, id int) (DomainRank,
 		return DomainRank{}, err
 	}
 	dr := DomainRank{DeviceCtx: r.DeviceCtx, WindowBase: r.WindowBase, WindowSize: r.WindowSize, Release: r.Release}
-	if win := w.hostView(id, r.WindowBase, r.WindowSize); win != nil {
-		dr.RaceKey = race.Key(race.Addr(win))
-	}
+	dr.RaceKey = raceKeyOf(w.chips[id], r.WindowBase, r.WindowSize)
 	return dr, nil
 }
 
@@ -288,7 +285,7 @@ func (o *Orchestrator) AllocateDomain(spec DomainSpec) (*Domain, error) {
 		w.mu.Unlock()
 		return nil, err
 	}
-	w.raceNameDomain(d)
+	w.race.nameDomain(d)
 	w.mu.Lock()
 	o.run.domains = append(o.run.domains, d)
 	w.events.emit(Event{Kind: DomainAllocated, Run: o.run.id, Domain: d.spec.Name, AllocID: d.allocationID})
@@ -436,7 +433,7 @@ func (d *Domain) free() error {
 	if !run {
 		return a.Wait()
 	}
-	w.raceForgetDomain(d)
+	w.race.forgetDomain(d)
 	err := d.releaseRanks()
 	if err == nil && d.slot != nil {
 		w.domains.warm.put(d.slot) // every rank parked, or tore down and will say so when taken back

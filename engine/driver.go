@@ -62,7 +62,7 @@ func (d driver) submit(o *Orchestrator, op string, h *Handle, job core.Job, args
 // retires. Caller holds w.mu.
 func (d driver) record(o *Orchestrator, t *Task) {
 	w, r := d.w, o.run
-	r.raceSubmit(t)
+	r.race.submit(t)
 	r.wire(t)
 	o.refHeap(t)
 	w.hostBufs.ref(t)
@@ -209,8 +209,8 @@ func (d driver) stopMembers(members []Assignment, reason string) {
 // route hands assignments to their endpoints.
 func (d driver) route(out []Assignment) {
 	w := d.w
-	w.raceQueue(len(out))
-	w.detSpawn(out)
+	w.race.queue(len(out))
+	w.det.spawn(out)
 	for _, a := range out {
 		d.endpoint(a).Start(a)
 	}
@@ -228,8 +228,8 @@ func (d driver) endpoint(a Assignment) Endpoint {
 // holds w.mu.
 func (d driver) wake(eff Effects) {
 	w := d.w
-	if eff.Wake && w.cfg.Det != nil {
-		w.detWakes++ // what detWait's Procs wait for
+	if eff.Wake && w.det != nil {
+		w.det.wakes++ // what det.wait's Procs wait for
 	}
 	if eff.Wake && w.waiters > 0 {
 		w.cond.Broadcast()
@@ -240,8 +240,8 @@ func (d driver) wake(eff Effects) {
 // which is released while it waits.
 func (d driver) wait() {
 	w := d.w
-	if w.cfg.Det != nil {
-		w.detWait()
+	if w.det != nil {
+		w.det.wait()
 		return
 	}
 	w.waiters++

@@ -87,25 +87,25 @@ func (e *loopEndpoint) loop() {
 		if !ok {
 			return
 		}
-		proc := e.w.detStart(a)
+		proc := e.w.det.start(a)
 		err := ErrNotStarted // stopped before it started: nothing of it ran
 		var rc *race.Ctx
 		if e.stop.begin(memberKey{a.Task, a.Member}) {
 			driver{e.w}.started(a)
 			switch {
 			case e.inProc:
-				rc = e.w.raceStart(a)
+				rc = e.w.race.start(a)
 			case e.recorded:
-				rc = e.w.raceStartRecorded(a)
+				rc = e.w.race.startRecorded(a)
 			}
 			e.raceCtx = rc
 			err = e.runSafely(a)
 			if !e.recorded {
-				e.w.raceFinish(a, rc)
+				e.w.race.finish(a, rc)
 			}
 		}
 		if e.recorded {
-			e.w.raceReplay(a, rc, e.raceLog)
+			e.w.race.replay(a, rc, e.raceLog)
 			e.raceLog = nil
 		}
 		after := driver{e.w}.completed(a, err, &e.out)
@@ -116,7 +116,7 @@ func (e *loopEndpoint) loop() {
 			rc.Exit()
 			e.raceCtx = nil
 		} else {
-			e.w.raceQueue(-1)
+			e.w.race.queue(-1)
 		}
 		if proc != nil {
 			proc.Exit()
@@ -206,7 +206,7 @@ func (e *remoteEndpoint) Start(a Assignment) {
 		return
 	}
 	err := e.n.Start(k, t.handle, &t.args[a.Member], &t.cfg, func(err error) func() {
-		defer e.w.raceQueue(-1)
+		defer e.w.race.queue(-1)
 		e.forget(k)
 		return driver{e.w}.completed(a, err, nil)
 	})
@@ -226,7 +226,7 @@ func (e *remoteEndpoint) completeOff(a Assignment, err error) {
 	e.w.remoteFailed.Add(1)
 	go func() {
 		defer e.w.remoteFailed.Done()
-		defer e.w.raceQueue(-1)
+		defer e.w.race.queue(-1)
 		after := driver{e.w}.completed(a, err, nil)
 		if after != nil {
 			after()
@@ -301,7 +301,7 @@ func (w *Worker) nextRunner() func(e *loopEndpoint, a Assignment) error {
 		return func(e *loopEndpoint, a Assignment) (err error) {
 			t := taskOf(a.Task)
 			if e.raceCtx != nil {
-				e.raceLog, err = w.chipProcs[a.Target].RunRecorded(t.handle, &t.args[a.Member], &e.stop, w.raceChipTag(a.Target))
+				e.raceLog, err = w.chipProcs[a.Target].RunRecorded(t.handle, &t.args[a.Member], &e.stop, w.race.chipTag(a.Target))
 				return err
 			}
 			return w.chipProcs[a.Target].Run(t.handle, &t.args[a.Member], nil, &e.stop)

@@ -368,7 +368,7 @@ func (o *Orchestrator) heapAlloc(op string, n int) (*heapBlock, error) {
 			return nil, Wrap(err, op)
 		}
 		if b != nil {
-			w.raceNameHeap(b, op)
+			w.race.nameHeap(b, op)
 			o.scope.blocks = append(o.scope.blocks, b)
 			return b, nil
 		}

@@ -70,7 +70,7 @@ func (w *Worker) submit(build func(o *Orchestrator) (any, error), parent *Stoppe
 	r.core.Payload = r
 	r.root = &r.rootScope
 	w.core.Begin(&r.core, r.id, w.events.on())
-	w.raceBegin(r, ctx)
+	w.race.begin(r, ctx)
 	w.runs[r] = struct{}{}
 	w.mu.Unlock()
 	if parent != nil {
@@ -292,7 +292,7 @@ func (r *Run) finish() {
 func (r *Run) close() Effects {
 	w := r.w
 	delete(w.runs, r)
-	w.raceRunDone(r)
+	w.race.runDone(r)
 	w.events.emit(Event{Kind: RunFenced, Run: r.id, Err: r.waitErr})
 	close(r.done)
 	var eff Effects

@@ -25,7 +25,6 @@ import (
 
 	"simpler/engine/internal/core"
 	"simpler/hal"
-	"simpler/internal/race"
 )
 
 // Defaults for Config.
@@ -70,16 +69,10 @@ type Worker struct {
 	building atomic.Int32
 	state    lifecycle
 
-	// raceDone is the end of every run that is done, which later runs'
-	// tasks start after (race.go); raceMu guards it.
-	raceMu   sync.Mutex
-	raceDone race.Clock
-
-	// detWakes counts the core steps that woke waiters, under --seed
-	// (det.go); guarded by mu.
-	detWakes uint64
-	poisoned error // a cleanup that could not complete; refuses later work
-	attached bool  // added to a parent; the parent drives its lifecycle
+	race     *raceHooks // --race's hooks (race.go); nil without the detector
+	det      *detHooks  // --seed's hooks (det.go); nil without the schedule
+	poisoned error      // a cleanup that could not complete; refuses later work
+	attached bool       // added to a parent; the parent drives its lifecycle
 
 	chips    []hal.Chip
 	children []*Worker
@@ -133,6 +126,8 @@ func NewWorker(cfg Config) (*Worker, error) {
 	w := &Worker{cfg: cfg, runs: map[*Run]struct{}{},
 		namespace: fmt.Sprintf("w%d", workerSeq.Add(1))}
 	w.cond = sync.NewCond(&w.mu)
+	w.race = newRaceHooks(w, cfg.Race)
+	w.det = newDetHooks(w, cfg.Det)
 	w.hostBufs = newHostBuffers(w)
 	w.domains = newLocalDomains(w)
 	w.events.det = cfg.Det
@@ -251,7 +246,7 @@ func (w *Worker) canStart() error {
 	case stateClosed:
 		return Errorf(RuntimeError, "init: worker is closed")
 	}
-	if err := w.detSupported(); err != nil {
+	if err := w.det.supported(); err != nil {
 		return err
 	}
 	return w.cfg.Platform.Check()
