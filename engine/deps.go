@@ -14,6 +14,20 @@ const (
 	memberDevice = -3 // a task member's own device memory, when only tensors of one member are compared
 )
 
+// record makes t, just submitted to the core, part of its run: its edges
+// in the dependency map (wire), the host buffers and remote buffers it
+// holds until it retires. Caller holds w.mu.
+func (r *Run) record(t *Task) {
+	w := r.w
+	r.race.submit(t)
+	r.wire(t)
+	w.hostBufs.ref(t)
+	r.captureRemote(t)
+	if w.events.on() {
+		w.events.emit(Event{Kind: TaskSubmitted, Run: r.id, Task: t.ID(), Members: len(t.args), Callable: t.handle.Name(), Deps: t.Deps()})
+	}
+}
+
 // wire records t's producers and makes t the writer or a reader of the
 // bytes it touches. It runs under the Worker's mutex, in submit order.
 func (r *Run) wire(t *Task) {

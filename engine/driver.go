@@ -16,33 +16,28 @@ import (
 // Worker's), made where it is used; it costs nothing to make.
 type driver struct{ w *Worker }
 
-// submit is a submit's locked section and what follows it: after checks
-// that need w.mu, wait for room in the task window, take the heap blocks
-// the submit's OUTPUTs need, record the task (the core's DAG, the blocks
-// and buffers it holds), publish it, then route what became ready and zero
-// the new blocks outside the lock. heap says whether any tensor needs a
-// block (the caller made its ring outside the lock).
-func (d driver) submit(o *Orchestrator, op string, h *Handle, job core.Job, argsList []*TaskArgs, cfg *CallConfig, heap bool) (*Task, error) {
+// submit is a submit's locked section and what follows it: after the
+// checks that need w.mu, wait for room in the task window, make the task
+// (newTask: its arguments, heap blocks, edges and holds), publish it,
+// then, with w.mu released, route what became ready, zero the heap blocks
+// the submit took and let the task run. fresh says whether its runtime
+// OUTPUTs take heap blocks (prepare made their ring).
+func (d driver) submit(o *Orchestrator, op string, h *Handle, job core.Job, argsList []*TaskArgs, cfg *CallConfig, fresh bool) (*Task, error) {
 	w := d.w
 	w.mu.Lock()
-	if err := o.admit(op, h); err != nil {
+	if err := d.admit(o, op, h); err != nil {
 		w.mu.Unlock()
 		return nil, err
 	}
-	r := o.run
-	for w.core.WindowFull(&r.core) {
+	for w.core.WindowFull(&o.run.core) {
 		d.wait()
 	}
-	if heap {
-		if err := o.allocOutputs(op, argsList); err != nil {
-			o.zeroing = o.zeroing[:0] // taken by the scope, which frees them
-			w.mu.Unlock()
-			return nil, err
-		}
+	t, err := o.newTask(op, h, job, cfg, argsList, fresh)
+	if err != nil {
+		o.zeroing = o.zeroing[:0] // taken by the scope, which frees them
+		w.mu.Unlock()
+		return nil, err
 	}
-	t := newTask(h, cfg, argsList)
-	w.core.Submit(&r.core, &t.Task, job, len(argsList))
-	d.record(o, t)
 	hold := len(o.zeroing) > 0 // held until its heap blocks are zeroed, outside the lock
 	eff := Effects{Assign: o.dispatch[:0]}
 	w.core.Add(&t.Task, hold, &eff)
@@ -51,25 +46,62 @@ func (d driver) submit(o *Orchestrator, op string, h *Handle, job core.Job, args
 	w.mu.Unlock()
 	d.route(eff.Assign)
 	if hold {
-		o.zeroHeld()
+		for _, b := range o.zeroing {
+			b.zero() // a 16 MiB OUTPUT is a millisecond no completion should wait behind
+		}
+		clear(o.zeroing)
+		o.zeroing = o.zeroing[:0]
 		d.unhold(t)
 	}
 	return t, nil
 }
 
-// record makes t part of its run: its edges in the dependency map, the
-// heap blocks, host buffers and remote buffers it holds until it
-// retires. Caller holds w.mu.
-func (d driver) record(o *Orchestrator, t *Task) {
-	w, r := d.w, o.run
-	r.race.submit(t)
-	r.wire(t)
-	o.refHeap(t)
-	w.hostBufs.ref(t)
-	r.captureRemote(t)
-	if w.events.on() {
-		w.events.emit(Event{Kind: TaskSubmitted, Run: r.id, Task: t.ID(), Members: len(t.args), Callable: t.handle.Name(), Deps: t.Deps()})
+// admit is the part of a submit's checks that needs w.mu: the run is
+// still being built and has not failed fast, and h is still registered.
+// Caller holds w.mu.
+func (d driver) admit(o *Orchestrator, op string, h *Handle) error {
+	if err := o.building(op); err != nil {
+		return err
 	}
+	if err := d.w.registered(op, h); err != nil {
+		return err
+	}
+	return o.failedFast(op)
+}
+
+// building refuses use of an orchestrator whose function has returned.
+// Caller holds w.mu.
+func (o *Orchestrator) building(op string) error {
+	if err := o.w.usable(op); err != nil {
+		return err
+	}
+	if !o.run.core.Building() {
+		return Errorf(RuntimeError, "%s: run %d is no longer being built; submit only from inside its orchestration function", op, o.run.id)
+	}
+	return nil
+}
+
+// registered checks, under w.mu, that h is still registered here.
+func (w *Worker) registered(op string, h *Handle) error {
+	if cur, ok := w.reg.byDigest[h.Digest()]; !ok || cur != h {
+		return Errorf(ValueError, "%s: %q is not registered on this worker; register it with w.register(fn) first", op, h.Name())
+	}
+	return nil
+}
+
+// failedFast refuses a submit once the orchestration has seen its run
+// fail (drain returned the failure): the run will fail whatever follows,
+// and upstream stops adding to it. Caller holds w.mu.
+func (o *Orchestrator) failedFast(op string) error {
+	r := o.run
+	if why := r.core.Cancelled(); why != nil {
+		return Wrap(why, op)
+	}
+	first := r.core.FirstErr()
+	if !r.failSeen || first == nil {
+		return nil
+	}
+	return &Error{Kind: RuntimeError, Msg: fmt.Sprintf("%s: run %d has already failed, so nothing more is added to it: %v", op, r.id, first), Cause: first}
 }
 
 // unhold lets t, whose heap blocks are now zeroed, run.

@@ -14,7 +14,7 @@ import (
 // a chip, a child worker, a SUB worker, a remote node. The scheduler gives
 // it an assignment only when it has room for one (one at a time, or up to
 // its depth), so Start never blocks. Whatever the transport, an endpoint
-// reports every assignment it was given exactly once, to Worker.completed.
+// reports every assignment it was given exactly once, to the driver (driver.completed).
 type Endpoint interface {
 	Start(a Assignment)
 	// Cancel asks the endpoint to stop a (its run was cancelled, it passed

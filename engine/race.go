@@ -62,7 +62,7 @@ type raceTask struct {
 	end    race.Clock
 
 	// A member that ran in a process: its context and log, kept until
-	// every member has ended, then replayed together (raceReplay).
+	// every member has ended, then replayed together (raceHooks.replay).
 	ctxs  []*race.Ctx
 	logs  []*race.RecordedLog
 	ended int

@@ -34,7 +34,7 @@ var Tags = []Tag{Input, Output, InOut, OutputExisting, NoDep}
 type Tensor struct {
 	Addr  uint64
 	Shape []int
-	// Strides, in elements, lays a strided view out (view.go); nil is
+	// Strides, in elements, lays a strided view out (args.go); nil is
 	// row-major, contiguous.
 	Strides     []int
 	DType       dtype.DType
@@ -51,18 +51,6 @@ type RemoteRef struct {
 	Buf    *RemoteBuffer
 	Offset int
 }
-
-// Elems is the number of elements.
-func (t Tensor) Elems() int {
-	n := 1
-	for _, d := range t.Shape {
-		n *= d
-	}
-	return n
-}
-
-// NBytes is the size of the tensor in bytes.
-func (t Tensor) NBytes() int { return t.Elems() * t.DType.Size() }
 
 func (t Tensor) String() string {
 	where := fmt.Sprintf("host 0x%x", t.Addr)
@@ -110,18 +98,6 @@ func (a *TaskArgs) AddTensor(t Tensor, tag Tag) error {
 
 // AddScalar appends a 64-bit scalar.
 func (a *TaskArgs) AddScalar(v uint64) { a.Scalars = append(a.Scalars, v) }
-
-// clone copies a so that later changes by the caller do not reach a task.
-func (a *TaskArgs) clone() TaskArgs {
-	if a == nil {
-		return TaskArgs{}
-	}
-	return TaskArgs{
-		Tensors: append([]Tensor(nil), a.Tensors...),
-		Tags:    append([]Tag(nil), a.Tags...),
-		Scalars: append([]uint64(nil), a.Scalars...),
-	}
-}
 
 // CallConfig carries per-call settings.
 type CallConfig struct {
