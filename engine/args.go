@@ -121,6 +121,66 @@ func (o *Orchestrator) checkTensors(op string, job core.Job, m int, a *TaskArgs)
 	if job.Group != nil {
 		worker = job.Group[m]
 	}
+	if a.Remote != nil || job.Pool == NextLevel && o.w.IsRemote(worker) {
+		return o.checkRemoteArgs(op, job, worker, a)
+	}
+	for i, t := range a.Tensors {
+		if err := checkStrided(op, i, t, a.Tags[i], false); err != nil {
+			return false, err
+		}
+		needs, err := o.checkLocalTensor(op, job, worker, i, t, a.Tags[i])
+		if err != nil {
+			return false, err
+		}
+		heap = heap || needs
+	}
+	if err := checkWriteOverlap(op, a); err != nil {
+		return false, err
+	}
+	return heap, nil
+}
+
+// checkLocalTensor checks tensor i of a member that runs on worker of
+// job's pool: a host tensor must be in shared memory, a device tensor in
+// a live region of the chip the member runs on. It says whether the
+// tensor is a host OUTPUT with no address yet, which takes a block of the
+// run heap.
+func (o *Orchestrator) checkLocalTensor(op string, job core.Job, worker, i int, t Tensor, tag Tag) (heap bool, err error) {
+	if t.DType.Size() == 0 {
+		return false, Errorf(ValueError, "%s: tensor %d has no dtype", op, i)
+	}
+	span, ok := t.Span()
+	if !ok {
+		return false, Errorf(ValueError, "%s: tensor %d: shape %v of %s is more than %d bytes", op, i, t.Shape, t.DType, maxBytes)
+	}
+	switch {
+	case t.Addr == 0 && (tag != Output || t.ChildMemory):
+		return false, Errorf(ValueError, "%s: tensor %d has address 0; only a host OUTPUT tensor may leave its address to the runtime", op, i)
+	case t.Addr == 0:
+		return true, nil
+	case !t.ChildMemory:
+		if _, err := hostmem.Resolve(t.Addr, span); err != nil {
+			return false, Wrap(err, fmt.Sprintf("%s: tensor %d", op, i))
+		}
+		return false, nil
+	case job.Pool == Sub:
+		return false, Errorf(ValueError, "%s: tensor %d is device memory (child_memory); SUB workers see host memory only", op, i)
+	case o.w.cfg.Level >= 4:
+		return false, Errorf(ValueError, "%s: tensor %d is device memory; a level-%d task takes host tensors", op, i, o.w.cfg.Level)
+	}
+	if _, err := o.w.chips[worker].Bytes(t.Addr, span); err != nil {
+		return false, Wrap(err, fmt.Sprintf("%s: tensor %d (child_memory on worker %d)", op, i, worker))
+	}
+	return false, nil
+}
+
+// checkRemoteArgs checks the arguments of a member bound for a remote
+// node, or that name remote data, which only a remote node takes: the
+// node must still take work, and each tensor must be remote data usable
+// there (checkRemoteTensor). Host and device tensors bound for a local
+// worker are checked as checkTensors checks them, in order, so the first
+// bad tensor is the one refused.
+func (o *Orchestrator) checkRemoteArgs(op string, job core.Job, worker int, a *TaskArgs) (heap bool, err error) {
 	remote := job.Pool == NextLevel && o.w.IsRemote(worker)
 	if remote {
 		if err := o.w.remotes[worker].Lost(); err != nil {
@@ -128,44 +188,21 @@ func (o *Orchestrator) checkTensors(op string, job core.Job, m int, a *TaskArgs)
 		}
 	}
 	for i, t := range a.Tensors {
-		if err := checkStrided(op, i, t, a.Tags[i], remote); err != nil {
+		ref := a.ref(i)
+		if err := checkStrided(op, i, t, a.Tags[i], remote || !ref.here()); err != nil {
 			return false, err
 		}
-		if t.Remote != nil || t.Inline != nil || remote {
-			if err := checkRemoteTensor(op, i, t, a.Tags[i], worker, remote); err != nil {
+		if remote || !ref.here() {
+			if err := checkRemoteTensor(op, i, t, ref, a.Tags[i], worker, remote); err != nil {
 				return false, err
 			}
 			continue
 		}
-		if t.DType.Size() == 0 {
-			return false, Errorf(ValueError, "%s: tensor %d has no dtype", op, i)
+		needs, err := o.checkLocalTensor(op, job, worker, i, t, a.Tags[i])
+		if err != nil {
+			return false, err
 		}
-		span, ok := t.Span()
-		if !ok {
-			return false, Errorf(ValueError, "%s: tensor %d: shape %v of %s is more than %d bytes", op, i, t.Shape, t.DType, maxBytes)
-		}
-		if t.Addr == 0 {
-			if a.Tags[i] != Output || t.ChildMemory {
-				return false, Errorf(ValueError, "%s: tensor %d has address 0; only a host OUTPUT tensor may leave its address to the runtime", op, i)
-			}
-			heap = true
-			continue
-		}
-		if !t.ChildMemory {
-			if _, err := hostmem.Resolve(t.Addr, span); err != nil {
-				return false, Wrap(err, fmt.Sprintf("%s: tensor %d", op, i))
-			}
-			continue
-		}
-		if job.Pool == Sub {
-			return false, Errorf(ValueError, "%s: tensor %d is device memory (child_memory); SUB workers see host memory only", op, i)
-		}
-		if o.w.cfg.Level >= 4 {
-			return false, Errorf(ValueError, "%s: tensor %d is device memory; a level-%d task takes host tensors", op, i, o.w.cfg.Level)
-		}
-		if _, err := o.w.chips[worker].Bytes(t.Addr, span); err != nil {
-			return false, Wrap(err, fmt.Sprintf("%s: tensor %d (child_memory on worker %d)", op, i, worker))
-		}
+		heap = heap || needs
 	}
 	if err := checkWriteOverlap(op, a); err != nil {
 		return false, err
@@ -174,8 +211,9 @@ func (o *Orchestrator) checkTensors(op string, job core.Job, m int, a *TaskArgs)
 }
 
 // checkStrided refuses a strided view that cannot be laid out
-// (checkLayout), and one bound for a remote node: a TASK carries a shape,
-// not strides (a local child's mailbox carries both).
+// (checkLayout), and one bound for a remote node or that is remote data:
+// a TASK carries a shape, not strides (a local child's mailbox carries
+// both).
 func checkStrided(op string, i int, t Tensor, tag Tag, remote bool) error {
 	if t.Strides == nil {
 		return nil
@@ -183,7 +221,7 @@ func checkStrided(op string, i int, t Tensor, tag Tag, remote bool) error {
 	if err := checkLayout(op, i, t, tag); err != nil {
 		return err
 	}
-	if remote || t.Remote != nil || t.Inline != nil {
+	if remote {
 		return Errorf(ValueError, "%s: tensor %d is a strided view; a remote node takes contiguous tensors only", op, i)
 	}
 	return nil
@@ -219,34 +257,78 @@ func (h *Handle) allows(worker int) bool {
 	return false
 }
 
+// RemoteRef is where the bytes of a tensor of a remote node's task are: a
+// place in a remote buffer (a RemoteTensorRef: Buf, and Offset in it) or
+// a small input carried in the task frame (host_inline: Inline). The
+// zero RemoteRef is neither: the tensor is host or device memory here,
+// which a remote node does not take.
+type RemoteRef struct {
+	Buf    *RemoteBuffer
+	Offset int
+	Inline []byte
+}
+
+// here reports whether ref is the zero RemoteRef: the tensor is memory
+// here, not a remote node's.
+func (ref RemoteRef) here() bool { return ref.Buf == nil && ref.Inline == nil }
+
+// place is the space of the bytes ref names in a remote buffer, and the
+// address of its first byte there: the owner's allocation, buffer and
+// generation, with addresses in the owner's allocation, so an owner's and
+// an importer's views of a range are one range.
+func (ref RemoteRef) place() (core.SpaceKey, uint64) {
+	b := ref.Buf
+	return core.SpaceKey{Space: remoteSpace, Owner: b.Owner, Buf: b.BufferID, Gen: b.Gen}, uint64(b.Offset + ref.Offset)
+}
+
+// ref is where tensor i lies for a remote node (the zero RemoteRef: here).
+func (a *TaskArgs) ref(i int) RemoteRef {
+	if i >= len(a.Remote) {
+		return RemoteRef{}
+	}
+	return a.Remote[i]
+}
+
+// describe shows tensor i as errors show it, where it lies.
+func (a *TaskArgs) describe(i int) string {
+	t, ref := a.Tensors[i], a.ref(i)
+	switch {
+	case ref.Buf != nil:
+		return t.describe(fmt.Sprintf("remote buffer %d of worker %d at %d", ref.Buf.BufferID, ref.Buf.Owner, ref.Buf.Offset+ref.Offset))
+	case ref.Inline != nil:
+		return t.describe("inline")
+	}
+	return t.String()
+}
+
 // checkRemoteTensor applies the remote rules: a remote node takes only
 // RemoteTensorRef and host_inline tensors, each usable there; a local
 // worker takes none.
-func checkRemoteTensor(op string, i int, t Tensor, tag Tag, worker int, remote bool) error {
+func checkRemoteTensor(op string, i int, t Tensor, ref RemoteRef, tag Tag, worker int, remote bool) error {
 	switch {
-	case !remote && (t.Remote != nil || t.Inline != nil):
+	case !remote && !ref.here():
 		return Errorf(ValueError, "%s: tensor %d is remote data; worker %d is not a remote node", op, i, worker)
-	case t.Inline != nil:
+	case ref.Inline != nil:
 		if tag != Input {
 			return Errorf(ValueError, "%s: tensor %d is host_inline, which is an INPUT, but is tagged %s", op, i, tag)
 		}
-		if len(t.Inline) != t.NBytes() {
-			return Errorf(ValueError, "%s: tensor %d carries %d inline bytes for %d", op, i, len(t.Inline), t.NBytes())
+		if len(ref.Inline) != t.NBytes() {
+			return Errorf(ValueError, "%s: tensor %d carries %d inline bytes for %d", op, i, len(ref.Inline), t.NBytes())
 		}
 		return nil
-	case t.Remote == nil && tag.Writes() && t.Addr == 0:
+	case ref.Buf == nil && tag.Writes() && t.Addr == 0:
 		return Errorf(ValueError, "%s: tensor %d: a remote OUTPUT needs a RemoteTensorRef (remote_malloc the output first)", op, i)
-	case t.Remote == nil:
+	case ref.Buf == nil:
 		return Errorf(ValueError, "%s: tensor %d is a host tensor; remote worker %d takes RemoteTensorRef tensors (remote_malloc + remote_copy_to, or RemoteTensorRef.host_inline)", op, i, worker)
 	}
-	b := t.Remote.Buf
+	b := ref.Buf
 	switch {
 	case b.Released():
 		return UsedAfterRelease(op, fmt.Sprintf("tensor %d's remote buffer", i))
 	case b.Worker != worker:
 		return Errorf(ValueError, "%s: tensor %d's buffer is usable on worker %d, not worker %d (remote_import it there)", op, i, b.Worker, worker)
-	case t.Remote.Offset < 0 || t.Remote.Offset+t.NBytes() > b.NBytes:
-		return Errorf(ValueError, "%s: tensor %d (%d bytes at offset %d) overruns its %d-byte buffer", op, i, t.NBytes(), t.Remote.Offset, b.NBytes)
+	case ref.Offset < 0 || ref.Offset+t.NBytes() > b.NBytes:
+		return Errorf(ValueError, "%s: tensor %d (%d bytes at offset %d) overruns its %d-byte buffer", op, i, t.NBytes(), ref.Offset, b.NBytes)
 	case tag.Needs()&^b.Access != 0:
 		return Errorf(ValueError, "%s: tensor %d is %s, which needs %s access; the handle has %s", op, i, tag, tag.Needs(), b.Access)
 	}
@@ -395,20 +477,20 @@ func checkWriteOverlap(op string, a *TaskArgs) error {
 			if !a.Tags[j].Writes() {
 				continue
 			}
-			if writesOverlap(a.Tensors[i], a.Tensors[j]) {
+			if writesOverlap(a, i, j) {
 				return Errorf(ValueError, "%s: tensors %d (%s, %s) and %d (%s, %s) write overlapping bytes; two arguments of one task are not ordered, so give each its own bytes",
-					op, i, a.Tags[i], a.Tensors[i], j, a.Tags[j], a.Tensors[j])
+					op, i, a.Tags[i], a.describe(i), j, a.Tags[j], a.describe(j))
 			}
 		}
 	}
 	return nil
 }
 
-// writesOverlap reports whether two checked tensors of one member share a
-// byte of the same memory.
-func writesOverlap(x, y Tensor) bool {
-	kx, lx, okx := placeOf(x)
-	ky, ly, oky := placeOf(y)
+// writesOverlap reports whether two checked tensors of one member, i and
+// j of a, share a byte of the same memory.
+func writesOverlap(a *TaskArgs, i, j int) bool {
+	kx, lx, okx := placeOf(a.Tensors[i], a.ref(i))
+	ky, ly, oky := placeOf(a.Tensors[j], a.ref(j))
 	if !okx || !oky || kx != ky {
 		return false
 	}
@@ -416,14 +498,18 @@ func writesOverlap(x, y Tensor) bool {
 }
 
 // placeOf is where a tensor's bytes are, as dependency inference keys
-// them (addrOf; device tensors on the member's own chip, since members are
-// never compared), and its layout there; false for a tensor with no bytes
-// of its own yet (address 0, inline) or none at all.
-func placeOf(t Tensor) (core.SpaceKey, core.Layout, bool) {
-	if t.Inline != nil || t.Remote == nil && t.Addr == 0 {
+// them (addrOf, or ref's place in a remote buffer; device tensors on the
+// member's own chip, since members are never compared), and its layout
+// there; false for a tensor with no bytes of its own yet (address 0,
+// inline) or none at all.
+func placeOf(t Tensor, ref RemoteRef) (core.SpaceKey, core.Layout, bool) {
+	if ref.Inline != nil || ref.Buf == nil && t.Addr == 0 {
 		return core.SpaceKey{}, core.Layout{}, false
 	}
 	k, addr := addrOf(t, memberDevice)
+	if ref.Buf != nil {
+		k, addr = ref.place()
+	}
 	n := t.spanBytes()
 	if n == 0 || t.Elems() == 0 {
 		return k, core.Layout{}, false
@@ -435,16 +521,11 @@ func placeOf(t Tensor) (core.SpaceKey, core.Layout, bool) {
 }
 
 // addrOf is the space of a tensor's bytes and the address of its first
-// byte there: host memory, the device memory of NEXT_LEVEL worker device
-// (for a ChildMemory tensor), or a remote allocation (owner, buffer,
-// generation; addresses in the owner's allocation, so an owner's and an
-// importer's views of a range are one range).
+// byte there: host memory, or the device memory of NEXT_LEVEL worker
+// device (for a ChildMemory tensor). A remote node's tensors are placed
+// by their RemoteRef (place).
 func addrOf(t Tensor, device int) (core.SpaceKey, uint64) {
-	switch {
-	case t.Remote != nil:
-		b := t.Remote.Buf
-		return core.SpaceKey{Space: remoteSpace, Owner: b.Owner, Buf: b.BufferID, Gen: b.Gen}, uint64(b.Offset + t.Remote.Offset)
-	case t.ChildMemory:
+	if t.ChildMemory {
 		return core.SpaceKey{Space: device}, t.Addr
 	}
 	return core.SpaceKey{Space: hostSpace}, t.Addr

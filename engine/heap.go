@@ -118,7 +118,7 @@ func (o *Orchestrator) allocOutputs(op string, t *Task, argsList []*TaskArgs) er
 		}
 		for i := range a.Tensors {
 			ten := &a.Tensors[i]
-			if ten.Addr != 0 || ten.ChildMemory || ten.Remote != nil || ten.Inline != nil {
+			if ten.Addr != 0 || ten.ChildMemory || a.Remote != nil && !a.Remote[i].here() {
 				continue
 			}
 			b, err := o.heapAlloc(op, ten.spanBytes())

@@ -49,7 +49,7 @@ func (o *Orchestrator) newTask(op string, h *Handle, job core.Job, cfg *CallConf
 
 // clone copies a so that later changes by the caller do not reach a task.
 func (a *TaskArgs) clone() TaskArgs {
-	return TaskArgs{Tensors: append([]Tensor(nil), a.Tensors...), Tags: append([]Tag(nil), a.Tags...), Scalars: append([]uint64(nil), a.Scalars...)}
+	return TaskArgs{Tensors: append([]Tensor(nil), a.Tensors...), Tags: append([]Tag(nil), a.Tags...), Scalars: append([]uint64(nil), a.Scalars...), Remote: append([]RemoteRef(nil), a.Remote...)}
 }
 
 // TaskError is a task's failure as the caller sees it: where it failed
