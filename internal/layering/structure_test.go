@@ -16,7 +16,8 @@ import (
 
 // The measures of issue 27 that a reader can rerun: which files of the
 // engine reference each other in a cycle (files_test.go's graph), and
-// which files a submit walks through. `go test ./internal/layering/ -run Structure -v` prints them.
+// which files a submit walks through, which the test holds to the issue's
+// bound. `go test ./internal/layering/ -run Structure -v` prints them.
 
 // pkgInfo is one package of the module, type-checked from source.
 type pkgInfo struct {
@@ -210,13 +211,17 @@ func (p *pkgInfo) oneLine(d *ast.FuncDecl) bool {
 }
 
 // offPath reports whether an if statement's body is off a successful
-// submit's path with the tools off: its condition asks whether a tool
-// (--race, --seed, an observer, the invariants build) is on, or its body
-// ends by returning an error.
+// local submit's path with the tools off: its condition asks whether a
+// tool (--race, --seed, an observer, the invariants build) is on, or
+// whether a task's arguments are a remote node's (TaskArgs.Remote, nil
+// for every local task), or its body ends by returning an error.
 func (p *pkgInfo) offPath(s *ast.IfStmt) bool {
 	tool := false
 	ast.Inspect(s.Cond, func(n ast.Node) bool {
 		if id, ok := n.(*ast.Ident); ok && toolNames[id.Name] {
+			tool = true
+		}
+		if sel, ok := n.(*ast.SelectorExpr); ok && p.remoteArgs(sel) {
 			tool = true
 		}
 		return true
@@ -229,6 +234,20 @@ func (p *pkgInfo) offPath(s *ast.IfStmt) bool {
 	}
 	ret, ok := s.Body.List[len(s.Body.List)-1].(*ast.ReturnStmt)
 	return ok && p.failing(ret)
+}
+
+// remoteArgs reports whether sel reads the remote places of a task's
+// arguments (a TaskArgs' Remote field).
+func (p *pkgInfo) remoteArgs(sel *ast.SelectorExpr) bool {
+	if sel.Sel.Name != "Remote" {
+		return false
+	}
+	t := p.info.TypeOf(sel.X)
+	if ptr, ok := t.(*types.Pointer); ok {
+		t = ptr.Elem()
+	}
+	named, ok := t.(*types.Named)
+	return ok && named.Obj().Name() == "TaskArgs"
 }
 
 // failing reports whether a return statement returns an error that is not
@@ -303,4 +322,14 @@ func TestStructureMeasures(t *testing.T) {
 	}
 	sort.Strings(crossed)
 	t.Logf("a submit walks %d files of engine, comes back %d times %v: %s; it calls into %v", len(files), total, back, strings.Join(trail, " > "), crossed)
+	// Issue 27's bound: a submit's walk through at most 8 files, with no
+	// return to a file already left more than twice.
+	if len(files) > 8 {
+		t.Errorf("a submit walks %d files of engine; at most 8", len(files))
+	}
+	for f, n := range back {
+		if n > 2 {
+			t.Errorf("a submit comes back to %s %d times; at most twice", f, n)
+		}
+	}
 }
