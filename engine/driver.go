@@ -6,9 +6,12 @@ import (
 	"simpler/engine/internal/core"
 )
 
-// driver is a Worker's task path, and the only place on it that takes
-// w.mu. Each of its steps has one shape: lock, step the core (a submit, a
-// start, a completion, a deadline), take what the step asks for as
+// driver is a Worker's task path from submit to completion, and the only
+// place on it that takes w.mu. (Two steps beside it do too: a submit with
+// runtime OUTPUTs first checks for its heap ring (ensureRing, heap.go),
+// and a run that fenced takes it to end (Run.finish, run.go).) Each of
+// its steps has one shape: lock, step the core (a submit, a start, a
+// completion, a deadline, a cancel), take what the step asks for as
 // core.Effects and wake the waiters it names, unlock, then carry the
 // effects out with no lock held — start and stop members on their
 // endpoints, finish a run that fenced. A driver is only a view of its

@@ -332,4 +332,12 @@ func TestStructureMeasures(t *testing.T) {
 			t.Errorf("a submit comes back to %s %d times; at most twice", f, n)
 		}
 	}
+	// Remote buffers and the tools are off a local submit's path: it
+	// reaches them only through a branch on a remote node's arguments or a
+	// tool's hooks.
+	for _, f := range []string{"rbuf.go", "remote.go", "race.go", "det.go", "event.go"} {
+		if files[f] {
+			t.Errorf("a local submit walks through %s", f)
+		}
+	}
 }
