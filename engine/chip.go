@@ -5,7 +5,6 @@ import (
 
 	"simpler/engine/hostmem"
 	"simpler/hal"
-	"simpler/internal/bounds"
 )
 
 // RunChipKernel runs a chip kernel on ctx.Chip, a chip of this process
@@ -53,15 +52,6 @@ func RunChipKernel(ctx *ChipCtx, k ChipKernel, args *TaskArgs) error {
 		dev.Tensors[i].Addr, dev.Tensors[i].ChildMemory = p, true
 	}
 	return k.RunChip(ctx, dev)
-}
-
-// tensorBytes is t.NBytes() checked: false when a dimension is negative or
-// the bytes exceed maxBytes, where NBytes would wrap (a shape of 2^32 by
-// 2^32 has 0 bytes by int arithmetic) and a kernel would be handed a
-// tensor larger than the memory checked for it.
-func tensorBytes(t Tensor) (int, bool) {
-	n, ok := bounds.Product(t.Shape, t.DType.Size(), maxBytes)
-	return int(n), ok
 }
 
 // Devices is a Worker's device memory and its level-2 kernel runs: the
@@ -229,7 +219,7 @@ func (d Devices) malloc(op string, worker, size int) (uint64, error) {
 	}
 	p, err := c.Memory().Malloc(size)
 	if err == nil {
-		d.w.raceNameDevice(worker, p, size)
+		d.w.race.nameDevice(worker, p, size)
 	}
 	return p, Wrap(err, op)
 }
@@ -239,7 +229,7 @@ func (d Devices) free(op string, worker int, ptr uint64) error {
 	if err != nil {
 		return err
 	}
-	d.w.raceForgetDevice(worker, ptr)
+	d.w.race.forgetDevice(worker, ptr)
 	return c.Memory().Free(ptr) // hal names the operation and the pointer
 }
 

@@ -4,10 +4,10 @@ import "simpler/engine/internal/core"
 
 // The decision logic of a Worker's runs is package core's: runs, tasks,
 // their dependency map, the task window, the scheduler. A Worker makes one
-// core at Init and steps it under w.mu; each step says in a core.Effects
-// what follows (assignments to start, members to stop, waiters to wake, a
-// run that fenced), which the Worker carries out once it has unlocked
-// (apply, route, finish). The engine's Task and Run wrap the core's and
+// core at Init and its driver (driver.go) steps it under w.mu; each step
+// says in a core.Effects what follows (assignments to start, members to
+// stop, waiters to wake, a run that fenced), which the driver carries out
+// once it has unlocked (apply, route, Run.finish). The engine's Task and Run wrap the core's and
 // hang on them what running needs: callables, arguments, heap blocks,
 // cleanups.
 

@@ -21,7 +21,7 @@ type deadlineTimer struct {
 	epoch time.Time
 	timer *time.Timer
 	at    int64  // the tick it is set for (0: none)
-	fire  func() // Worker.deadlinesDue
+	fire  func() // driver.deadlinesDue
 }
 
 // now is the clock in the core's ticks.
@@ -73,24 +73,4 @@ func memberTimeout(t *Task, byDefault time.Duration) time.Duration {
 // lateError is the error of a member past its deadline of limit ticks.
 func lateError(_ Assignment, limit int64) error {
 	return Errorf(TimeoutError, "past its deadline of %v", time.Duration(limit))
-}
-
-// deadlinesDue advances the core to now: the members past their deadline
-// fail, poisoning what depends on them, and their endpoints are asked to
-// stop them, each with its own deadline as the reason; then the timer is
-// set for the next deadline.
-func (w *Worker) deadlinesDue() {
-	w.mu.Lock()
-	w.deadlines.at = 0
-	var eff Effects
-	w.core.Advance(w.deadlines.now(), &eff)
-	w.deadlines.set(eff.Deadline)
-	w.wake(eff)
-	w.mu.Unlock()
-	for i, a := range eff.Stop {
-		limit := memberTimeout(taskOf(a.Task), w.cfg.TaskTimeout)
-		w.stopMembers(eff.Stop[i:i+1], lateError(a, int64(limit)).Error())
-	}
-	eff.Stop = nil
-	w.apply(eff, "")
 }

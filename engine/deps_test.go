@@ -116,14 +116,32 @@ func TestRangeDependencies(t *testing.T) {
 	}
 }
 
+// A remote node's tensors are placed beside the tensors (TaskArgs.Remote,
+// one per tensor once any is remote), so args with no remote tensor have
+// none, and a tensor added after a remote one keeps its place.
+func TestRemoteArgsBesideTensors(t *testing.T) {
+	local := mkArgs(view(0, 4), Input, view(16, 4), Output)
+	if local.Remote != nil {
+		t.Fatalf("local args carry remote places %v", local.Remote)
+	}
+	buf := &RemoteBuffer{NBytes: 64, Access: AccessRW}
+	mixed := mkArgs(view(0, 4), Input, remoteTensor{Tensor{Shape: []int{4}, DType: dtype.UInt8}, RemoteRef{Buf: buf, Offset: 8}}, InOut, view(16, 4), Output)
+	if len(mixed.Remote) != 3 || !mixed.Remote[0].here() || mixed.Remote[1].Buf != buf || mixed.Remote[1].Offset != 8 || !mixed.Remote[2].here() {
+		t.Fatalf("remote places %+v, want here, buf at 8, here", mixed.Remote)
+	}
+	if c := mixed.clone(); len(c.Remote) != 3 || &c.Remote[0] == &mixed.Remote[0] || local.clone().Remote != nil {
+		t.Errorf("clone: remote places %+v (a copy of three wanted), local %v", c.Remote, local.clone().Remote)
+	}
+}
+
 // Remote ranges are ordered within one owner allocation and generation.
 func TestRemoteRangeDependencies(t *testing.T) {
 	d := newDepRun(false)
 	buf := &RemoteBuffer{Worker: 0, Owner: 0, BufferID: 3, Gen: 1, NBytes: 64, Access: AccessRW}
 	imported := &RemoteBuffer{Worker: 0, Owner: 0, BufferID: 3, Gen: 1, NBytes: 32, Offset: 16, ImportID: 9, Access: AccessRW}
 	later := &RemoteBuffer{Worker: 0, Owner: 0, BufferID: 3, Gen: 2, NBytes: 64, Access: AccessRW}
-	rt := func(b *RemoteBuffer, off, n int) Tensor {
-		return Tensor{Shape: []int{n}, DType: dtype.UInt8, Remote: &RemoteRef{Buf: b, Offset: off}}
+	rt := func(b *RemoteBuffer, off, n int) remoteTensor {
+		return remoteTensor{Tensor{Shape: []int{n}, DType: dtype.UInt8}, RemoteRef{Buf: b, Offset: off}}
 	}
 	w := d.add(rt(buf, 0, 24), Output)
 	if p := d.producers(d.add(rt(imported, 0, 4), Input)); !slices.Equal(p, []int{w.ID()}) {
@@ -263,8 +281,8 @@ func TestLayoutOverlap(t *testing.T) {
 		{"bounds apart", block(8, 0, 0, 2, 2), block(8, 4, 4, 2, 2), false},
 	}
 	for _, c := range cases {
-		_, la, _ := placeOf(c.a)
-		_, lb, _ := placeOf(c.b)
+		_, la, _ := placeOf(c.a, RemoteRef{})
+		_, lb, _ := placeOf(c.b, RemoteRef{})
 		if got := core.Overlaps(la, lb); got != c.want {
 			t.Errorf("%s: overlaps = %v, want %v", c.name, got, c.want)
 		}

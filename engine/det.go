@@ -120,12 +120,32 @@ func (d *Det) fireDue() {
 	}
 }
 
-// detSupported refuses, under --seed, what runs outside the schedule:
-// process mode and remote nodes keep the wall clock. Caller holds w.mu.
-func (w *Worker) detSupported() error {
-	if w.cfg.Det == nil {
+// detHooks is a Worker's side of the schedule, nil without --seed; its
+// methods do nothing on a nil receiver, so each hook on the task path is
+// one nil check.
+type detHooks struct {
+	w *Worker
+	d *Det
+	// wakes counts the core steps that woke waiters (driver.wake): what a
+	// Proc in wait waits for. Guarded by w.mu.
+	wakes uint64
+}
+
+// newDetHooks is w's side of schedule d, nil when d is (no --seed).
+func newDetHooks(w *Worker, d *Det) *detHooks {
+	if d == nil {
 		return nil
 	}
+	return &detHooks{w: w, d: d}
+}
+
+// supported refuses, under --seed, what runs outside the schedule:
+// process mode and remote nodes keep the wall clock. Caller holds w.mu.
+func (h *detHooks) supported() error {
+	if h == nil {
+		return nil
+	}
+	w := h.w
 	if w.cfg.Mode == "process" {
 		return Errorf(ValueError, "init: --seed schedules thread mode only: a process-mode worker's kernels run in processes the schedule cannot order (run with --mode thread)")
 	}
@@ -140,16 +160,16 @@ func (w *Worker) detSupported() error {
 	return nil
 }
 
-// detSpawn makes the Procs of assignments about to be routed, by the
-// running Proc.
-func (w *Worker) detSpawn(out []Assignment) {
-	d := w.cfg.Det
-	if d == nil || len(out) == 0 {
+// spawn makes the Procs of assignments about to be routed, by the running
+// Proc.
+func (h *detHooks) spawn(out []Assignment) {
+	if h == nil || len(out) == 0 {
 		return
 	}
+	d := h.d
 	p := d.S.Running()
 	for _, a := range out {
-		q, err := p.Go(fmt.Sprintf("%s task %d member %d run %d", w.workerName(a.Pool, a.Target), a.Task.ID(), a.Member, runOf(a.Task.Run()).id))
+		q, err := p.Go(fmt.Sprintf("%s task %d member %d run %d", h.w.workerName(a.Pool, a.Target), a.Task.ID(), a.Member, runOf(a.Task.Run()).id))
 		if err != nil {
 			panic(fmt.Sprintf("engine: --seed: routing from outside the schedule: %v", err))
 		}
@@ -159,13 +179,13 @@ func (w *Worker) detSpawn(out []Assignment) {
 	}
 }
 
-// detStart parks the endpoint's goroutine until the schedule runs member
-// a; the returned Proc is a's, to Exit once a's completion is passed on.
-func (w *Worker) detStart(a Assignment) *dsched.Proc {
-	d := w.cfg.Det
-	if d == nil {
+// start parks the endpoint's goroutine until the schedule runs member a;
+// the returned Proc is a's, to Exit once a's completion is passed on.
+func (h *detHooks) start(a Assignment) *dsched.Proc {
+	if h == nil {
 		return nil
 	}
+	d := h.d
 	k := memberKey{a.Task, a.Member}
 	d.mu.Lock()
 	p := d.procs[k]
@@ -177,12 +197,12 @@ func (w *Worker) detStart(a Assignment) *dsched.Proc {
 	return p
 }
 
-// detWait is wait under the schedule: the running Proc blocks until a
-// core step wakes the waiters (wake). Caller holds w.mu, which is
-// released while it waits.
-func (w *Worker) detWait() {
-	seen := w.detWakes
+// wait is the driver's wait under the schedule: the running Proc blocks
+// until a core step wakes the waiters (driver.wake). Caller holds w.mu,
+// which is released while it waits.
+func (h *detHooks) wait() {
+	w, seen := h.w, h.wakes
 	w.mu.Unlock()
-	w.cfg.Det.Block("waits for tasks to retire", func() bool { return w.detWakes != seen }, 0)
+	h.d.Block("waits for tasks to retire", func() bool { return h.wakes != seen }, 0)
 	w.mu.Lock()
 }

@@ -86,12 +86,12 @@ func (d DirectControl) Gate(op string) error {
 		step, err := d.rule(op)
 		switch step {
 		case directGo:
-			w.raceDirect(d.run)
+			w.race.direct(d.run)
 			return nil
 		case directRefused:
 			return err
 		}
-		w.wait()
+		driver{w}.wait()
 	}
 }
 

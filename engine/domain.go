@@ -275,7 +275,7 @@ func (o *Orchestrator) AllocateDomain(spec DomainSpec) (*Domain, error) {
 		w.mu.Unlock()
 		return nil, err
 	}
-	w.raceNameDomain(d)
+	w.race.nameDomain(d)
 	w.mu.Lock()
 	o.run.domains = append(o.run.domains, d)
 	w.events.emit(Event{Kind: DomainAllocated, Run: o.run.id, Domain: d.spec.Name, AllocID: d.allocationID})
@@ -423,7 +423,7 @@ func (d *Domain) free() error {
 	if !run {
 		return a.Wait()
 	}
-	w.raceForgetDomain(d)
+	w.race.forgetDomain(d)
 	err := d.releaseRanks()
 	if err == nil && d.slot != nil {
 		w.domains.warm.put(d.slot) // every rank parked, or tore down and will say so when taken back

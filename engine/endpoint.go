@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"fmt"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -15,7 +14,7 @@ import (
 // a chip, a child worker, a SUB worker, a remote node. The scheduler gives
 // it an assignment only when it has room for one (one at a time, or up to
 // its depth), so Start never blocks. Whatever the transport, an endpoint
-// reports every assignment it was given exactly once, to Worker.completed.
+// reports every assignment it was given exactly once, to the driver (driver.completed).
 type Endpoint interface {
 	Start(a Assignment)
 	// Cancel asks the endpoint to stop a (its run was cancelled, it passed
@@ -88,35 +87,36 @@ func (e *loopEndpoint) loop() {
 		if !ok {
 			return
 		}
-		proc := e.w.detStart(a)
+		proc := e.w.det.start(a)
 		err := ErrNotStarted // stopped before it started: nothing of it ran
 		var rc *race.Ctx
 		if e.stop.begin(memberKey{a.Task, a.Member}) {
-			e.w.started(a)
+			driver{e.w}.started(a)
 			switch {
 			case e.inProc:
-				rc = e.w.raceStart(a)
+				rc = e.w.race.start(a)
 			case e.recorded:
-				rc = e.w.raceStartRecorded(a)
+				rc = e.w.race.startRecorded(a)
 			}
 			e.raceCtx = rc
 			err = e.runSafely(a)
 			if !e.recorded {
-				e.w.raceFinish(a, rc)
+				e.w.race.finish(a, rc)
 			}
 		}
 		if e.recorded {
-			e.w.raceReplay(a, rc, e.raceLog)
+			e.w.race.replay(a, rc, e.raceLog)
 			e.raceLog = nil
 		}
-		if after := e.w.completed(a, err, &e.out); after != nil {
+		after := driver{e.w}.completed(a, err, &e.out)
+		if after != nil {
 			after()
 		}
 		if rc != nil {
 			rc.Exit()
 			e.raceCtx = nil
 		} else {
-			e.w.raceQueue(-1)
+			e.w.race.queue(-1)
 		}
 		if proc != nil {
 			proc.Exit()
@@ -198,7 +198,7 @@ type remoteEndpoint struct {
 }
 
 func (e *remoteEndpoint) Start(a Assignment) {
-	e.w.started(a)
+	driver{e.w}.started(a)
 	t := taskOf(a.Task)
 	k := memberKey{a.Task, a.Member}
 	if _, stopped := e.stop(k); stopped { // asked to stop before it started: it never runs
@@ -206,9 +206,9 @@ func (e *remoteEndpoint) Start(a Assignment) {
 		return
 	}
 	err := e.n.Start(k, t.handle, &t.args[a.Member], &t.cfg, func(err error) func() {
-		defer e.w.raceQueue(-1)
+		defer e.w.race.queue(-1)
 		e.forget(k)
-		return e.w.completed(a, err, nil)
+		return driver{e.w}.completed(a, err, nil)
 	})
 	if err != nil { // not sent: report it off this goroutine, which may hold a caller's state
 		e.completeOff(a, err)
@@ -226,8 +226,9 @@ func (e *remoteEndpoint) completeOff(a Assignment, err error) {
 	e.w.tree.remoteFailed.Add(1)
 	go func() {
 		defer e.w.tree.remoteFailed.Done()
-		defer e.w.raceQueue(-1)
-		if after := e.w.completed(a, err, nil); after != nil {
+		defer e.w.race.queue(-1)
+		after := driver{e.w}.completed(a, err, nil)
+		if after != nil {
 			after()
 		}
 	}()
@@ -258,108 +259,6 @@ func (e *remoteEndpoint) Cancel(a Assignment, reason string) {
 	e.stops[k] = reason
 	e.mu.Unlock()
 	e.n.Cancel(k, reason) // nothing if the node does not know k yet: Start sees the stop
-}
-
-// started records that a starts on its endpoint, and gives it its
-// deadline in the core (deadline.go).
-func (w *Worker) started(a Assignment) {
-	t := taskOf(a.Task)
-	if w.events.on() {
-		w.events.emit(Event{Kind: TaskStarted, Run: runOf(t.Run()).id, Task: t.ID(), Member: a.Member, Worker: w.workerName(a.Pool, a.Target), Callable: t.handle.Name()})
-	}
-	if d := memberTimeout(t, w.cfg.TaskTimeout); d > 0 {
-		w.mu.Lock()
-		var eff Effects
-		w.core.Arm(a, w.deadlines.now()+int64(d), int64(d), &eff)
-		w.deadlines.set(eff.Deadline)
-		w.mu.Unlock()
-	}
-}
-
-// apply carries out what core steps asked for, outside w.mu: stop the
-// members to be stopped, start the assignments, finish a fenced run. It
-// serves deadlines and cancels, which may come while close stops the
-// endpoints: once they are stopped there is nothing to stop or start.
-func (w *Worker) apply(eff Effects, reason string) {
-	w.stopMembers(eff.Stop, reason)
-	w.tree.epMu.RLock()
-	if !w.tree.epStopped {
-		w.route(eff.Assign)
-	}
-	w.tree.epMu.RUnlock()
-	if eff.Fenced != nil {
-		w.finish(runOf(eff.Fenced))
-	}
-}
-
-// stopMembers asks the endpoints of members to stop them, unless close
-// has stopped the endpoints already.
-func (w *Worker) stopMembers(members []Assignment, reason string) {
-	w.tree.epMu.RLock()
-	defer w.tree.epMu.RUnlock()
-	if w.tree.epStopped {
-		return
-	}
-	for _, a := range members {
-		w.endpoint(a).Cancel(a, reason)
-	}
-}
-
-func (w *Worker) endpoint(a Assignment) Endpoint {
-	if a.Pool == Sub {
-		return w.tree.subEP[a.Target]
-	}
-	return w.tree.nextEP[a.Target]
-}
-
-// completed applies a finished assignment: the core's step, then what it
-// asks for. scratch, if not nil, is reused for the assignments that
-// follow. Finishing a run that fenced may need replies from remote nodes,
-// so when its cleanups are not all local it is returned, for the caller
-// to run where it may block.
-func (w *Worker) completed(a Assignment, err error, scratch *[]Assignment) (after func()) {
-	t := taskOf(a.Task)
-	if w.events.on() {
-		w.events.emit(Event{Kind: TaskFinished, Run: runOf(t.Run()).id, Task: t.ID(), Member: a.Member, Worker: w.workerName(a.Pool, a.Target), Callable: t.handle.Name(), Err: err})
-	}
-	var eff Effects
-	if scratch != nil {
-		eff.Assign = (*scratch)[:0]
-	}
-	w.mu.Lock()
-	w.core.Complete(a, err, &eff)
-	w.deadlines.set(eff.Deadline) // news only when a had a deadline
-	w.wake(eff)
-	var r *Run
-	if eff.Fenced != nil {
-		r = runOf(eff.Fenced)
-	}
-	local := r != nil && r.finishesLocally()
-	w.mu.Unlock()
-	if scratch != nil {
-		*scratch = eff.Assign
-	}
-	if len(eff.Stop) > 0 { // the other members of a failed group
-		w.stopMembers(eff.Stop, fmt.Sprintf("member %d of its group failed", a.Member))
-	}
-	w.route(eff.Assign)
-	if r == nil {
-		return nil
-	}
-	if local {
-		w.finish(r)
-		return nil
-	}
-	return func() { w.finish(r) }
-}
-
-// route hands assignments to their endpoints.
-func (w *Worker) route(out []Assignment) {
-	w.raceQueue(len(out))
-	w.detSpawn(out)
-	for _, a := range out {
-		w.endpoint(a).Start(a)
-	}
 }
 
 // stopEndpointsWithin ends the endpoints and waits for their goroutines,

@@ -42,11 +42,22 @@ func newRunHeap(size int) *runHeap {
 	return h
 }
 
-// ensureRing makes the segment of the ring of scope depth depth, if it
-// has none yet, outside w.mu: creating and mapping a ring of
-// heap_ring_size bytes is I/O, which no completion should wait behind.
-// Another submit may make it meanwhile; then this one's is closed.
-func (w *Worker) ensureRing(depth int) error {
+// depth is the depth of o's current scope (0: the run's own), which
+// picks the heap ring its blocks come from.
+func (o *Orchestrator) depth() int {
+	n := 0
+	for s := o.scope; s != o.run.root; s = s.parent {
+		n++
+	}
+	return n
+}
+
+// ensureRing makes the segment of the ring of o's scope depth, if it has
+// none yet, outside w.mu: creating and mapping a ring of heap_ring_size
+// bytes is I/O, which no completion should wait behind. Another submit
+// may make it meanwhile; then this one's is closed.
+func (o *Orchestrator) ensureRing() error {
+	w, depth := o.w, o.depth()
 	w.mu.Lock()
 	if w.heap == nil { // not initialised: the submit is refused under w.mu
 		w.mu.Unlock()
@@ -70,6 +81,80 @@ func (w *Worker) ensureRing(depth int) error {
 	hostmem.Register(seg)
 	r.seg = seg
 	return nil
+}
+
+// holdHeap holds every heap block t touches until t retires, after
+// giving its host OUTPUTs with no address blocks of their own when fresh
+// says it has some (allocOutputs). Caller holds w.mu.
+func (o *Orchestrator) holdHeap(op string, t *Task, argsList []*TaskArgs, fresh bool) error {
+	if fresh {
+		if err := o.allocOutputs(op, t, argsList); err != nil {
+			return err
+		}
+	}
+	for m := range t.args {
+		for _, ten := range t.args[m].Tensors {
+			if ten.ChildMemory {
+				continue
+			}
+			if b := o.w.heap.find(ten.Addr, ten.spanBytes()); b != nil {
+				b.refs++
+				t.heap = append(t.heap, b)
+			}
+		}
+	}
+	return nil
+}
+
+// allocOutputs gives every host OUTPUT of a submit with no address a
+// block of the run heap, and writes its address into the caller's
+// TaskArgs (so a later submit can consume it) and into t's copy of them.
+// The blocks it took are in o.zeroing, for the submit to zero outside
+// w.mu. Caller holds w.mu.
+func (o *Orchestrator) allocOutputs(op string, t *Task, argsList []*TaskArgs) error {
+	for m, a := range argsList {
+		if a == nil {
+			continue
+		}
+		for i := range a.Tensors {
+			ten := &a.Tensors[i]
+			if ten.Addr != 0 || ten.ChildMemory || a.Remote != nil && !a.Remote[i].here() {
+				continue
+			}
+			b, err := o.heapAlloc(op, ten.spanBytes())
+			if err != nil {
+				return err
+			}
+			o.zeroing = append(o.zeroing, b)
+			ten.Addr = b.addr
+			t.args[m].Tensors[i].Addr = b.addr
+		}
+	}
+	return nil
+}
+
+// heapAlloc takes a block for the current scope from the ring of its
+// depth, waiting for running tasks to free space when that ring is full.
+// Caller holds w.mu.
+func (o *Orchestrator) heapAlloc(op string, n int) (*heapBlock, error) {
+	w := o.w
+	depth := o.depth()
+	for {
+		b, err := w.heap.alloc(depth, n)
+		if err != nil {
+			return nil, Wrap(err, op)
+		}
+		if b != nil {
+			w.race.nameHeap(b, op)
+			o.scope.blocks = append(o.scope.blocks, b)
+			return b, nil
+		}
+		if w.core.HeapStuck(&o.run.core) {
+			r := w.heap.rings[ringForDepth(depth)]
+			return nil, Errorf(RuntimeError, "%s: heap ring exhausted: %d bytes wanted at scope depth %d, %d of ring %d's heap_ring_size=%d held by live scopes", op, n, depth, r.used, r.index, r.size)
+		}
+		driver{w}.wait()
+	}
 }
 
 // alloc takes a block of n bytes from the ring of scope depth

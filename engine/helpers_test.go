@@ -128,6 +128,13 @@ func hostI64(t *testing.T, sp *hostmem.Space, n int) (Tensor, []byte) {
 	return Tensor{Addr: addr, Shape: []int{n}, DType: dtype.Int64}, mem
 }
 
+// remoteTensor is a remote node's tensor for mkArgs: its shape and dtype,
+// and where its bytes are.
+type remoteTensor struct {
+	Tensor
+	ref RemoteRef
+}
+
 // mkArgs builds TaskArgs from Tensor, Tag pairs followed by uint64
 // scalars.
 func mkArgs(items ...any) *TaskArgs {
@@ -137,6 +144,11 @@ func mkArgs(items ...any) *TaskArgs {
 		case Tensor:
 			i++
 			if err := a.AddTensor(v, items[i].(Tag)); err != nil {
+				panic(err)
+			}
+		case remoteTensor:
+			i++
+			if err := a.AddRemote(v.Tensor, v.ref, items[i].(Tag)); err != nil {
 				panic(err)
 			}
 		case uint64:

@@ -117,7 +117,7 @@ func (hb *HostBuffers) ref(t *Task) {
 	}
 	for m := range t.args {
 		for _, ten := range t.args[m].Tensors {
-			if ten.ChildMemory || ten.Remote != nil || ten.Inline != nil {
+			if ten.ChildMemory {
 				continue
 			}
 			if seg, _, ok := hostmem.Locate(ten.Addr); ok {

@@ -5,11 +5,15 @@ import (
 	"sync"
 
 	"simpler/engine/internal/core"
+	"simpler/hal"
 	"simpler/internal/race"
 )
 
-// What --race (Config.Race) needs from the engine, all here: every hook
-// below is a nil check when the detector is off.
+// What --race (Config.Race) needs from the engine, all here, as the
+// methods of a Worker's raceHooks (w.race) and a run's raceRun (r.race).
+// Both are nil when the detector is off, and every method of theirs does
+// nothing on a nil receiver, so each hook on the task path is one nil
+// check.
 //
 //   - A task member starts after the clock its orchestration released at
 //     submit, after the end of every producer upstream's tag rules order
@@ -25,6 +29,25 @@ import (
 //     buffers at allocation (forgotten at free), run-heap blocks as
 //     unwritten (forgotten when reclaimed).
 
+// raceHooks is a Worker's side of the detector.
+type raceHooks struct {
+	w *Worker
+	d *race.Detector
+
+	// done is the end of every run that is done, which later runs' tasks
+	// start after; mu guards it.
+	mu   sync.Mutex
+	done race.Clock
+}
+
+// newRaceHooks is w's side of detector d, nil when d is (no --race).
+func newRaceHooks(w *Worker, d *race.Detector) *raceHooks {
+	if d == nil {
+		return nil
+	}
+	return &raceHooks{w: w, d: d}
+}
+
 // raceRun is what the detector keeps of one run.
 type raceRun struct {
 	mu    sync.Mutex
@@ -39,20 +62,20 @@ type raceTask struct {
 	end    race.Clock
 
 	// A member that ran in a process: its context and log, kept until
-	// every member has ended, then replayed together (raceReplay).
+	// every member has ended, then replayed together (raceHooks.replay).
 	ctxs  []*race.Ctx
 	logs  []*race.RecordedLog
 	ended int
 }
 
-// raceBegin readies run r for the detector, submitted from ctx (nil: the
+// begin readies run r for the detector, submitted from ctx (nil: the
 // process's orchestration).
-func (w *Worker) raceBegin(r *Run, ctx *race.Ctx) {
-	if w.cfg.Race == nil {
+func (h *raceHooks) begin(r *Run, ctx *race.Ctx) {
+	if h == nil {
 		return
 	}
 	if ctx == nil {
-		ctx = w.cfg.Race.Main()
+		ctx = h.d.Main()
 	}
 	r.race = &raceRun{orch: ctx, tasks: map[*core.Task]*raceTask{}}
 	r.core.ObserveEdges(r.raceEdge)
@@ -78,16 +101,16 @@ func (r *Run) RaceEnd() race.Clock {
 	return r.race.end
 }
 
-// raceSubmit records t's submit: it starts after what the orchestration
-// did so far.
-func (r *Run) raceSubmit(t *Task) {
-	if r.race == nil {
+// submit records t's submit: it starts after what the orchestration did
+// so far.
+func (rr *raceRun) submit(t *Task) {
+	if rr == nil {
 		return
 	}
-	rt := &raceTask{submit: r.race.orch.Release()}
-	r.race.mu.Lock()
-	r.race.tasks[&t.Task] = rt
-	r.race.mu.Unlock()
+	rt := &raceTask{submit: rr.orch.Release()}
+	rr.mu.Lock()
+	rr.tasks[&t.Task] = rt
+	rr.mu.Unlock()
 }
 
 // raceEdge records how t relates to an earlier task p that touched the
@@ -112,17 +135,17 @@ func (r *Run) raceEdge(t, p *core.Task, h core.Hazard) {
 	r.w.cfg.Race.NoEdge(r.w, r.id, t.ID(), p.ID(), why)
 }
 
-// raceStart makes the context of member a as it starts on this process's
+// start makes the context of member a as it starts on this process's
 // endpoint.
-func (w *Worker) raceStart(a Assignment) *race.Ctx {
-	d := w.cfg.Race
-	if d == nil {
+func (h *raceHooks) start(a Assignment) *race.Ctx {
+	if h == nil {
 		return nil
 	}
+	w := h.w
 	t, r := taskOf(a.Task), runOf(a.Task.Run())
 	r.race.mu.Lock()
 	rt := r.race.tasks[a.Task]
-	after := []race.Clock{rt.submit, w.racePrev()}
+	after := []race.Clock{rt.submit, h.prev()}
 	for _, p := range rt.after {
 		if pt := r.race.tasks[p]; pt != nil {
 			after = append(after, pt.end)
@@ -134,27 +157,27 @@ func (w *Worker) raceStart(a Assignment) *race.Ctx {
 		Owner: w, Run: r.id, Task: t.ID(), Member: a.Member, Parent: r.race.orch,
 	}
 	if a.Pool == NextLevel {
-		who.Chip = w.tree.raceTag(a.Target)
+		who.Chip = h.chipTag(a.Target)
 	}
-	c := d.Start(who, after...)
-	d.Queue(-1)
+	c := h.d.Start(who, after...)
+	h.d.Queue(-1)
 	return c
 }
 
-// raceStartRecorded is raceStart for a member a chip's or SUB worker's
-// process runs and records: the detector counts it until its replay.
-func (w *Worker) raceStartRecorded(a Assignment) *race.Ctx {
-	c := w.raceStart(a)
+// startRecorded is start for a member a chip's or SUB worker's process
+// runs and records: the detector counts it until its replay.
+func (h *raceHooks) startRecorded(a Assignment) *race.Ctx {
+	c := h.start(a)
 	if c != nil {
-		w.cfg.Race.Recording(1)
+		h.d.Recording(1)
 	}
 	return c
 }
 
-// raceFinish records the end of member a, which ran as c, before its
+// finish records the end of member a, which ran as c, before its
 // completion is passed on.
-func (w *Worker) raceFinish(a Assignment, c *race.Ctx) {
-	if c == nil {
+func (h *raceHooks) finish(a Assignment, c *race.Ctx) {
+	if h == nil || c == nil {
 		return
 	}
 	end := c.Finish()
@@ -166,22 +189,22 @@ func (w *Worker) raceFinish(a Assignment, c *race.Ctx) {
 	r.race.mu.Unlock()
 }
 
-// raceReplay ends member a, which ran as c in a chip's or SUB worker's
+// replay ends member a, which ran as c in a chip's or SUB worker's
 // process and recorded log there. The members of a task synchronise with
 // each other (notify/wait, barriers), so their logs are replayed together
 // once the last one ends, before its completion is passed on.
 //
 // A member stopped before it started (c nil) counts as ended, with
 // nothing to replay.
-func (w *Worker) raceReplay(a Assignment, c *race.Ctx, log []byte) {
-	if w.cfg.Race == nil {
+func (h *raceHooks) replay(a Assignment, c *race.Ctx, log []byte) {
+	if h == nil {
 		return
 	}
 	l, err := race.DecodeLog(log)
 	if err != nil {
 		l = &race.RecordedLog{} // a failed member sends none; a bad log is checked as empty, and said
 		if c != nil && len(log) > 0 {
-			w.cfg.Race.Note(fmt.Sprintf("the access log of member %d of task %d could not be read (%v): its accesses were not checked", a.Member, a.Task.ID(), err))
+			h.d.Note(fmt.Sprintf("the access log of member %d of task %d could not be read (%v): its accesses were not checked", a.Member, a.Task.ID(), err))
 		}
 	}
 	r := runOf(a.Task.Run())
@@ -207,51 +230,52 @@ func (w *Worker) raceReplay(a Assignment, c *race.Ctx, log []byte) {
 			live, theirs = append(live, c), append(theirs, logs[m])
 		}
 	}
-	w.cfg.Race.Replay(live, theirs)
+	h.d.Replay(live, theirs)
 	for m, c := range ctxs {
 		if c != nil {
-			w.raceFinish(Assignment{Task: a.Task, Member: m}, c)
+			h.finish(Assignment{Task: a.Task, Member: m}, c)
 		}
 	}
 }
 
-// racePrev is the end of every run of w that is done: a run's tasks
+// prev is the end of every run of the Worker that is done: a run's tasks
 // dispatch only once the runs before it are.
-func (w *Worker) racePrev() race.Clock {
-	w.raceMu.Lock()
-	defer w.raceMu.Unlock()
-	return w.raceDone
+func (h *raceHooks) prev() race.Clock {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.done
 }
 
-// raceRunDone folds the end of run r, now done, into what later runs
-// start after.
-func (w *Worker) raceRunDone(r *Run) {
-	if r.race == nil {
+// runDone folds the end of run r, now done, into what later runs start
+// after.
+func (h *raceHooks) runDone(r *Run) {
+	if h == nil || r.race == nil {
 		return
 	}
 	end := r.RaceEnd()
-	w.raceMu.Lock()
-	w.raceDone = race.Join(w.raceDone, end)
-	w.raceMu.Unlock()
+	h.mu.Lock()
+	h.done = race.Join(h.done, end)
+	h.mu.Unlock()
 }
 
-// raceDirect orders a direct-control call that may go ahead in run r (nil:
-// outside any run) after every run of w that is done: it waited for them.
-func (w *Worker) raceDirect(r *Run) {
-	if w.cfg.Race == nil {
+// direct orders a direct-control call that may go ahead in run r (nil:
+// outside any run) after every run of the Worker that is done: it waited
+// for them.
+func (h *raceHooks) direct(r *Run) {
+	if h == nil {
 		return
 	}
-	ctx := w.cfg.Race.Main()
+	ctx := h.d.Main()
 	if r != nil && r.race != nil {
 		ctx = r.race.orch
 	}
-	ctx.Acquire(w.racePrev())
+	ctx.Acquire(h.prev())
 }
 
-// raceQueue counts assignments handed to endpoints.
-func (w *Worker) raceQueue(n int) {
-	if w.cfg.Race != nil && n != 0 {
-		w.cfg.Race.Queue(n)
+// queue counts assignments handed to endpoints.
+func (h *raceHooks) queue(n int) {
+	if h != nil && n != 0 {
+		h.d.Queue(n)
 	}
 }
 
@@ -269,15 +293,15 @@ func (r *Run) RaceWait(ctx *race.Ctx) (done func()) {
 	}
 }
 
-// raceNameDomain names each rank's window of d, buffer by buffer, in
-// reports; raceForgetDomain drops what the detector knows of them. A
-// window is named by its key (DomainRank.RaceKey), which the chip's
-// process gives in process mode.
-func (w *Worker) raceNameDomain(d *Domain) {
-	det := w.cfg.Race
-	if det == nil {
+// nameDomain names each rank's window of d, buffer by buffer, in
+// reports; forgetDomain drops what the detector knows of them. A window
+// is named by its key (DomainRank.RaceKey), which the chip's process
+// gives in process mode.
+func (h *raceHooks) nameDomain(d *Domain) {
+	if h == nil {
 		return
 	}
+	det := h.d
 	for rank, cr := range d.ranks {
 		key := cr.RaceKey
 		if key == 0 {
@@ -300,47 +324,72 @@ func (w *Worker) raceNameDomain(d *Domain) {
 	}
 }
 
-func (w *Worker) raceForgetDomain(d *Domain) {
-	if w.cfg.Race == nil {
+func (h *raceHooks) forgetDomain(d *Domain) {
+	if h == nil {
 		return
 	}
 	for _, cr := range d.ranks {
 		if cr.RaceKey != 0 {
-			w.cfg.Race.ForgetKey(cr.RaceKey, cr.WindowSize)
+			h.d.ForgetKey(cr.RaceKey, cr.WindowSize)
 		}
 	}
 }
 
-// raceNameDevice names device memory malloc'd on worker, in either mode:
-// device memory is keyed by its chip and address (RaceDeviceKey);
-// raceForgetDevice drops it at free.
-func (w *Worker) raceNameDevice(worker int, addr uint64, size int) {
-	if key := w.RaceDeviceKey(worker, addr); key != 0 {
-		w.cfg.Race.NameKey(key, size, fmt.Sprintf("device memory at %#x of %s", addr, w.workerName(NextLevel, worker)), true)
+// raceKeyOf is the race detector's key of chip c's memory [addr, addr+n),
+// c in this process: the first byte as this process maps it, 0 where it
+// does not (a bad range). It is a window's identity for the detector.
+func raceKeyOf(c hal.Chip, addr uint64, n int) uintptr {
+	b, err := c.Bytes(addr, n)
+	if err != nil || len(b) == 0 {
+		return 0
+	}
+	return race.Key(race.Addr(b))
+}
+
+// nameDevice names device memory malloc'd on worker, in either mode:
+// device memory is keyed by its chip and address (deviceKey);
+// forgetDevice drops it at free.
+func (h *raceHooks) nameDevice(worker int, addr uint64, size int) {
+	if key := h.deviceKey(worker, addr); key != 0 {
+		h.d.NameKey(key, size, fmt.Sprintf("device memory at %#x of %s", addr, h.w.workerName(NextLevel, worker)), true)
 	}
 }
 
-func (w *Worker) raceForgetDevice(worker int, addr uint64) {
-	if key := w.RaceDeviceKey(worker, addr); key != 0 {
-		w.cfg.Race.ForgetKey(key, w.cfg.Race.RegionSize(key))
+func (h *raceHooks) forgetDevice(worker int, addr uint64) {
+	if key := h.deviceKey(worker, addr); key != 0 {
+		h.d.ForgetKey(key, h.d.RegionSize(key))
 	}
 }
 
 // RaceDeviceKey is the race detector's key of device address addr of
-// chip worker, 0 without --race or off a chip.
+// chip worker, 0 without --race or off a chip: how a binding names the
+// device side of its copies.
 func (w *Worker) RaceDeviceKey(worker int, addr uint64) uintptr {
-	tag := w.tree.raceTag(worker)
+	return w.race.deviceKey(worker, addr)
+}
+
+func (h *raceHooks) deviceKey(worker int, addr uint64) uintptr {
+	tag := h.chipTag(worker)
 	if tag == 0 {
 		return 0
 	}
 	return tag | uintptr(addr)&(1<<48-1)
 }
 
-// raceNameHeap names a fresh run-heap block as unwritten.
-func (w *Worker) raceNameHeap(b *heapBlock, op string) {
-	if w.cfg.Race == nil {
+// chipTag is the race detector's tag of chip worker's memory: the chip of
+// this process, or the process that runs it.
+func (h *raceHooks) chipTag(worker int) uintptr {
+	if h == nil || worker < 0 {
+		return 0
+	}
+	return h.w.tree.raceTag(worker)
+}
+
+// nameHeap names a fresh run-heap block as unwritten.
+func (h *raceHooks) nameHeap(b *heapBlock, op string) {
+	if h == nil {
 		return
 	}
 	mem := b.ring.seg.Mem[b.off : b.off+b.size]
-	w.cfg.Race.Name(race.Addr(mem), len(mem), fmt.Sprintf("run-heap block at %#x (%s)", b.addr, op), false)
+	h.d.Name(race.Addr(mem), len(mem), fmt.Sprintf("run-heap block at %#x (%s)", b.addr, op), false)
 }

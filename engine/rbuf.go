@@ -80,21 +80,20 @@ type RemoteLedger interface {
 // capturedKey names the fence work that ends a run's holds.
 type capturedKey struct{}
 
-// captureRemote holds every remote buffer t uses, before t can be
-// dispatched; the first hold of a run registers the run's fence work that
-// lets them go. Caller holds w.mu.
-func (r *Run) captureRemote(t *Task) {
-	for m := range t.args {
-		for _, ten := range t.args[m].Tensors {
-			if ten.Remote == nil {
-				continue
-			}
-			if len(r.captured) == 0 {
-				r.onFence(FenceRemote, capturedKey{}, r.dropCaptured)
-			}
-			ten.Remote.Buf.holds.Add(1)
-			r.captured = append(r.captured, ten.Remote.Buf)
+// captureRemote holds every remote buffer refs name (a remote node's
+// task member), before its task can be dispatched; the first hold of a
+// run registers the run's fence work that lets them go. Caller holds
+// w.mu.
+func (r *Run) captureRemote(refs []RemoteRef) {
+	for _, ref := range refs {
+		if ref.Buf == nil {
+			continue
 		}
+		if len(r.captured) == 0 {
+			r.onFence(FenceRemote, capturedKey{}, r.dropCaptured)
+		}
+		ref.Buf.holds.Add(1)
+		r.captured = append(r.captured, ref.Buf)
 	}
 }
 

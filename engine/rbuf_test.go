@@ -29,13 +29,14 @@ func TestCaptureHoldsUntilTheFence(t *testing.T) {
 	b := &RemoteBuffer{NBytes: 8, Ledger: l}
 	bare := &RemoteBuffer{NBytes: 8}
 	r := &Run{}
-	r.captureRemote(&Task{args: []TaskArgs{{Tensors: []Tensor{{Shape: []int{2}}}}}})
+	r.captureRemote([]RemoteRef{{}, {Inline: []byte{1, 2}}})
 	if r.hasFenceWork() {
-		t.Fatal("a task with no remote tensor registered fence work")
+		t.Fatal("a member with no remote buffer registered fence work")
 	}
-	ref := func(h *RemoteBuffer) Tensor { return Tensor{Remote: &RemoteRef{Buf: h}} }
-	r.captureRemote(&Task{args: []TaskArgs{{Tensors: []Tensor{ref(a), ref(b)}}, {Tensors: []Tensor{ref(a)}}}})
-	r.captureRemote(&Task{args: []TaskArgs{{Tensors: []Tensor{ref(bare)}}}})
+	ref := func(h *RemoteBuffer) RemoteRef { return RemoteRef{Buf: h} }
+	r.captureRemote([]RemoteRef{ref(a), ref(b)}) // a task's first member
+	r.captureRemote([]RemoteRef{ref(a)})         // and its second
+	r.captureRemote([]RemoteRef{ref(bare)})
 	if a.Holds() != 2 || b.Holds() != 1 || bare.Holds() != 1 || !r.hasFenceWork() || len(r.fence[FenceRemote]) != 1 {
 		t.Fatalf("holds a %d, b %d, bare %d; fence work %v (%d remote hooks)", a.Holds(), b.Holds(), bare.Holds(), r.hasFenceWork(), len(r.fence[FenceRemote]))
 	}

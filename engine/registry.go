@@ -21,18 +21,6 @@ func (h *Handle) Digest() string { return h.Callable.Digest() }
 // Name is the callable's function name.
 func (h *Handle) Name() string { return h.Callable.Name() }
 
-func (h *Handle) allows(worker int) bool {
-	if h.Workers == nil {
-		return true
-	}
-	for _, w := range h.Workers {
-		if w == worker {
-			return true
-		}
-	}
-	return false
-}
-
 // Registry is a Worker's callables, by digest. Its map is guarded by the
 // Worker's mu, under which a submit finds its handle; Register and
 // Unregister hold the Worker's regMu besides, which orders them against

@@ -70,7 +70,7 @@ func (w *Worker) submit(build func(o *Orchestrator) (any, error), parent *Stoppe
 	r.core.Payload = r
 	r.root = &r.rootScope
 	w.core.Begin(&r.core, r.id, w.events.on())
-	w.raceBegin(r, ctx)
+	w.race.begin(r, ctx)
 	w.runs[r] = struct{}{}
 	w.mu.Unlock()
 	if parent != nil {
@@ -95,7 +95,7 @@ func (w *Worker) submit(build func(o *Orchestrator) (any, error), parent *Stoppe
 	w.core.Built(&r.core, &eff)
 	w.mu.Unlock()
 	if eff.Fenced != nil {
-		w.finish(r)
+		r.finish()
 	}
 	if r.buildErr != nil {
 		r.Wait(-1)
@@ -147,16 +147,7 @@ func (w *Worker) Run(build func(o *Orchestrator) (any, error)) (any, error) {
 // they did. It does not wait; cancelling again, or a run that is done,
 // does nothing.
 func (r *Run) Cancel() {
-	w := r.w
-	why := Errorf(RuntimeError, "run %d cancelled", r.id)
-	w.mu.Lock()
-	var eff Effects
-	w.core.Cancel(&r.core, why, &eff)
-	eff.Wake = true // r's orchestration may wait for earlier runs in direct control (direct.go)
-	w.wake(eff)
-	w.mu.Unlock()
-	r.stop.Stop(why.Error())
-	w.apply(eff, why.Error())
+	driver{r.w}.cancel(r, Errorf(RuntimeError, "run %d cancelled", r.id))
 }
 
 // ID is the run's number within its Worker.
@@ -257,7 +248,8 @@ func (r *Run) fenceOnly() bool { return r.finishesLocally() && len(r.domains) ==
 // finish runs after the fence without w.mu: it ends the root scope, runs
 // the cleanups last-registered first (also after a failure), then releases
 // waiters.
-func (w *Worker) finish(r *Run) {
+func (r *Run) finish() {
+	w := r.w
 	w.mu.Lock()
 	r.root.end(w.heap)
 	cleanups := r.cleanups
@@ -268,9 +260,9 @@ func (w *Worker) finish(r *Run) {
 	}
 	if len(cleanups) == 0 && r.fenceOnly() {
 		r.retired = true
-		eff := w.closeRun(r)
+		eff := r.close()
 		w.mu.Unlock()
-		w.route(eff.Assign)
+		driver{w}.route(eff.Assign)
 		return
 	}
 	w.mu.Unlock()
@@ -289,22 +281,23 @@ func (w *Worker) finish(r *Run) {
 	}
 	r.runFence(FenceLocal)
 	w.mu.Lock()
-	eff := w.closeRun(r)
+	eff := r.close()
 	w.mu.Unlock()
-	w.route(eff.Assign)
+	driver{w}.route(eff.Assign)
 }
 
-// closeRun ends r once its fence work is done: waiters are released and
+// close ends r once its fence work is done: waiters are released and
 // the runs after it may dispatch (the returned assignments). Caller holds
 // w.mu.
-func (w *Worker) closeRun(r *Run) Effects {
+func (r *Run) close() Effects {
+	w := r.w
 	delete(w.runs, r)
-	w.raceRunDone(r)
+	w.race.runDone(r)
 	w.events.emit(Event{Kind: RunFenced, Run: r.id, Err: r.waitErr})
 	close(r.done)
 	var eff Effects
 	w.core.Done(&r.core, &eff)
-	w.wake(eff)
+	driver{w}.wake(eff)
 	return eff
 }
 

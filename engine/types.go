@@ -30,50 +30,28 @@ const (
 var Tags = []Tag{Input, Output, InOut, OutputExisting, NoDep}
 
 // Tensor names memory: a host address in shared memory, or a device
-// address of the chip a task runs on (ChildMemory).
+// address of the chip a task runs on (ChildMemory). A tensor of a remote
+// node's task lies elsewhere, which its TaskArgs' Remote says.
 type Tensor struct {
 	Addr  uint64
 	Shape []int
-	// Strides, in elements, lays a strided view out (view.go); nil is
+	// Strides, in elements, lays a strided view out (args.go); nil is
 	// row-major, contiguous.
 	Strides     []int
 	DType       dtype.DType
 	ChildMemory bool
-	// Remote places the tensor in a remote buffer (a RemoteTensorRef) and
-	// Inline carries a small input inside the task frame (host_inline):
-	// both are for remote nodes, and Addr is 0 with either.
-	Remote *RemoteRef
-	Inline []byte
 }
-
-// RemoteRef is where in a remote buffer a tensor starts.
-type RemoteRef struct {
-	Buf    *RemoteBuffer
-	Offset int
-}
-
-// Elems is the number of elements.
-func (t Tensor) Elems() int {
-	n := 1
-	for _, d := range t.Shape {
-		n *= d
-	}
-	return n
-}
-
-// NBytes is the size of the tensor in bytes.
-func (t Tensor) NBytes() int { return t.Elems() * t.DType.Size() }
 
 func (t Tensor) String() string {
 	where := fmt.Sprintf("host 0x%x", t.Addr)
-	switch {
-	case t.Remote != nil:
-		where = fmt.Sprintf("remote buffer %d of worker %d at %d", t.Remote.Buf.BufferID, t.Remote.Buf.Owner, t.Remote.Buf.Offset+t.Remote.Offset)
-	case t.Inline != nil:
-		where = "inline"
-	case t.ChildMemory:
+	if t.ChildMemory {
 		where = fmt.Sprintf("device 0x%x", t.Addr)
 	}
+	return t.describe(where)
+}
+
+// describe shows t as lying at where.
+func (t Tensor) describe(where string) string {
 	dims := make([]string, len(t.Shape))
 	for i, d := range t.Shape {
 		dims[i] = fmt.Sprint(d)
@@ -93,6 +71,23 @@ type TaskArgs struct {
 	Tensors []Tensor
 	Tags    []Tag
 	Scalars []uint64
+	// Remote is, for a remote node's task, where each tensor's bytes are
+	// there (Remote[i] for Tensors[i], AddRemote); nil for any other
+	// task, so a local submit never looks further.
+	Remote []RemoteRef
+}
+
+// AddRemote appends a tensor that lies where ref says, for a remote node;
+// t gives its shape and dtype.
+func (a *TaskArgs) AddRemote(t Tensor, ref RemoteRef, tag Tag) error {
+	if err := a.AddTensor(t, tag); err != nil {
+		return err
+	}
+	if a.Remote == nil {
+		a.Remote = make([]RemoteRef, len(a.Tensors))
+	}
+	a.Remote[len(a.Remote)-1] = ref
+	return nil
 }
 
 // AddTensor appends a tensor; tensors must come before scalars.
@@ -105,23 +100,14 @@ func (a *TaskArgs) AddTensor(t Tensor, tag Tag) error {
 	}
 	a.Tensors = append(a.Tensors, t)
 	a.Tags = append(a.Tags, tag)
+	if a.Remote != nil {
+		a.Remote = append(a.Remote, RemoteRef{})
+	}
 	return nil
 }
 
 // AddScalar appends a 64-bit scalar.
 func (a *TaskArgs) AddScalar(v uint64) { a.Scalars = append(a.Scalars, v) }
-
-// clone copies a so that later changes by the caller do not reach a task.
-func (a *TaskArgs) clone() TaskArgs {
-	if a == nil {
-		return TaskArgs{}
-	}
-	return TaskArgs{
-		Tensors: append([]Tensor(nil), a.Tensors...),
-		Tags:    append([]Tag(nil), a.Tags...),
-		Scalars: append([]uint64(nil), a.Scalars...),
-	}
-}
 
 // CallConfig carries per-call settings.
 type CallConfig struct {

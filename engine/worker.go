@@ -38,7 +38,6 @@ import (
 
 	"simpler/engine/internal/core"
 	"simpler/internal/lockorder"
-	"simpler/internal/race"
 )
 
 // Defaults for Config.
@@ -73,7 +72,6 @@ var (
 	rankReg       = lockorder.Rank{Order: 10, Name: "Worker.regMu"}
 	rankEndpoints = lockorder.Rank{Order: 20, Name: "Worker.tree.epMu"}
 	rankWorker    = lockorder.Rank{Order: 30, Name: "Worker.mu", NoIO: true}
-	rankRace      = lockorder.Rank{Order: 40, Name: "Worker.raceMu"}
 	rankRoles     = lockorder.Rank{Order: 90, Name: "Worker.roleMu"}
 )
 
@@ -96,16 +94,10 @@ type Worker struct {
 	building atomic.Int32
 	state    lifecycle
 
-	// raceDone is the end of every run that is done, which later runs'
-	// tasks start after (race.go); raceMu guards it.
-	raceMu   lockorder.Mutex
-	raceDone race.Clock
-
-	// detWakes counts the core steps that woke waiters, under --seed
-	// (det.go); guarded by mu.
-	detWakes uint64
-	poisoned error // a cleanup that could not complete; refuses later work
-	attached bool  // added to a parent; the parent drives its lifecycle
+	race     *raceHooks // --race's hooks (race.go); nil without the detector
+	det      *detHooks  // --seed's hooks (det.go); nil without the schedule
+	poisoned error      // a cleanup that could not complete; refuses later work
+	attached bool       // added to a parent; the parent drives its lifecycle
 
 	tree    tree       // the slots and their lifecycle (tree.go)
 	cluster uint64     // this worker's cluster id (ClusterID), drawn on first use
@@ -136,14 +128,16 @@ func NewWorker(cfg Config) (*Worker, error) {
 	w := &Worker{cfg: cfg, runs: map[*Run]struct{}{},
 		namespace: fmt.Sprintf("w%d", workerSeq.Add(1))}
 	w.regMu.Rank, w.tree.epMu.Rank, w.mu.Rank = rankReg, rankEndpoints, rankWorker
-	w.raceMu.Rank, w.roleMu.Rank = rankRace, rankRoles
+	w.roleMu.Rank = rankRoles
 	w.cond = sync.NewCond(&w.mu)
 	w.tree.w = w
+	w.race = newRaceHooks(w, cfg.Race)
+	w.det = newDetHooks(w, cfg.Det)
 	w.hostBufs = newHostBuffers(w)
 	w.domains = newLocalDomains(w)
 	w.events.det = cfg.Det
 	w.reg = Registry{w: w, byDigest: map[string]*Handle{}}
-	w.deadlines = deadlineTimer{det: cfg.Det, epoch: time.Now(), fire: w.deadlinesDue}
+	w.deadlines = deadlineTimer{det: cfg.Det, epoch: time.Now(), fire: driver{w}.deadlinesDue}
 	return w, nil
 }
 
@@ -254,7 +248,7 @@ func (w *Worker) canStart() error {
 	case stateClosed:
 		return Errorf(RuntimeError, "init: worker is closed")
 	}
-	if err := w.detSupported(); err != nil {
+	if err := w.det.supported(); err != nil {
 		return err
 	}
 	return w.cfg.Platform.Check()

@@ -72,13 +72,17 @@ func (x *RemoteExport) Hash() (uint32, error) {
 
 // RemoteTensorRef names a tensor in a remote buffer (or, from
 // host_inline, a small input carried in the task frame).
-type RemoteTensorRef struct{ t engine.Tensor }
+// Its tensor gives the shape and dtype, its ref where the bytes are.
+type RemoteTensorRef struct {
+	t   engine.Tensor
+	ref engine.RemoteRef
+}
 
 func (r *RemoteTensorRef) String() string {
-	if r.t.Inline != nil {
-		return fmt.Sprintf("RemoteTensorRef(host_inline %d bytes, shape=%s, %s)", len(r.t.Inline), engine.FormatInts(r.t.Shape), r.t.DType)
+	if r.ref.Inline != nil {
+		return fmt.Sprintf("RemoteTensorRef(host_inline %d bytes, shape=%s, %s)", len(r.ref.Inline), engine.FormatInts(r.t.Shape), r.t.DType)
 	}
-	return fmt.Sprintf("RemoteTensorRef(worker %d, offset=%d, shape=%s, %s)", r.t.Remote.Buf.Worker, r.t.Remote.Offset, engine.FormatInts(r.t.Shape), r.t.DType)
+	return fmt.Sprintf("RemoteTensorRef(worker %d, offset=%d, shape=%s, %s)", r.ref.Buf.Worker, r.ref.Offset, engine.FormatInts(r.t.Shape), r.t.DType)
 }
 func (r *RemoteTensorRef) Type() string         { return "RemoteTensorRef" }
 func (r *RemoteTensorRef) Freeze()              {}
@@ -97,10 +101,10 @@ func (r *RemoteTensorRef) Attr(name string) (starlark.Value, error) {
 	case "nbytes":
 		return starlark.MakeInt(r.t.NBytes()), nil
 	case "offset":
-		if r.t.Remote == nil {
+		if r.ref.Buf == nil {
 			return starlark.None, nil
 		}
-		return starlark.MakeInt(r.t.Remote.Offset), nil
+		return starlark.MakeInt(r.ref.Offset), nil
 	}
 	return nil, nil
 }
@@ -154,11 +158,11 @@ func newRemoteTensorRef(th *starlark.Thread, b *starlark.Builtin, args starlark.
 	if err != nil {
 		return nil, err
 	}
-	t := engine.Tensor{Shape: shape, DType: dt, Remote: &engine.RemoteRef{Buf: h.h, Offset: offset}}
+	t := engine.Tensor{Shape: shape, DType: dt}
 	if offset < 0 || offset+t.NBytes() > h.h.NBytes {
 		return nil, errorf(engine.ValueError, "%s: %d bytes at offset %d overrun the %d-byte buffer", op, t.NBytes(), offset, h.h.NBytes)
 	}
-	return &RemoteTensorRef{t: t}, nil
+	return &RemoteTensorRef{t: t, ref: engine.RemoteRef{Buf: h.h, Offset: offset}}, nil
 }
 
 func hostInline(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
@@ -181,14 +185,14 @@ func hostInline(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 	default:
 		return nil, errorf(engine.TypeError, "%s: payload must be bytes or an Array, got %s", op, payload.Type())
 	}
-	t := engine.Tensor{Shape: shape, DType: dt, Inline: data}
+	t := engine.Tensor{Shape: shape, DType: dt}
 	if len(data) != t.NBytes() {
 		return nil, errorf(engine.ValueError, "%s: %d payload bytes for a %d-byte tensor", op, len(data), t.NBytes())
 	}
 	if len(data) > 1<<20 {
 		return nil, errorf(engine.ValueError, "%s: %d bytes exceed the 1 MiB inline limit; use remote_malloc and remote_copy_to", op, len(data))
 	}
-	return &RemoteTensorRef{t: t}, nil
+	return &RemoteTensorRef{t: t, ref: engine.RemoteRef{Inline: data}}, nil
 }
 
 func (w *Worker) addRemoteWorker(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {

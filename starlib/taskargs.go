@@ -150,7 +150,7 @@ func (t *TaskArgs) addTensor(tv, tagV starlark.Value) error {
 		t.own(ten.owner)
 		return nil
 	case *RemoteTensorRef:
-		return t.a.AddTensor(ten.t, engine.Tag(tag))
+		return t.a.AddRemote(ten.t, ten.ref, engine.Tag(tag))
 	}
 	return errorf(engine.TypeError, "add_tensor: want a Tensor or RemoteTensorRef, got %s", tv.Type())
 }

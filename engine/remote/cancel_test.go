@@ -32,8 +32,8 @@ func init() {
 }
 
 // remoteRef is the int64 at the start of buffer h, as a task's tensor.
-func remoteRef(h *engine.RemoteBuffer) engine.Tensor {
-	return engine.Tensor{Shape: []int{1}, DType: 7, Remote: &engine.RemoteRef{Buf: h}}
+func remoteRef(h *engine.RemoteBuffer) remoteTensor {
+	return remoteTensor{Tensor: engine.Tensor{Shape: []int{1}, DType: 7}, Ref: engine.RemoteRef{Buf: h}}
 }
 
 // readRemote is the int64 at the start of buffer h, read also while a

@@ -252,7 +252,7 @@ func TestGroupOfThreeRanks(t *testing.T) {
 	}
 	mustRun(t, w, func(o *engine.Orchestrator) error {
 		for r, id := range gt.ids {
-			ref := engine.Tensor{Shape: []int{1}, DType: 7, Remote: &engine.RemoteRef{Buf: bufs[r]}}
+			ref := remoteTensor{Tensor: engine.Tensor{Shape: []int{1}, DType: 7}, Ref: engine.RemoteRef{Buf: bufs[r]}}
 			for range 2 {
 				if _, err := o.SubmitNext(node, mkArgs(ref, engine.InOut), nil, id); err != nil {
 					return err
@@ -271,7 +271,7 @@ func TestGroupOfThreeRanks(t *testing.T) {
 	// processes resolve the export between them, as daemons do.
 	view := must(outside(w).Import(must(outside(w).Export(bufs[0], 0, 8, engine.AccessRW)), gt.ids[2], 0))
 	mustRun(t, w, func(o *engine.Orchestrator) error {
-		_, err := o.SubmitNext(node, mkArgs(engine.Tensor{Shape: []int{1}, DType: 7, Remote: &engine.RemoteRef{Buf: view}}, engine.InOut), nil, gt.ids[2])
+		_, err := o.SubmitNext(node, mkArgs(remoteTensor{Tensor: engine.Tensor{Shape: []int{1}, DType: 7}, Ref: engine.RemoteRef{Buf: view}}, engine.InOut), nil, gt.ids[2])
 		return err
 	})
 	b := make([]byte, 8)
@@ -417,7 +417,7 @@ func TestGroupRankKilledMidRun(t *testing.T) {
 	hang, _ := w.Registry().Lookup(nodeOrch{procKernel{"node_hang"}}.Digest())
 	h := must(outside(w).Malloc(gt.ids[1], 8))
 	r, err := w.Submit(asBuild(func(o *engine.Orchestrator) error {
-		_, err := o.SubmitNext(hang, mkArgs(engine.Tensor{Shape: []int{1}, DType: 7, Remote: &engine.RemoteRef{Buf: h}}, engine.OutputExisting), nil, gt.ids[1])
+		_, err := o.SubmitNext(hang, mkArgs(remoteTensor{Tensor: engine.Tensor{Shape: []int{1}, DType: 7}, Ref: engine.RemoteRef{Buf: h}}, engine.OutputExisting), nil, gt.ids[1])
 		return err
 	}))
 	if err != nil {
@@ -463,7 +463,7 @@ func TestGroupWithRanksStartedByTheTest(t *testing.T) {
 	for r, id := range gt.ids {
 		h := must(outside(gt.w).Malloc(id, 8))
 		mustRun(t, gt.w, func(o *engine.Orchestrator) error {
-			_, err := o.SubmitNext(node, mkArgs(engine.Tensor{Shape: []int{1}, DType: 7, Remote: &engine.RemoteRef{Buf: h}}, engine.InOut), nil, id)
+			_, err := o.SubmitNext(node, mkArgs(remoteTensor{Tensor: engine.Tensor{Shape: []int{1}, DType: 7}, Ref: engine.RemoteRef{Buf: h}}, engine.InOut), nil, id)
 			return err
 		})
 		b := make([]byte, 8)

@@ -79,7 +79,7 @@ func TestRemoteHandleUsedAfterReleaseIsARuntimeError(t *testing.T) {
 	node, _ := w.Registry().Lookup(nodeOrch{procKernel{"node_add1"}}.Digest())
 	task := func(h *engine.RemoteBuffer, worker int) error {
 		return submitRun(t, w, func(o *engine.Orchestrator) error {
-			_, err := o.SubmitNext(node, mkArgs(engine.Tensor{Shape: []int{1}, DType: 7, Remote: &engine.RemoteRef{Buf: h}}, engine.InOut), nil, worker)
+			_, err := o.SubmitNext(node, mkArgs(remoteTensor{Tensor: engine.Tensor{Shape: []int{1}, DType: 7}, Ref: engine.RemoteRef{Buf: h}}, engine.InOut), nil, worker)
 			return err
 		})
 	}

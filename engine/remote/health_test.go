@@ -73,7 +73,7 @@ func TestStoppedSessionNoticedWithinTheBound(t *testing.T) {
 	spin, _ := w.Registry().Lookup(nodeOrch{procKernel{"node_spin"}}.Digest())
 	buf := must(outside(w).Malloc(0, 8))
 	r := must(w.Submit(asBuild(func(o *engine.Orchestrator) error {
-		_, err := o.SubmitNext(spin, mkArgs(engine.Tensor{Shape: []int{1}, DType: 7, Remote: &engine.RemoteRef{Buf: buf}}, engine.OutputExisting), nil, 0)
+		_, err := o.SubmitNext(spin, mkArgs(remoteTensor{Tensor: engine.Tensor{Shape: []int{1}, DType: 7}, Ref: engine.RemoteRef{Buf: buf}}, engine.OutputExisting), nil, 0)
 		return err
 	})))
 	sb := make([]byte, 8)

@@ -139,6 +139,9 @@ func register(t *testing.T, w *engine.Worker, c engine.Callable, workers ...int)
 }
 
 // The helpers shared with engine/proc's tests (internal/enginetest).
+// remoteTensor is a remote node's tensor for mkArgs.
+type remoteTensor = enginetest.RemoteTensor
+
 var (
 	newSpace  = enginetest.NewSpace
 	hostI64   = enginetest.HostI64

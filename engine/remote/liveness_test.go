@@ -44,7 +44,7 @@ func TestRemoteDeadlineAndCancel(t *testing.T) {
 		return h
 	}
 	buf := must(outside(w).Malloc(0, 8))
-	ref := engine.Tensor{Shape: []int{1}, DType: 7, Remote: &engine.RemoteRef{Buf: buf}}
+	ref := remoteTensor{Tensor: engine.Tensor{Shape: []int{1}, DType: 7}, Ref: engine.RemoteRef{Buf: buf}}
 	start := time.Now()
 	err := runDone(t, w, func(o *engine.Orchestrator) error {
 		_, err := o.SubmitNext(node("spin"), mkArgs(ref, engine.OutputExisting), &engine.CallConfig{Timeout: 300 * time.Millisecond}, 0)

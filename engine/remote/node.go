@@ -492,16 +492,20 @@ func (n *node) Start(key any, h *engine.Handle, args *engine.TaskArgs, cfg *engi
 	t := &wire.Task{Digest: h.Digest(), Config: cfg.Wire(), Scalars: args.Scalars}
 	for i, ten := range args.Tensors {
 		ta := wire.TensorArg{Tag: wire.Tag(args.Tags[i]), DType: ten.DType, Shape: ten.Shape}
+		var ref engine.RemoteRef
+		if i < len(args.Remote) {
+			ref = args.Remote[i]
+		}
 		switch {
-		case ten.Remote != nil:
-			b := ten.Remote.Buf
+		case ref.Buf != nil:
+			b := ref.Buf
 			local := wire.BufferRef{ID: b.BufferID, Generation: b.Gen}
 			if b.Imported() { // the importer knows the view by its own ref
 				local = wire.BufferRef{ID: b.ImportID, Generation: 1}
 			}
-			ta.Remote = &wire.RemoteRef{Owner: uint32(b.Owner), Buffer: local, Offset: uint64(ten.Remote.Offset), Access: args.Tags[i].Needs()}
-		case ten.Inline != nil:
-			ta.Inline = ten.Inline
+			ta.Remote = &wire.RemoteRef{Owner: uint32(b.Owner), Buffer: local, Offset: uint64(ref.Offset), Access: args.Tags[i].Needs()}
+		case ref.Inline != nil:
+			ta.Inline = ref.Inline
 		default:
 			return engine.Errorf(engine.ValueError, "tensor %d: a host tensor cannot reach a remote node; use a RemoteTensorRef", i)
 		}

@@ -57,7 +57,7 @@ func raceRun(t *testing.T, addr, name string) *race.NodeCount {
 	register(t, w, procKernel{"racewrite"})
 	orch := register(t, w, nodeOrch{procKernel{name}})
 	h := must(outside(w).Malloc(0, 8))
-	ref := engine.Tensor{Shape: []int{1}, DType: dtype.Int64, Remote: &engine.RemoteRef{Buf: h}}
+	ref := remoteTensor{Tensor: engine.Tensor{Shape: []int{1}, DType: dtype.Int64}, Ref: engine.RemoteRef{Buf: h}}
 	for range 2 {
 		mustRun(t, w, func(o *engine.Orchestrator) error {
 			_, err := o.SubmitNext(orch, mkArgs(ref, engine.InOut), nil, 0)

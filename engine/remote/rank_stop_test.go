@@ -49,7 +49,7 @@ func TestGroupRankStoppedSession(t *testing.T) {
 	spin, _ := gt.w.Registry().Lookup(nodeOrch{procKernel{"node_spin"}}.Digest())
 	buf := must(outside(gt.w).Malloc(gt.ids[0], 1<<20))
 	r := must(gt.w.Submit(asBuild(func(o *engine.Orchestrator) error {
-		_, err := o.SubmitNext(spin, mkArgs(engine.Tensor{Shape: []int{1}, DType: 7, Remote: &engine.RemoteRef{Buf: buf}}, engine.OutputExisting), nil, gt.ids[0])
+		_, err := o.SubmitNext(spin, mkArgs(remoteTensor{Tensor: engine.Tensor{Shape: []int{1}, DType: 7}, Ref: engine.RemoteRef{Buf: buf}}, engine.OutputExisting), nil, gt.ids[0])
 		return err
 	})))
 	sb := make([]byte, 8)

@@ -215,7 +215,7 @@ func TestRemoteNodeRunsTasksOnRemoteBuffers(t *testing.T) {
 		t.Fatal(err)
 	}
 	node, _ := w.Registry().Lookup(nodeOrch{procKernel{"node_add1"}}.Digest())
-	ref := engine.Tensor{Shape: []int{1}, DType: host.DType, Remote: &engine.RemoteRef{Buf: h}}
+	ref := remoteTensor{Tensor: engine.Tensor{Shape: []int{1}, DType: host.DType}, Ref: engine.RemoteRef{Buf: h}}
 	mustRun(t, w, func(o *engine.Orchestrator) error {
 		for i := 0; i < 2; i++ { // two increments ordered by the remote key
 			if _, err := o.SubmitNext(node, mkArgs(ref, engine.InOut), nil, 0); err != nil {
@@ -282,21 +282,21 @@ func TestRemoteExportImportAcrossNodes(t *testing.T) {
 	node, _ := w.Registry().Lookup(nodeOrch{procKernel{"node_add1"}}.Digest())
 	t64 := engine.Tensor{Shape: []int{1}, DType: 7} // int64
 	mustRun(t, w, func(o *engine.Orchestrator) error {
-		_, err := o.SubmitNext(node, mkArgs(engine.Tensor{Shape: t64.Shape, DType: t64.DType, Remote: &engine.RemoteRef{Buf: view}}, engine.InOut), nil, 1)
+		_, err := o.SubmitNext(node, mkArgs(remoteTensor{Tensor: engine.Tensor{Shape: t64.Shape, DType: t64.DType}, Ref: engine.RemoteRef{Buf: view}}, engine.InOut), nil, 1)
 		return err
 	})
 	if err := outside(w).CopyFrom(owner, hb, 0); err != nil || get64(hb) != 8 {
 		t.Fatalf("the owner sees %d (%v) after node 1 wrote through its import, want 8", get64(hb), err)
 	}
 	err := submitRun(t, w, func(o *engine.Orchestrator) error {
-		_, err := o.SubmitNext(node, mkArgs(engine.Tensor{Shape: t64.Shape, DType: t64.DType, Remote: &engine.RemoteRef{Buf: readOnly}}, engine.InOut), nil, 1)
+		_, err := o.SubmitNext(node, mkArgs(remoteTensor{Tensor: engine.Tensor{Shape: t64.Shape, DType: t64.DType}, Ref: engine.RemoteRef{Buf: readOnly}}, engine.InOut), nil, 1)
 		return err
 	})
 	if err == nil || !strings.Contains(err.Error(), "needs readwrite access; the handle has read") {
 		t.Errorf("write through a read import: %v", err)
 	}
 	err = submitRun(t, w, func(o *engine.Orchestrator) error {
-		_, err := o.SubmitNext(node, mkArgs(engine.Tensor{Shape: t64.Shape, DType: t64.DType, Remote: &engine.RemoteRef{Buf: view}}, engine.InOut), nil, 0)
+		_, err := o.SubmitNext(node, mkArgs(remoteTensor{Tensor: engine.Tensor{Shape: t64.Shape, DType: t64.DType}, Ref: engine.RemoteRef{Buf: view}}, engine.InOut), nil, 0)
 		return err
 	})
 	if err == nil || !strings.Contains(err.Error(), "usable on worker 1, not worker 0") {
@@ -383,7 +383,7 @@ func killMidTask(t *testing.T, tasks int) {
 	}
 	r, err := w.Submit(asBuild(func(o *engine.Orchestrator) error {
 		for _, h := range bufs {
-			if _, err := o.SubmitNext(hang, mkArgs(engine.Tensor{Shape: []int{1}, DType: 7, Remote: &engine.RemoteRef{Buf: h}}, engine.OutputExisting), nil, 0); err != nil {
+			if _, err := o.SubmitNext(hang, mkArgs(remoteTensor{Tensor: engine.Tensor{Shape: []int{1}, DType: 7}, Ref: engine.RemoteRef{Buf: h}}, engine.OutputExisting), nil, 0); err != nil {
 				return err
 			}
 		}
@@ -557,7 +557,7 @@ func TestUncertainImportRetiresTheNode(t *testing.T) {
 	}
 	node, _ := w.Registry().Lookup(nodeOrch{procKernel{"node_add1"}}.Digest())
 	err = submitRun(t, w, func(o *engine.Orchestrator) error {
-		_, err := o.SubmitNext(node, mkArgs(engine.Tensor{Shape: []int{1}, DType: 7, Inline: make([]byte, 8)}, engine.Input), nil, 1)
+		_, err := o.SubmitNext(node, mkArgs(remoteTensor{Tensor: engine.Tensor{Shape: []int{1}, DType: 7}, Ref: engine.RemoteRef{Inline: make([]byte, 8)}}, engine.Input), nil, 1)
 		return err
 	})
 	if err == nil || !strings.Contains(err.Error(), "remote_worker 1 can take no more work") {
@@ -567,7 +567,7 @@ func TestUncertainImportRetiresTheNode(t *testing.T) {
 		t.Errorf("owner free on the live node: %v (freed %v)", err, Freed(owner))
 	}
 	mustRun(t, w, func(o *engine.Orchestrator) error { // node 0 still works
-		_, err := o.SubmitNext(node, mkArgs(engine.Tensor{Shape: []int{1}, DType: 7, Inline: make([]byte, 8)}, engine.Input), nil, 0)
+		_, err := o.SubmitNext(node, mkArgs(remoteTensor{Tensor: engine.Tensor{Shape: []int{1}, DType: 7}, Ref: engine.RemoteRef{Inline: make([]byte, 8)}}, engine.Input), nil, 0)
 		return err
 	})
 	if err := w.Close(); err != nil {

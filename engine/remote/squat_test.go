@@ -99,7 +99,7 @@ func TestAttackNameSquatting(t *testing.T) {
 	sp := newSpace(t)
 	host, hb := hostI64(t, sp, 1)
 	node, _ := w.Registry().Lookup(nodeOrch{procKernel{"node_domain"}}.Digest())
-	ref := engine.Tensor{Shape: []int{1}, DType: host.DType, Remote: &engine.RemoteRef{Buf: first}}
+	ref := remoteTensor{Tensor: engine.Tensor{Shape: []int{1}, DType: host.DType}, Ref: engine.RemoteRef{Buf: first}}
 	for range 3 {
 		mustRun(t, w, func(o *engine.Orchestrator) error {
 			_, err := o.SubmitNext(node, mkArgs(ref, engine.InOut), nil, 0)
@@ -124,7 +124,7 @@ func TestAttackNameSquatting(t *testing.T) {
 	}
 	add1, _ := w2.Registry().Lookup(nodeOrch{procKernel{"node_add1"}}.Digest())
 	mustRun(t, w2, func(o *engine.Orchestrator) error {
-		_, err := o.SubmitNext(add1, mkArgs(engine.Tensor{Shape: []int{1}, DType: host.DType, Remote: &engine.RemoteRef{Buf: b}}, engine.InOut), nil, 0)
+		_, err := o.SubmitNext(add1, mkArgs(remoteTensor{Tensor: engine.Tensor{Shape: []int{1}, DType: host.DType}, Ref: engine.RemoteRef{Buf: b}}, engine.InOut), nil, 0)
 		return err
 	})
 	if err := outside(w2).CopyFrom(b, hb, 0); err != nil || get64(hb) != 42 {

@@ -44,6 +44,13 @@ func HostI64(t testing.TB, sp *hostmem.Space, n int) (engine.Tensor, []byte) {
 
 // Args builds TaskArgs from Tensor, Tag pairs followed by uint64
 // scalars.
+// RemoteTensor is a tensor of a remote node's task, for Args: its shape
+// and dtype, and where its bytes are.
+type RemoteTensor struct {
+	engine.Tensor
+	Ref engine.RemoteRef
+}
+
 func Args(items ...any) *engine.TaskArgs {
 	a := &engine.TaskArgs{}
 	for i := 0; i < len(items); i++ {
@@ -51,6 +58,11 @@ func Args(items ...any) *engine.TaskArgs {
 		case engine.Tensor:
 			i++
 			if err := a.AddTensor(v, items[i].(engine.Tag)); err != nil {
+				panic(err)
+			}
+		case RemoteTensor:
+			i++
+			if err := a.AddRemote(v.Tensor, v.Ref, items[i].(engine.Tag)); err != nil {
 				panic(err)
 			}
 		case uint64:

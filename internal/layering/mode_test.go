@@ -17,7 +17,7 @@ var modeReaders = map[string]bool{
 	"validate":            true,
 	"tree.open":           true,
 	"tree.needsProcesses": true,
-	"Worker.detSupported": true,
+	"detHooks.supported":  true,
 }
 
 // TestModeIsReadOnlyWhereSlotsAreMade fails when a function of engine

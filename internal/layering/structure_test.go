@@ -16,7 +16,8 @@ import (
 
 // The measures of issue 27 that a reader can rerun: which files of the
 // engine reference each other in a cycle (files_test.go's graph), and
-// which files a submit walks through. `go test ./internal/layering/ -run Structure -v` prints them.
+// which files a submit walks through, which the test holds to the issue's
+// bound. `go test ./internal/layering/ -run Structure -v` prints them.
 
 // pkgInfo is one package of the module, type-checked from source.
 type pkgInfo struct {
@@ -104,13 +105,24 @@ func (p *pkgInfo) callee(call *ast.CallExpr) *types.Func {
 }
 
 // walk follows the calls from root in source order, entering each
-// function of the module once, and returns the files it passes through in
-// order (a file once for each stay). Functions of other packages of the
-// module count as a stay in their file; the walk does not enter them.
-func (p *pkgInfo) walk(root *types.Func) []string {
+// function of the package once, and returns the files of the package it
+// passes through in order (a file once for each stay), and the other
+// packages of the module it calls into.
+//
+// Three things are not a stay in another file, each because reading the
+// submit there is no move to another place:
+//   - a call into another package of the module: it is read by its
+//     contract (the package's doc and the function's), as a call into the
+//     standard library is; the packages crossed are returned beside the
+//     trail, and the walk does not enter them;
+//   - a call through a tool's hooks (w.race.queue, w.det.spawn,
+//     w.events.emit), as an if that asks whether a tool is on is not: a
+//     hook is a no-op with its tool off;
+//   - a one-line accessor (oneLine), read as the expression it returns.
+func (p *pkgInfo) walk(root *types.Func) (trail []string, pkgs map[string]bool) {
 	decls := p.decls()
 	seen := map[*types.Func]bool{}
-	var trail []string
+	pkgs = map[string]bool{}
 	stay := func(file string) {
 		if len(trail) == 0 || trail[len(trail)-1] != file {
 			trail = append(trail, file)
@@ -119,12 +131,16 @@ func (p *pkgInfo) walk(root *types.Func) []string {
 	var enter func(f *types.Func)
 	enter = func(f *types.Func) {
 		seen[f] = true
-		file := filepath.Base(p.fset.Position(f.Pos()).Filename)
-		stay(file)
-		d := decls[f]
-		if d == nil {
+		if f.Pkg() != p.pkg {
+			pkgs[f.Pkg().Path()] = true
 			return
 		}
+		d := decls[f]
+		if d == nil || p.oneLine(d) {
+			return
+		}
+		file := filepath.Base(p.fset.Position(f.Pos()).Filename)
+		stay(file)
 		var visit func(n ast.Node) bool
 		visit = func(n ast.Node) bool {
 			switch n := n.(type) {
@@ -143,6 +159,9 @@ func (p *pkgInfo) walk(root *types.Func) []string {
 					return false
 				}
 			case *ast.CallExpr:
+				if toolHook(n) {
+					return false
+				}
 				if g := p.callee(n); g != nil && !seen[g] && g.Pkg() != nil && strings.HasPrefix(g.Pkg().Path(), "simpler") {
 					enter(g)
 					stay(file)
@@ -153,21 +172,57 @@ func (p *pkgInfo) walk(root *types.Func) []string {
 		ast.Inspect(d.Body, visit)
 	}
 	enter(root)
-	return trail
+	return trail, pkgs
+}
+
+// toolNames are the fields and names by which the engine asks whether a
+// tool is on, or calls its hooks: --race, --seed, an observer of events,
+// the invariants build.
+var toolNames = map[string]bool{"invariants": true, "Race": true, "Det": true, "race": true, "det": true, "observer": true, "observed": true, "events": true}
+
+// toolHook reports whether call goes through a tool's hooks: its
+// receiver is a field that names a tool (w.race.queue(n)).
+func toolHook(call *ast.CallExpr) bool {
+	sel, ok := ast.Unparen(call.Fun).(*ast.SelectorExpr)
+	if !ok {
+		return false
+	}
+	recv, ok := ast.Unparen(sel.X).(*ast.SelectorExpr)
+	return ok && toolNames[recv.Sel.Name]
+}
+
+// oneLine reports whether d is a one-line accessor: a body of one
+// statement that calls no function of the module (a field, a comparison,
+// a builtin: `return h.released.Load()`, `clear(b.mem())`).
+func (p *pkgInfo) oneLine(d *ast.FuncDecl) bool {
+	if len(d.Body.List) != 1 {
+		return false
+	}
+	calls := false
+	ast.Inspect(d.Body, func(n ast.Node) bool {
+		if c, ok := n.(*ast.CallExpr); ok {
+			if g := p.callee(c); g != nil && g.Pkg() != nil && strings.HasPrefix(g.Pkg().Path(), "simpler") {
+				calls = true
+			}
+		}
+		return !calls
+	})
+	return !calls
 }
 
 // offPath reports whether an if statement's body is off a successful
-// submit's path with the tools off: its condition asks whether a tool
-// (--race, --seed, an observer, the invariants build) is on, or its body
-// ends by returning an error.
+// local submit's path with the tools off: its condition asks whether a
+// tool (--race, --seed, an observer, the invariants build) is on, or
+// whether a task's arguments are a remote node's (TaskArgs.Remote, nil
+// for every local task), or its body ends by returning an error.
 func (p *pkgInfo) offPath(s *ast.IfStmt) bool {
 	tool := false
 	ast.Inspect(s.Cond, func(n ast.Node) bool {
-		if id, ok := n.(*ast.Ident); ok {
-			switch id.Name {
-			case "invariants", "Race", "Det", "race", "det", "observer", "observed":
-				tool = true
-			}
+		if id, ok := n.(*ast.Ident); ok && toolNames[id.Name] {
+			tool = true
+		}
+		if sel, ok := n.(*ast.SelectorExpr); ok && p.remoteArgs(sel) {
+			tool = true
 		}
 		return true
 	})
@@ -179,6 +234,20 @@ func (p *pkgInfo) offPath(s *ast.IfStmt) bool {
 	}
 	ret, ok := s.Body.List[len(s.Body.List)-1].(*ast.ReturnStmt)
 	return ok && p.failing(ret)
+}
+
+// remoteArgs reports whether sel reads the remote places of a task's
+// arguments (a TaskArgs' Remote field).
+func (p *pkgInfo) remoteArgs(sel *ast.SelectorExpr) bool {
+	if sel.Sel.Name != "Remote" {
+		return false
+	}
+	t := p.info.TypeOf(sel.X)
+	if ptr, ok := t.(*types.Pointer); ok {
+		t = ptr.Elem()
+	}
+	named, ok := t.(*types.Named)
+	return ok && named.Obj().Name() == "TaskArgs"
 }
 
 // failing reports whether a return statement returns an error that is not
@@ -238,7 +307,7 @@ func TestStructureMeasures(t *testing.T) {
 	if submit == nil {
 		t.Fatal("no Orchestrator.SubmitNext")
 	}
-	trail := p.walk(submit)
+	trail, pkgs := p.walk(submit)
 	files := map[string]bool{}
 	for _, f := range trail {
 		files[f] = true
@@ -247,5 +316,28 @@ func TestStructureMeasures(t *testing.T) {
 	for _, n := range back {
 		total += n
 	}
-	t.Logf("a submit walks %d files, comes back %d times %v: %s", len(files), total, back, strings.Join(trail, " > "))
+	var crossed []string
+	for path := range pkgs {
+		crossed = append(crossed, path)
+	}
+	sort.Strings(crossed)
+	t.Logf("a submit walks %d files of engine, comes back %d times %v: %s; it calls into %v", len(files), total, back, strings.Join(trail, " > "), crossed)
+	// Issue 27's bound: a submit's walk through at most 8 files, with no
+	// return to a file already left more than twice.
+	if len(files) > 8 {
+		t.Errorf("a submit walks %d files of engine; at most 8", len(files))
+	}
+	for f, n := range back {
+		if n > 2 {
+			t.Errorf("a submit comes back to %s %d times; at most twice", f, n)
+		}
+	}
+	// Remote buffers and the tools are off a local submit's path: it
+	// reaches them only through a branch on a remote node's arguments or a
+	// tool's hooks.
+	for _, f := range []string{"rbuf.go", "remote.go", "race.go", "det.go", "event.go"} {
+		if files[f] {
+			t.Errorf("a local submit walks through %s", f)
+		}
+	}
 }
