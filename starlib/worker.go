@@ -161,14 +161,11 @@ func (s *Session) newWorker(th *starlark.Thread, b *starlark.Builtin, args starl
 	level := 3
 	platform := s.Platform
 	mode := s.Mode
-	var deviceID starlark.Value = starlark.None
-	var deviceIDs starlark.Value = starlark.None
+	var deviceID, deviceIDs, heapRingV, globalRanks, seedV starlark.Value = starlark.None, starlark.None, starlark.None, starlark.None, starlark.None
 	numSub := 0
-	var heapRingV starlark.Value = starlark.None
 	enableSDMA, orderHazards := false, false
 	var controlT, startupT, sessionT, taskT, healthT, closeT starlark.Value = starlark.None, starlark.None, starlark.None, starlark.None, starlark.None, starlark.None
 	commProfile := "sim"
-	var globalRanks, seedV starlark.Value = starlark.None, starlark.None
 	if err := deviceKwargHint(kw); err != nil {
 		return nil, err
 	}

@@ -1,10 +1,6 @@
 package layering
 
 import (
-	"go/ast"
-	"go/build"
-	"go/importer"
-	"go/parser"
 	"go/token"
 	"go/types"
 	"path/filepath"
@@ -16,34 +12,16 @@ import (
 // fileGraph is which file of a package refers to what another declares,
 // as go/types resolves it (a type, a function, a method, a field, a
 // constant): file -> files it uses, over the files of an ordinary build
-// (no test files, no build tags).
+// (no test files, no build tags); dir is relative to the module root.
 func fileGraph(t *testing.T, dir string) map[string]map[string]bool {
 	t.Helper()
-	bp, err := build.Default.ImportDir(dir, 0) // the files of an ordinary build
-	if err != nil {
-		t.Fatal(err)
-	}
-	fset := token.NewFileSet()
-	var files []*ast.File
-	for _, name := range bp.GoFiles {
-		f, err := parser.ParseFile(fset, filepath.Join(dir, name), nil, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		files = append(files, f)
-	}
-	info := &types.Info{Uses: map[*ast.Ident]types.Object{}, Selections: map[*ast.SelectorExpr]*types.Selection{}}
-	conf := types.Config{Importer: importer.ForCompiler(fset, "source", nil)}
-	pkg, err := conf.Check(dir, fset, files, info)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := load(t, dir)
 	graph := map[string]map[string]bool{}
 	edge := func(at token.Pos, obj types.Object) {
-		if obj == nil || obj.Pkg() != pkg || !obj.Pos().IsValid() {
+		if obj == nil || obj.Pkg() != p.pkg || !obj.Pos().IsValid() {
 			return
 		}
-		from, to := filepath.Base(fset.File(at).Name()), filepath.Base(fset.File(obj.Pos()).Name())
+		from, to := filepath.Base(p.fset.File(at).Name()), filepath.Base(p.fset.File(obj.Pos()).Name())
 		if from == to {
 			return
 		}
@@ -52,12 +30,12 @@ func fileGraph(t *testing.T, dir string) map[string]map[string]bool {
 		}
 		graph[from][to] = true
 	}
-	for id, obj := range info.Uses {
-		if obj.Parent() == nil || obj.Parent() == pkg.Scope() { // package level, a field or a method
+	for id, obj := range p.info.Uses {
+		if obj.Parent() == nil || obj.Parent() == p.pkg.Scope() { // package level, a field or a method
 			edge(id.Pos(), obj)
 		}
 	}
-	for sel, s := range info.Selections {
+	for sel, s := range p.info.Selections {
 		edge(sel.Sel.Pos(), s.Obj())
 	}
 	return graph
@@ -114,7 +92,7 @@ func cycles(graph map[string]map[string]bool) [][]string {
 // The core's files refer to each other without a cycle: each can be read
 // knowing only the files below it.
 func TestCoreHasNoFileCycle(t *testing.T) {
-	graph := fileGraph(t, "../../engine/internal/core")
+	graph := fileGraph(t, "engine/internal/core")
 	if len(graph) < 3 {
 		t.Fatalf("the core's file graph has %d files with references: the measure is broken", len(graph))
 	}

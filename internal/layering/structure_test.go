@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -27,11 +28,31 @@ type pkgInfo struct {
 	pkg   *types.Package
 }
 
+// loaded keeps every package load has type-checked, and one importer for
+// all of them, so that the packages below the engine are checked from
+// source once per test binary (under -race, each check takes seconds).
+var loaded struct {
+	sync.Mutex
+	fset *token.FileSet
+	imp  types.Importer
+	pkgs map[string]*pkgInfo
+}
+
 // load type-checks the non-test files of the package in dir (relative to
-// the module root).
+// the module root), once.
 func load(t *testing.T, dir string) *pkgInfo {
 	t.Helper()
-	fset := token.NewFileSet()
+	loaded.Lock()
+	defer loaded.Unlock()
+	if p := loaded.pkgs[dir]; p != nil {
+		return p
+	}
+	if loaded.pkgs == nil {
+		loaded.fset = token.NewFileSet()
+		loaded.imp = importer.ForCompiler(loaded.fset, "source", nil)
+		loaded.pkgs = map[string]*pkgInfo{}
+	}
+	fset := loaded.fset
 	full := filepath.Join("..", "..", dir)
 	entries, err := os.ReadDir(full)
 	if err != nil {
@@ -53,12 +74,14 @@ func load(t *testing.T, dir string) *pkgInfo {
 		files = append(files, f)
 	}
 	info := &types.Info{Uses: map[*ast.Ident]types.Object{}, Defs: map[*ast.Ident]types.Object{}, Types: map[ast.Expr]types.TypeAndValue{}, Selections: map[*ast.SelectorExpr]*types.Selection{}}
-	conf := types.Config{Importer: importer.ForCompiler(fset, "source", nil)}
+	conf := types.Config{Importer: loaded.imp}
 	pkg, err := conf.Check("simpler/"+dir, fset, files, info)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &pkgInfo{fset, files, info, pkg}
+	p := &pkgInfo{fset, files, info, pkg}
+	loaded.pkgs[dir] = p
+	return p
 }
 
 // fileOf is the base name of the file that declares obj, or "" when it is
@@ -291,7 +314,7 @@ func (p *pkgInfo) method(typ, name string) *types.Func {
 // TestStructureMeasures prints the engine's file cycles: the measure the
 // issue quotes ("27 of 36 files in one cycle").
 func TestStructureMeasures(t *testing.T) {
-	g := fileGraph(t, "../../engine")
+	g := fileGraph(t, "engine")
 	cs := cycles(g)
 	sort.Slice(cs, func(i, j int) bool { return len(cs[i]) > len(cs[j]) })
 	if len(g) < 10 {
