@@ -12,10 +12,9 @@ import (
 // lists every row of the issue in the issue's order, and a row no part of
 // this invocation measured says so.
 //
-// The collectives' rows belong to the collectives part: colltable.go
-// notes them with noteRow under the figure names collectiveRows lists,
-// the same way the other parts note theirs. Until it does, they print as
-// not measured.
+// The collectives' rows are noted by colltable.go (windowTable) under the
+// figure names collectiveRows lists, the same way the other parts note
+// theirs; a row no part of this run measured prints as not measured.
 
 // Row is one figure of the issue's table as this run measured it.
 type Row struct {
