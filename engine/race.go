@@ -5,7 +5,6 @@ import (
 	"sync"
 
 	"simpler/engine/internal/core"
-	"simpler/hal"
 	"simpler/internal/race"
 )
 
@@ -333,17 +332,6 @@ func (h *raceHooks) forgetDomain(d *Domain) {
 			h.d.ForgetKey(cr.RaceKey, cr.WindowSize)
 		}
 	}
-}
-
-// raceKeyOf is the race detector's key of chip c's memory [addr, addr+n),
-// c in this process: the first byte as this process maps it, 0 where it
-// does not (a bad range). It is a window's identity for the detector.
-func raceKeyOf(c hal.Chip, addr uint64, n int) uintptr {
-	b, err := c.Bytes(addr, n)
-	if err != nil || len(b) == 0 {
-		return 0
-	}
-	return race.Key(race.Addr(b))
 }
 
 // nameDevice names device memory malloc'd on worker, in either mode:

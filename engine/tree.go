@@ -173,14 +173,6 @@ func (t *tree) remotes() []RemoteNode {
 	return ns
 }
 
-// node is NEXT_LEVEL node id while the tree is up, or nil.
-func (t *tree) node(id int) nodeSlot {
-	if id < 0 || id >= len(t.nodes) {
-		return nil
-	}
-	return t.nodes[id]
-}
-
 // Nodes is a level-4 or higher Worker's NEXT_LEVEL nodes as the roles
 // layered on it reach them (engine/global's broker, engine/remote's
 // buffers): what each node is, where it runs and how it is commanded.

@@ -168,14 +168,6 @@ func (t *TaskArgs) own(b *Buffer) {
 	t.owned = append(t.owned, b)
 }
 
-// ownerOf is the Buffer tensor i is a view of, or nil.
-func (t *TaskArgs) ownerOf(i int) *Buffer {
-	if i < len(t.owned) {
-		return t.owned[i]
-	}
-	return nil
-}
-
 func (t *TaskArgs) addScalar(v starlark.Value) error {
 	switch x := v.(type) {
 	case starlark.Int:

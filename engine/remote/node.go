@@ -406,14 +406,9 @@ func (n *node) probe() {
 	}()
 }
 
-// request sends a frame and waits at most the session timeout for the
-// reply with its sequence.
-func (n *node) request(t wire.Type, m wire.Message) (rreply, error) {
-	return n.requestBulk(t, m, nil, nil)
-}
-
-// requestBulk is request with bulk data to send after m, and a sink for
-// the reply's data.
+// requestBulk sends a frame, with bulk data after m if bulk is not nil,
+// and waits at most the session timeout for the reply with its sequence
+// (its data into sink, if not nil).
 func (n *node) requestBulk(t wire.Type, m wire.Message, bulk, sink []byte) (rreply, error) {
 	lockorder.IO("a request to a remote node")
 	ch := make(chan rreply, 1)

@@ -118,11 +118,3 @@ func Inherited(spec string) string {
 	}
 	return strings.Join(keep, ",")
 }
-
-// Err is the error from parsing the environment, if any.
-func Err() error {
-	mu.Lock()
-	defer mu.Unlock()
-	ensure()
-	return loadErr
-}

@@ -84,15 +84,6 @@ func load(t *testing.T, dir string) *pkgInfo {
 	return p
 }
 
-// fileOf is the base name of the file that declares obj, or "" when it is
-// not declared in this package.
-func (p *pkgInfo) fileOf(obj types.Object) string {
-	if obj == nil || obj.Pkg() != p.pkg || !obj.Pos().IsValid() {
-		return ""
-	}
-	return filepath.Base(p.fset.Position(obj.Pos()).Filename)
-}
-
 // decls maps each function and method of the package to its declaration.
 func (p *pkgInfo) decls() map[types.Object]*ast.FuncDecl {
 	m := map[types.Object]*ast.FuncDecl{}

@@ -119,13 +119,10 @@ func RunThen(m *testing.M, release func() error) int {
 	return code
 }
 
-// Check returns a description of each kind of leftover: this process's
+// check returns a description of each kind of leftover: this process's
 // shared-memory objects, goroutines beyond goroutinesBefore, and entries
-// in the (private) temporary directory.
-func Check(goroutinesBefore int) []string { return check(goroutinesBefore, false) }
-
-// check is Check; with inherited, only the objects this process created
-// count (the prefix is its parent's).
+// in the (private) temporary directory; with inherited, only the objects
+// this process created count (the prefix is its parent's).
 func check(goroutinesBefore int, inherited bool) []string {
 	var problems []string
 	if inherited {
