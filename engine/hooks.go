@@ -12,8 +12,8 @@ package engine
 //   - control commands a node serves for a broker (RegisterControl,
 //     Worker.Command).
 //
-// Lock order: a role's own locks come after regMu and before w.mu, or are
-// never held while calling into the Worker; no hook runs under w.mu.
+// A role's own locks are leaves (see the package doc): never held while
+// calling into the Worker. No hook runs under w.mu.
 
 import (
 	"sync"
