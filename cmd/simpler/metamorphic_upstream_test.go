@@ -15,11 +15,12 @@ import (
 // two overlapping accesses are a write then a read of the same bytes and
 // are ordered under either rule (a heap intermediate is written OUTPUT
 // once, then only read). The programs add what the first family has
-// not: scopes with heap intermediates, group tasks, and planted failures
-// that poison their consumers. Each runs in thread and process mode, under
-// two deterministic schedules, under --race (which must find nothing), with a heap ring so small that the rings
-// wrap and submits wait for space, and on a remote node; every run must
-// print the same tensors, or fail with the same first error.
+// not: scopes with heap intermediates, group tasks, planted failures
+// that poison their consumers, and stalls past their deadlines. Each
+// runs in thread and process mode, under two deterministic schedules,
+// under --race (which must find nothing), with a heap ring so small that
+// the rings wrap and submits wait for space, and on a remote node; every
+// run must print the same tensors, or fail with the same first error.
 
 // upstreamProgram is program number n of the second family.
 func upstreamProgram(n uint64) string {
@@ -37,6 +38,11 @@ def step(chip, args):
 
 def boom(chip, args):
     fail("planted failure in task %d" % args.scalar(0))
+
+def stall(chip, args):
+    # Past its deadline, stopped at a step of this loop.
+    for i in range(1000000000):
+        pass
 
 def body(o, ts):
 `)
@@ -58,16 +64,19 @@ def body(o, ts):
 		default:
 			nin := 1 + r.IntN(2)
 			rs := disjointRanges(r, nin+1)
-			callable := "step"
+			callable, config := "step", ""
 			if fails && r.IntN(4) == 0 {
 				callable = "boom"
+				if r.IntN(2) == 0 {
+					callable, config = "stall", ", config = CallConfig(timeout_s = 0.05)"
+				}
 			}
 			parts := make([]string, len(rs))
 			for i, x := range rs {
 				parts[i] = fmt.Sprintf("(%s, INOUT)", x)
 			}
-			fmt.Fprintf(&b, "    o.submit_next_level(%s, TaskArgs(tensors = [%s], scalars = [%d, %d]), worker = %d)\n",
-				callable, strings.Join(parts, ", "), k, nin, r.IntN(2))
+			fmt.Fprintf(&b, "    o.submit_next_level(%s, TaskArgs(tensors = [%s], scalars = [%d, %d]), worker = %d%s)\n",
+				callable, strings.Join(parts, ", "), k, nin, r.IntN(2), config)
 		}
 	}
 	b.WriteString(`
@@ -82,7 +91,7 @@ def main(ctx):
     if how.startswith("remote="):
         w = Worker(level = 4, platform = ctx.platform)
         node = w.add_remote_worker(endpoint = how[len("remote="):], platform = ctx.platform, device_ids = [0, 1])
-        for f in [step, boom, orch]:
+        for f in [step, boom, stall, orch]:
             w.register(f)
         w.init()
         bufs = [w.remote_malloc(worker = node, nbytes = 256) for j in range(3)]
@@ -100,7 +109,7 @@ def main(ctx):
         return
     heap = int(how[len("heap="):]) if how.startswith("heap=") else None
     w = Worker(level = 3, platform = ctx.platform, device_ids = ctx.device_ids[:2], mode = ctx.mode, heap_ring_size = heap)
-    for f in [step, boom]:
+    for f in [step, boom, stall]:
         w.register(f)
     w.init()
     ts = [start(j) for j in range(3)]
@@ -141,8 +150,10 @@ func disjointRanges(r *rand.Rand, k int) []string {
 }
 
 // plantedFailure is the part of a run's error that names the failed task
-// and callable, the same whichever node the task ran on.
-var plantedFailure = regexp.MustCompile(`task \d+ running "boom" failed: .*planted failure in task \d+`)
+// and callable and why it failed, the same whichever node the task ran
+// on: a planted failure, or a stall past its deadline (in virtual time
+// under --seed).
+var plantedFailure = regexp.MustCompile(`task \d+ running "(boom" failed: .*planted failure in task \d+|stall" failed: past its deadline of 50ms)`)
 
 // TestMetamorphicUpstreamPrograms runs the second family in every
 // configuration; SIMPLER_METAMORPHIC=N runs N programs instead of four.
@@ -169,7 +180,7 @@ func TestMetamorphicUpstreamPrograms(t *testing.T) {
 			got := out
 			if code != 0 {
 				got = fmt.Sprintf("exit %d: %s", code, plantedFailure.FindString(stderr))
-				if !strings.Contains(prog, "boom,") || !plantedFailure.MatchString(stderr) {
+				if !strings.Contains(prog, "(boom,") && !strings.Contains(prog, "(stall,") || !plantedFailure.MatchString(stderr) {
 					t.Fatalf("program %d %v: exit %d\n%s%s\n%s", n, cfg, code, out, stderr, prog)
 				}
 			} else if strings.Count(out, "\n") != 3 {
