@@ -19,6 +19,9 @@ type ringParams struct {
 	dirs, E, K    int
 	segb, outBase int
 	items         int // Q of the Starlark body: items per segment
+	// in, out are the bytes of the flat input and output, resolved once
+	// when the task is accepted (see collseg.go)
+	in, out []byte
 }
 
 // ringDir is _ring_setup's dict: the state of one direction.
@@ -28,6 +31,8 @@ type ringDir struct {
 	ready, ack     *Tensor
 	slot0          int
 	acked, seen    int64
+	// the views of one step, reused from step to step (collseg.go)
+	slot, theirs, mine, res seg
 }
 
 // readRing accepts a RING task the Starlark body would run to the end:
@@ -60,6 +65,13 @@ func readRing(th *starlark.Thread, chip *Chip, args *engine.TaskArgs) (*winTask,
 	p.items = 2 * (k.n - 1)
 	if p.rsOnly {
 		p.items = k.n - 1
+	}
+	var err error
+	if p.in, err = k.src.bytes("copy_"); err != nil {
+		return nil, nil, false
+	}
+	if p.out, err = k.dst.bytes("copy_"); err != nil {
+		return nil, nil, false
 	}
 	return k, p, true
 }
@@ -117,7 +129,7 @@ func (k *winTask) ringStep(p *ringParams, R *ringDir, g, q int) error {
 	off := g * p.E
 	count = max(0, min(p.E, count-off))
 	start += off
-	var slot *Tensor
+	var slot *seg
 	if q < p.items {
 		// produce item k into slot k % K (its data is stored below, with
 		// the consume it depends on, when q > 0)
@@ -129,11 +141,11 @@ func (k *winTask) ringStep(p *ringParams, R *ringDir, g, q int) error {
 			R.acked = got
 		}
 		if count > 0 {
-			slot = k.window(k.r, count, R.slot0+(item%p.K)*p.segb, k.dt)
+			slot = &R.slot
+			k.winSeg(slot, k.r, count, R.slot0+(item%p.K)*p.segb)
 			if q == 0 {
-				if err := k.copy(slot, k.part(k.src, start, count)); err != nil {
-					return err
-				}
+				k.partSeg(&R.mine, k.src, p.in, start, count)
+				k.segCopy(slot, &R.mine)
 			}
 		}
 	}
@@ -150,7 +162,7 @@ func (k *winTask) ringStep(p *ringParams, R *ringDir, g, q int) error {
 
 // ringConsume consumes the left rank's item k-1 (each source read once,
 // each destination written once) and acknowledges it.
-func (k *winTask) ringConsume(p *ringParams, R *ringDir, item, q, start, count int, slot *Tensor) error {
+func (k *winTask) ringConsume(p *ringParams, R *ringDir, item, q, start, count int, slot *seg) error {
 	if int64(item) > R.seen {
 		got, err := k.c.waitTensor(k.th, R.ready, int64(item), ">=", kernelTimeout)
 		if err != nil {
@@ -159,26 +171,36 @@ func (k *winTask) ringConsume(p *ringParams, R *ringDir, item, q, start, count i
 		R.seen = got
 	}
 	if count > 0 {
-		theirs := k.window(R.left, count, R.slot0+((item-1)%p.K)*p.segb, k.dt)
-		mine := k.part(k.src, start, count)
-		var err error
-		switch {
-		case q < k.n-1:
-			err = k.reduce(p.op, []*Tensor{slot}, []*Tensor{mine, theirs})
-		case q == p.items && p.rsOnly:
-			err = k.reduce(p.op, []*Tensor{k.part(k.dst, start-p.outBase, count)}, []*Tensor{mine, theirs})
-		case q == p.items:
-			err = k.copy(k.part(k.dst, start-p.outBase, count), theirs)
-		case q == k.n-1:
-			err = k.reduce(p.op, []*Tensor{slot, k.part(k.dst, start-p.outBase, count)}, []*Tensor{mine, theirs})
-		default:
-			err = k.reduce(inplace.Sum, []*Tensor{slot, k.part(k.dst, start-p.outBase, count)}, []*Tensor{theirs})
-		}
-		if err != nil {
+		if err := k.ringMove(p, R, item, q, start, count, slot); err != nil {
 			return err
 		}
 	}
 	return k.c.notifyTensor(k.th, R.left, R.ack, int64(item), "set")
+}
+
+// ringMove is the data of a consume: the left rank's item k-1 (theirs),
+// with the own input's chunk (mine), into the slot and/or the output
+// (res), as the Starlark body's views: theirs and mine are made first,
+// res where it is used.
+func (k *winTask) ringMove(p *ringParams, R *ringDir, item, q, start, count int, slot *seg) error {
+	theirs, mine, res := &R.theirs, &R.mine, &R.res
+	k.winSeg(theirs, R.left, count, R.slot0+((item-1)%p.K)*p.segb)
+	k.partSeg(mine, k.src, p.in, start, count)
+	if q >= k.n-1 {
+		k.partSeg(res, k.dst, p.out, start-p.outBase, count)
+	}
+	switch {
+	case q < k.n-1:
+		return k.segReduce(p.op, []*seg{slot}, []*seg{mine, theirs})
+	case q == p.items && p.rsOnly:
+		return k.segReduce(p.op, []*seg{res}, []*seg{mine, theirs})
+	case q == p.items:
+		k.segCopy(res, theirs)
+		return nil
+	case q == k.n-1:
+		return k.segReduce(p.op, []*seg{slot, res}, []*seg{mine, theirs})
+	}
+	return k.segReduce(inplace.Sum, []*seg{slot, res}, []*seg{theirs})
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
