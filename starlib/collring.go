@@ -87,6 +87,10 @@ func (k *winTask) ringSetup(d, base, length int, p *ringParams) *ringDir {
 	R.ready = k.window(k.r, 1, 16*d, dtype.Int64)
 	R.ack = k.window(k.r, 1, 16*d+8, dtype.Int64)
 	R.slot0 = kernelLine + d*p.K*p.segb
+	k.winSeg(&R.slot, k.r)
+	k.winSeg(&R.theirs, R.left)
+	R.mine.init(k.src, p.in, k.isz)
+	R.res.init(k.dst, p.out, k.isz)
 	return R
 }
 
@@ -141,11 +145,9 @@ func (k *winTask) ringStep(p *ringParams, R *ringDir, g, q int) error {
 			R.acked = got
 		}
 		if count > 0 {
-			slot = &R.slot
-			k.winSeg(slot, k.r, count, R.slot0+(item%p.K)*p.segb)
+			slot = R.slot.at(R.slot0+(item%p.K)*p.segb, count)
 			if q == 0 {
-				k.partSeg(&R.mine, k.src, p.in, start, count)
-				k.segCopy(slot, &R.mine)
+				k.segCopy(slot, R.mine.at(start*k.isz, count))
 			}
 		}
 	}
@@ -183,11 +185,11 @@ func (k *winTask) ringConsume(p *ringParams, R *ringDir, item, q, start, count i
 // (res), as the Starlark body's views: theirs and mine are made first,
 // res where it is used.
 func (k *winTask) ringMove(p *ringParams, R *ringDir, item, q, start, count int, slot *seg) error {
-	theirs, mine, res := &R.theirs, &R.mine, &R.res
-	k.winSeg(theirs, R.left, count, R.slot0+((item-1)%p.K)*p.segb)
-	k.partSeg(mine, k.src, p.in, start, count)
+	theirs := R.theirs.at(R.slot0+((item-1)%p.K)*p.segb, count)
+	mine := R.mine.at(start*k.isz, count)
+	res := &R.res
 	if q >= k.n-1 {
-		k.partSeg(res, k.dst, p.out, start-p.outBase, count)
+		res.at((start-p.outBase)*k.isz, count)
 	}
 	switch {
 	case q < k.n-1:

@@ -19,36 +19,41 @@ import (
 // body makes, and is given the same bytes, so the reported ranges are
 // the same.
 
-// seg is one view and its bytes; it is reused from step to step, never
-// copied (its Tensor's shape points into it).
+// seg is the views of one memory (a window, the input, the output), one
+// at a time: it is set up once per task and moved from step to step,
+// never copied (its Tensor's shape points into it).
 type seg struct {
 	t     Tensor
 	shape [1]int
-	b     []byte
+	base  uint64 // the memory's address
+	mem   []byte // its bytes, from base on
+	isz   int
+	b     []byte // the current view's
 }
 
-// set makes s the view of count elements at byte off of like's memory,
-// whose bytes are mem (from like's address on).
-func (s *seg) set(like *Tensor, mem []byte, off, count, isz int) {
+// init makes s views of like's memory, whose bytes are mem, in elements
+// of isz bytes.
+func (s *seg) init(like *Tensor, mem []byte, isz int) {
 	s.t = *like
-	s.t.t.Addr = like.t.Addr + uint64(off)
-	s.shape[0] = count
 	s.t.t.Shape = s.shape[:]
-	s.b = mem[off : off+count*isz : off+count*isz]
+	s.base, s.mem, s.isz = like.t.Addr, mem, isz
 }
 
-// winSeg makes s k.window(rank, count, off, k.dt) over the view's mapped
-// window.
-func (k *winTask) winSeg(s *seg, rank, count, off int) {
+// at makes s the view of count elements at byte off of its memory.
+func (s *seg) at(off, count int) *seg {
+	s.t.t.Addr = s.base + uint64(off)
+	s.shape[0] = count
+	end := off + count*s.isz
+	s.b = s.mem[off:end:end]
+	return s
+}
+
+// winSeg makes s views of k.window(rank, ...) over the view's mapped
+// window, in the kernel's dtype.
+func (k *winTask) winSeg(s *seg, rank int) {
 	base, _ := k.c.v.Base(rank)
 	like := Tensor{t: engine.Tensor{Addr: base, DType: k.dt, ChildMemory: true}, base: base, size: k.c.v.WindowSize(), chip: k.c.chip.ctx.Chip}
-	s.set(&like, k.c.v.Window(rank), off, count, k.isz)
-}
-
-// partSeg makes s k.part(t, off, count) of a flat tensor whose bytes are
-// mem.
-func (k *winTask) partSeg(s *seg, t *Tensor, mem []byte, off, count int) {
-	s.set(t, mem, off*k.isz, count, k.isz)
+	s.init(&like, k.c.v.Window(rank), k.isz)
 }
 
 // segCopy is copyTensor(dst, src) of two segs of one dtype and length:
