@@ -29,8 +29,13 @@ type ringDir struct {
 	base, length   int
 	v, left, right int
 	ready, ack     *Tensor
-	slot0          int
-	acked, seen    int64
+	// readyAt, ackAt are the own signal words' addresses; rightReady,
+	// leftAck the neighbours' words this rank notifies (checked once:
+	// see notifyWord)
+	readyAt, ackAt      uint64
+	rightReady, leftAck uint64
+	slot0               int
+	acked, seen         int64
 	// the views of one step, reused from step to step (collseg.go)
 	slot, theirs, mine, res seg
 }
@@ -86,6 +91,10 @@ func (k *winTask) ringSetup(d, base, length int, p *ringParams) *ringDir {
 	}
 	R.ready = k.window(k.r, 1, 16*d, dtype.Int64)
 	R.ack = k.window(k.r, 1, 16*d+8, dtype.Int64)
+	R.readyAt, R.ackAt = R.ready.t.Addr, R.ack.t.Addr
+	right, _ := k.c.v.Base(R.right)
+	left, _ := k.c.v.Base(R.left)
+	R.rightReady, R.leftAck = right+uint64(16*d), left+uint64(16*d+8)
 	R.slot0 = kernelLine + d*p.K*p.segb
 	k.winSeg(&R.slot, k.r)
 	k.winSeg(&R.theirs, R.left)
@@ -138,7 +147,7 @@ func (k *winTask) ringStep(p *ringParams, R *ringDir, g, q int) error {
 		// produce item k into slot k % K (its data is stored below, with
 		// the consume it depends on, when q > 0)
 		if need := int64(item - p.K + 1); need > R.acked {
-			got, err := k.c.waitTensor(k.th, R.ack, need, ">=", kernelTimeout)
+			got, err := k.c.waitWord(k.th, R.ackAt, 8, need, ">=", kernelTimeout)
 			if err != nil {
 				return err
 			}
@@ -157,7 +166,7 @@ func (k *winTask) ringStep(p *ringParams, R *ringDir, g, q int) error {
 		}
 	}
 	if q < p.items {
-		return k.c.notifyTensor(k.th, R.right, R.ready, int64(item+1), "set")
+		return k.c.notifyWord(k.th, R.right, R.rightReady, 8, int64(item+1), "set")
 	}
 	return nil
 }
@@ -166,7 +175,7 @@ func (k *winTask) ringStep(p *ringParams, R *ringDir, g, q int) error {
 // each destination written once) and acknowledges it.
 func (k *winTask) ringConsume(p *ringParams, R *ringDir, item, q, start, count int, slot *seg) error {
 	if int64(item) > R.seen {
-		got, err := k.c.waitTensor(k.th, R.ready, int64(item), ">=", kernelTimeout)
+		got, err := k.c.waitWord(k.th, R.readyAt, 8, int64(item), ">=", kernelTimeout)
 		if err != nil {
 			return err
 		}
@@ -177,7 +186,7 @@ func (k *winTask) ringConsume(p *ringParams, R *ringDir, item, q, start, count i
 			return err
 		}
 	}
-	return k.c.notifyTensor(k.th, R.left, R.ack, int64(item), "set")
+	return k.c.notifyWord(k.th, R.left, R.leftAck, 8, int64(item), "set")
 }
 
 // ringMove is the data of a consume: the left rank's item k-1 (theirs),
