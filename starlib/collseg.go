@@ -2,7 +2,6 @@ package starlib
 
 import (
 	"simpler/engine"
-	"simpler/internal/halt"
 	"simpler/internal/race"
 	"simpler/starlib/inplace"
 )
@@ -81,5 +80,5 @@ func (k *winTask) segReduce(o inplace.Op, dsts, srcs []*seg) error {
 		d.t.touch(k.th, d.b, race.Write, name)
 		db[i] = d.b
 	}
-	return engine.Wrap(inplace.ReduceStop(k.dt, o, db[:len(dsts)], sb[:len(srcs)], halt.Of(k.th)), name)
+	return engine.Wrap(inplace.ReduceStop(k.dt, o, db[:len(dsts)], sb[:len(srcs)], k.stop), name)
 }

@@ -10,6 +10,7 @@ import (
 	"simpler/engine"
 	"simpler/hal/comm"
 	"simpler/hal/dtype"
+	"simpler/internal/halt"
 	"simpler/internal/race"
 	"simpler/starlib/inplace"
 )
@@ -107,6 +108,7 @@ type winTask struct {
 	dt       dtype.DType
 	L, isz   int
 	n, r     int
+	stop     *halt.Signal // halt.Of(th): the task's, looked up once
 }
 
 // openWindow opens the domain at device_ctx as chip.comm does, false if it
@@ -151,7 +153,7 @@ func readPair(th *starlark.Thread, chip *Chip, args *engine.TaskArgs, ctx uint64
 	if !ok {
 		return nil, false
 	}
-	k := &winTask{th: th, c: c, dt: in.DType, L: L, isz: isz, n: c.v.Size(), r: c.v.Rank()}
+	k := &winTask{th: th, c: c, dt: in.DType, L: L, isz: isz, n: c.v.Size(), r: c.v.Rank(), stop: halt.Of(th)}
 	k.src = flatTensor(in, chip)
 	k.dst = flatTensor(out, chip)
 	return k, true
