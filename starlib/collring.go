@@ -147,7 +147,7 @@ func (k *winTask) ringStep(p *ringParams, R *ringDir, g, q int) error {
 		// produce item k into slot k % K (its data is stored below, with
 		// the consume it depends on, when q > 0)
 		if need := int64(item - p.K + 1); need > R.acked {
-			got, err := k.c.waitWord(k.th, R.ackAt, 8, need, ">=", kernelTimeout)
+			got, err := k.c.waitWord(k.th, R.ackAt, 8, need, ">=", kernelTimeout, k.stop)
 			if err != nil {
 				return err
 			}
@@ -175,7 +175,7 @@ func (k *winTask) ringStep(p *ringParams, R *ringDir, g, q int) error {
 // each destination written once) and acknowledges it.
 func (k *winTask) ringConsume(p *ringParams, R *ringDir, item, q, start, count int, slot *seg) error {
 	if int64(item) > R.seen {
-		got, err := k.c.waitWord(k.th, R.readyAt, 8, int64(item), ">=", kernelTimeout)
+		got, err := k.c.waitWord(k.th, R.readyAt, 8, int64(item), ">=", kernelTimeout, k.stop)
 		if err != nil {
 			return err
 		}

@@ -234,19 +234,20 @@ func (c *Comm) waitTensor(th *starlark.Thread, t *Tensor, value int64, cmp strin
 	if _, err := c.offset("comm.wait", t); err != nil {
 		return 0, err
 	}
-	return c.waitWord(th, t.t.Addr, width, value, cmp, timeout)
+	return c.waitWord(th, t.t.Addr, width, value, cmp, timeout, halt.Of(th))
 }
 
 // waitWord is waitTensor past its checks: addr is the word in this rank's
-// window, width its size (see notifyWord).
-func (c *Comm) waitWord(th *starlark.Thread, addr uint64, width int, value int64, cmp string, timeout time.Duration) (int64, error) {
+// window, width its size (see notifyWord), stop th's stop signal (a
+// native kernel looks it up once per task).
+func (c *Comm) waitWord(th *starlark.Thread, addr uint64, width int, value int64, cmp string, timeout time.Duration, stop *halt.Signal) (int64, error) {
 	done := c.raceWait(th, addr, width, value, cmp)
 	var got int64
 	var err error
 	if d := activeDet.Load(); d != nil {
 		got, err = c.detWait(d, th, addr, width, value, cmp, timeout)
 	} else {
-		got, err = c.v.WaitStop(addr, width, value, cmp, timeout, halt.Of(th))
+		got, err = c.v.WaitStop(addr, width, value, cmp, timeout, stop)
 	}
 	done(got, err)
 	return got, err
