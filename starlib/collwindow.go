@@ -30,7 +30,11 @@ import (
 //   - It makes the same views, in the same order, and moves bytes with
 //     the builtins' own cores (copyTensor, reduceTensors, notifyTensor,
 //     waitTensor, barrierWait): the same window layout, signals and waits,
-//     the same bytes written, the same reduction order.
+//     the same bytes written, the same reduction order. The ring, whose
+//     steps move segments of an element or a few, uses those cores past
+//     the checks it proved once per task (segCopy and segReduce in
+//     collseg.go, notifyWord, waitWord): the same touches, waits and
+//     notifies, without re-resolving each view.
 //   - Those cores are what the Starlark builtins run after parsing their
 //     arguments, so --race sees every window access and every notify,
 //     wait and barrier exactly as the Starlark body's, and --seed yields
