@@ -19,6 +19,9 @@ type ringParams struct {
 	dirs, E, K    int
 	segb, outBase int
 	items         int // Q of the Starlark body: items per segment
+	// in, out are the bytes of the flat input and output, resolved once
+	// when the task is accepted (see collseg.go)
+	in, out []byte
 }
 
 // ringDir is _ring_setup's dict: the state of one direction.
@@ -26,8 +29,15 @@ type ringDir struct {
 	base, length   int
 	v, left, right int
 	ready, ack     *Tensor
-	slot0          int
-	acked, seen    int64
+	// readyAt, ackAt are the own signal words' addresses; rightReady,
+	// leftAck the neighbours' words this rank notifies (checked once:
+	// see notifyWord)
+	readyAt, ackAt      uint64
+	rightReady, leftAck uint64
+	slot0               int
+	acked, seen         int64
+	// the views of one step, reused from step to step (collseg.go)
+	slot, theirs, mine, res seg
 }
 
 // readRing accepts a RING task the Starlark body would run to the end:
@@ -61,6 +71,13 @@ func readRing(th *starlark.Thread, chip *Chip, args *engine.TaskArgs) (*winTask,
 	if p.rsOnly {
 		p.items = k.n - 1
 	}
+	var err error
+	if p.in, err = k.src.bytes("copy_"); err != nil {
+		return nil, nil, false
+	}
+	if p.out, err = k.dst.bytes("copy_"); err != nil {
+		return nil, nil, false
+	}
 	return k, p, true
 }
 
@@ -74,7 +91,15 @@ func (k *winTask) ringSetup(d, base, length int, p *ringParams) *ringDir {
 	}
 	R.ready = k.window(k.r, 1, 16*d, dtype.Int64)
 	R.ack = k.window(k.r, 1, 16*d+8, dtype.Int64)
+	R.readyAt, R.ackAt = R.ready.t.Addr, R.ack.t.Addr
+	right, _ := k.c.v.Base(R.right)
+	left, _ := k.c.v.Base(R.left)
+	R.rightReady, R.leftAck = right+uint64(16*d), left+uint64(16*d+8)
 	R.slot0 = kernelLine + d*p.K*p.segb
+	k.winSeg(&R.slot, k.r)
+	k.winSeg(&R.theirs, R.left)
+	R.mine.init(k.src, p.in, k.isz)
+	R.res.init(k.dst, p.out, k.isz)
 	return R
 }
 
@@ -117,23 +142,21 @@ func (k *winTask) ringStep(p *ringParams, R *ringDir, g, q int) error {
 	off := g * p.E
 	count = max(0, min(p.E, count-off))
 	start += off
-	var slot *Tensor
+	var slot *seg
 	if q < p.items {
 		// produce item k into slot k % K (its data is stored below, with
 		// the consume it depends on, when q > 0)
 		if need := int64(item - p.K + 1); need > R.acked {
-			got, err := k.c.waitTensor(k.th, R.ack, need, ">=", kernelTimeout)
+			got, err := k.c.waitWord(k.th, R.ackAt, 8, need, ">=", kernelTimeout, k.stop)
 			if err != nil {
 				return err
 			}
 			R.acked = got
 		}
 		if count > 0 {
-			slot = k.window(k.r, count, R.slot0+(item%p.K)*p.segb, k.dt)
+			slot = R.slot.at(R.slot0+(item%p.K)*p.segb, count)
 			if q == 0 {
-				if err := k.copy(slot, k.part(k.src, start, count)); err != nil {
-					return err
-				}
+				k.segCopy(slot, R.mine.at(start*k.isz, count))
 			}
 		}
 	}
@@ -143,42 +166,52 @@ func (k *winTask) ringStep(p *ringParams, R *ringDir, g, q int) error {
 		}
 	}
 	if q < p.items {
-		return k.c.notifyTensor(k.th, R.right, R.ready, int64(item+1), "set")
+		return k.c.notifyWord(k.th, R.right, R.rightReady, 8, int64(item+1), "set")
 	}
 	return nil
 }
 
 // ringConsume consumes the left rank's item k-1 (each source read once,
 // each destination written once) and acknowledges it.
-func (k *winTask) ringConsume(p *ringParams, R *ringDir, item, q, start, count int, slot *Tensor) error {
+func (k *winTask) ringConsume(p *ringParams, R *ringDir, item, q, start, count int, slot *seg) error {
 	if int64(item) > R.seen {
-		got, err := k.c.waitTensor(k.th, R.ready, int64(item), ">=", kernelTimeout)
+		got, err := k.c.waitWord(k.th, R.readyAt, 8, int64(item), ">=", kernelTimeout, k.stop)
 		if err != nil {
 			return err
 		}
 		R.seen = got
 	}
 	if count > 0 {
-		theirs := k.window(R.left, count, R.slot0+((item-1)%p.K)*p.segb, k.dt)
-		mine := k.part(k.src, start, count)
-		var err error
-		switch {
-		case q < k.n-1:
-			err = k.reduce(p.op, []*Tensor{slot}, []*Tensor{mine, theirs})
-		case q == p.items && p.rsOnly:
-			err = k.reduce(p.op, []*Tensor{k.part(k.dst, start-p.outBase, count)}, []*Tensor{mine, theirs})
-		case q == p.items:
-			err = k.copy(k.part(k.dst, start-p.outBase, count), theirs)
-		case q == k.n-1:
-			err = k.reduce(p.op, []*Tensor{slot, k.part(k.dst, start-p.outBase, count)}, []*Tensor{mine, theirs})
-		default:
-			err = k.reduce(inplace.Sum, []*Tensor{slot, k.part(k.dst, start-p.outBase, count)}, []*Tensor{theirs})
-		}
-		if err != nil {
+		if err := k.ringMove(p, R, item, q, start, count, slot); err != nil {
 			return err
 		}
 	}
-	return k.c.notifyTensor(k.th, R.left, R.ack, int64(item), "set")
+	return k.c.notifyWord(k.th, R.left, R.leftAck, 8, int64(item), "set")
+}
+
+// ringMove is the data of a consume: the left rank's item k-1 (theirs),
+// with the own input's chunk (mine), into the slot and/or the output
+// (res), as the Starlark body's views: theirs and mine are made first,
+// res where it is used.
+func (k *winTask) ringMove(p *ringParams, R *ringDir, item, q, start, count int, slot *seg) error {
+	theirs := R.theirs.at(R.slot0+((item-1)%p.K)*p.segb, count)
+	mine := R.mine.at(start*k.isz, count)
+	res := &R.res
+	if q >= k.n-1 {
+		res.at((start-p.outBase)*k.isz, count)
+	}
+	switch {
+	case q < k.n-1:
+		return k.segReduce(p.op, []*seg{slot}, []*seg{mine, theirs})
+	case q == p.items && p.rsOnly:
+		return k.segReduce(p.op, []*seg{res}, []*seg{mine, theirs})
+	case q == p.items:
+		k.segCopy(res, theirs)
+		return nil
+	case q == k.n-1:
+		return k.segReduce(p.op, []*seg{slot, res}, []*seg{mine, theirs})
+	}
+	return k.segReduce(inplace.Sum, []*seg{slot, res}, []*seg{theirs})
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }

@@ -10,6 +10,7 @@ import (
 	"simpler/engine"
 	"simpler/hal/comm"
 	"simpler/hal/dtype"
+	"simpler/internal/halt"
 	"simpler/internal/race"
 	"simpler/starlib/inplace"
 )
@@ -29,7 +30,11 @@ import (
 //   - It makes the same views, in the same order, and moves bytes with
 //     the builtins' own cores (copyTensor, reduceTensors, notifyTensor,
 //     waitTensor, barrierWait): the same window layout, signals and waits,
-//     the same bytes written, the same reduction order.
+//     the same bytes written, the same reduction order. The ring, whose
+//     steps move segments of an element or a few, uses those cores past
+//     the checks it proved once per task (segCopy and segReduce in
+//     collseg.go, notifyWord, waitWord): the same touches, waits and
+//     notifies, without re-resolving each view.
 //   - Those cores are what the Starlark builtins run after parsing their
 //     arguments, so --race sees every window access and every notify,
 //     wait and barrier exactly as the Starlark body's, and --seed yields
@@ -107,6 +112,7 @@ type winTask struct {
 	dt       dtype.DType
 	L, isz   int
 	n, r     int
+	stop     *halt.Signal // halt.Of(th): the task's, looked up once
 }
 
 // openWindow opens the domain at device_ctx as chip.comm does, false if it
@@ -151,7 +157,7 @@ func readPair(th *starlark.Thread, chip *Chip, args *engine.TaskArgs, ctx uint64
 	if !ok {
 		return nil, false
 	}
-	k := &winTask{th: th, c: c, dt: in.DType, L: L, isz: isz, n: c.v.Size(), r: c.v.Rank()}
+	k := &winTask{th: th, c: c, dt: in.DType, L: L, isz: isz, n: c.v.Size(), r: c.v.Rank(), stop: halt.Of(th)}
 	k.src = flatTensor(in, chip)
 	k.dst = flatTensor(out, chip)
 	return k, true

@@ -178,11 +178,19 @@ func (c *Comm) notifyTensor(th *starlark.Thread, rank int, t *Tensor, value int6
 	if err != nil {
 		return err
 	}
+	return c.notifyWord(th, rank, base+off, width, value, op)
+}
+
+// notifyWord is notifyTensor past its checks: addr is the word in rank's
+// window, width its size. A native kernel whose signal words are fixed
+// for the task checks them once and calls this per notify (the same
+// scheduling point and race report as the builtin's).
+func (c *Comm) notifyWord(th *starlark.Thread, rank int, addr uint64, width int, value int64, op string) error {
 	detPoint("comm.notify")
 	if rc := raceOf(th); rc != nil {
-		return c.raceNotify(th, rc, rank, base+off, width, value, op)
+		return c.raceNotify(th, rc, rank, addr, width, value, op)
 	}
-	return c.v.Notify(rank, base+off, width, value, op)
+	return c.v.Notify(rank, addr, width, value, op)
 }
 
 func (c *Comm) wait(th *starlark.Thread, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
@@ -226,12 +234,20 @@ func (c *Comm) waitTensor(th *starlark.Thread, t *Tensor, value int64, cmp strin
 	if _, err := c.offset("comm.wait", t); err != nil {
 		return 0, err
 	}
-	done := c.raceWait(th, t.t.Addr, width, value, cmp)
+	return c.waitWord(th, t.t.Addr, width, value, cmp, timeout, halt.Of(th))
+}
+
+// waitWord is waitTensor past its checks: addr is the word in this rank's
+// window, width its size (see notifyWord), stop th's stop signal (a
+// native kernel looks it up once per task).
+func (c *Comm) waitWord(th *starlark.Thread, addr uint64, width int, value int64, cmp string, timeout time.Duration, stop *halt.Signal) (int64, error) {
+	done := c.raceWait(th, addr, width, value, cmp)
 	var got int64
+	var err error
 	if d := activeDet.Load(); d != nil {
-		got, err = c.detWait(d, th, t.t.Addr, width, value, cmp, timeout)
+		got, err = c.detWait(d, th, addr, width, value, cmp, timeout)
 	} else {
-		got, err = c.v.WaitStop(t.t.Addr, width, value, cmp, timeout, halt.Of(th))
+		got, err = c.v.WaitStop(addr, width, value, cmp, timeout, stop)
 	}
 	done(got, err)
 	return got, err

@@ -186,6 +186,11 @@ func (v *View) Base(rank int) (uint64, error) {
 	return v.bases[rank], nil
 }
 
+// Window returns rank's whole window as this chip mapped it when the view
+// was opened, rank in range: the bytes a kernel's views of that window
+// resolve to, looked up once per view instead of once per access.
+func (v *View) Window(rank int) []byte { return v.wins[rank] }
+
 // word validates a width-byte word at device address addr inside rank's
 // window and returns its host address.
 func (v *View) word(op string, rank int, addr uint64, width int) (unsafe.Pointer, error) {

@@ -110,6 +110,32 @@ func ReduceStop(dt dtype.DType, op Op, dsts, srcs [][]byte, stop *halt.Signal) e
 		return nil
 	}
 	srcs = detach(dsts, srcs)
+	if n <= smallBytes {
+		return reduceSmall(dt, op, dsts, srcs)
+	}
+	return reduceBlocks(dt, op, dsts, srcs, stop)
+}
+
+// smallBytes is the largest reduction reduceSmall takes: a ring over many
+// ranks moves segments of an element or a few.
+const smallBytes = 256
+
+// reduceSmall is one block of at most smallBytes. Its scratch is that
+// small because Go zeroes a scratch array on every call, and zeroing
+// blockBytes cost more than reducing a handful of elements.
+func reduceSmall(dt dtype.DType, op Op, dsts, srcs [][]byte) error {
+	var scratch [smallBytes / 8]uint64 // 8-byte aligned for every element type
+	n := len(srcs[0])
+	sb := unsafe.Slice((*byte)(unsafe.Pointer(&scratch[0])), n)
+	var sbuf, dbuf [16][]byte
+	reduceBlock(dt, op, window(dbuf[:0], dsts, 0, n), window(sbuf[:0], srcs, 0, n), sb)
+	return nil
+}
+
+// reduceBlocks reduces n bytes block by block, checking stop every
+// stopEvery blocks.
+func reduceBlocks(dt dtype.DType, op Op, dsts, srcs [][]byte, stop *halt.Signal) error {
+	n := len(srcs[0])
 	var scratch [blockBytes / 8]uint64 // 8-byte aligned for every element type
 	sb := unsafe.Slice((*byte)(unsafe.Pointer(&scratch[0])), blockBytes)
 	var sbuf, dbuf [16][]byte

@@ -125,8 +125,9 @@ func sameElems(dt dtype.DType, got, want []byte) error {
 }
 
 // TestReduceIsTheSequentialCopyingResult: every dtype, every op, one to
-// seventeen sources, odd element counts across the block size, one or
-// three destinations: the in-place result is the result of the copying
+// seventeen sources, odd element counts across the block size and either
+// side of the largest small reduction (reduceSmall), one or three
+// destinations: the in-place result is the result of the copying
 // operations step by step. The k sources of each case are the first k of
 // seventeen, so the reference of each k extends the one before it by a
 // few steps (the reference is what takes the time, under -race most).
@@ -134,7 +135,7 @@ func TestReduceIsTheSequentialCopyingResult(t *testing.T) {
 	rng := rand.New(rand.NewSource(1))
 	for _, dt := range dtype.All {
 		for _, op := range ops {
-			for _, count := range []int{1, 7, 33, blockBytes/dt.Size() + 3} {
+			for _, count := range []int{1, 7, 33, smallBytes / dt.Size(), smallBytes/dt.Size() + 1, blockBytes/dt.Size() + 3} {
 				srcs := make([][]byte, 17)
 				for i := range srcs {
 					srcs[i] = randomBytes(rng, dt, count)
