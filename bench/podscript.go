@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -89,15 +88,12 @@ func measurePodScript(nodes int) (podScript, error) {
 	cmd := exec.Command(exe, "run", "--no-tag-output", path, fmt.Sprint(nodes), fmt.Sprint(podScriptRuns))
 	cmd.Stdout, cmd.Stderr = &out, &out
 	start := time.Now()
-	err = cmd.Run()
+	p.peakRSS, err = RunPeakRSS(cmd)
 	p.wall = time.Since(start)
 	if err != nil {
 		return p, fmt.Errorf("pod script over %d nodes: %v\n%s", nodes, err, out.String())
 	}
 	p.cpu = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
-	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		p.peakRSS = ru.Maxrss << 10 // KiB on Linux
-	}
 	runs, err := parseRuns(out.String())
 	if err != nil {
 		return p, fmt.Errorf("pod script over %d nodes: %v", nodes, err)

@@ -6,9 +6,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"simpler/bench"
 	"slices"
 	"sort"
-	"syscall"
 	"time"
 )
 
@@ -17,7 +17,7 @@ import (
 // thread mode, with and without --race, raceRounds times each, the two
 // interleaved (the order alternating by round) so that load on a shared
 // machine falls on both alike. Per script: the median wall time and the
-// median peak RSS (the child's rusage maxrss; processes it starts, such
+// median peak RSS (the child's own high-water mark, bench.RunPeakRSS; processes it starts, such
 // as a script's daemons, are not counted) of each; then the median over
 // the scripts of the ratios, against the targets (at most 3x the
 // time, 2x the memory).
@@ -131,16 +131,12 @@ func runTimed(exe, path string, withRace bool) (raceSample, error) {
 	cmd := exec.Command(exe, append(args, filepath.Base(path))...)
 	cmd.Dir = filepath.Dir(path)
 	start := time.Now()
-	err := cmd.Run()
+	peak, err := bench.RunPeakRSS(cmd)
 	wall := time.Since(start)
 	if _, failed := err.(*exec.ExitError); err != nil && !failed {
 		return raceSample{}, fmt.Errorf("race: %s: %v", path, err)
 	}
-	ru, _ := cmd.ProcessState.SysUsage().(*syscall.Rusage)
-	if ru == nil {
-		return raceSample{}, fmt.Errorf("race: %s: no rusage", path)
-	}
-	return raceSample{wall, ru.Maxrss}, nil
+	return raceSample{wall, peak >> 10}, nil
 }
 
 // medianSample is the median wall time and the median peak RSS of ss.
