@@ -226,6 +226,16 @@ func readStage(th *starlark.Thread, chip *Chip, args *engine.TaskArgs) (*winTask
 	return k, inplace.Op(sc[1]), true
 }
 
+// stage is both stage kernels' first step: the input into the own
+// window, then a barrier, so every window holds its rank's input.
+func (k *winTask) stage(th *starlark.Thread) error {
+	k.start()
+	if err := k.copy(k.window(k.r, k.L, 0, k.dt), k.src); err != nil {
+		return err
+	}
+	return k.c.barrierWait(th, kernelTimeout)
+}
+
 // runOnephase is _k_onephase: stage, barrier, reduce every window in rank
 // order into the output.
 func runOnephase(th *starlark.Thread, chip *Chip, args *engine.TaskArgs) (bool, error) {
@@ -233,11 +243,7 @@ func runOnephase(th *starlark.Thread, chip *Chip, args *engine.TaskArgs) (bool, 
 	if !ok {
 		return false, nil
 	}
-	k.start()
-	if err := k.copy(k.window(k.r, k.L, 0, k.dt), k.src); err != nil {
-		return true, err
-	}
-	if err := k.c.barrierWait(th, kernelTimeout); err != nil {
+	if err := k.stage(th); err != nil {
 		return true, err
 	}
 	wins := make([]*Tensor, k.n)
@@ -254,11 +260,7 @@ func runTwophase(th *starlark.Thread, chip *Chip, args *engine.TaskArgs) (bool, 
 	if !ok {
 		return false, nil
 	}
-	k.start()
-	if err := k.copy(k.window(k.r, k.L, 0, k.dt), k.src); err != nil {
-		return true, err
-	}
-	if err := k.c.barrierWait(th, kernelTimeout); err != nil {
+	if err := k.stage(th); err != nil {
 		return true, err
 	}
 	if start, count := chunk(0, k.L, k.n, k.r); count > 0 {

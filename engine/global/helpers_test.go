@@ -3,10 +3,10 @@ package global
 import (
 	"strings"
 	"testing"
-	"time"
 
 	"simpler/engine"
 	"simpler/hal"
+	"simpler/internal/enginetest"
 	"simpler/internal/leakcheck"
 )
 
@@ -18,7 +18,7 @@ func TestMain(m *testing.M) { leakcheck.Main(m) }
 
 // deadline bounds every wait in these tests; nothing sleeps for a fixed
 // time.
-const deadline = 10 * time.Second
+const deadline = enginetest.Deadline
 
 func sim(t testing.TB) hal.Platform {
 	t.Helper()
@@ -52,31 +52,14 @@ func newNode(t *testing.T, cfg engine.Config) *engine.Worker {
 	return w
 }
 
-// submitRun submits build and waits for the run with a deadline.
-func submitRun(t *testing.T, w *engine.Worker, build func(o *engine.Orchestrator) error) error {
-	t.Helper()
-	r, err := w.Submit(asBuild(build))
-	if err != nil {
-		return err
-	}
-	err = r.Wait(deadline)
-	if engine.KindOf(err) == engine.TimeoutError {
-		t.Fatalf("run hung: %v", err)
-	}
-	return err
-}
-
-// asBuild adapts a test build to Worker.Submit's signature.
-func asBuild(b func(o *engine.Orchestrator) error) func(o *engine.Orchestrator) (any, error) {
-	return func(o *engine.Orchestrator) (any, error) { return nil, b(o) }
-}
-
-func mustRun(t *testing.T, w *engine.Worker, build func(o *engine.Orchestrator) error) {
-	t.Helper()
-	if err := submitRun(t, w, build); err != nil {
-		t.Fatalf("run: %v", err)
-	}
-}
+// The helpers shared with engine/proc's and engine/remote's tests
+// (internal/enginetest).
+var (
+	submitRun = enginetest.SubmitRun
+	asBuild   = enginetest.AsBuild
+	mustRun   = enginetest.MustRun
+	buildErr  = enginetest.BuildErr
+)
 
 // must is for calls inside an orchestration function: the first error
 // ends the build.
@@ -85,23 +68,6 @@ func must[T any](v T, err error) T {
 		panic(err)
 	}
 	return v
-}
-
-// buildErr runs build, turning a must() panic into the build's error.
-func buildErr(build func(o *engine.Orchestrator)) func(o *engine.Orchestrator) error {
-	return func(o *engine.Orchestrator) (err error) {
-		defer func() {
-			if p := recover(); p != nil {
-				e, ok := p.(error)
-				if !ok {
-					panic(p)
-				}
-				err = e
-			}
-		}()
-		build(o)
-		return nil
-	}
 }
 
 func wantErrText(t *testing.T, what string, err error, text string) {
