@@ -39,9 +39,10 @@ type node struct {
 	id      int
 	spec    engine.RemoteSpec
 	conn    net.Conn
-	in      io.Reader    // conn, read spinning briefly before blocking
-	heard   *heardReader // in, noting when bytes last arrived (the health watch)
-	probing atomic.Bool  // a HEALTH is being written
+	in      io.Reader       // conn, read spinning briefly before blocking
+	spin    *netspin.Reader // in's spinning, while a reply is due
+	heard   *heardReader    // in, noting when bytes last arrived (the health watch)
+	probing atomic.Bool     // a HEALTH is being written
 	session uint64
 	timeout time.Duration
 	host    hostid.ID // where the node runs, from its HELLO_REPLY
@@ -115,7 +116,9 @@ func attach(conn net.Conn, req engine.DialRequest, joinNonce *[32]byte, who stri
 		conn.Close()
 		return nil, engine.Wrap(err, where)
 	}
-	n.heard = newHeardReader(netspin.NewReader(conn, netspin.DefaultSpin))
+	n.spin = netspin.NewReader(conn, netspin.DefaultSpin)
+	n.spin.SpinWhileDue(n.replyDue)
+	n.heard = newHeardReader(n.spin)
 	n.in = n.heard
 	n.reader.Add(2)
 	go n.read()
@@ -206,8 +209,20 @@ func (n *node) sendBulk(t wire.Type, seq uint64, m wire.Message, bulk []byte) er
 	lockorder.IO("a frame to a remote node")
 	h := wire.Header{Version: wire.ProtocolVersion, Type: t, Session: n.session, Worker: uint32(n.id), Seq: seq}
 	n.wmu.Lock()
-	defer n.wmu.Unlock()
-	return wire.WriteMessage(n.conn, h, m, bulk)
+	err := wire.WriteMessage(n.conn, h, m, bulk)
+	n.wmu.Unlock()
+	if n.spin != nil {
+		n.spin.Due() // a request's reply, or a task's completion, may be due now
+	}
+	return err
+}
+
+// replyDue reports whether a reply or a task's completion is awaited: the
+// reader spins only then.
+func (n *node) replyDue() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.wait)+len(n.tasks) > 0
 }
 
 // read routes replies to their waiters and completions to their tasks

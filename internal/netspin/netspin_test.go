@@ -123,8 +123,8 @@ func TestSpinAdapts(t *testing.T) {
 	client, server := pair(t)
 	r := steady(NewReader(server, 8*time.Millisecond))
 	got := make([]byte, 1)
-	// Quiet: each spin times out and the next is half as long, down to a
-	// sixteenth.
+	// Quiet: each answer takes longer than the longest spin, so the next
+	// spin is half as long, down to a sixteenth.
 	ms := time.Millisecond
 	for i, want := range []time.Duration{4 * ms, 2 * ms, ms, ms / 2, ms / 2} {
 		go func() { time.Sleep(100 * time.Millisecond); client.Write([]byte("q")) }()
@@ -135,16 +135,23 @@ func TestSpinAdapts(t *testing.T) {
 			t.Fatalf("after quiet read %d: spin %v, want %v", i, r.pol.spin, want)
 		}
 	}
-	// Busy: data that is there at once doubles it again, up to the maximum.
-	for _, want := range []time.Duration{ms, 2 * ms, 4 * ms, 8 * ms, 8 * ms} {
-		client.Write([]byte("b"))
-		time.Sleep(20 * time.Millisecond) // it has arrived
-		if _, err := r.Read(got); err != nil {
-			t.Fatal(err)
-		}
-		if r.pol.spin != want {
-			t.Fatalf("after a busy read: spin %v, want %v", r.pol.spin, want)
-		}
+	// Late, but within reach: an answer that took 1 ms or more makes the
+	// next spin four times that, up to the maximum.
+	go func() { time.Sleep(ms); client.Write([]byte("l")) }()
+	if _, err := r.Read(got); err != nil {
+		t.Fatal(err)
+	}
+	if r.pol.spin < 4*ms || r.pol.spin > 8*ms {
+		t.Fatalf("after an answer 1 ms late: spin %v, want 4-8ms", r.pol.spin)
+	}
+	// Busy: data that is there at once makes the next spin short again.
+	client.Write([]byte("b"))
+	time.Sleep(20 * time.Millisecond) // it has arrived
+	if _, err := r.Read(got); err != nil {
+		t.Fatal(err)
+	}
+	if r.pol.spin >= 4*ms {
+		t.Fatalf("after an answer that was there at once: spin %v, want it short", r.pol.spin)
 	}
 }
 
@@ -204,19 +211,21 @@ func TestBlockedReaderGivesItsPlaceUp(t *testing.T) {
 	}
 }
 
-// TestPolicySteps drives the policy by outcomes: data doubles the spin,
-// a timeout halves it, and a preempted spin halves it and holds every
-// spin off for the hold, which doubles while preemption repeats (up to
-// holdMax) and comes back to holdMin once a spin sees data.
+// TestPolicySteps drives the policy by outcomes: an answer within the
+// maximum sets the next spin to four times its wait (between a sixteenth
+// of the maximum and the maximum), a longer one halves it, and a
+// preempted spin halves it and holds every spin off for the hold, which
+// doubles while preemption repeats (up to holdMax) and comes back to
+// holdMin once a spin sees data.
 func TestPolicySteps(t *testing.T) {
-	ms := time.Millisecond
+	ms, us := time.Millisecond, time.Microsecond
 	p := newPolicy(8 * ms)
 	now := time.Unix(1000, 0)
-	step := func(o outcome, wantSpin, wantBudget time.Duration) {
+	step := func(o outcome, waited, wantSpin, wantBudget time.Duration) {
 		t.Helper()
-		p.ended(o, now)
+		p.ended(o, waited, now)
 		if p.spin != wantSpin {
-			t.Fatalf("after outcome %d: spin %v, want %v", o, p.spin, wantSpin)
+			t.Fatalf("after outcome %d waiting %v: spin %v, want %v", o, waited, p.spin, wantSpin)
 		}
 		if got := p.budget(now); got != wantBudget {
 			t.Fatalf("after outcome %d: budget %v, want %v", o, got, wantBudget)
@@ -225,9 +234,11 @@ func TestPolicySteps(t *testing.T) {
 	if got := p.budget(now); got != 8*ms {
 		t.Fatalf("a fresh policy spins %v, want 8ms", got)
 	}
-	step(timedOut, 4*ms, 4*ms)
-	step(gotData, 8*ms, 8*ms)
-	step(preempted, 4*ms, 0) // held off: 1 ms
+	step(timedOut, 100*ms, 4*ms, 4*ms) // quiet: half
+	step(gotData, ms, 4*ms, 4*ms)      // four times the wait
+	step(gotData, 10*us, ms/2, ms/2)   // at least a sixteenth
+	step(timedOut, 3*ms, 8*ms, 8*ms)   // late but within reach: at most the maximum
+	step(preempted, 0, 4*ms, 0)        // held off: 1 ms
 	now = now.Add(ms - 1)
 	if got := p.budget(now); got != 0 {
 		t.Fatalf("within the hold: budget %v, want 0", got)
@@ -239,17 +250,73 @@ func TestPolicySteps(t *testing.T) {
 	// Preempted again and again: each hold twice the last, up to holdMax.
 	want := 2 * ms
 	for i := 0; i < 12; i++ {
-		step(preempted, max(p.spin/2, ms/2), 0)
+		step(preempted, 0, max(p.spin/2, ms/2), 0)
 		if p.quietUntil.Sub(now) != want {
 			t.Fatalf("preemption %d: held %v, want %v", i+2, p.quietUntil.Sub(now), want)
 		}
 		want = min(2*want, holdMax)
 		now = p.quietUntil
 	}
-	step(gotData, ms, ms)
+	step(gotData, ms/2, 2*ms, 2*ms)
 	if p.hold != holdMin {
 		t.Fatalf("after data the next hold is %v, want %v", p.hold, holdMin)
 	}
+}
+
+// TestSpinsOnlyWhileAnAnswerIsDue: a reader told what is due blocks at
+// once while nothing is (taking no spinner's place) and still reads what
+// comes unasked; Due ends that block, so the reader spins for the answer;
+// and a Due that lands after the read it meant has ended costs the next
+// read nothing.
+func TestSpinsOnlyWhileAnAnswerIsDue(t *testing.T) {
+	spinOne(t)
+	client, server := pair(t)
+	r := steady(NewReader(server, time.Hour))
+	var due atomic.Bool
+	r.SpinWhileDue(due.Load)
+	read := func() chan string {
+		got := make(chan string, 1)
+		go func() {
+			b := make([]byte, 1)
+			if _, err := r.Read(b); err != nil {
+				got <- err.Error()
+				return
+			}
+			got <- string(b)
+		}()
+		return got
+	}
+	expect := func(got chan string, want string) {
+		t.Helper()
+		if s := <-got; s != want {
+			t.Fatalf("read %q, want %q", s, want)
+		}
+	}
+	got := read()
+	eventually(t, "the reader to block with nothing due", r.parked.Load)
+	if n := spinning.Load(); n != 0 {
+		t.Fatalf("%d spinners with nothing due", n)
+	}
+	client.Write([]byte("a"))
+	expect(got, "a")
+
+	got = read()
+	eventually(t, "the reader to block with nothing due", r.parked.Load)
+	due.Store(true)
+	r.Due()
+	eventually(t, "the reader to spin for what is due", func() bool { return spinning.Load() == 1 })
+	client.Write([]byte("b"))
+	expect(got, "b")
+
+	server.SetReadDeadline(aLongTimeAgo) // a late Due's
+	got = read()
+	client.Write([]byte("c"))
+	expect(got, "c")
+	due.Store(false)
+	got = read()
+	eventually(t, "the reader to block with nothing due", r.parked.Load)
+	client.Write([]byte("d"))
+	expect(got, "d")
 }
 
 // TestSharedCoreEndsTheSpin: a reader that sees the process switched out
