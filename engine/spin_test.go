@@ -9,7 +9,8 @@ import (
 
 // TestSpinWaits: a polled receive gets a value sent while it polls and
 // after it blocked, and sees a close; a polled done gives up after
-// spinFor; and no more than spinCap waits poll at once.
+// spinFor; and endpoint waits and run waits poll within bounds of their
+// own.
 func TestSpinWaits(t *testing.T) {
 	ch := make(chan int, 1)
 	go func() { ch <- 1 }()
@@ -40,33 +41,53 @@ func TestSpinWaits(t *testing.T) {
 		t.Fatal("a closed channel not reported done")
 	}
 
-	// Hold every polling slot: a further wait does not poll.
-	n := int(spinCap())
-	if want := max(1, runtime.GOMAXPROCS(0)-1); n != want {
-		t.Fatalf("spinCap %d, want %d", n, want)
+	// Every place taken: a further wait of that kind does not poll, while
+	// the other kind still may; and the places all come back.
+	n := int(endpointPollers.max)
+	if want := max(1, runtime.GOMAXPROCS(0)-1); n != want || runPollers.max != 1 {
+		t.Fatalf("places: %d for endpoints, %d for runs; want %d and 1", n, runPollers.max, want)
 	}
 	for i := 0; i < n; i++ {
-		if !spinSlot() {
-			t.Fatalf("slot %d of %d refused", i, n)
+		if !endpointPollers.take() {
+			t.Fatalf("place %d of %d refused", i, n)
 		}
 	}
-	if spinSlot() {
-		t.Fatal("a slot past spinCap was given")
+	if endpointPollers.take() {
+		t.Fatal("an endpoint place past the bound was given")
 	}
-	if spinDone(make(chan struct{})) {
-		t.Fatal("an open channel reported done")
+	if !runPollers.take() {
+		t.Fatal("the run wait's place was taken by the endpoints")
 	}
-	spinners.Add(int32(-n))
+	start = time.Now()
+	if spinDone(make(chan struct{})) || time.Since(start) >= spinFor {
+		t.Fatal("a run wait polled with the run place taken")
+	}
+	runPollers.give()
+	start = time.Now()
+	if spinDone(make(chan struct{})) || time.Since(start) < spinFor {
+		t.Fatal("a run wait did not poll with the endpoints' places taken")
+	}
+	for i := 0; i < n; i++ {
+		endpointPollers.give()
+	}
 	var wg sync.WaitGroup
+	runDone, member := make(chan struct{}), make(chan int)
 	for i := 0; i < 4*n; i++ {
-		wg.Add(1)
+		wg.Add(2)
 		go func() {
 			defer wg.Done()
-			spinDone(done)
+			spinDone(runDone)
+		}()
+		go func() {
+			defer wg.Done()
+			spinRecv(member)
 		}()
 	}
+	time.Sleep(spinFor / 2)
+	close(runDone)
+	close(member)
 	wg.Wait()
-	if got := spinners.Load(); got != 0 {
-		t.Fatalf("%d slots still taken", got)
+	if a, b := endpointPollers.n.Load(), runPollers.n.Load(); a != 0 || b != 0 {
+		t.Fatalf("places still taken: %d endpoint, %d run", a, b)
 	}
 }
