@@ -150,6 +150,7 @@ func trickle(c net.Conn, b []byte, interval time.Duration, stop chan struct{}) {
 // with no process started for either, while a legitimate parent is
 // served meanwhile.
 func TestHandshakeHasOneDeadline(t *testing.T) {
+	t.Parallel() // waits out the real deadline, beside the other test that does
 	if HelloTimeout != 10*time.Second {
 		t.Errorf("HelloTimeout is %v; docs/security.md says 10 seconds", HelloTimeout)
 	}
@@ -325,6 +326,7 @@ func TestPeerSocketAnswersOnlyItsOwnUser(t *testing.T) {
 // HelloTimeout for the JOIN; the rank started after joins and the group
 // runs.
 func TestGroupListenerBeforeTheProof(t *testing.T) {
+	t.Parallel() // waits out the real deadline, beside the other test that does
 	gt := newGroupTest(t, engine.GroupSpec{Ranks: 1, Launcher: engine.LauncherNone}, engine.Config{StartupTimeout: 40 * time.Second})
 	gt.start = func(addr, tokenFile string) {
 		go func() { // the listener accepts once OnListen has returned
