@@ -72,6 +72,11 @@ type Config struct {
 	// the tasks this Worker submits; a child Worker has its own (a node
 	// process gets it in its NodeConfig; a remote node keeps upstream's).
 	OrderHazards bool
+	// Served: this Worker serves a parent in another process (a remote
+	// session's, a node process's). Its runs may wait on peers elsewhere
+	// (a global domain's), so its run waits poll in the endpoints' places,
+	// not in one of their own (spin.go).
+	Served bool
 	// Race is the data-race and deadlock detector (--race) the Worker
 	// reports to (race.go); nil: off, at the cost of a nil check per hook.
 	Race *race.Detector

@@ -173,7 +173,7 @@ func (r *Run) Wait(timeout time.Duration) error {
 	// A short run is done soon: poll first (spin.go), in thread mode only,
 	// where the run's kernels are this process's goroutines.
 	spin := (timeout < 0 || timeout > spinFor) && r.w.tree.spin
-	if r.Done() || spin && spinDone(r.done) || timeout < 0 {
+	if r.Done() || spin && spinDone(r.done, r.w.tree.waitPlaces()) || timeout < 0 {
 		<-r.done
 		return r.waitErr
 	}

@@ -29,7 +29,12 @@ import (
 // call, about 3 µs of the submitter's time here, then the wake-up): a
 // 4 KiB allreduce over windows took 26 µs at 2 ranks and 48 µs at 4, and
 // 21 and 37 µs with the run wait's place apart (medians of 6 runs of
-// 10,000 calls each).
+// 10,000 calls each). Only the Worker a script drives, with every member
+// in this process, has that place (tree.waitPlaces). One with remote
+// nodes, a child, and a Worker serving a parent in another process keep
+// the run wait in the endpoints' places: their runs may wait on other
+// processes, which need the cores (with a place of its own everywhere, a
+// global domain's allocate and release took three times as long).
 
 // spinFor bounds the polling of one wait.
 const spinFor = 100 * time.Microsecond
@@ -89,17 +94,17 @@ func spinRecv[T any](ch <-chan T) (T, bool) {
 }
 
 // spinDone reports whether done (a run's) is closed within spinFor,
-// polling it.
-func spinDone(done <-chan struct{}) bool {
+// polling it in one of places's places.
+func spinDone(done <-chan struct{}, places *pollers) bool {
 	select { // often closed already: no slot, no clock
 	case <-done:
 		return true
 	default:
 	}
-	if !runPollers.take() {
+	if !places.take() {
 		return false
 	}
-	defer runPollers.give()
+	defer places.give()
 	deadline := time.Now().Add(spinFor)
 	for {
 		select {

@@ -30,14 +30,14 @@ func TestSpinWaits(t *testing.T) {
 	}
 	done := make(chan struct{})
 	start := time.Now()
-	if spinDone(done) {
+	if spinDone(done, &runPollers) {
 		t.Fatal("an open channel reported done")
 	}
 	if d := time.Since(start); d < spinFor {
 		t.Fatalf("gave up after %v, before spinFor", d)
 	}
 	close(done)
-	if !spinDone(done) {
+	if !spinDone(done, &runPollers) {
 		t.Fatal("a closed channel not reported done")
 	}
 
@@ -59,12 +59,12 @@ func TestSpinWaits(t *testing.T) {
 		t.Fatal("the run wait's place was taken by the endpoints")
 	}
 	start = time.Now()
-	if spinDone(make(chan struct{})) || time.Since(start) >= spinFor {
+	if spinDone(make(chan struct{}), &runPollers) || time.Since(start) >= spinFor {
 		t.Fatal("a run wait polled with the run place taken")
 	}
 	runPollers.give()
 	start = time.Now()
-	if spinDone(make(chan struct{})) || time.Since(start) < spinFor {
+	if spinDone(make(chan struct{}), &runPollers) || time.Since(start) < spinFor {
 		t.Fatal("a run wait did not poll with the endpoints' places taken")
 	}
 	for i := 0; i < n; i++ {
@@ -76,7 +76,7 @@ func TestSpinWaits(t *testing.T) {
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
-			spinDone(runDone)
+			spinDone(runDone, &runPollers)
 		}()
 		go func() {
 			defer wg.Done()
@@ -89,5 +89,28 @@ func TestSpinWaits(t *testing.T) {
 	wg.Wait()
 	if a, b := endpointPollers.n.Load(), runPollers.n.Load(); a != 0 || b != 0 {
 		t.Fatalf("places still taken: %d endpoint, %d run", a, b)
+	}
+}
+
+// TestRunWaitPlaces: a run wait polls in a place of its own only for the
+// Worker a script drives with every member in this process; one with
+// remote nodes, a child, and a Worker serving a parent poll in the
+// endpoints' places.
+func TestRunWaitPlaces(t *testing.T) {
+	for _, c := range []struct {
+		name                     string
+		remote, attached, served bool
+		want                     *pollers
+	}{
+		{"a script's worker", false, false, false, &runPollers},
+		{"with remote nodes", true, false, false, &endpointPollers},
+		{"a child", false, true, false, &endpointPollers},
+		{"serving a parent", false, false, true, &endpointPollers},
+	} {
+		w := &Worker{attached: c.attached, cfg: Config{Served: c.served}}
+		w.tree = tree{w: w, remoteNodes: c.remote}
+		if got := w.tree.waitPlaces(); got != c.want {
+			t.Errorf("%s: the run wait polls in the wrong places", c.name)
+		}
 	}
 }

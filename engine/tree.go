@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 
 	"simpler/hal"
@@ -37,8 +38,9 @@ type tree struct {
 	// chipsHere: the chips are in this process, and so are their domains'
 	// ranks. spin: endpoints and waiters poll before they block (spin.go):
 	// this process runs the members, and wants its cores for them only
-	// when they are not in processes of their own.
-	chipsHere, spin bool
+	// when they are not in processes of their own. remoteNodes: some
+	// NEXT_LEVEL slots are remote (a daemon's session, a group's rank).
+	chipsHere, spin, remoteNodes bool
 
 	// remoteFailed counts goroutines completing remote tasks that could
 	// not be sent (see remoteEndpoint.Start).
@@ -51,6 +53,17 @@ type tree struct {
 	epMu          lockorder.RWMutex
 	epStopped     bool
 	epWG          *sync.WaitGroup
+}
+
+// waitPlaces is where a run wait polls (spin.go): in a place of its own
+// for the Worker a script drives when every member runs in this process;
+// in the endpoints' places when remote nodes run some, or for a child or
+// a Worker that serves a parent, whose runs may meet peers elsewhere.
+func (t *tree) waitPlaces() *pollers {
+	if t.remoteNodes || t.w.attached || t.w.cfg.Served {
+		return &endpointPollers
+	}
+	return &runPollers
 }
 
 // next is NEXT_LEVEL slot id.
@@ -71,6 +84,7 @@ func (t *tree) open() error {
 		return err
 	}
 	t.spin = w.cfg.Mode == "thread"
+	t.remoteNodes = slices.ContainsFunc(t.specs, func(s *RemoteSpec) bool { return s != nil })
 	switch {
 	case w.cfg.Mode == "process" && w.cfg.Level <= 3:
 		return t.startProcs()

@@ -220,5 +220,5 @@ func configOf(n wire.NodeConfig) (engine.Config, error) {
 		Mode: n.Mode, EnableSDMA: n.EnableSDMA, HeapRingSize: n.HeapRingSize, TaskWindow: n.TaskWindow,
 		StartupTimeout: n.StartupTimeout, CommProfile: n.CommProfile, GlobalDeviceRanks: n.GlobalDeviceRanks,
 		ControlTimeout: n.ControlTimeout, TaskTimeout: n.TaskTimeout, HealthTimeout: n.HealthTimeout, CloseTimeout: n.CloseTimeout,
-		OrderHazards: n.OrderHazards, Race: raceDetector(n)}, nil
+		OrderHazards: n.OrderHazards, Race: raceDetector(n), Served: true}, nil
 }

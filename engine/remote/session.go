@@ -216,7 +216,7 @@ func (s *session) accept(hello wire.Hello) error {
 		return engine.Wrap(err, "HELLO")
 	}
 	s.inner, err = engine.NewWorker(engine.Config{Level: 3, Platform: p, DeviceIDs: hello.DeviceIDs, NumSubWorkers: hello.NumSubWorkers,
-		CommProfile: hello.CommProfile, GlobalDeviceRanks: hello.GlobalDeviceRanks, Race: s.race})
+		CommProfile: hello.CommProfile, GlobalDeviceRanks: hello.GlobalDeviceRanks, Race: s.race, Served: true})
 	if err != nil {
 		return err
 	}

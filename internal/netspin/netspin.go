@@ -52,10 +52,12 @@ import (
 
 // DefaultSpin is the longest a Read polls before it blocks: longer than
 // the gap between two requests of a busy parent (its own work between
-// them), short enough that a spin whose answer is late (its producer
-// waiting for a processor) costs a fraction of a scheduler slice. Half a
-// millisecond gave the remote no-op a lower p50 and p99 than a whole one.
-const DefaultSpin = 500 * time.Microsecond
+// them, a global domain's commands say), short enough that it is small
+// against anything a human waits on. (Half a millisecond gave the remote
+// no-op a slightly lower p99, but a global domain's allocate and release
+// took three times as long: the session's spin for the parent's next
+// command ran out.)
+const DefaultSpin = time.Millisecond
 
 // spinning counts the readers spinning now; maxSpinners bounds it.
 var (
