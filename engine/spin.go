@@ -32,9 +32,9 @@ import (
 // 10,000 calls each). Only the Worker a script drives, with every member
 // in this process, has that place (tree.waitPlaces). One with remote
 // nodes, a child, and a Worker serving a parent in another process keep
-// the run wait in the endpoints' places: their runs may wait on other
-// processes, which need the cores (with a place of its own everywhere, a
-// global domain's allocate and release took three times as long).
+// the run wait in the endpoints' places, as before: their runs may wait
+// on other processes, which need the cores, and nothing measured there
+// asked for more polling.
 
 // spinFor bounds the polling of one wait.
 const spinFor = 100 * time.Microsecond
