@@ -9,7 +9,7 @@
 // spin on their futex before they sleep.
 //
 // The spin adapts: the next spin lasts four times as long as the last
-// answer took (between a sixteenth of the maximum and the maximum), and
+// answer took (between a quarter of the maximum and the maximum), and
 // an answer that took longer than the maximum halves it, so a busy
 // connection keeps polling, a quiet one soon costs next to nothing, and a
 // spin whose answer is late gives the processor up soon after. And
@@ -95,7 +95,10 @@ type policy struct {
 }
 
 func newPolicy(max time.Duration) policy {
-	return policy{max: max, min: max / 16, spin: max, hold: holdMin}
+	// A quarter of the maximum at least: with a sixteenth, a dialled-in
+	// rank's no-op took 84 µs at the median against 44 (6 interleaved
+	// runs each), while the remote p99 held in 5 of 6 runs either way.
+	return policy{max: max, min: max / 4, spin: max, hold: holdMin}
 }
 
 // budget is how long a read at now may spin; 0: block at once.

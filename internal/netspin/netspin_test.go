@@ -124,9 +124,9 @@ func TestSpinAdapts(t *testing.T) {
 	r := steady(NewReader(server, 8*time.Millisecond))
 	got := make([]byte, 1)
 	// Quiet: each answer takes longer than the longest spin, so the next
-	// spin is half as long, down to a sixteenth.
+	// spin is half as long, down to a quarter.
 	ms := time.Millisecond
-	for i, want := range []time.Duration{4 * ms, 2 * ms, ms, ms / 2, ms / 2} {
+	for i, want := range []time.Duration{4 * ms, 2 * ms, 2 * ms, 2 * ms} {
 		go func() { time.Sleep(100 * time.Millisecond); client.Write([]byte("q")) }()
 		if _, err := r.Read(got); err != nil {
 			t.Fatal(err)
@@ -212,7 +212,7 @@ func TestBlockedReaderGivesItsPlaceUp(t *testing.T) {
 }
 
 // TestPolicySteps drives the policy by outcomes: an answer within the
-// maximum sets the next spin to four times its wait (between a sixteenth
+// maximum sets the next spin to four times its wait (between a quarter
 // of the maximum and the maximum), a longer one halves it, and a
 // preempted spin halves it and holds every spin off for the hold, which
 // doubles while preemption repeats (up to holdMax) and comes back to
@@ -236,7 +236,7 @@ func TestPolicySteps(t *testing.T) {
 	}
 	step(timedOut, 100*ms, 4*ms, 4*ms) // quiet: half
 	step(gotData, ms, 4*ms, 4*ms)      // four times the wait
-	step(gotData, 10*us, ms/2, ms/2)   // at least a sixteenth
+	step(gotData, 10*us, 2*ms, 2*ms)   // at least a quarter
 	step(timedOut, 3*ms, 8*ms, 8*ms)   // late but within reach: at most the maximum
 	step(preempted, 0, 4*ms, 0)        // held off: 1 ms
 	now = now.Add(ms - 1)
@@ -250,14 +250,14 @@ func TestPolicySteps(t *testing.T) {
 	// Preempted again and again: each hold twice the last, up to holdMax.
 	want := 2 * ms
 	for i := 0; i < 12; i++ {
-		step(preempted, 0, max(p.spin/2, ms/2), 0)
+		step(preempted, 0, max(p.spin/2, 2*ms), 0)
 		if p.quietUntil.Sub(now) != want {
 			t.Fatalf("preemption %d: held %v, want %v", i+2, p.quietUntil.Sub(now), want)
 		}
 		want = min(2*want, holdMax)
 		now = p.quietUntil
 	}
-	step(gotData, ms/2, 2*ms, 2*ms)
+	step(gotData, 3*ms/4, 3*ms, 3*ms)
 	if p.hold != holdMin {
 		t.Fatalf("after data the next hold is %v, want %v", p.hold, holdMin)
 	}
