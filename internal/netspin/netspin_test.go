@@ -214,8 +214,8 @@ func TestBlockedReaderGivesItsPlaceUp(t *testing.T) {
 // TestPolicySteps drives the policy by outcomes: an answer within the
 // maximum sets the next spin to four times its wait (between a quarter
 // of the maximum and the maximum), a longer one halves it, and a
-// preempted spin halves it and holds every spin off for the hold, which
-// doubles while preemption repeats (up to holdMax) and comes back to
+// preempted spin halves it and cuts every spin to holdSpin for the hold,
+// which doubles while preemption repeats (up to holdMax) and comes back to
 // holdMin once a spin sees data.
 func TestPolicySteps(t *testing.T) {
 	ms, us := time.Millisecond, time.Microsecond
@@ -238,10 +238,10 @@ func TestPolicySteps(t *testing.T) {
 	step(gotData, ms, 4*ms, 4*ms)      // four times the wait
 	step(gotData, 10*us, 2*ms, 2*ms)   // at least a quarter
 	step(timedOut, 3*ms, 8*ms, 8*ms)   // late but within reach: at most the maximum
-	step(preempted, 0, 4*ms, 0)        // held off: 1 ms
+	step(preempted, 0, 4*ms, holdSpin) // held off for 1 ms: short spins only
 	now = now.Add(ms - 1)
-	if got := p.budget(now); got != 0 {
-		t.Fatalf("within the hold: budget %v, want 0", got)
+	if got := p.budget(now); got != holdSpin {
+		t.Fatalf("within the hold: budget %v, want %v", got, holdSpin)
 	}
 	now = now.Add(1)
 	if got := p.budget(now); got != 4*ms {
@@ -250,7 +250,7 @@ func TestPolicySteps(t *testing.T) {
 	// Preempted again and again: each hold twice the last, up to holdMax.
 	want := 2 * ms
 	for i := 0; i < 12; i++ {
-		step(preempted, 0, max(p.spin/2, 2*ms), 0)
+		step(preempted, 0, max(p.spin/2, 2*ms), holdSpin)
 		if p.quietUntil.Sub(now) != want {
 			t.Fatalf("preemption %d: held %v, want %v", i+2, p.quietUntil.Sub(now), want)
 		}
@@ -322,7 +322,7 @@ func TestSpinsOnlyWhileAnAnswerIsDue(t *testing.T) {
 // TestSharedCoreEndsTheSpin: a reader that sees the process switched out
 // while it spins stops spinning and blocks (giving its spinner's place
 // up), though its spin would last an hour; what arrives later is read by
-// the blocking read, and the policy holds spins off.
+// the blocking read, and the policy holds long spins off.
 func TestSharedCoreEndsTheSpin(t *testing.T) {
 	spinOne(t)
 	client, server := pair(t)
