@@ -11,8 +11,9 @@
 // The spin adapts: the next spin lasts four times as long as the last
 // answer took (between a quarter of the maximum and the maximum), and
 // an answer that took longer than the maximum halves it, so a busy
-// connection keeps polling, a quiet one soon costs next to nothing, and a
-// spin whose answer is late gives the processor up soon after. And
+// connection keeps polling, a quiet one soon spins only a quarter of the
+// maximum per read, and a spin whose answer is late gives the processor
+// up soon after. And
 // at most half the machine's processors spin at once: a process with many
 // connections, a parent of many remote nodes say, keeps the rest for its
 // work, and a reader that finds the spinners busy blocks at once. A
@@ -29,10 +30,10 @@
 // spins (the process's involuntary context switches, getrusage), a core
 // is shared, and the spin ends at once; for a while after (the hold: 1
 // ms, doubling while it keeps happening, up to 100 ms) each read spins at
-// most 50 µs before it blocks. And the client's end of a
-// session need not spin while nothing it asked for is due (SpinWhileDue):
-// then the processor is left to the work that makes the next request and
-// to the server's end, which spins for that request. The decisions are the
+// most 50 µs before it blocks. And the client's end of a session need not
+// spin while nothing it asked for is due (SpinWhileDue): then the
+// processor is left to the work that makes the next request and to the
+// server's end, which spins for that request. The decisions are the
 // policy type's, a state machine stepped by outcomes, which the tests
 // drive directly.
 package netspin
