@@ -113,20 +113,34 @@ func (o *Orchestrator) checkSub(op string, h *Handle, n int) error {
 
 // checkTensors validates every tensor of one member before anything is
 // allocated: host tensors must be in shared memory; device tensors must
-// lie in a live region of the chip the member runs on. It also says
-// whether the member has a host OUTPUT with no address yet, which takes a
-// block of the run heap: one walk of the tensors answers both.
+// lie in a live region of the chip the member runs on; a member bound for
+// a remote node, or a tensor that names remote data, is checked as only
+// a remote node takes it (checkRemoteTensor), in order, so the first bad
+// tensor is the one refused. It also says whether the member has a host
+// OUTPUT with no address yet, which takes a block of the run heap: one
+// walk of the tensors answers both.
 func (o *Orchestrator) checkTensors(op string, job core.Job, m int, a *TaskArgs) (heap bool, err error) {
 	worker := job.Worker
 	if job.Group != nil {
 		worker = job.Group[m]
 	}
-	if a.Remote != nil || job.Pool == NextLevel && o.w.tree.isRemote(worker) {
-		return o.checkRemoteArgs(op, job, worker, a)
+	remote := job.Pool == NextLevel && o.w.tree.isRemote(worker)
+	if remote {
+		if err := o.w.tree.nodes[worker].remote().Lost(); err != nil {
+			return false, &Error{Kind: RuntimeError, Msg: fmt.Sprintf("%s: remote_worker %d can take no more work: %v", op, worker, err), Cause: err}
+		}
 	}
 	for i, t := range a.Tensors {
-		if err := checkStrided(op, i, t, a.Tags[i], false); err != nil {
+		ref := a.ref(i) // none for a local task
+		away := remote || !ref.here()
+		if err := checkStrided(op, i, t, a.Tags[i], away); err != nil {
 			return false, err
+		}
+		if away {
+			if err := checkRemoteTensor(op, i, t, ref, a.Tags[i], worker, remote); err != nil {
+				return false, err
+			}
+			continue
 		}
 		needs, err := o.checkLocalTensor(op, job, worker, i, t, a.Tags[i])
 		if err != nil {
@@ -172,42 +186,6 @@ func (o *Orchestrator) checkLocalTensor(op string, job core.Job, worker, i int, 
 		return false, Wrap(err, fmt.Sprintf("%s: tensor %d (child_memory on worker %d)", op, i, worker))
 	}
 	return false, nil
-}
-
-// checkRemoteArgs checks the arguments of a member bound for a remote
-// node, or that name remote data, which only a remote node takes: the
-// node must still take work, and each tensor must be remote data usable
-// there (checkRemoteTensor). Host and device tensors bound for a local
-// worker are checked as checkTensors checks them, in order, so the first
-// bad tensor is the one refused.
-func (o *Orchestrator) checkRemoteArgs(op string, job core.Job, worker int, a *TaskArgs) (heap bool, err error) {
-	remote := job.Pool == NextLevel && o.w.tree.isRemote(worker)
-	if remote {
-		if err := o.w.tree.nodes[worker].remote().Lost(); err != nil {
-			return false, &Error{Kind: RuntimeError, Msg: fmt.Sprintf("%s: remote_worker %d can take no more work: %v", op, worker, err), Cause: err}
-		}
-	}
-	for i, t := range a.Tensors {
-		ref := a.ref(i)
-		if err := checkStrided(op, i, t, a.Tags[i], remote || !ref.here()); err != nil {
-			return false, err
-		}
-		if remote || !ref.here() {
-			if err := checkRemoteTensor(op, i, t, ref, a.Tags[i], worker, remote); err != nil {
-				return false, err
-			}
-			continue
-		}
-		needs, err := o.checkLocalTensor(op, job, worker, i, t, a.Tags[i])
-		if err != nil {
-			return false, err
-		}
-		heap = heap || needs
-	}
-	if err := checkWriteOverlap(op, a); err != nil {
-		return false, err
-	}
-	return heap, nil
 }
 
 // checkStrided refuses a strided view that cannot be laid out
