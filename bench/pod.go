@@ -1,10 +1,8 @@
 package bench
 
 import (
-	"encoding/binary"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -91,7 +89,7 @@ func measurePod(nodes, chips int) (pt podTimes, err error) {
 		}
 	}()
 	n := nodes * chips
-	spec := global.Spec{Name: "pod", WindowSize: podWindow(n, 1024/n)}
+	spec := global.Spec{Name: "pod", WindowSize: comm.RingWindow(n, 1024/n)}
 	for r := 0; r < n; r++ {
 		spec.Members = append(spec.Members, [2]int{r / chips, r % chips})
 	}
@@ -151,11 +149,6 @@ func podWorker(nodes, chips int) (*engine.Worker, error) {
 	return top, top.Init()
 }
 
-// podWindow lays out a rank's window: an 8-byte arrival counter, then one
-// slot of chunk floats per step, so a sender never overwrites what its
-// receiver has not read yet.
-func podWindow(n, chunk int) int { return 8 + 2*(n-1)*4*max(chunk, 1) }
-
 // podRing runs the ring allreduce of 1024 float32 per rank over domain d
 // and checks every rank's sum.
 func podRing(top *engine.Worker, d *global.Domain, n int) error {
@@ -192,7 +185,7 @@ func podRing(top *engine.Worker, d *global.Domain, n int) error {
 			for i := range acc {
 				acc[i] = float32(r + i)
 			}
-			errs[r] = ringSteps(ranks[r].chip, ranks[r].view, r, n, count/n, acc)
+			errs[r] = comm.RingSum(ranks[r].chip, ranks[r].view, r, n, count/n, acc, 60*time.Second)
 			for i, v := range acc {
 				if want := float32(n*(n-1)/2 + n*i); v != want && errs[r] == nil {
 					errs[r] = fmt.Errorf("pod: rank %d element %d is %v, want %v", r, i, v, want)
@@ -204,48 +197,6 @@ func podRing(top *engine.Worker, d *global.Domain, n int) error {
 	for _, err := range errs {
 		if err != nil {
 			return err
-		}
-	}
-	return nil
-}
-
-// ringSteps is one rank's part: n-1 reduce-scatter steps, then n-1
-// allgather steps, over chunks of chunk floats.
-func ringSteps(chip hal.Chip, v *comm.View, r, n, chunk int, acc []float32) error {
-	next := (r + 1) % n
-	own, _ := v.Base(r)
-	peer, _ := v.Base(next)
-	mod := func(i int) int { return ((i % n) + n) % n }
-	for s := 0; s < 2*(n-1); s++ {
-		send, recv := mod(r-s), mod(r-s-1)
-		if s >= n-1 {
-			send, recv = mod(r+1-(s-n+1)), mod(r-(s-n+1))
-		}
-		slot := uint64(8 + s*4*chunk)
-		out, err := chip.Bytes(peer+slot, 4*chunk)
-		if err != nil {
-			return err
-		}
-		for i := 0; i < chunk; i++ {
-			binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(acc[send*chunk+i]))
-		}
-		if err := v.Notify(next, peer, 8, 1, "add"); err != nil {
-			return err
-		}
-		if _, err := v.Wait(own, 8, int64(s+1), ">=", 60*time.Second); err != nil {
-			return err
-		}
-		in, err := chip.Bytes(own+slot, 4*chunk)
-		if err != nil {
-			return err
-		}
-		for i := 0; i < chunk; i++ {
-			x := math.Float32frombits(binary.LittleEndian.Uint32(in[4*i:]))
-			if s < n-1 {
-				acc[recv*chunk+i] += x
-			} else {
-				acc[recv*chunk+i] = x
-			}
 		}
 	}
 	return nil

@@ -2,7 +2,6 @@ package global
 
 import (
 	"encoding/binary"
-	"math"
 	"sync"
 	"testing"
 	"time"
@@ -52,11 +51,6 @@ type ringRank struct {
 	view *comm.View
 }
 
-// ringWindow lays out a rank's window for ringAllreduce: an 8-byte
-// arrival counter, then one slot per step of chunk floats, so a sender
-// never overwrites what its receiver has not read.
-func ringWindow(n, chunk int) int { return 8 + 2*(n-1)*4*chunk }
-
 // ringAllreduce sums each rank's vals over the domain with the ring
 // algorithm (n-1 reduce-scatter steps, then n-1 allgather steps), every
 // rank on its own goroutine, each step a store into the next rank's
@@ -70,53 +64,13 @@ func ringAllreduce(ranks []ringRank, vals [][]float32) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[r] = ringSteps(ranks[r], r, n, chunk, vals[r])
+			errs[r] = comm.RingSum(ranks[r].chip, ranks[r].view, r, n, chunk, vals[r], 20*time.Second)
 		}()
 	}
 	wg.Wait()
 	for _, err := range errs {
 		if err != nil {
 			return err
-		}
-	}
-	return nil
-}
-
-func ringSteps(rk ringRank, r, n, chunk int, acc []float32) error {
-	next := (r + 1) % n
-	own, _ := rk.view.Base(r)
-	peer, _ := rk.view.Base(next)
-	mod := func(i int) int { return ((i % n) + n) % n }
-	for s := 0; s < 2*(n-1); s++ {
-		send, recv := mod(r-s), mod(r-s-1) // reduce-scatter
-		if s >= n-1 {
-			send, recv = mod(r+1-(s-n+1)), mod(r-(s-n+1)) // allgather
-		}
-		slot := uint64(8 + s*4*chunk)
-		out, err := rk.chip.Bytes(peer+slot, 4*chunk)
-		if err != nil {
-			return err
-		}
-		for i := 0; i < chunk; i++ {
-			binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(acc[send*chunk+i]))
-		}
-		if err := rk.view.Notify(next, peer, 8, 1, "add"); err != nil {
-			return err
-		}
-		if _, err := rk.view.Wait(own, 8, int64(s+1), ">=", 20*time.Second); err != nil {
-			return err
-		}
-		in, err := rk.chip.Bytes(own+slot, 4*chunk)
-		if err != nil {
-			return err
-		}
-		for i := 0; i < chunk; i++ {
-			v := math.Float32frombits(binary.LittleEndian.Uint32(in[4*i:]))
-			if s < n-1 {
-				acc[recv*chunk+i] += v
-			} else {
-				acc[recv*chunk+i] = v
-			}
 		}
 	}
 	return nil
@@ -130,7 +84,7 @@ func TestGlobalDomain256Ranks(t *testing.T) {
 	const nodes, chips, count = 16, 16, 1024
 	n := nodes * chips
 	w := podNodes(t, nodes, chips)
-	spec := Spec{Name: "pod", WindowSize: ringWindow(n, count/n)}
+	spec := Spec{Name: "pod", WindowSize: comm.RingWindow(n, count/n)}
 	for r := 0; r < n; r++ {
 		spec.Members = append(spec.Members, [2]int{r / chips, r % chips})
 	}
