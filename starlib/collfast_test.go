@@ -238,27 +238,7 @@ func BenchmarkSmallAllreduce(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/%d", path, n), func(b *testing.B) {
 				defer nativeOn.Store(true)
 				nativeOn.Store(path == "go")
-				var out bytes.Buffer
-				s := NewSession("a2a3sim", []int{0, 1, 2, 3}, "thread", []string{fmt.Sprint(b.N), fmt.Sprint(n)}, &out, &out)
-				dir := b.TempDir()
-				if err := os.WriteFile(filepath.Join(dir, "main.star"), []byte(smallCallScript), 0o644); err != nil {
-					b.Fatal(err)
-				}
-				b.ResetTimer()
-				err := s.RunFile(filepath.Join(dir, "main.star"))
-				b.StopTimer()
-				if cerr := s.Close(); cerr != nil || err != nil {
-					b.Fatalf("%v %v\n%s", err, cerr, out.String())
-				}
-				var med float64
-				i := strings.Index(out.String(), "median_ns")
-				if i < 0 {
-					b.Fatalf("no median in the output:\n%s", out.String())
-				}
-				if _, err := fmt.Sscanf(out.String()[i:], "median_ns %g", &med); err != nil {
-					b.Fatal(err, out.String())
-				}
-				b.ReportMetric(med/1e3, "median-µs/call")
+				benchScriptMedian(b, smallCallScript, fmt.Sprint(b.N), fmt.Sprint(n))
 			})
 		}
 	}

@@ -383,10 +383,16 @@ func sizeLabel(size int) string {
 // benchWindowCall runs windowCallScript for b.N calls and reports their
 // median.
 func benchWindowCall(b *testing.B, algo string, n, elems int) {
+	benchScriptMedian(b, windowCallScript, fmt.Sprint(b.N), fmt.Sprint(n), algo, fmt.Sprint(elems))
+}
+
+// benchScriptMedian runs script on four chips with argv and reports the
+// median it prints ("median_ns N") in microseconds per call.
+func benchScriptMedian(b *testing.B, script string, argv ...string) {
 	var out bytes.Buffer
-	s := NewSession("a2a3sim", []int{0, 1, 2, 3}, "thread", []string{fmt.Sprint(b.N), fmt.Sprint(n), algo, fmt.Sprint(elems)}, &out, &out)
+	s := NewSession("a2a3sim", []int{0, 1, 2, 3}, "thread", argv, &out, &out)
 	dir := b.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "main.star"), []byte(windowCallScript), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "main.star"), []byte(script), 0o644); err != nil {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
