@@ -7,6 +7,7 @@ import (
 
 	"simpler/engine"
 	"simpler/hal/comm"
+	"simpler/internal/enginetest"
 	"simpler/internal/hostid"
 	"simpler/wire"
 )
@@ -77,14 +78,14 @@ func (n *fakeNode) Close()                         {}
 func TestSimGlobalDomainOnTwoHostsRefused(t *testing.T) {
 	other := hostid.ID{Name: "node-b", Key: [32]byte{1}}
 	hosts := map[int]hostid.ID{1: hostid.Local(), 2: other, 3: other}
-	w := must(engine.NewWorker(engine.Config{Level: 4, Platform: sim(t), Dial: func(req engine.DialRequest) (engine.RemoteNode, error) {
+	w := enginetest.Must(engine.NewWorker(engine.Config{Level: 4, Platform: sim(t), Dial: func(req engine.DialRequest) (engine.RemoteNode, error) {
 		return &fakeNode{host: hosts[req.ID]}, nil
 	}}))
 	defer w.Close()
-	local := must(engine.NewWorker(engine.Config{Level: 3, Platform: sim(t), DeviceIDs: []int{0}}))
-	must(w.AddWorker(local))
+	local := enginetest.Must(engine.NewWorker(engine.Config{Level: 3, Platform: sim(t), DeviceIDs: []int{0}}))
+	enginetest.Must(w.AddWorker(local))
 	for range 3 {
-		must(w.AddRemoteWorker(engine.RemoteSpec{Endpoint: "127.0.0.1:7700", Platform: "a2a3sim", DeviceIDs: []int{0}, Token: []byte("0123456789abcdef")}))
+		enginetest.Must(w.AddRemoteWorker(engine.RemoteSpec{Endpoint: "127.0.0.1:7700", Platform: "a2a3sim", DeviceIDs: []int{0}, Token: []byte("0123456789abcdef")}))
 	}
 	if err := w.Init(); err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"simpler/engine"
+	"simpler/internal/enginetest"
 	"simpler/internal/fault"
 	"simpler/wire"
 )
@@ -19,32 +20,12 @@ func l4Nodes(t *testing.T, nodes ...engine.Config) *engine.Worker {
 	if len(nodes) == 0 {
 		nodes = make([]engine.Config, 2)
 	}
-	w, err := engine.NewWorker(engine.Config{Level: 4, Platform: sim(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for n, cfg := range nodes {
-		cfg.Level, cfg.Platform = 3, sim(t)
-		if cfg.DeviceIDs == nil {
-			cfg.DeviceIDs = []int{2 * n, 2*n + 1}
-		}
-		c, err := engine.NewWorker(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := w.AddWorker(c); err != nil {
-			t.Fatal(err)
+	for n := range nodes {
+		if nodes[n].DeviceIDs == nil {
+			nodes[n].DeviceIDs = []int{2 * n, 2*n + 1}
 		}
 	}
-	if err := w.Init(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := w.Close(); err != nil && !strings.Contains(err.Error(), "unusable") {
-			t.Errorf("close: %v", err)
-		}
-	})
-	return w
+	return enginetest.Up(t, l4Tree(t, nodes), "unusable")
 }
 
 func fourRanks(retain bool) Spec {
@@ -66,15 +47,15 @@ func TestGlobalDomainCommitsStagesAndFrees(t *testing.T) {
 	w := l4Nodes(t)
 	var d *Domain
 	mustRun(t, w, buildErr(func(o *engine.Orchestrator) {
-		d = must(Allocate(o, fourRanks(false)))
+		d = enginetest.Must(Allocate(o, fourRanks(false)))
 		for n := 0; n < 2; n++ {
-			view := must(View(w.Children()[n], d.ID()))
+			view := enginetest.Must(View(w.Children()[n], d.ID()))
 			if len(view) != 2 || view[1].Rank != 2*n+1 || view[1].Size != 4 || view[1].BufferPtrs["out"] != view[1].WindowBase+1024 {
 				t.Errorf("node %d view %+v", n, view[1])
 			}
 		}
-		must(0, d.CopyToGlobal(3, []byte("hello"), "out", 10))
-		if got := must(d.CopyFromGlobal(3, 5, "out", 10)); string(got) != "hello" {
+		enginetest.Must(0, d.CopyToGlobal(3, []byte("hello"), "out", 10))
+		if got := enginetest.Must(d.CopyFromGlobal(3, 5, "out", 10)); string(got) != "hello" {
 			t.Errorf("staged back %q", got)
 		}
 		if _, err := d.CopyFromGlobal(3, 20, "out", 1010); err == nil || !strings.Contains(err.Error(), "overrun the 1024-byte buffer out") {
@@ -156,13 +137,13 @@ func TestGlobalDomainRetainedAndReleaseRetry(t *testing.T) {
 	t.Cleanup(func() { fault.Load("") })
 	var d *Domain
 	mustRun(t, w, buildErr(func(o *engine.Orchestrator) {
-		d = must(Allocate(o, fourRanks(true)))
-		must(0, d.CopyToGlobal(0, []byte{42}, "in", 0))
+		d = enginetest.Must(Allocate(o, fourRanks(true)))
+		enginetest.Must(0, d.CopyToGlobal(0, []byte{42}, "in", 0))
 	}))
 	if d.Freed() || d.Released() {
 		t.Fatal("a retained domain was released at its fence")
 	}
-	if got := must(d.CopyFromGlobal(0, 1, "in", 0)); got[0] != 42 {
+	if got := enginetest.Must(d.CopyFromGlobal(0, 1, "in", 0)); got[0] != 42 {
 		t.Fatalf("after the run: %v", got)
 	}
 	fault.Load("global.release@0")
@@ -188,7 +169,7 @@ func TestGlobalDomainFailedFenceFreeRetriedAtClose(t *testing.T) {
 	t.Cleanup(func() { fault.Load("") })
 	fault.Load("global.release@1")
 	var d *Domain
-	err := submitRun(t, w, buildErr(func(o *engine.Orchestrator) { d = must(Allocate(o, fourRanks(false))) }))
+	err := submitRun(t, w, buildErr(func(o *engine.Orchestrator) { d = enginetest.Must(Allocate(o, fourRanks(false))) }))
 	if err == nil || !strings.Contains(err.Error(), `releasing global domain "g" on node 1`) || !strings.Contains(err.Error(), "global.release@1") {
 		t.Fatalf("run error: %v", err)
 	}
@@ -208,7 +189,7 @@ func TestGlobalDomainFailedFreeAtClosePoisons(t *testing.T) {
 	w := l4Nodes(t)
 	t.Cleanup(func() { fault.Load("") })
 	var d *Domain
-	mustRun(t, w, buildErr(func(o *engine.Orchestrator) { d = must(Allocate(o, fourRanks(true))) }))
+	mustRun(t, w, buildErr(func(o *engine.Orchestrator) { d = enginetest.Must(Allocate(o, fourRanks(true))) }))
 	fault.Load("global.release@0")
 	err := w.Close()
 	if err == nil || !strings.Contains(err.Error(), "global.release@0") {
@@ -295,7 +276,7 @@ func TestGlobalDomainTopology(t *testing.T) {
 	var hashes []string
 	for _, members := range [][][2]int{{{0, 0}, {0, 1}, {1, 0}, {1, 1}}, {{1, 1}, {1, 0}, {0, 1}, {0, 0}}, {{0, 0}, {0, 1}, {1, 0}, {1, 1}}} {
 		mustRun(t, w, buildErr(func(o *engine.Orchestrator) {
-			d := must(Allocate(o, Spec{Name: "t", Members: members, WindowSize: 64}))
+			d := enginetest.Must(Allocate(o, Spec{Name: "t", Members: members, WindowSize: 64}))
 			want := []int{}
 			for _, m := range members {
 				want = append(want, 2*m[0]+m[1])
@@ -315,20 +296,20 @@ func TestGlobalDomainTopology(t *testing.T) {
 		return l4Nodes(t, engine.Config{GlobalDeviceRanks: node0}, engine.Config{GlobalDeviceRanks: node1})
 	}
 	mustRun(t, explicit(nil, []int{10, 11}), buildErr(func(o *engine.Orchestrator) {
-		d := must(Allocate(o, fourRanks(false)))
+		d := enginetest.Must(Allocate(o, fourRanks(false)))
 		if !slices.Equal(d.DeviceRanks(), []int{0, 1, 10, 11}) {
 			t.Errorf("explicit ranks: %v", d.DeviceRanks())
 		}
 	}))
 	// The implicit ones skip every explicit rank, in node order.
 	mustRun(t, explicit(nil, []int{1, 5}), buildErr(func(o *engine.Orchestrator) {
-		d := must(Allocate(o, fourRanks(false)))
+		d := enginetest.Must(Allocate(o, fourRanks(false)))
 		if !slices.Equal(d.DeviceRanks(), []int{0, 2, 1, 5}) {
 			t.Errorf("implicit node 0 beside explicit [1, 5]: %v, want [0 2 1 5]", d.DeviceRanks())
 		}
 	}))
 	mustRun(t, explicit([]int{5, 1}, nil), buildErr(func(o *engine.Orchestrator) {
-		d := must(Allocate(o, fourRanks(false)))
+		d := enginetest.Must(Allocate(o, fourRanks(false)))
 		if !slices.Equal(d.DeviceRanks(), []int{5, 1, 0, 2}) {
 			t.Errorf("implicit node 1 after explicit [5, 1]: %v, want [5 1 0 2]", d.DeviceRanks())
 		}

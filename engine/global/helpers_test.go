@@ -1,7 +1,6 @@
 package global
 
 import (
-	"strings"
 	"testing"
 
 	"simpler/engine"
@@ -29,6 +28,27 @@ func sim(t testing.TB) hal.Platform {
 	return p
 }
 
+// l4Tree is a level-4 worker over level-3 sim nodes in this process, as
+// nodes configure them (level and platform set here), not yet initialised.
+func l4Tree(t *testing.T, nodes []engine.Config) *engine.Worker {
+	t.Helper()
+	w, err := engine.NewWorker(engine.Config{Level: 4, Platform: sim(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cfg := range nodes {
+		cfg.Level, cfg.Platform = 3, sim(t)
+		c, err := engine.NewWorker(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.AddWorker(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return w
+}
+
 // newNode makes and initialises a level-3 worker (on devices 0 and 1
 // unless cfg says otherwise) that is closed when the test ends.
 func newNode(t *testing.T, cfg engine.Config) *engine.Worker {
@@ -41,38 +61,15 @@ func newNode(t *testing.T, cfg engine.Config) *engine.Worker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Init(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := w.Close(); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
-	return w
+	return enginetest.Up(t, w)
 }
 
 // The helpers shared with engine/proc's and engine/remote's tests
 // (internal/enginetest).
 var (
-	submitRun = enginetest.SubmitRun
-	asBuild   = enginetest.AsBuild
-	mustRun   = enginetest.MustRun
-	buildErr  = enginetest.BuildErr
+	submitRun   = enginetest.SubmitRun
+	asBuild     = enginetest.AsBuild
+	mustRun     = enginetest.MustRun
+	buildErr    = enginetest.BuildErr
+	wantErrText = enginetest.WantErrText
 )
-
-// must is for calls inside an orchestration function: the first error
-// ends the build.
-func must[T any](v T, err error) T {
-	if err != nil {
-		panic(err)
-	}
-	return v
-}
-
-func wantErrText(t *testing.T, what string, err error, text string) {
-	t.Helper()
-	if err == nil || !strings.Contains(err.Error(), text) {
-		t.Errorf("%s: error %v, want one saying %q", what, err, text)
-	}
-}

@@ -8,6 +8,7 @@ import (
 
 	"simpler/engine"
 	"simpler/hal/comm"
+	"simpler/internal/enginetest"
 	"simpler/internal/fault"
 	"simpler/wire"
 )
@@ -65,7 +66,7 @@ func allocIDs(t *testing.T, w *engine.Worker, id uint64) []uint64 {
 	for _, c := range w.Children() {
 		g := nodeOf(c).lookup(id)
 		for i, p := range g.req.Places {
-			v := must(comm.Open(must(c.Devices().Chip(p.Local)), g.ranks[i].DeviceCtx()))
+			v := enginetest.Must(comm.Open(enginetest.Must(c.Devices().Chip(p.Local)), g.ranks[i].DeviceCtx()))
 			ids = append(ids, v.AllocationID())
 		}
 	}
@@ -83,9 +84,9 @@ func TestGlobalDomainWarmReattach(t *testing.T) {
 	var first []string
 	var d1 *Domain
 	mustRun(t, w, buildErr(func(o *engine.Orchestrator) {
-		d1 = must(Allocate(o, fourRanks(false)))
+		d1 = enginetest.Must(Allocate(o, fourRanks(false)))
 		first = handles(t, w, d1.ID())
-		must(0, d1.CopyToGlobal(3, []byte("dirty"), "out", 0))
+		enginetest.Must(0, d1.CopyToGlobal(3, []byte("dirty"), "out", 0))
 	}))
 	cold := log.take()
 	if len(cold) != 10 || !slices.Contains(cold, "PREPARE") {
@@ -93,7 +94,7 @@ func TestGlobalDomainWarmReattach(t *testing.T) {
 	}
 	var d2 *Domain
 	mustRun(t, w, buildErr(func(o *engine.Orchestrator) {
-		d2 = must(Allocate(o, fourRanks(false)))
+		d2 = enginetest.Must(Allocate(o, fourRanks(false)))
 		if got := log.take(); !slices.Equal(got, []string{"REATTACH", "REATTACH"}) {
 			t.Errorf("the warm domain sent %v, want REATTACH to each node", got)
 		}
@@ -105,11 +106,11 @@ func TestGlobalDomainWarmReattach(t *testing.T) {
 				t.Errorf("rank %d's CommContext has allocation id %d, want the fresh %d", r, id, d2.ID())
 			}
 		}
-		if got := must(d2.CopyFromGlobal(3, 5, "out", 0)); string(got) != "\x00\x00\x00\x00\x00" {
+		if got := enginetest.Must(d2.CopyFromGlobal(3, 5, "out", 0)); string(got) != "\x00\x00\x00\x00\x00" {
 			t.Errorf("the reused window reads %q, want zeroes", got)
 		}
 		// The same members while d2 lives: its windows are not idle.
-		d3 := must(Allocate(o, Spec{Name: "g3", Members: fourRanks(false).Members, WindowSize: 4096}))
+		d3 := enginetest.Must(Allocate(o, Spec{Name: "g3", Members: fourRanks(false).Members, WindowSize: 4096}))
 		if hs := handles(t, w, d3.ID()); slices.ContainsFunc(hs, func(h string) bool { return slices.Contains(first, h) }) {
 			t.Errorf("a second live domain shares windows with the first: %v and %v", hs, first)
 		}
@@ -143,23 +144,23 @@ func TestGlobalDomainWarmFallback(t *testing.T) {
 		})
 		return d, err
 	}
-	must(alloc())
+	enginetest.Must(alloc())
 	log.take()
 	if err := comm.DrainPool(); err != nil {
 		t.Fatal(err)
 	}
-	d := must(alloc())
+	d := enginetest.Must(alloc())
 	got := log.take()
 	if d.Generation() != 2 || countOf(got, "REATTACH") != 2 || countOf(got, "ABORT") != 2 || countOf(got, "PREPARE") != 2 {
 		t.Errorf("after draining the pools: generation %d, commands %v", d.Generation(), got)
 	}
 	t.Cleanup(func() { fault.Load("") })
 	fault.Load("global.reattach@1")
-	d = must(alloc())
+	d = enginetest.Must(alloc())
 	if got := log.take(); d.Generation() != 2 || countOf(got, "ABORT") != 2 || nodeGlobals(w) != 0 {
 		t.Errorf("a failed REATTACH: generation %d, commands %v, %d node domains left", d.Generation(), got, nodeGlobals(w))
 	}
-	must(alloc()) // warm again: the fallback's windows are remembered
+	enginetest.Must(alloc()) // warm again: the fallback's windows are remembered
 	if got := log.take(); countOf(got, "REATTACH") != 2 || countOf(got, "PREPARE") != 0 {
 		t.Errorf("after a fallback: %v, want a warm domain", got)
 	}

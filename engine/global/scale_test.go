@@ -8,38 +8,22 @@ import (
 
 	"simpler/engine"
 	"simpler/hal/comm"
+	"simpler/internal/enginetest"
 )
 
 // podNodes is a level-4 worker over nodes local level-3 nodes of chips
 // chips each, in thread mode.
 func podNodes(t *testing.T, nodes, chips int) *engine.Worker {
 	t.Helper()
-	w, err := engine.NewWorker(engine.Config{Level: 4, Platform: sim(t)})
-	if err != nil {
-		t.Fatal(err)
+	ids := make([]int, chips)
+	for i := range ids {
+		ids[i] = i
 	}
-	for n := 0; n < nodes; n++ {
-		ids := make([]int, chips)
-		for i := range ids {
-			ids[i] = i
-		}
-		c, err := engine.NewWorker(engine.Config{Level: 3, Platform: sim(t), DeviceIDs: ids})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := w.AddWorker(c); err != nil {
-			t.Fatal(err)
-		}
+	cfgs := make([]engine.Config, nodes)
+	for n := range cfgs {
+		cfgs[n].DeviceIDs = ids
 	}
-	if err := w.Init(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := w.Close(); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
-	return w
+	return enginetest.Up(t, l4Tree(t, cfgs))
 }
 
 // ringRank is one rank of a global domain as a kernel sees it: its chip

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"simpler/engine"
+	"simpler/internal/enginetest"
 )
 
 // l4Counted is l4Nodes with a count of the global-domain commands the
@@ -39,7 +40,7 @@ func TestGlobalDeviceRanksSkipExplicit(t *testing.T) {
 	}
 	defer w.Close()
 	mustRun(t, w, buildErr(func(o *engine.Orchestrator) {
-		d := must(Allocate(o, Spec{Name: "g", Members: [][2]int{{1, 1}, {0, 0}, {1, 0}}, WindowSize: 64}))
+		d := enginetest.Must(Allocate(o, Spec{Name: "g", Members: [][2]int{{1, 1}, {0, 0}, {1, 0}}, WindowSize: 64}))
 		if !slices.Equal(d.DeviceRanks(), []int{2, 1, 0}) {
 			t.Errorf("device ranks %v, want [2 1 0] (node 1 gets [0, 2] beside node 0's explicit [1])", d.DeviceRanks())
 		}
@@ -66,7 +67,7 @@ func TestGlobalDeviceRanksExplicitDuplicate(t *testing.T) {
 		t.Errorf("%d node commands sent for a refused placement", steps.Load())
 	}
 	mustRun(t, w, buildErr(func(o *engine.Orchestrator) {
-		d := must(Allocate(o, Spec{Name: "one", Members: [][2]int{{0, 0}, {1, 0}}, WindowSize: 64}))
+		d := enginetest.Must(Allocate(o, Spec{Name: "one", Members: [][2]int{{0, 0}, {1, 0}}, WindowSize: 64}))
 		if !slices.Equal(d.DeviceRanks(), []int{3, 9}) {
 			t.Errorf("device ranks %v", d.DeviceRanks())
 		}
@@ -80,7 +81,7 @@ func TestGlobalReleasedHandleRefuses(t *testing.T) {
 	w, _ := l4Counted(t)
 	var d *Domain
 	mustRun(t, w, buildErr(func(o *engine.Orchestrator) {
-		d = must(Allocate(o, fourRanks(false)))
+		d = enginetest.Must(Allocate(o, fourRanks(false)))
 		if m, err := d.Member(2); err != nil || m != [2]int{1, 0} {
 			t.Errorf("member(2) while live: %v %v", m, err)
 		}
@@ -90,8 +91,8 @@ func TestGlobalReleasedHandleRefuses(t *testing.T) {
 		if off, n, err := d.BufferRange("out"); err != nil || off != 1024 || n != 1024 {
 			t.Errorf("buffer_range while live: %d %d %v", off, n, err)
 		}
-		must(0, d.CopyToGlobal(1, []byte{7}, "in", 0))
-		must(0, d.Release())
+		enginetest.Must(0, d.CopyToGlobal(1, []byte{7}, "in", 0))
+		enginetest.Must(0, d.Release())
 		checkReleasedRefuses(t, d, "in the run")
 		if d.Freed() {
 			t.Error("freed before its run's fence")
@@ -131,7 +132,7 @@ func TestGlobalDomainNamesUnique(t *testing.T) {
 	w, steps := l4Counted(t)
 	var first, retained *Domain
 	mustRun(t, w, buildErr(func(o *engine.Orchestrator) {
-		first = must(Allocate(o, fourRanks(false)))
+		first = enginetest.Must(Allocate(o, fourRanks(false)))
 		before := steps.Load()
 		_, err := Allocate(o, Spec{Name: "g", Members: [][2]int{{1, 1}}, WindowSize: 64})
 		if engine.KindOf(err) != engine.ValueError || !strings.Contains(err.Error(), `a global domain named "g" is already live`) {
@@ -140,14 +141,14 @@ func TestGlobalDomainNamesUnique(t *testing.T) {
 		if steps.Load() != before {
 			t.Errorf("the refused allocation sent %d node commands", steps.Load()-before)
 		}
-		must(0, first.Release())
-		again := must(Allocate(o, fourRanks(false))) // released: the name is free
+		enginetest.Must(0, first.Release())
+		again := enginetest.Must(Allocate(o, fourRanks(false))) // released: the name is free
 		if again.ID() != first.ID()+1 {
 			t.Errorf("ids %d then %d: the refusal took an id", first.ID(), again.ID())
 		}
 		spec := fourRanks(true)
 		spec.Name = "kept"
-		retained = must(Allocate(o, spec))
+		retained = enginetest.Must(Allocate(o, spec))
 	}))
 	err := submitRun(t, w, func(o *engine.Orchestrator) error {
 		_, err := Allocate(o, Spec{Name: "kept", Members: [][2]int{{0, 0}}, WindowSize: 64})
@@ -176,17 +177,17 @@ func TestGlobalRetainedReleasedInLaterRun(t *testing.T) {
 	w, _ := l4Counted(t)
 	var kept, early *Domain
 	mustRun(t, w, buildErr(func(o *engine.Orchestrator) {
-		kept = must(Allocate(o, fourRanks(true)))
+		kept = enginetest.Must(Allocate(o, fourRanks(true)))
 		spec := fourRanks(true)
 		spec.Name = "early"
-		early = must(Allocate(o, spec))
-		must(0, early.Release())
+		early = enginetest.Must(Allocate(o, spec))
+		enginetest.Must(0, early.Release())
 	}))
 	if kept.Released() || kept.Freed() || !early.Freed() {
 		t.Fatalf("after the first fence: kept released %v freed %v, early freed %v", kept.Released(), kept.Freed(), early.Freed())
 	}
 	mustRun(t, w, buildErr(func(o *engine.Orchestrator) {
-		must(0, kept.Release())
+		enginetest.Must(0, kept.Release())
 		if !kept.Released() || kept.Freed() {
 			t.Errorf("released in a run being built: released %v freed %v, want released and not freed", kept.Released(), kept.Freed())
 		}

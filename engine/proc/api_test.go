@@ -7,6 +7,7 @@ import (
 
 	"simpler/engine"
 	"simpler/hal/dtype"
+	"simpler/internal/enginetest"
 )
 
 // What the engine checks at its API it checks in process mode as in
@@ -41,7 +42,7 @@ func TestArgBoundsAtSubmit(t *testing.T) {
 	x, _ := hostI64(t, sp, 1)
 	many := &engine.TaskArgs{}
 	for range 5000 {
-		must(0, many.AddTensor(x, engine.Input))
+		enginetest.Must(0, many.AddTensor(x, engine.Input))
 	}
 	deep := mkArgs(engine.Tensor{Addr: x.Addr, Shape: make([]int, 17), DType: dtype.Int64}, engine.Input)
 	for i := range deep.Tensors[0].Shape {

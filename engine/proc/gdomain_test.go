@@ -11,6 +11,7 @@ import (
 	"simpler/engine"
 	"simpler/engine/global"
 	"simpler/hal/shm"
+	"simpler/internal/enginetest"
 	"simpler/internal/fault"
 )
 
@@ -48,7 +49,7 @@ func newTree(t *testing.T, l4mode, l3mode string, obs engine.Observer) *tree {
 		tr.chips[n] = &spawnLog{}
 		c := engine.Config{Level: 3, DeviceIDs: []int{2 * n, 2*n + 1}, Mode: l3mode, Spawn: tr.chips[n]}
 		processMode(&c)
-		if _, err := w.AddWorker(must(engine.NewWorker(c))); err != nil {
+		if _, err := w.AddWorker(enginetest.Must(engine.NewWorker(c))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -108,16 +109,16 @@ func TestGlobalDomainOverProcessChips(t *testing.T) {
 			mustRun(t, w, buildErr(func(o *engine.Orchestrator) {
 				spec := fourRanks(false)
 				spec.WindowSize = 4 << 20
-				d = must(global.Allocate(o, spec))
+				d = enginetest.Must(global.Allocate(o, spec))
 				if n := len(gdomNames(t, tr)); n != 5 {
 					t.Errorf("%d window and header objects for four ranks, want 5", n)
 				}
-				must(0, d.CopyToGlobal(3, []byte("hello"), "out", 10))
-				if got := must(d.CopyFromGlobal(3, 5, "out", 10)); string(got) != "hello" {
+				enginetest.Must(0, d.CopyToGlobal(3, []byte("hello"), "out", 10))
+				if got := enginetest.Must(d.CopyFromGlobal(3, 5, "out", 10)); string(got) != "hello" {
 					t.Errorf("staged back %q", got)
 				}
-				must(0, d.CopyToGlobal(1, big, "", 2048))
-				if got := must(d.CopyFromGlobal(1, len(big), "", 2048)); !bytes.Equal(got, big) {
+				enginetest.Must(0, d.CopyToGlobal(1, big, "", 2048))
+				if got := enginetest.Must(d.CopyFromGlobal(1, len(big), "", 2048)); !bytes.Equal(got, big) {
 					t.Error("a 2 MiB staging round trip came back changed")
 				}
 			}))
@@ -144,15 +145,15 @@ func TestGlobalDomainWindowLivesInTheChipProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustRun(t, w, buildErr(func(o *engine.Orchestrator) {
-		d := must(global.Allocate(o, fourRanks(false)))
-		must(0, d.CopyToGlobal(3, []byte("in chip 3 window"), "in", 0))
+		d := enginetest.Must(global.Allocate(o, fourRanks(false)))
+		enginetest.Must(0, d.CopyToGlobal(3, []byte("in chip 3 window"), "in", 0))
 		node := w.Children()[1]
-		view := must(global.View(node, d.ID()))
-		c := must(node.Devices().Memory(1))
+		view := enginetest.Must(global.View(node, d.ID()))
+		c := enginetest.Must(node.Devices().Memory(1))
 		if _, isProc := c.(*chip); !isProc {
 			t.Fatalf("chip 1 of node 1 is a %T, not a process", c)
 		}
-		must(0, c.CopyOut(host, view[1].BufferPtrs["in"]))
+		enginetest.Must(0, c.CopyOut(host, view[1].BufferPtrs["in"]))
 		if string(host) != "in chip 3 window" {
 			t.Errorf("the chip process sees %q at its window", host)
 		}
@@ -308,16 +309,16 @@ func TestGlobalDomainOverProcessNodes(t *testing.T) {
 	mustRun(t, w, buildErr(func(o *engine.Orchestrator) {
 		spec := fourRanks(false)
 		spec.WindowSize = 4 << 20
-		d = must(global.Allocate(o, spec))
+		d = enginetest.Must(global.Allocate(o, spec))
 		if nodeObjects(t, tr) <= base {
 			t.Error("the node processes made no windows")
 		}
-		must(0, d.CopyToGlobal(3, []byte("hello"), "out", 10))
-		if got := must(d.CopyFromGlobal(3, 5, "out", 10)); string(got) != "hello" {
+		enginetest.Must(0, d.CopyToGlobal(3, []byte("hello"), "out", 10))
+		if got := enginetest.Must(d.CopyFromGlobal(3, 5, "out", 10)); string(got) != "hello" {
 			t.Errorf("staged back %q", got)
 		}
-		must(0, d.CopyToGlobal(0, big, "", 2048))
-		if got := must(d.CopyFromGlobal(0, len(big), "", 2048)); !bytes.Equal(got, big) {
+		enginetest.Must(0, d.CopyToGlobal(0, big, "", 2048))
+		if got := enginetest.Must(d.CopyFromGlobal(0, len(big), "", 2048)); !bytes.Equal(got, big) {
 			t.Error("a 2 MiB staging round trip through the mailbox came back changed")
 		}
 		if _, err := d.CopyFromGlobal(2, 1, "in", 1024); err == nil || !strings.Contains(err.Error(), "overrun") {
@@ -388,11 +389,11 @@ func TestGlobalDomainWarmOverProcessNodes(t *testing.T) {
 		})
 		for i := 0; i < 3; i++ {
 			mustRun(t, tr.w, buildErr(func(o *engine.Orchestrator) {
-				d := must(global.Allocate(o, fourRanks(false)))
-				if got := must(d.CopyFromGlobal(3, 4, "out", 0)); string(got) != "\x00\x00\x00\x00" {
+				d := enginetest.Must(global.Allocate(o, fourRanks(false)))
+				if got := enginetest.Must(d.CopyFromGlobal(3, 4, "out", 0)); string(got) != "\x00\x00\x00\x00" {
 					t.Errorf("%s chips, round %d: rank 3's window reads %q, want zeroes", c.l3mode, i, got)
 				}
-				must(0, d.CopyToGlobal(3, []byte("used"), "out", 0))
+				enginetest.Must(0, d.CopyToGlobal(3, []byte("used"), "out", 0))
 			}))
 		}
 		mu.Lock()

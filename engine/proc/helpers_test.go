@@ -232,16 +232,7 @@ func newWorker(t *testing.T, cfg engine.Config) *engine.Worker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Init(); err != nil {
-		w.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := w.Close(); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
-	return w
+	return enginetest.Up(t, w)
 }
 
 // processMode fills in what process mode needs that cfg leaves out: the
@@ -292,36 +283,20 @@ func kernel(t *testing.T, w *engine.Worker, name string) *engine.Handle {
 
 // The helpers shared with engine/remote's tests (internal/enginetest).
 var (
-	newSpace  = enginetest.NewSpace
-	hostI64   = enginetest.HostI64
-	mkArgs    = enginetest.Args
-	get64     = enginetest.Get64
-	put64     = enginetest.Put64
-	submitRun = enginetest.SubmitRun
-	runDone   = enginetest.RunDone
-	asBuild   = enginetest.AsBuild
-	mustRun   = enginetest.MustRun
-	buildErr  = enginetest.BuildErr
-	until     = enginetest.Until
-	poll      = enginetest.Poll
+	newSpace    = enginetest.NewSpace
+	hostI64     = enginetest.HostI64
+	mkArgs      = enginetest.Args
+	get64       = enginetest.Get64
+	put64       = enginetest.Put64
+	submitRun   = enginetest.SubmitRun
+	runDone     = enginetest.RunDone
+	asBuild     = enginetest.AsBuild
+	mustRun     = enginetest.MustRun
+	buildErr    = enginetest.BuildErr
+	until       = enginetest.Until
+	poll        = enginetest.Poll
+	wantErrText = enginetest.WantErrText
 )
-
-// must is for calls inside an orchestration function: the first error
-// ends the build (enginetest.BuildErr turns its panic into the error).
-func must[T any](v T, err error) T {
-	if err != nil {
-		panic(err)
-	}
-	return v
-}
-
-// wantErrText requires err to contain text.
-func wantErrText(t *testing.T, what string, err error, text string) {
-	t.Helper()
-	if err == nil || !strings.Contains(err.Error(), text) {
-		t.Errorf("%s: error %v, want one saying %q", what, err, text)
-	}
-}
 
 // wantKindText requires err to be of kind k with a message containing text.
 func wantKindText(t *testing.T, what string, err error, k engine.Kind, text string) {

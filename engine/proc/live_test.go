@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"simpler/engine"
+	"simpler/internal/enginetest"
 )
 
 // The watch's arithmetic, stepped: pings every quarter of the timeout,
@@ -52,7 +53,7 @@ func TestStoppedChildWithinHealthTimeout(t *testing.T) {
 	register(t, w, procKernel{"spin"})
 	for _, sub := range []bool{false, true} {
 		x, xb := hostI64(t, sp, 1)
-		r := must(w.Submit(asBuild(func(o *engine.Orchestrator) error {
+		r := enginetest.Must(w.Submit(asBuild(func(o *engine.Orchestrator) error {
 			if sub {
 				_, err := o.SubmitSub(kernel(t, w, "spin"), mkArgs(x, engine.OutputExisting))
 				return err

@@ -15,6 +15,7 @@ import (
 	"simpler/engine/hostmem"
 	"simpler/hal"
 	"simpler/hal/shm"
+	"simpler/internal/enginetest"
 )
 
 // The liveness of process-mode workers: the engine's deadlines, cancel
@@ -44,7 +45,7 @@ func TestTaskDeadline(t *testing.T) {
 		x, xb := hostI64(t, sp, 1)
 		start := time.Now()
 		err := runDone(t, w, func(o *engine.Orchestrator) error {
-			must(o.SubmitNext(kernel(t, w, k), mkArgs(x, engine.OutputExisting), &engine.CallConfig{Timeout: 200 * time.Millisecond}, 0))
+			enginetest.Must(o.SubmitNext(kernel(t, w, k), mkArgs(x, engine.OutputExisting), &engine.CallConfig{Timeout: 200 * time.Millisecond}, 0))
 			_, err := o.SubmitNext(kernel(t, w, "add1"), mkArgs(x, engine.InOut), nil, 1)
 			return err
 		})
@@ -75,8 +76,8 @@ func TestRunCancel(t *testing.T) {
 	sp := newSpace(t)
 	w, _ := liveWorker(t)
 	x, xb := hostI64(t, sp, 1)
-	r := must(w.Submit(asBuild(func(o *engine.Orchestrator) error {
-		must(o.SubmitNext(kernel(t, w, "spin"), mkArgs(x, engine.OutputExisting), nil, 0))
+	r := enginetest.Must(w.Submit(asBuild(func(o *engine.Orchestrator) error {
+		enginetest.Must(o.SubmitNext(kernel(t, w, "spin"), mkArgs(x, engine.OutputExisting), nil, 0))
 		_, err := o.SubmitNext(kernel(t, w, "add1"), mkArgs(x, engine.InOut), nil, 1)
 		return err
 	})))
@@ -117,7 +118,7 @@ func TestStoppedChildIsDetected(t *testing.T) {
 	}
 	for _, sub := range []bool{false, true} {
 		x, xb := hostI64(t, sp, 1)
-		r := must(w.Submit(asBuild(func(o *engine.Orchestrator) error {
+		r := enginetest.Must(w.Submit(asBuild(func(o *engine.Orchestrator) error {
 			if sub {
 				_, err := o.SubmitSub(kernel(t, w, "spin"), mkArgs(x, engine.OutputExisting))
 				return err
@@ -164,12 +165,12 @@ func TestCloseIsBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	must(w.Registry().Register(procKernel{"hang"}, nil))
+	enginetest.Must(w.Registry().Register(procKernel{"hang"}, nil))
 	if err := w.Init(); err != nil {
 		t.Fatal(err)
 	}
 	x, xb := hostI64(t, sp, 1)
-	must(w.Submit(asBuild(func(o *engine.Orchestrator) error {
+	enginetest.Must(w.Submit(asBuild(func(o *engine.Orchestrator) error {
 		_, err := o.SubmitNext(kernel(t, w, "hang"), mkArgs(x, engine.OutputExisting), nil, 0)
 		return err
 	})))

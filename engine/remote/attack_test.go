@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"simpler/engine"
+	"simpler/internal/enginetest"
 	"simpler/wire"
 )
 
@@ -131,13 +132,13 @@ func TestAttackSessionBounds(t *testing.T) {
 	n := nodeOf(w, 0)
 	_, err := outside(w).Malloc(0, 1<<40)
 	wantRefusal(t, "a 1 TiB malloc", err, engine.RuntimeError, "beyond its bound of 67108864")
-	big := must(outside(w).Malloc(0, 48<<20))
+	big := enginetest.Must(outside(w).Malloc(0, 48<<20))
 	_, err = outside(w).Malloc(0, 32<<20)
 	wantRefusal(t, "a malloc past the bound", err, engine.RuntimeError, "--max-buffer-bytes")
 	if err := Free(big); err != nil {
 		t.Fatal(err)
 	}
-	h := must(outside(w).Malloc(0, 32<<20)) // freed memory is counted back
+	h := enginetest.Must(outside(w).Malloc(0, 32<<20)) // freed memory is counted back
 	ref := wire.BufferRef{ID: h.BufferID, Generation: h.Gen}
 	bulk := make([]byte, 2<<20) // above the size read straight into the buffer
 	for _, off := range []uint64{1 << 63, ^uint64(0), ^uint64(0) - uint64(len(bulk)) + 1, 32<<20 - 1} {
@@ -397,7 +398,7 @@ func TestAttackProofGuessing(t *testing.T) {
 
 // A client refuses a short token before it dials anything.
 func TestShortTokenRefused(t *testing.T) {
-	w := must(newParent(engine.Config{Level: 4, Platform: sim(t)}))
+	w := enginetest.Must(newParent(engine.Config{Level: 4, Platform: sim(t)}))
 	defer w.Close()
 	_, err := w.AddRemoteWorker(engine.RemoteSpec{Endpoint: "127.0.0.1:7700", Platform: "a2a3sim", DeviceIDs: []int{0}, Token: []byte("short")})
 	wantRefusal(t, "a 5-byte token", err, engine.ValueError, "add_remote_worker: the token is 5 bytes, shorter than the minimum of 16")

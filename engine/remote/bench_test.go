@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"simpler/engine"
+	"simpler/internal/enginetest"
 	"simpler/wire"
 )
 
@@ -12,8 +13,8 @@ import (
 // orchestration submits one no-op chip kernel.
 func BenchmarkRemoteNoop(b *testing.B) {
 	_, addr := startDaemon(b)
-	w := must(newParent(engine.Config{Level: 4, Platform: sim(b), SessionTimeout: 5 * time.Second}))
-	must(w.AddRemoteWorker(engine.RemoteSpec{Endpoint: addr, Platform: "a2a3sim", DeviceIDs: []int{0}}))
+	w := enginetest.Must(newParent(engine.Config{Level: 4, Platform: sim(b), SessionTimeout: 5 * time.Second}))
+	enginetest.Must(w.AddRemoteWorker(engine.RemoteSpec{Endpoint: addr, Platform: "a2a3sim", DeviceIDs: []int{0}}))
 	node := nodeOrch{procKernel{"node_noop"}}
 	w.Registry().Register(node, nil)
 	w.Registry().Register(procKernel{"noop"}, nil)
@@ -38,8 +39,8 @@ func BenchmarkRemoteNoop(b *testing.B) {
 // lane (a RELEASE_DOMAIN of an unknown domain: the node does nothing).
 func BenchmarkRemoteControl(b *testing.B) {
 	_, addr := startDaemon(b)
-	w := must(newParent(engine.Config{Level: 4, Platform: sim(b), SessionTimeout: 5 * time.Second}))
-	must(w.AddRemoteWorker(engine.RemoteSpec{Endpoint: addr, Platform: "a2a3sim", DeviceIDs: []int{0}}))
+	w := enginetest.Must(newParent(engine.Config{Level: 4, Platform: sim(b), SessionTimeout: 5 * time.Second}))
+	enginetest.Must(w.AddRemoteWorker(engine.RemoteSpec{Endpoint: addr, Platform: "a2a3sim", DeviceIDs: []int{0}}))
 	if err := w.Init(); err != nil {
 		b.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"simpler/engine"
+	"simpler/internal/enginetest"
 )
 
 func init() {
@@ -64,8 +65,8 @@ func TestRemoteCancelReportsWhatRan(t *testing.T) {
 	// Node 0 runs a kernel that heeds no stop, so the task queued behind
 	// it is still queued when its own CANCEL arrives, whatever the order
 	// of the two CANCELs.
-	a, b := must(outside(w).Malloc(0, 8)), must(outside(w).Malloc(0, 8))
-	r := must(w.Submit(asBuild(func(o *engine.Orchestrator) error {
+	a, b := enginetest.Must(outside(w).Malloc(0, 8)), enginetest.Must(outside(w).Malloc(0, 8))
+	r := enginetest.Must(w.Submit(asBuild(func(o *engine.Orchestrator) error {
 		if _, err := o.SubmitNext(hang, mkArgs(remoteRef(a), engine.OutputExisting), nil, 0); err != nil {
 			return err
 		}
@@ -87,7 +88,7 @@ func TestRemoteCancelReportsWhatRan(t *testing.T) {
 	// Node 1 runs them.
 	bufs := make([]*engine.RemoteBuffer, 4)
 	for k := range bufs {
-		bufs[k] = must(outside(w).Malloc(1, 8))
+		bufs[k] = enginetest.Must(outside(w).Malloc(1, 8))
 	}
 	outcomes := map[string]int{}
 	deadline := time.Now().Add(15 * time.Second)
@@ -96,7 +97,7 @@ func TestRemoteCancelReportsWhatRan(t *testing.T) {
 		for k, h := range bufs {
 			before[k] = readRemote(t, w, h)
 		}
-		r := must(w.Submit(asBuild(func(o *engine.Orchestrator) error {
+		r := enginetest.Must(w.Submit(asBuild(func(o *engine.Orchestrator) error {
 			for _, h := range bufs {
 				if _, err := o.SubmitNext(nap, mkArgs(remoteRef(h), engine.InOut), nil, 1); err != nil {
 					return err
@@ -143,7 +144,7 @@ func TestCloseWhileSessionStopped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	must(w.AddRemoteWorker(engine.RemoteSpec{Endpoint: addr, Platform: "a2a3sim", DeviceIDs: []int{0}}))
+	enginetest.Must(w.AddRemoteWorker(engine.RemoteSpec{Endpoint: addr, Platform: "a2a3sim", DeviceIDs: []int{0}}))
 	register(t, w, nodeOrch{procKernel{"node_spin"}})
 	register(t, w, procKernel{"spin"})
 	if err := w.Init(); err != nil {
@@ -151,8 +152,8 @@ func TestCloseWhileSessionStopped(t *testing.T) {
 		t.Fatal(err)
 	}
 	spin := kernelNode(t, w, "node_spin")
-	a := must(outside(w).Malloc(0, 8))
-	r := must(w.Submit(asBuild(func(o *engine.Orchestrator) error {
+	a := enginetest.Must(outside(w).Malloc(0, 8))
+	r := enginetest.Must(w.Submit(asBuild(func(o *engine.Orchestrator) error {
 		_, err := o.SubmitNext(spin, mkArgs(remoteRef(a), engine.OutputExisting), nil, 0)
 		return err
 	})))
@@ -195,7 +196,7 @@ func TestRemoteGroupMemberFailureStopsSiblings(t *testing.T) {
 	register(t, w, procKernel{"failOrSpin"})
 	register(t, w, procKernel{"spin"})
 	h := kernelNode(t, w, "node_failOrSpin")
-	a, b := must(outside(w).Malloc(0, 8)), must(outside(w).Malloc(1, 8))
+	a, b := enginetest.Must(outside(w).Malloc(0, 8)), enginetest.Must(outside(w).Malloc(1, 8))
 	start := time.Now()
 	err := runDone(t, w, func(o *engine.Orchestrator) error {
 		members := []*engine.TaskArgs{mkArgs(remoteRef(a), engine.OutputExisting, uint64(0)), mkArgs(remoteRef(b), engine.OutputExisting, uint64(1))}

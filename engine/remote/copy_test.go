@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"simpler/engine"
+	"simpler/internal/enginetest"
 	"simpler/internal/loopbulk"
 	"simpler/wire"
 )
@@ -18,14 +19,14 @@ import (
 // length, there and back, and checks every byte.
 func TestBulkCopiesArriveWhole(t *testing.T) {
 	_, addr := startDaemon(t)
-	w := must(newParent(engine.Config{Level: 4, Platform: sim(t), SessionTimeout: 30 * time.Second}))
+	w := enginetest.Must(newParent(engine.Config{Level: 4, Platform: sim(t), SessionTimeout: 30 * time.Second}))
 	defer w.Close()
-	must(w.AddRemoteWorker(engine.RemoteSpec{Endpoint: addr, Platform: "a2a3sim", DeviceIDs: []int{0}}))
+	enginetest.Must(w.AddRemoteWorker(engine.RemoteSpec{Endpoint: addr, Platform: "a2a3sim", DeviceIDs: []int{0}}))
 	if err := w.Init(); err != nil {
 		t.Fatal(err)
 	}
 	const size, off = 24 << 20, 4093
-	h := must(outside(w).Malloc(0, size))
+	h := enginetest.Must(outside(w).Malloc(0, size))
 	src := make([]byte, size-off-5)
 	for i := 0; i+8 <= len(src); i += 8 {
 		binary.LittleEndian.PutUint64(src[i:], uint64(i)*0x9e3779b97f4a7c15)
@@ -79,8 +80,8 @@ const copyBytes = 64 << 20
 // owner buffer on it; the caller closes the worker.
 func copyWorker(b *testing.B) (*engine.Worker, *engine.RemoteBuffer) {
 	_, addr := startDaemon(b)
-	w := must(newParent(engine.Config{Level: 4, Platform: sim(b), SessionTimeout: 10 * time.Second}))
-	must(w.AddRemoteWorker(engine.RemoteSpec{Endpoint: addr, Platform: "a2a3sim", DeviceIDs: []int{0}}))
+	w := enginetest.Must(newParent(engine.Config{Level: 4, Platform: sim(b), SessionTimeout: 10 * time.Second}))
+	enginetest.Must(w.AddRemoteWorker(engine.RemoteSpec{Endpoint: addr, Platform: "a2a3sim", DeviceIDs: []int{0}}))
 	if err := w.Init(); err != nil {
 		b.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"simpler/engine"
+	"simpler/internal/enginetest"
 	"simpler/wire"
 )
 
@@ -20,7 +21,7 @@ func TestRemoteDirectControlDuringARun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	must(w.AddRemoteWorker(engine.RemoteSpec{Endpoint: addr, Platform: "a2a3sim", DeviceIDs: []int{0}}))
+	enginetest.Must(w.AddRemoteWorker(engine.RemoteSpec{Endpoint: addr, Platform: "a2a3sim", DeviceIDs: []int{0}}))
 	register(t, w, nodeOrch{procKernel{"node_spin"}})
 	register(t, w, procKernel{"spin"})
 	if err := w.Init(); err != nil {
@@ -33,11 +34,11 @@ func TestRemoteDirectControlDuringARun(t *testing.T) {
 		}
 	})
 	spin := kernelNode(t, w, "node_spin")
-	mark := must(outside(w).Malloc(0, 8))
-	owner := must(outside(w).Malloc(0, 8))
-	view := must(outside(w).Import(must(outside(w).Export(owner, 0, 8, engine.AccessRW)), 0, 0))
-	exp := must(outside(w).Export(owner, 0, 8, engine.AccessRead))
-	r := must(w.Submit(asBuild(func(o *engine.Orchestrator) error {
+	mark := enginetest.Must(outside(w).Malloc(0, 8))
+	owner := enginetest.Must(outside(w).Malloc(0, 8))
+	view := enginetest.Must(outside(w).Import(enginetest.Must(outside(w).Export(owner, 0, 8, engine.AccessRW)), 0, 0))
+	exp := enginetest.Must(outside(w).Export(owner, 0, 8, engine.AccessRead))
+	r := enginetest.Must(w.Submit(asBuild(func(o *engine.Orchestrator) error {
 		_, err := o.SubmitNext(spin, mkArgs(remoteRef(mark), engine.OutputExisting, remoteRef(view), engine.Input), nil, 0)
 		return err
 	})))

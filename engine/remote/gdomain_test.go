@@ -6,6 +6,7 @@ import (
 
 	"simpler/engine"
 	"simpler/engine/global"
+	"simpler/internal/enginetest"
 	"simpler/internal/fault"
 )
 
@@ -58,10 +59,10 @@ func TestGlobalDomainRemoteRollback(t *testing.T) {
 		}
 		var d *global.Domain
 		mustRun(t, w, buildErr(func(o *engine.Orchestrator) {
-			d = must(global.Allocate(o, spec))
+			d = enginetest.Must(global.Allocate(o, spec))
 			// Staging reaches the remote member's window (STAGE_TO/FROM).
-			must(0, d.CopyToGlobal(1, []byte("remote"), "", 100))
-			if got := must(d.CopyFromGlobal(1, 6, "", 100)); string(got) != "remote" {
+			enginetest.Must(0, d.CopyToGlobal(1, []byte("remote"), "", 100))
+			if got := enginetest.Must(d.CopyFromGlobal(1, 6, "", 100)); string(got) != "remote" {
 				t.Errorf("%s: staged back %q from the remote rank", phase, got)
 			}
 			if _, err := d.CopyFromGlobal(1, 8, "", 250); err == nil || !strings.Contains(err.Error(), "overrun the 256-byte window") {

@@ -8,6 +8,7 @@ import (
 
 	"simpler/engine"
 	"simpler/engine/global"
+	"simpler/internal/enginetest"
 	"simpler/internal/fault"
 )
 
@@ -40,11 +41,11 @@ func TestGlobalDomainRemoteWarm(t *testing.T) {
 	round := func(want string) *global.Domain {
 		var d *global.Domain
 		mustRun(t, w, buildErr(func(o *engine.Orchestrator) {
-			d = must(global.Allocate(o, spec))
-			if got := must(d.CopyFromGlobal(1, 6, "", 100)); string(got) != "\x00\x00\x00\x00\x00\x00" {
+			d = enginetest.Must(global.Allocate(o, spec))
+			if got := enginetest.Must(d.CopyFromGlobal(1, 6, "", 100)); string(got) != "\x00\x00\x00\x00\x00\x00" {
 				t.Errorf("the remote window reads %q, want zeroes", got)
 			}
-			must(0, d.CopyToGlobal(1, []byte("remote"), "", 100))
+			enginetest.Must(0, d.CopyToGlobal(1, []byte("remote"), "", 100))
 		}))
 		if !d.Freed() || nodeGlobals(w) != 0 {
 			t.Errorf("freed %v, %d local node domains left", d.Freed(), nodeGlobals(w))

@@ -17,6 +17,7 @@ import (
 
 	"simpler/engine"
 	"simpler/engine/global"
+	"simpler/internal/enginetest"
 	"simpler/internal/hostid"
 	"simpler/internal/mpitest"
 	"simpler/internal/token"
@@ -243,7 +244,7 @@ func TestGroupOfThreeRanks(t *testing.T) {
 	node, _ := w.Registry().Lookup(nodeOrch{procKernel{"node_add1"}}.Digest())
 	bufs := make([]*engine.RemoteBuffer, 3)
 	for r, id := range gt.ids {
-		bufs[r] = must(outside(w).Malloc(id, 8))
+		bufs[r] = enginetest.Must(outside(w).Malloc(id, 8))
 		b := make([]byte, 8)
 		put64(b, int64(10*r))
 		if err := outside(w).CopyTo(bufs[r], b, 0); err != nil {
@@ -269,7 +270,7 @@ func TestGroupOfThreeRanks(t *testing.T) {
 	}
 	// Rank 2 writes through an import of rank 0's buffer: the ranks'
 	// processes resolve the export between them, as daemons do.
-	view := must(outside(w).Import(must(outside(w).Export(bufs[0], 0, 8, engine.AccessRW)), gt.ids[2], 0))
+	view := enginetest.Must(outside(w).Import(enginetest.Must(outside(w).Export(bufs[0], 0, 8, engine.AccessRW)), gt.ids[2], 0))
 	mustRun(t, w, func(o *engine.Orchestrator) error {
 		_, err := o.SubmitNext(node, mkArgs(remoteTensor{Tensor: engine.Tensor{Shape: []int{1}, DType: 7}, Ref: engine.RemoteRef{Buf: view}}, engine.InOut), nil, gt.ids[2])
 		return err
@@ -284,12 +285,12 @@ func TestGroupOfThreeRanks(t *testing.T) {
 	// A global domain across the ranks (one host's shared memory: sim).
 	spec := global.Spec{Name: "g", Members: [][2]int{{0, 0}, {1, 1}, {2, 0}}, WindowSize: 256}
 	mustRun(t, w, buildErr(func(o *engine.Orchestrator) {
-		d := must(global.Allocate(o, spec))
+		d := enginetest.Must(global.Allocate(o, spec))
 		for r := range 3 {
-			must(0, d.CopyToGlobal(r, []byte(fmt.Sprintf("rank %d", r)), "", 8))
+			enginetest.Must(0, d.CopyToGlobal(r, []byte(fmt.Sprintf("rank %d", r)), "", 8))
 		}
 		for r := range 3 {
-			if got := must(d.CopyFromGlobal(r, 6, "", 8)); string(got) != fmt.Sprintf("rank %d", r) {
+			if got := enginetest.Must(d.CopyFromGlobal(r, 6, "", 8)); string(got) != fmt.Sprintf("rank %d", r) {
 				t.Errorf("global rank %d staged back %q", r, got)
 			}
 		}
@@ -415,7 +416,7 @@ func TestGroupRankKilledMidRun(t *testing.T) {
 		}
 	}
 	hang, _ := w.Registry().Lookup(nodeOrch{procKernel{"node_hang"}}.Digest())
-	h := must(outside(w).Malloc(gt.ids[1], 8))
+	h := enginetest.Must(outside(w).Malloc(gt.ids[1], 8))
 	r, err := w.Submit(asBuild(func(o *engine.Orchestrator) error {
 		_, err := o.SubmitNext(hang, mkArgs(remoteTensor{Tensor: engine.Tensor{Shape: []int{1}, DType: 7}, Ref: engine.RemoteRef{Buf: h}}, engine.OutputExisting), nil, gt.ids[1])
 		return err
@@ -461,7 +462,7 @@ func TestGroupWithRanksStartedByTheTest(t *testing.T) {
 	gt.init()
 	node, _ := gt.w.Registry().Lookup(nodeOrch{procKernel{"node_add1"}}.Digest())
 	for r, id := range gt.ids {
-		h := must(outside(gt.w).Malloc(id, 8))
+		h := enginetest.Must(outside(gt.w).Malloc(id, 8))
 		mustRun(t, gt.w, func(o *engine.Orchestrator) error {
 			_, err := o.SubmitNext(node, mkArgs(remoteTensor{Tensor: engine.Tensor{Shape: []int{1}, DType: 7}, Ref: engine.RemoteRef{Buf: h}}, engine.InOut), nil, id)
 			return err

@@ -11,6 +11,7 @@ import (
 	"simpler/engine/global"
 	"simpler/hal/comm"
 	"simpler/hal/shm"
+	"simpler/internal/enginetest"
 	"simpler/wire"
 )
 
@@ -194,9 +195,9 @@ func TestAttackGlobalWindowNames(t *testing.T) {
 
 	before := shmNames(t)
 	mustRun(t, victim, buildErr(func(o *engine.Orchestrator) {
-		d := must(global.Allocate(o, vspec))
+		d := enginetest.Must(global.Allocate(o, vspec))
 		for r, s := range secrets {
-			must(0, d.CopyToGlobal(r, s, "", 0))
+			enginetest.Must(0, d.CopyToGlobal(r, s, "", 0))
 		}
 		var names []string
 		windows, headers := 0, 0
@@ -246,12 +247,12 @@ func TestAttackGlobalWindowNames(t *testing.T) {
 
 		// Nothing of the victim's was changed, and its domain still works.
 		for r, s := range secrets {
-			if got := must(d.CopyFromGlobal(r, len(s), "", 0)); !bytes.Equal(got, s) {
+			if got := enginetest.Must(d.CopyFromGlobal(r, len(s), "", 0)); !bytes.Equal(got, s) {
 				t.Errorf("the victim's rank %d window reads %q, wrote %q", r, got, s)
 			}
 		}
-		must(0, d.CopyToGlobal(1, []byte("still the victim's"), "", 0))
-		if got := must(d.CopyFromGlobal(1, 18, "", 0)); string(got) != "still the victim's" {
+		enginetest.Must(0, d.CopyToGlobal(1, []byte("still the victim's"), "", 0))
+		if got := enginetest.Must(d.CopyFromGlobal(1, 18, "", 0)); string(got) != "still the victim's" {
 			t.Errorf("the victim's domain after the attacks reads %q", got)
 		}
 	}))
@@ -261,8 +262,8 @@ func TestAttackGlobalWindowNames(t *testing.T) {
 		t.Errorf("the attacker's own domain after the attacks: %v", err)
 	}
 	mustRun(t, victim, buildErr(func(o *engine.Orchestrator) {
-		d := must(global.Allocate(o, vspec))
-		if got := must(d.CopyFromGlobal(0, 8, "", 0)); !bytes.Equal(got, make([]byte, 8)) {
+		d := enginetest.Must(global.Allocate(o, vspec))
+		if got := enginetest.Must(d.CopyFromGlobal(0, 8, "", 0)); !bytes.Equal(got, make([]byte, 8)) {
 			t.Errorf("the victim's next domain reads %q, want zeroes", got)
 		}
 	}))

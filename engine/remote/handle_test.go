@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"simpler/engine"
+	"simpler/internal/enginetest"
 	"simpler/wire"
 )
 
@@ -18,7 +19,7 @@ import (
 func TestRemoteRangeRefusalsSayWhatIsWrong(t *testing.T) {
 	_, addr := startDaemon(t)
 	w := remoteWorker(t, addr)
-	h := must(outside(w).Malloc(0, 64))
+	h := enginetest.Must(outside(w).Malloc(0, 64))
 	for _, c := range []struct {
 		offset, n int
 		want      string
@@ -67,9 +68,9 @@ func TestRemoteHandleUsedAfterReleaseIsARuntimeError(t *testing.T) {
 	_, a := startDaemon(t)
 	_, b := startDaemon(t)
 	w := remoteWorker(t, a, b)
-	owner := must(outside(w).Malloc(0, 8))
-	exp := must(outside(w).Export(owner, 0, 8, engine.AccessRW))
-	view := must(outside(w).Import(exp, 1, 0))
+	owner := enginetest.Must(outside(w).Malloc(0, 8))
+	exp := enginetest.Must(outside(w).Export(owner, 0, 8, engine.AccessRW))
+	view := enginetest.Must(outside(w).Import(exp, 1, 0))
 	if err := ReleaseImport(view); err != nil {
 		t.Fatal(err)
 	}

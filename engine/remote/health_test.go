@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"simpler/engine"
+	"simpler/internal/enginetest"
 )
 
 // The watch stepped on a made-up clock: a busy node that answers every
@@ -61,8 +62,8 @@ func TestHealthWatchBoundIsTheTimeout(t *testing.T) {
 func TestStoppedSessionNoticedWithinTheBound(t *testing.T) {
 	const timeout = time.Second
 	d, addr := startDaemon(t)
-	w := must(newParent(engine.Config{Level: 4, Platform: sim(t), SessionTimeout: timeout}))
-	must(w.AddRemoteWorker(engine.RemoteSpec{Endpoint: addr, Platform: "a2a3sim", DeviceIDs: []int{0}}))
+	w := enginetest.Must(newParent(engine.Config{Level: 4, Platform: sim(t), SessionTimeout: timeout}))
+	enginetest.Must(w.AddRemoteWorker(engine.RemoteSpec{Endpoint: addr, Platform: "a2a3sim", DeviceIDs: []int{0}}))
 	register(t, w, nodeOrch{procKernel{"node_spin"}})
 	register(t, w, procKernel{"spin"})
 	if err := w.Init(); err != nil {
@@ -71,8 +72,8 @@ func TestStoppedSessionNoticedWithinTheBound(t *testing.T) {
 	}
 	defer w.Close()
 	spin, _ := w.Registry().Lookup(nodeOrch{procKernel{"node_spin"}}.Digest())
-	buf := must(outside(w).Malloc(0, 8))
-	r := must(w.Submit(asBuild(func(o *engine.Orchestrator) error {
+	buf := enginetest.Must(outside(w).Malloc(0, 8))
+	r := enginetest.Must(w.Submit(asBuild(func(o *engine.Orchestrator) error {
 		_, err := o.SubmitNext(spin, mkArgs(remoteTensor{Tensor: engine.Tensor{Shape: []int{1}, DType: 7}, Ref: engine.RemoteRef{Buf: buf}}, engine.OutputExisting), nil, 0)
 		return err
 	})))

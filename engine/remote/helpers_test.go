@@ -157,14 +157,5 @@ var (
 	poll      = enginetest.Poll
 )
 
-// must is for calls inside an orchestration function: the first error
-// ends the build (enginetest.BuildErr turns its panic into the error).
-func must[T any](v T, err error) T {
-	if err != nil {
-		panic(err)
-	}
-	return v
-}
-
 // outside is w's remote-buffer calls outside any run.
 func outside(w *engine.Worker) Direct { return DirectIn(w.DirectIn(nil)) }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"simpler/engine"
+	"simpler/internal/enginetest"
 )
 
 // A start-up deadline is honoured as given and reported as a
@@ -20,8 +21,8 @@ func TestStartupDeadlineOfASilentDaemon(t *testing.T) {
 		t.Fatal(lerr)
 	}
 	defer ln.Close()
-	w2 := must(newParent(engine.Config{Level: 4, Platform: sim(t), StartupTimeout: 300 * time.Millisecond}))
-	must(w2.AddRemoteWorker(engine.RemoteSpec{Endpoint: ln.Addr().String(), Platform: "a2a3sim", DeviceIDs: []int{0}, Token: defaultToken(t, addr)}))
+	w2 := enginetest.Must(newParent(engine.Config{Level: 4, Platform: sim(t), StartupTimeout: 300 * time.Millisecond}))
+	enginetest.Must(w2.AddRemoteWorker(engine.RemoteSpec{Endpoint: ln.Addr().String(), Platform: "a2a3sim", DeviceIDs: []int{0}, Token: defaultToken(t, addr)}))
 	start := time.Now()
 	err := w2.Init()
 	if engine.KindOf(err) != engine.TimeoutError || time.Since(start) > 2*time.Second {
@@ -43,7 +44,7 @@ func TestRemoteDeadlineAndCancel(t *testing.T) {
 		h, _ := w.Registry().Lookup(nodeOrch{procKernel{"node_" + k}}.Digest())
 		return h
 	}
-	buf := must(outside(w).Malloc(0, 8))
+	buf := enginetest.Must(outside(w).Malloc(0, 8))
 	ref := remoteTensor{Tensor: engine.Tensor{Shape: []int{1}, DType: 7}, Ref: engine.RemoteRef{Buf: buf}}
 	start := time.Now()
 	err := runDone(t, w, func(o *engine.Orchestrator) error {
@@ -53,7 +54,7 @@ func TestRemoteDeadlineAndCancel(t *testing.T) {
 	if engine.KindOf(err) != engine.TimeoutError || !strings.Contains(err.Error(), "remote_worker 0") || time.Since(start) > 3*time.Second {
 		t.Errorf("a remote task past its deadline: %v after %v", err, time.Since(start))
 	}
-	r := must(w.Submit(asBuild(func(o *engine.Orchestrator) error {
+	r := enginetest.Must(w.Submit(asBuild(func(o *engine.Orchestrator) error {
 		_, err := o.SubmitNext(node("spin"), mkArgs(ref, engine.OutputExisting), nil, 0)
 		return err
 	})))
@@ -68,7 +69,7 @@ func TestRemoteDeadlineAndCancel(t *testing.T) {
 		return err
 	})
 	// A kernel that heeds no stop: the session is ended within its grace.
-	r = must(w.Submit(asBuild(func(o *engine.Orchestrator) error {
+	r = enginetest.Must(w.Submit(asBuild(func(o *engine.Orchestrator) error {
 		_, err := o.SubmitNext(node("hang"), mkArgs(ref, engine.OutputExisting), nil, 0)
 		return err
 	})))

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"simpler/engine"
+	"simpler/internal/enginetest"
 )
 
 // Register waits on every node's answer, but not under w.mu: while one
@@ -21,7 +22,7 @@ func TestRegisterDoesNotHoldTheWorkerLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, ep := range []string{a, b} {
-		must(w.AddRemoteWorker(engine.RemoteSpec{Endpoint: ep, Platform: "a2a3sim", DeviceIDs: []int{0}}))
+		enginetest.Must(w.AddRemoteWorker(engine.RemoteSpec{Endpoint: ep, Platform: "a2a3sim", DeviceIDs: []int{0}}))
 	}
 	register(t, w, nodeOrch{procKernel{"node_noop"}})
 	if err := w.Init(); err != nil {

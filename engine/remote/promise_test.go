@@ -16,6 +16,7 @@ import (
 
 	"simpler/engine"
 	"simpler/hal/shm"
+	"simpler/internal/enginetest"
 	"simpler/internal/orphan"
 	"simpler/wire"
 )
@@ -357,7 +358,7 @@ func TestGroupListenerBeforeTheProof(t *testing.T) {
 		}()
 	}
 	gt.init()
-	r := must(outside(gt.w).Malloc(gt.ids[0], 8))
+	r := enginetest.Must(outside(gt.w).Malloc(gt.ids[0], 8))
 	if err := Free(r); err != nil {
 		t.Error(err)
 	}
@@ -389,8 +390,8 @@ func TestParentNeverEchoesAnotherServicesBytes(t *testing.T) {
 		c.SetReadDeadline(time.Now().Add(deadline))
 		io.Copy(io.Discard, c) // until the parent hangs up
 	}()
-	w := must(newParent(engine.Config{Level: 4, Platform: sim(t), StartupTimeout: deadline}))
-	must(w.AddRemoteWorker(engine.RemoteSpec{Endpoint: ln.Addr().String(), Platform: "a2a3sim", DeviceIDs: []int{0}, Token: []byte("a-token-of-enough-bytes")}))
+	w := enginetest.Must(newParent(engine.Config{Level: 4, Platform: sim(t), StartupTimeout: deadline}))
+	enginetest.Must(w.AddRemoteWorker(engine.RemoteSpec{Endpoint: ln.Addr().String(), Platform: "a2a3sim", DeviceIDs: []int{0}, Token: []byte("a-token-of-enough-bytes")}))
 	err = w.Init()
 	w.Close()
 	<-served

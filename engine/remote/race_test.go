@@ -6,6 +6,7 @@ import (
 
 	"simpler/engine"
 	"simpler/hal/dtype"
+	"simpler/internal/enginetest"
 	"simpler/internal/race"
 )
 
@@ -56,7 +57,7 @@ func raceRun(t *testing.T, addr, name string) *race.NodeCount {
 	w := remoteWorker(t, addr)
 	register(t, w, procKernel{"racewrite"})
 	orch := register(t, w, nodeOrch{procKernel{name}})
-	h := must(outside(w).Malloc(0, 8))
+	h := enginetest.Must(outside(w).Malloc(0, 8))
 	ref := remoteTensor{Tensor: engine.Tensor{Shape: []int{1}, DType: dtype.Int64}, Ref: engine.RemoteRef{Buf: h}}
 	for range 2 {
 		mustRun(t, w, func(o *engine.Orchestrator) error {

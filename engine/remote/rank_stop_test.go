@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"simpler/engine"
+	"simpler/internal/enginetest"
 )
 
 // childPids are the children of pid, from /proc: those of each of its
@@ -47,8 +48,8 @@ func TestGroupRankStoppedSession(t *testing.T) {
 	register(t, gt.w, nodeOrch{procKernel{"node_spin"}})
 	register(t, gt.w, procKernel{"spin"})
 	spin, _ := gt.w.Registry().Lookup(nodeOrch{procKernel{"node_spin"}}.Digest())
-	buf := must(outside(gt.w).Malloc(gt.ids[0], 1<<20))
-	r := must(gt.w.Submit(asBuild(func(o *engine.Orchestrator) error {
+	buf := enginetest.Must(outside(gt.w).Malloc(gt.ids[0], 1<<20))
+	r := enginetest.Must(gt.w.Submit(asBuild(func(o *engine.Orchestrator) error {
 		_, err := o.SubmitNext(spin, mkArgs(remoteTensor{Tensor: engine.Tensor{Shape: []int{1}, DType: 7}, Ref: engine.RemoteRef{Buf: buf}}, engine.OutputExisting), nil, gt.ids[0])
 		return err
 	})))

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"simpler/internal/enginetest"
 	"simpler/internal/fault"
 )
 
@@ -13,7 +14,7 @@ import (
 func TestRemoteFreeCanBeRetried(t *testing.T) {
 	_, ep := startDaemon(t)
 	w := remoteWorker(t, ep)
-	h := must(outside(w).Malloc(0, 16))
+	h := enginetest.Must(outside(w).Malloc(0, 16))
 	if err := fault.Load("remote.free"); err != nil {
 		t.Fatal(err)
 	}

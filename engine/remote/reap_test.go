@@ -10,6 +10,7 @@ import (
 
 	"simpler/engine"
 	"simpler/hal/shm"
+	"simpler/internal/enginetest"
 )
 
 // The reaper's decision stepped by hand: nothing while the parent is
@@ -39,8 +40,8 @@ func TestReapWatchKillsOnceAfterTheGrace(t *testing.T) {
 // session timeout; the test closes it.
 func reapWorker(t *testing.T, addr string) *engine.Worker {
 	t.Helper()
-	w := must(newParent(engine.Config{Level: 4, Platform: sim(t), SessionTimeout: time.Second}))
-	must(w.AddRemoteWorker(engine.RemoteSpec{Endpoint: addr, Platform: "a2a3sim", DeviceIDs: []int{0}}))
+	w := enginetest.Must(newParent(engine.Config{Level: 4, Platform: sim(t), SessionTimeout: time.Second}))
+	enginetest.Must(w.AddRemoteWorker(engine.RemoteSpec{Endpoint: addr, Platform: "a2a3sim", DeviceIDs: []int{0}}))
 	if err := w.Init(); err != nil {
 		w.Close()
 		t.Fatal(err)
@@ -94,7 +95,7 @@ func TestDaemonReapsAStoppedSessionItsParentLeft(t *testing.T) {
 	var log syncBuffer
 	d, addr := startDaemonConfig(t, DaemonConfig{MaxSessions: 1, ReapGrace: grace, Log: &log})
 	w := reapWorker(t, addr)
-	must(outside(w).Malloc(0, 1<<20))
+	enginetest.Must(outside(w).Malloc(0, 1<<20))
 	procs := sessionProcs(d)
 	if len(procs) != 1 {
 		t.Fatalf("%d session processes, want 1", len(procs))
@@ -139,7 +140,7 @@ func TestDaemonReapsAStoppedSessionItsParentLeft(t *testing.T) {
 	// The slot is free: the next parent is served; its session, not
 	// stopped, ends by itself when that parent leaves.
 	w = reapWorker(t, addr)
-	must(outside(w).Malloc(0, 8))
+	enginetest.Must(outside(w).Malloc(0, 8))
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +162,7 @@ func TestDaemonCloseEndsAStoppedSession(t *testing.T) {
 	d, addr := startDaemonConfig(t, DaemonConfig{ReapGrace: grace})
 	w := reapWorker(t, addr)
 	defer w.Close()
-	must(outside(w).Malloc(0, 1<<20))
+	enginetest.Must(outside(w).Malloc(0, 1<<20))
 	procs := sessionProcs(d)
 	if len(procs) != 1 {
 		t.Fatalf("%d session processes, want 1", len(procs))

@@ -12,6 +12,7 @@ import (
 
 	"simpler/engine"
 	"simpler/hal/comm"
+	"simpler/internal/enginetest"
 	"simpler/internal/token"
 	"simpler/wire"
 )
@@ -209,7 +210,7 @@ func TestRemoteNodeRunsTasksOnRemoteBuffers(t *testing.T) {
 	w := remoteWorker(t, addr)
 	sp := newSpace(t)
 	host, hb := hostI64(t, sp, 1)
-	h := must(outside(w).Malloc(0, 8))
+	h := enginetest.Must(outside(w).Malloc(0, 8))
 	put64(hb, 41)
 	if err := outside(w).CopyTo(h, hb, 0); err != nil {
 		t.Fatal(err)
@@ -268,17 +269,17 @@ func TestRemoteExportImportAcrossNodes(t *testing.T) {
 	w := remoteWorker(t, a, b)
 	sp := newSpace(t)
 	_, hb := hostI64(t, sp, 1)
-	owner := must(outside(w).Malloc(0, 8))
+	owner := enginetest.Must(outside(w).Malloc(0, 8))
 	put64(hb, 7)
 	if err := outside(w).CopyTo(owner, hb, 0); err != nil {
 		t.Fatal(err)
 	}
-	exp := must(outside(w).Export(owner, 0, 8, engine.AccessRW))
-	view := must(outside(w).Import(exp, 1, 0))
+	exp := enginetest.Must(outside(w).Export(owner, 0, 8, engine.AccessRW))
+	view := enginetest.Must(outside(w).Import(exp, 1, 0))
 	if !view.Imported() || view.Worker != 1 || view.Owner != 0 {
 		t.Fatalf("view %+v", view)
 	}
-	readOnly := must(outside(w).Import(exp, 1, engine.AccessRead))
+	readOnly := enginetest.Must(outside(w).Import(exp, 1, engine.AccessRead))
 	node, _ := w.Registry().Lookup(nodeOrch{procKernel{"node_add1"}}.Digest())
 	t64 := engine.Tensor{Shape: []int{1}, DType: 7} // int64
 	mustRun(t, w, func(o *engine.Orchestrator) error {
@@ -341,9 +342,9 @@ func TestRemoteEndpointRefusals(t *testing.T) {
 	}
 	// Without a token, the client looks for the one a daemon on this host
 	// wrote for that port, and says where it looked.
-	w2 := must(newParent(engine.Config{Level: 4, Platform: sim(t), StartupTimeout: 2 * time.Second}))
+	w2 := enginetest.Must(newParent(engine.Config{Level: 4, Platform: sim(t), StartupTimeout: 2 * time.Second}))
 	defer w2.Close()
-	must(w2.AddRemoteWorker(engine.RemoteSpec{Endpoint: dead, Platform: "a2a3sim", DeviceIDs: []int{0}}))
+	enginetest.Must(w2.AddRemoteWorker(engine.RemoteSpec{Endpoint: dead, Platform: "a2a3sim", DeviceIDs: []int{0}}))
 	if err := w2.Init(); err == nil || !strings.Contains(err.Error(), "no token for "+dead) || !strings.Contains(err.Error(), "looked in") {
 		t.Fatalf("no token: %v", err)
 	}
@@ -379,7 +380,7 @@ func killMidTask(t *testing.T, tasks int) {
 	hang, _ := w.Registry().Lookup(nodeOrch{procKernel{"node_hang"}}.Digest())
 	bufs := make([]*engine.RemoteBuffer, tasks)
 	for i := range bufs {
-		bufs[i] = must(outside(w).Malloc(0, 8))
+		bufs[i] = enginetest.Must(outside(w).Malloc(0, 8))
 	}
 	r, err := w.Submit(asBuild(func(o *engine.Orchestrator) error {
 		for _, h := range bufs {
@@ -528,15 +529,15 @@ func TestUncertainImportRetiresTheNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, ep := range []string{a, b} {
-		must(w.AddRemoteWorker(engine.RemoteSpec{Endpoint: ep, Platform: "a2a3sim", DeviceIDs: []int{0}}))
+		enginetest.Must(w.AddRemoteWorker(engine.RemoteSpec{Endpoint: ep, Platform: "a2a3sim", DeviceIDs: []int{0}}))
 	}
 	register(t, w, nodeOrch{procKernel{"node_add1"}})
 	register(t, w, procKernel{"add1"})
 	if err := w.Init(); err != nil {
 		t.Fatal(err)
 	}
-	owner := must(outside(w).Malloc(0, 8))
-	exp := must(outside(w).Export(owner, 0, 8, engine.AccessRW))
+	owner := enginetest.Must(outside(w).Malloc(0, 8))
+	exp := enginetest.Must(outside(w).Export(owner, 0, 8, engine.AccessRW))
 	stopped := sessionProcs(db)
 	for _, p := range stopped {
 		p.Signal(syscall.SIGSTOP) // node 1 stops answering

@@ -11,6 +11,7 @@ import (
 
 	"simpler/engine"
 	"simpler/hal/dtype"
+	"simpler/internal/enginetest"
 	"simpler/wire"
 )
 
@@ -200,7 +201,7 @@ func TestAttackSessionOutput(t *testing.T) {
 	register(t, w, nodeOrch{procKernel{"node_shout"}})
 	register(t, w, procKernel{"shout"})
 	node, _ := w.Registry().Lookup(nodeOrch{procKernel{"node_shout"}}.Digest())
-	ref := remoteTensor{Tensor: engine.Tensor{Shape: []int{1}, DType: dtype.Int64}, Ref: engine.RemoteRef{Buf: must(outside(w).Malloc(0, 8))}}
+	ref := remoteTensor{Tensor: engine.Tensor{Shape: []int{1}, DType: dtype.Int64}, Ref: engine.RemoteRef{Buf: enginetest.Must(outside(w).Malloc(0, 8))}}
 	mustRun(t, w, func(o *engine.Orchestrator) error {
 		_, err := o.SubmitNext(node, mkArgs(ref, engine.InOut), nil, 0)
 		return err

@@ -10,6 +10,7 @@ import (
 
 	"simpler/engine"
 	"simpler/hal/shm"
+	"simpler/internal/enginetest"
 )
 
 // nodeOrchRuns are node orchestrations beyond nodeOrch's "submit the
@@ -69,7 +70,7 @@ func TestAttackNameSquatting(t *testing.T) {
 	d, addr := startDaemon(t)
 	w := remoteWorker(t, addr)
 	register(t, w, nodeOrch{procKernel{"node_domain"}})
-	first := must(outside(w).Malloc(0, 8)) // the session's prefix is in /dev/shm from now on
+	first := enginetest.Must(outside(w).Malloc(0, 8)) // the session's prefix is in /dev/shm from now on
 	var prefixes []string
 	var pids []int
 	d.mu.Lock()
@@ -117,7 +118,7 @@ func TestAttackNameSquatting(t *testing.T) {
 
 	// A new client, with a session of its own, is served.
 	w2 := remoteWorker(t, addr)
-	b := must(outside(w2).Malloc(0, 8))
+	b := enginetest.Must(outside(w2).Malloc(0, 8))
 	put64(hb, 41)
 	if err := outside(w2).CopyTo(b, hb, 0); err != nil {
 		t.Fatal(err)
@@ -184,7 +185,7 @@ func TestKilledSessionIsSwept(t *testing.T) {
 	d, addr := startDaemon(t)
 	w := remoteWorker(t, addr)
 	for range 4 {
-		must(outside(w).Malloc(0, 4096))
+		enginetest.Must(outside(w).Malloc(0, 4096))
 	}
 	d.mu.Lock()
 	var prefix string

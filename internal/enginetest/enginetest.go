@@ -1,6 +1,7 @@
 // Package enginetest holds the helpers that the tests of the engine's
-// transports (engine/proc, engine/remote) share: host tensors, task
-// arguments, runs waited for under a deadline, polling. Only tests import
+// transports and roles (engine/proc, engine/remote, engine/global) share:
+// workers brought up and closed, host tensors, task arguments, runs
+// waited for under a deadline, polling. Only tests import
 // it. Package engine's own tests keep a copy of their own: a package's
 // internal tests cannot import a package that imports it.
 package enginetest
@@ -8,6 +9,7 @@ package enginetest
 import (
 	"encoding/binary"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -118,7 +120,46 @@ func MustRun(t testing.TB, w *engine.Worker, build func(o *engine.Orchestrator) 
 	}
 }
 
-// BuildErr runs build, turning a must() panic into the build's error.
+// Must is for calls inside an orchestration function: the first error
+// ends the build (BuildErr turns its panic into the build's error).
+func Must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// WantErrText requires err to contain text.
+func WantErrText(t testing.TB, what string, err error, text string) {
+	t.Helper()
+	if err == nil || !strings.Contains(err.Error(), text) {
+		t.Errorf("%s: error %v, want one saying %q", what, err, text)
+	}
+}
+
+// Up initialises w (closing it if that fails) and closes it when the test
+// ends; a close error is a failure unless it says one of tolerated.
+func Up(t testing.TB, w *engine.Worker, tolerated ...string) *engine.Worker {
+	t.Helper()
+	if err := w.Init(); err != nil {
+		w.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		err := w.Close()
+		for _, text := range tolerated {
+			if err != nil && strings.Contains(err.Error(), text) {
+				return
+			}
+		}
+		if err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return w
+}
+
+// BuildErr runs build, turning a Must panic into the build's error.
 func BuildErr(build func(o *engine.Orchestrator)) func(o *engine.Orchestrator) error {
 	return func(o *engine.Orchestrator) (err error) {
 		defer func() {
