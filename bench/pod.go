@@ -152,27 +152,9 @@ func podWorker(nodes, chips int) (*engine.Worker, error) {
 // podRing runs the ring allreduce of 1024 float32 per rank over domain d
 // and checks every rank's sum.
 func podRing(top *engine.Worker, d *global.Domain, n int) error {
-	type rank struct {
-		chip hal.Chip
-		view *comm.View
-	}
-	ranks := make([]rank, n)
-	for _, node := range top.Children() {
-		view, err := global.View(node, d.ID())
-		if err != nil {
-			return err
-		}
-		for local, rv := range view {
-			chip, err := node.Devices().Chip(local)
-			if err != nil {
-				return err
-			}
-			v, err := comm.Open(chip, rv.DeviceCtx)
-			if err != nil {
-				return err
-			}
-			ranks[rv.Rank] = rank{chip, v}
-		}
+	ranks, err := global.OpenLocal(top, d.ID(), n)
+	if err != nil {
+		return err
 	}
 	const count = 1024
 	errs := make([]error, n)
@@ -185,7 +167,7 @@ func podRing(top *engine.Worker, d *global.Domain, n int) error {
 			for i := range acc {
 				acc[i] = float32(r + i)
 			}
-			errs[r] = comm.RingSum(ranks[r].chip, ranks[r].view, r, n, count/n, acc, 60*time.Second)
+			errs[r] = comm.RingSum(ranks[r].Chip, ranks[r].View, r, n, count/n, acc, 60*time.Second)
 			for i, v := range acc {
 				if want := float32(n*(n-1)/2 + n*i); v != want && errs[r] == nil {
 					errs[r] = fmt.Errorf("pod: rank %d element %d is %v, want %v", r, i, v, want)

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"simpler/engine"
+	"simpler/hal"
 	"simpler/hal/comm"
 	"simpler/internal/bounds"
 	"simpler/internal/fault"
@@ -237,6 +238,40 @@ func View(w *engine.Worker, id uint64) (map[int]*engine.RankView, error) {
 		view[p.Local] = v
 	}
 	return view, nil
+}
+
+// Opened is one rank of a committed global domain on a local node, opened
+// as a kernel on its chip opens it.
+type Opened struct {
+	Chip hal.Chip
+	View *comm.View
+	Rank *engine.RankView
+}
+
+// OpenLocal opens every rank of global domain id (n ranks) that top's
+// local children host, by global rank: what Go code that plays the
+// kernels of the whole domain needs (the scale test's ring, the bench's
+// floor). Ranks hosted elsewhere stay zero.
+func OpenLocal(top *engine.Worker, id uint64, n int) ([]Opened, error) {
+	ranks := make([]Opened, n)
+	for _, node := range top.Children() {
+		view, err := View(node, id)
+		if err != nil {
+			return nil, err
+		}
+		for local, rv := range view {
+			chip, err := node.Devices().Chip(local)
+			if err != nil {
+				return nil, err
+			}
+			v, err := comm.Open(chip, rv.DeviceCtx)
+			if err != nil {
+				return nil, err
+			}
+			ranks[rv.Rank] = Opened{chip, v, rv}
+		}
+	}
+	return ranks, nil
 }
 
 // ReleaseHosted releases every global domain node w still holds: its

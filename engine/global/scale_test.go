@@ -26,20 +26,11 @@ func podNodes(t *testing.T, nodes, chips int) *engine.Worker {
 	return enginetest.Up(t, l4Tree(t, cfgs))
 }
 
-// ringRank is one rank of a global domain as a kernel sees it: its chip
-// and its view.
-type ringRank struct {
-	chip interface {
-		Bytes(uint64, int) ([]byte, error)
-	}
-	view *comm.View
-}
-
 // ringAllreduce sums each rank's vals over the domain with the ring
 // algorithm (n-1 reduce-scatter steps, then n-1 allgather steps), every
 // rank on its own goroutine, each step a store into the next rank's
 // window and a notify, as a kernel does.
-func ringAllreduce(ranks []ringRank, vals [][]float32) error {
+func ringAllreduce(ranks []Opened, vals [][]float32) error {
 	n := len(ranks)
 	chunk := len(vals[0]) / n
 	errs := make([]error, n)
@@ -48,7 +39,7 @@ func ringAllreduce(ranks []ringRank, vals [][]float32) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[r] = comm.RingSum(ranks[r].chip, ranks[r].view, r, n, chunk, vals[r], 20*time.Second)
+			errs[r] = comm.RingSum(ranks[r].Chip, ranks[r].View, r, n, chunk, vals[r], 20*time.Second)
 		}()
 	}
 	wg.Wait()
@@ -78,26 +69,13 @@ func TestGlobalDomain256Ranks(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			ranks := make([]ringRank, n)
-			for node := 0; node < nodes; node++ {
-				nw := w.Children()[node]
-				view, err := View(nw, d.ID())
-				if err != nil {
-					return err
-				}
-				for local, rv := range view {
-					chip, err := nw.Devices().Chip(local)
-					if err != nil {
-						return err
-					}
-					v, err := comm.Open(chip, rv.DeviceCtx)
-					if err != nil {
-						return err
-					}
-					if word, _ := chip.Bytes(rv.WindowBase, 8); binary.LittleEndian.Uint64(word) != 0 {
-						t.Errorf("round %d: rank %d's window is not zeroed", round, rv.Rank)
-					}
-					ranks[rv.Rank] = ringRank{chip: chip, view: v}
+			ranks, err := OpenLocal(w, d.ID(), n)
+			if err != nil {
+				return err
+			}
+			for r, rk := range ranks {
+				if word, _ := rk.Chip.Bytes(rk.Rank.WindowBase, 8); binary.LittleEndian.Uint64(word) != 0 {
+					t.Errorf("round %d: rank %d's window is not zeroed", round, r)
 				}
 			}
 			vals := make([][]float32, n)
