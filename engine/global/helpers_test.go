@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"simpler/engine"
-	"simpler/hal"
 	"simpler/internal/enginetest"
 	"simpler/internal/leakcheck"
 )
@@ -19,14 +18,8 @@ func TestMain(m *testing.M) { leakcheck.Main(m) }
 // time.
 const deadline = enginetest.Deadline
 
-func sim(t testing.TB) hal.Platform {
-	t.Helper()
-	p, err := hal.Lookup("a2a3sim")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
+// sim is the default simulated platform.
+var sim = enginetest.Sim
 
 // l4Tree is a level-4 worker over level-3 sim nodes in this process, as
 // nodes configure them (level and platform set here), not yet initialised.

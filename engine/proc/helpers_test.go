@@ -207,14 +207,8 @@ func (l *spawnLog) get(t *testing.T, name string) *process {
 	return p
 }
 
-func sim(t testing.TB) hal.Platform {
-	t.Helper()
-	p, err := hal.Lookup("a2a3sim")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
+// sim is the default simulated platform.
+var sim = enginetest.Sim
 
 // newWorker makes and initialises a process-mode worker (level 3 on
 // devices 0 and 1 unless cfg says otherwise) whose children are this test

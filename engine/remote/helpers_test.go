@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"simpler/engine"
-	"simpler/hal"
 	"simpler/internal/enginetest"
 	"simpler/wire"
 )
@@ -120,14 +119,8 @@ func runTestSession() int {
 	return 0
 }
 
-func sim(t testing.TB) hal.Platform {
-	t.Helper()
-	p, err := hal.Lookup("a2a3sim")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
+// sim is the default simulated platform.
+var sim = enginetest.Sim
 
 func register(t *testing.T, w *engine.Worker, c engine.Callable, workers ...int) *engine.Handle {
 	t.Helper()

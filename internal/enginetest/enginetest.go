@@ -15,12 +15,23 @@ import (
 
 	"simpler/engine"
 	"simpler/engine/hostmem"
+	"simpler/hal"
 	"simpler/hal/dtype"
 )
 
 // Deadline bounds every wait of these helpers; nothing sleeps for a fixed
 // time, so it only matters when something is broken.
 const Deadline = 10 * time.Second
+
+// Sim is the default simulated platform.
+func Sim(t testing.TB) hal.Platform {
+	t.Helper()
+	p, err := hal.Lookup("a2a3sim")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
 
 // NewSpace returns host shared memory closed when the test ends (after the
 // workers made later, since cleanups run last-registered first).
